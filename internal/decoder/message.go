@@ -1,0 +1,52 @@
+package decoder
+
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Message is one outbox row, decoded from an INSERT in the replication
+// stream. Messages are immutable once the decoder returns them; sinks share
+// them and must not modify them.
+type Message struct {
+	// ID is the outbox id (a UUID in its canonical text form).
+	ID string
+	// Type is the message type, never empty.
+	Type string
+	// Key is the ordering key; HasKey is false when the column is NULL.
+	Key    string
+	HasKey bool
+	// Payload is the body as stored. PayloadJSON says it is valid JSON
+	// (always so for json, jsonb and text columns; for bytea only when the
+	// bytes happen to be JSON).
+	Payload     []byte
+	PayloadJSON bool
+	// Headers are the entries of the headers column (nil when NULL).
+	Headers map[string]string
+	// LSN is the position of the INSERT in the WAL.
+	LSN pglogrepl.LSN
+	// CommitLSN is the LSN of the commit record of the message's transaction.
+	CommitLSN pglogrepl.LSN
+	// CommitTime is when the transaction committed.
+	CommitTime time.Time
+}
+
+// OrderingKey is the key a broker orders by: the key, or the id when the
+// key is NULL.
+func (m *Message) OrderingKey() string {
+	if m.HasKey {
+		return m.Key
+	}
+	return m.ID
+}
+
+// Size is an estimate of the memory the message holds, in bytes, used for
+// the in-flight window.
+func (m *Message) Size() int {
+	n := 160 + len(m.ID) + len(m.Type) + len(m.Key) + len(m.Payload)
+	for k, v := range m.Headers {
+		n += len(k) + len(v) + 32
+	}
+	return n
+}

@@ -1,0 +1,104 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	sharedOnce sync.Once
+	shared     *Cluster
+	sharedErr  error
+)
+
+// Main runs the tests of a package and stops the shared cluster afterwards.
+// Use it from TestMain: func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if shared != nil {
+		if err := shared.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	return code
+}
+
+// SharedCluster returns the test binary's throwaway cluster, starting it on
+// first use. It returns nil (and no error) when WALPOST_TEST_DATABASE_URL is
+// set, since tests then use that server.
+func SharedCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	if os.Getenv("WALPOST_TEST_DATABASE_URL") != "" {
+		return nil
+	}
+	sharedOnce.Do(func() {
+		shared, sharedErr = Start(Options{})
+	})
+	if sharedErr != nil {
+		tb.Fatalf("starting throwaway PostgreSQL: %v", sharedErr)
+	}
+	return shared
+}
+
+// URL returns the URL of a database with wal_level=logical for tests:
+// WALPOST_TEST_DATABASE_URL when set, else the shared throwaway cluster's
+// "postgres" database.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	if u := os.Getenv("WALPOST_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return SharedCluster(tb).URL("postgres")
+}
+
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// Name returns a unique SQL identifier for the test, e.g. for its own table,
+// slot and publication: prefix, part of the test's name and a random suffix.
+func Name(tb testing.TB, prefix string) string {
+	tb.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	base := nonIdent.ReplaceAllString(strings.ToLower(tb.Name()), "_")
+	base = strings.TrimPrefix(base, "testintegration")
+	base = strings.TrimPrefix(base, "test")
+	base = strings.Trim(base, "_")
+	if len(base) > 30 {
+		base = base[len(base)-30:]
+	}
+	return fmt.Sprintf("%s_%s_%s", prefix, base, hex.EncodeToString(b[:]))
+}
+
+// Connect opens a connection to url, closed when the test ends.
+func Connect(tb testing.TB, url string) *pgx.Conn {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("connecting to %s: %v", url, err)
+	}
+	tb.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// Exec runs SQL statements on url and fails the test on error.
+func Exec(tb testing.TB, url string, sqls ...string) {
+	tb.Helper()
+	conn := Connect(tb, url)
+	for _, s := range sqls {
+		if _, err := conn.Exec(context.Background(), s); err != nil {
+			tb.Fatalf("exec %q: %v", s, err)
+		}
+	}
+}
