@@ -1,0 +1,238 @@
+// Command cdc is the walpost relay: it streams outbox INSERTs out of
+// PostgreSQL logical replication to brokers, confirming the slot only after
+// every sink acknowledged.
+//
+//	cdc run    --config cdc.yaml   relay until SIGINT/SIGTERM (graceful drain)
+//	cdc init   --config cdc.yaml   create the outbox table (if missing), publication and slot
+//	cdc status --config cdc.yaml   slot, confirmed LSN, lag, active or not
+//	cdc version
+//
+// Exit codes: 0 after a clean stop, 1 on a runtime error, 2 on a usage or
+// configuration error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/outbox"
+
+	// kafka sink registered when ready
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: cdc <command> [--config cdc.yaml]
+
+commands:
+  run      relay outbox messages until SIGINT/SIGTERM
+  init     create the outbox table (if missing), the publication and the slot
+  status   show the slot: confirmed LSN, lag in bytes, active or not
+  version  print the version
+
+The config file defaults to $CDC_CONFIG, then ./cdc.yaml. ${VAR} in the file
+is replaced from the environment; CDC_POSTGRES_URL and the other CDC_* variables
+override settings (see README).
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("cdc "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defPath := os.Getenv("CDC_CONFIG")
+	if defPath == "" {
+		defPath = "cdc.yaml"
+	}
+	path := fs.String("config", defPath, "configuration file")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	switch cmd {
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "cdc (walpost)", versionString())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "run", "init", "status":
+	default:
+		fmt.Fprintf(stderr, "cdc: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "cdc:", err)
+		return 2
+	}
+	log := newLogger(cfg.Log, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch cmd {
+	case "run":
+		err = runRelay(ctx, cfg, log)
+	case "init":
+		err = initCmd(ctx, cfg, log, stdout)
+	case "status":
+		err = statusCmd(ctx, cfg, stdout)
+	}
+	if err != nil {
+		log.Error().Err(err).Msg("cdc " + cmd + " failed")
+		return 1
+	}
+	return 0
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func newLogger(c config.Log, w io.Writer) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(c.Level)
+	if c.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := relay.New(cfg, log, relay.NewMetrics(reg))
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if cfg.HTTP.Listen != "" {
+		srv, err := serveHTTP(cfg.HTTP.Listen, reg, r)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		log.Info().Str("listen", srv.Addr).Msg("http: /metrics /healthz /readyz")
+	}
+	log.Info().Str("version", versionString()).Str("slot", cfg.Postgres.Slot).Str("table", cfg.Postgres.Table).Int("sinks", len(cfg.Sinks)).Msg("starting")
+	return r.Run(ctx)
+}
+
+func serveHTTP(addr string, reg *prometheus.Registry, r *relay.Relay) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !r.Ready() {
+			http.Error(w, "not streaming", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen: %w", err)
+	}
+	srv := &http.Server{Addr: l.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	return srv, nil
+}
+
+func isDefaultLayout(c config.Columns) bool {
+	return c == config.Columns{ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"}
+}
+
+func initCmd(ctx context.Context, cfg *config.Config, log zerolog.Logger, stdout io.Writer) error {
+	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("connecting to postgres.url: %w", err)
+	}
+	defer conn.Close(context.Background())
+	t := relay.TargetOf(cfg)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if !isDefaultLayout(cfg.Columns) {
+			return fmt.Errorf("table %s does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)", cfg.Postgres.Table)
+		}
+		if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
+			return fmt.Errorf("creating table %s: %w", cfg.Postgres.Table, err)
+		}
+		fmt.Fprintf(stdout, "table %s: created\n", cfg.Postgres.Table)
+	} else {
+		fmt.Fprintf(stdout, "table %s: exists\n", cfg.Postgres.Table)
+	}
+	if err := replication.CheckServer(ctx, conn, t); err != nil {
+		return err
+	}
+	created, err := replication.EnsurePublication(ctx, conn, t)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "publication %s: %s\n", t.Publication, map[bool]string{true: "created", false: "exists"}[created])
+	info, created, err := replication.EnsureSlot(ctx, conn, t.Slot)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "slot %s: %s (confirmed %s)\n", t.Slot, map[bool]string{true: "created", false: "exists"}[created], info.ConfirmedFlush)
+	return nil
+}
+
+func statusCmd(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
+	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("connecting to postgres.url: %w", err)
+	}
+	defer conn.Close(context.Background())
+	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
+	if err != nil {
+		return err
+	}
+	if !info.Exists {
+		fmt.Fprintf(stdout, "slot %s: missing (run cdc init)\ncurrent WAL: %s\n", cfg.Postgres.Slot, info.CurrentWAL)
+		return errors.New("slot missing")
+	}
+	active := "no"
+	if info.Active {
+		active = fmt.Sprintf("yes (pid %d)", info.ActivePID)
+	}
+	fmt.Fprintf(stdout, "slot:          %s (plugin %s, database %s)\n", cfg.Postgres.Slot, info.Plugin, info.Database)
+	fmt.Fprintf(stdout, "active:        %s\n", active)
+	fmt.Fprintf(stdout, "confirmed LSN: %s\n", info.ConfirmedFlush)
+	fmt.Fprintf(stdout, "current WAL:   %s\n", info.CurrentWAL)
+	fmt.Fprintf(stdout, "lag:           %d bytes (current WAL - confirmed)\n", info.LagBytes)
+	fmt.Fprintf(stdout, "retained WAL:  %d bytes (current WAL - restart LSN)\n", info.RetainedBytes)
+	return nil
+}

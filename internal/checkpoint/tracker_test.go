@@ -1,0 +1,177 @@
+package checkpoint
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// delivery is one (message, sink) pair waiting for its ack.
+type delivery struct {
+	txn       *Txn
+	commitLSN pglogrepl.LSN // commit record start of the message's transaction (0: abandoned)
+}
+
+// TestConfirmedNeverPassesAnUnackedMessage drives random streams (mixed
+// transaction sizes, empty transactions, progress points, abandoned
+// transactions) and acks deliveries in random order, checking invariant 1
+// after every step and that everything is confirmed at the end.
+func TestConfirmedNeverPassesAnUnackedMessage(t *testing.T) {
+	for seed := uint64(0); seed < 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 42))
+		tr := New(100)
+		var inflight []delivery
+		lsn := pglogrepl.LSN(1000)
+		var lastEnd pglogrepl.LSN = 100
+
+		check := func(step string) {
+			c := tr.Confirmed()
+			for _, d := range inflight {
+				if d.commitLSN != 0 && c > d.commitLSN {
+					t.Fatalf("seed %d %s: confirmed %s passes commit %s of an unacked message", seed, step, c, d.commitLSN)
+				}
+			}
+		}
+		ackSome := func(k int) {
+			for i := 0; i < k && len(inflight) > 0; i++ {
+				j := rng.IntN(len(inflight))
+				d := inflight[j]
+				inflight[j] = inflight[len(inflight)-1]
+				inflight = inflight[:len(inflight)-1]
+				tr.Ack(d.txn, 1)
+				check("ack")
+			}
+		}
+		for step := 0; step < 200; step++ {
+			switch r := rng.IntN(10); {
+			case r < 6: // a transaction
+				txn := tr.Begin()
+				n := rng.IntN(5) // 0 = an empty transaction
+				if rng.IntN(20) == 0 {
+					n = 50
+				}
+				commit := lsn + pglogrepl.LSN(100*(n+1))
+				sinks := 1 + rng.IntN(3)
+				abandon := rng.IntN(15) == 0
+				for i := 0; i < n; i++ {
+					tr.Add(txn, sinks)
+					for s := 0; s < sinks; s++ {
+						cl := commit
+						if abandon {
+							cl = 0
+						}
+						inflight = append(inflight, delivery{txn, cl})
+					}
+					ackSome(rng.IntN(3))
+				}
+				if abandon {
+					tr.Abandon()
+				} else {
+					tr.Commit(txn, commit+10)
+					lastEnd = commit + 10
+				}
+				lsn = commit + 20
+				check("commit")
+			case r < 8:
+				ackSome(1 + rng.IntN(10))
+			default:
+				lsn += 50
+				tr.Progress(lsn)
+				lastEnd = lsn
+				check("progress")
+			}
+		}
+		ackSome(len(inflight))
+		if !tr.Idle() || tr.Confirmed() != lastEnd {
+			t.Fatalf("seed %d: after all acks confirmed = %s (idle %v), want %s", seed, tr.Confirmed(), tr.Idle(), lastEnd)
+		}
+	}
+}
+
+func TestProgressIsIgnoredInsideATransaction(t *testing.T) {
+	tr := New(10)
+	txn := tr.Begin()
+	tr.Add(txn, 1)
+	tr.Progress(500)
+	if tr.Confirmed() != 10 {
+		t.Fatalf("confirmed %s moved inside an open transaction", tr.Confirmed())
+	}
+	tr.Commit(txn, 400)
+	tr.Ack(txn, 1)
+	if tr.Confirmed() != 400 {
+		t.Fatalf("confirmed %s, want 0/190", tr.Confirmed())
+	}
+}
+
+func TestIdleStreamConfirmsProgress(t *testing.T) {
+	tr := New(10)
+	tr.Progress(20)
+	if tr.Confirmed() != 20 {
+		t.Fatalf("confirmed %s, want 0/14", tr.Confirmed())
+	}
+	select {
+	case <-tr.Moved():
+	default:
+		t.Fatal("Moved did not signal")
+	}
+	tr.Progress(15) // older positions never move it back
+	if tr.Confirmed() != 20 {
+		t.Fatalf("confirmed went back to %s", tr.Confirmed())
+	}
+}
+
+// TestQueueIsBoundedByInFlightNotByTransactions: a million empty
+// transactions and progress points behind one stuck message keep the
+// queue at a handful of entries.
+func TestQueueIsBoundedByInFlightNotByTransactions(t *testing.T) {
+	tr := New(1)
+	stuck := tr.Begin()
+	tr.Add(stuck, 1)
+	tr.Commit(stuck, 10)
+	for i := 0; i < 1_000_000; i++ {
+		txn := tr.Begin()
+		tr.Commit(txn, pglogrepl.LSN(20+2*i))
+		tr.Progress(pglogrepl.LSN(21 + 2*i))
+	}
+	if n := tr.Len(); n > 2 {
+		t.Fatalf("queue holds %d entries", n)
+	}
+	if tr.Confirmed() != 1 {
+		t.Fatalf("confirmed %s past a stuck message", tr.Confirmed())
+	}
+	tr.Ack(stuck, 1)
+	if want := pglogrepl.LSN(21 + 2*999_999); tr.Confirmed() != want {
+		t.Fatalf("confirmed %s, want %s", tr.Confirmed(), want)
+	}
+}
+
+func TestConcurrentAcks(t *testing.T) {
+	tr := New(0)
+	const txns, per = 2000, 8
+	ch := make(chan *Txn, txns*per)
+	for i := 0; i < txns; i++ {
+		txn := tr.Begin()
+		tr.Add(txn, per)
+		for j := 0; j < per; j++ {
+			ch <- txn
+		}
+		tr.Commit(txn, pglogrepl.LSN(i+1))
+	}
+	close(ch)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for txn := range ch {
+				tr.AckAll([]*Txn{txn})
+			}
+		}()
+	}
+	wg.Wait()
+	if tr.Confirmed() != txns || !tr.Idle() {
+		t.Fatalf("confirmed %s idle %v", tr.Confirmed(), tr.Idle())
+	}
+}

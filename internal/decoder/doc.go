@@ -1,0 +1,32 @@
+// Package decoder turns pgoutput messages into outbox messages.
+//
+// It is the pure stage of the pipeline: bytes in, events out, no network
+// or database. The replication stage hands it the payload of each XLogData
+// (pgoutput protocol version 1, text format) with the XLogData's WAL start;
+// Decode returns an Event: Begin, Row (an outbox INSERT mapped to a Message
+// through the configured columns), Commit, Progress (a non-transactional
+// logical message outside any transaction, such as the relay's heartbeat),
+// or Skip (anything the relay does not need: other tables, Type and Origin
+// messages, updates and deletes).
+//
+// LSNs. A Row carries the LSN of its INSERT and the LSN of its
+// transaction's commit record (Begin's final LSN). A Commit event carries
+// the end of the commit record (CommitMessage.TransactionEndLSN, also the
+// XLogData start the server sends with it): that is the position to confirm
+// once all the transaction's rows are acknowledged, because on restart the
+// server skips exactly the transactions whose commit record starts before
+// the confirmed position.
+//
+// Validation. A row whose id is not a UUID, whose type is empty, whose
+// payload is NULL or (for json and text columns) not valid JSON, whose
+// headers are not a JSON object, or whose table lacks a mapped column,
+// yields an *Error naming the row's id (when readable) and LSN. jsonb
+// payloads are valid JSON by construction and are not re-checked; bytea
+// payloads are published as raw bytes and marked PayloadJSON only when they
+// happen to be JSON.
+//
+// Relation messages are cached by relation id and replaced when the server
+// sends one again (after ALTER TABLE, or on a new connection). A mapped
+// column that is missing is reported on the first row, not on the Relation
+// message, so that the error names a message.
+package decoder

@@ -1,0 +1,133 @@
+package publish
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/decoder"
+)
+
+// Delivery is one message on its way to one sink. Tag is the caller's
+// bookkeeping (the relay's checkpoint entry) handed back on ack.
+type Delivery struct {
+	Msg *decoder.Message
+	Tag any
+}
+
+// RunnerOptions tunes a Runner.
+type RunnerOptions struct {
+	// BatchSize is the most deliveries per Publish call (default 1000).
+	BatchSize int
+	// MaxBackoff caps the wait between attempts of a failed batch
+	// (default 30s); attempts start at 100ms and double, with jitter.
+	MaxBackoff time.Duration
+	// Ack is called, from the runner's goroutine, with each batch once the
+	// sink has published it. It must not retain the slice.
+	Ack func(batch []Delivery)
+	// Failing, if set, is called with true when a batch starts failing and
+	// with false when it went through again (for metrics and status).
+	Failing func(bool)
+	Log zerolog.Logger
+}
+
+// Runner feeds one sink from a channel: it takes whatever deliveries are
+// waiting (up to BatchSize) as one batch, publishes it, retries it whole on
+// a retryable error with exponential backoff and jitter, forever, and acks
+// it. One batch at a time, in channel order: a sink sees messages in WAL
+// order, and a retry never reorders them.
+//
+// A Runner is used by one goroutine.
+type Runner struct {
+	sink Sink
+	in   <-chan Delivery
+	opt  RunnerOptions
+}
+
+// NewRunner returns a runner feeding sink from in.
+func NewRunner(sink Sink, in <-chan Delivery, opt RunnerOptions) *Runner {
+	if opt.BatchSize <= 0 {
+		opt.BatchSize = 1000
+	}
+	if opt.MaxBackoff <= 0 {
+		opt.MaxBackoff = 30 * time.Second
+	}
+	return &Runner{sink: sink, in: in, opt: opt}
+}
+
+// Run publishes until in is closed and drained (then it returns nil), ctx
+// ends (ctx.Err()), or the sink returns a Permanent error (that error).
+func (r *Runner) Run(ctx context.Context) error {
+	batch := make([]Delivery, 0, r.opt.BatchSize)
+	msgs := make([]*decoder.Message, 0, r.opt.BatchSize)
+	for {
+		batch, msgs = batch[:0], msgs[:0]
+		select {
+		case d, ok := <-r.in:
+			if !ok {
+				return nil
+			}
+			batch = append(batch, d)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	fill:
+		for len(batch) < r.opt.BatchSize {
+			select {
+			case d, ok := <-r.in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, d)
+			default:
+				break fill
+			}
+		}
+		for _, d := range batch {
+			msgs = append(msgs, d.Msg)
+		}
+		if err := r.publish(ctx, msgs); err != nil {
+			return err
+		}
+		clear(msgs)
+		r.opt.Ack(batch)
+		clear(batch)
+	}
+}
+
+func (r *Runner) publish(ctx context.Context, msgs []*decoder.Message) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := r.sink.Publish(ctx, msgs)
+		if err == nil {
+			if attempt > 1 {
+				r.opt.Log.Info().Int("attempts", attempt).Msg("sink recovered; batch published")
+				if r.opt.Failing != nil {
+					r.opt.Failing(false)
+				}
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if IsPermanent(err) {
+			return err
+		}
+		if attempt == 1 && r.opt.Failing != nil {
+			r.opt.Failing(true)
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.opt.Log.Warn().Err(err).Int("attempt", attempt).Int("batch", len(msgs)).
+			Str("first_msg_id", msgs[0].ID).Str("lsn", msgs[0].LSN.String()).Dur("retry_in", wait).
+			Msg("publish failed; retrying (the slot is not confirmed past this batch)")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, r.opt.MaxBackoff)
+	}
+}

@@ -1,0 +1,330 @@
+// Package relay joins the pipeline's stages:
+//
+//	replication.Stream ──events──► pipeline (decoder, checkpoint, routing, window)
+//	     ▲                                 │ one channel per sink
+//	     │ confirmed LSN                   ▼
+//	checkpoint.Tracker ◄──acks── publish.Runner × sinks
+//
+// Each channel is written and closed by one goroutine; all run under one
+// errgroup, so any stage's error stops the others. The confirmed LSN only
+// ever comes from the Tracker, which only moves past a transaction once
+// every sink acknowledged every message of it.
+//
+// Shutdown: when the context passed to Run ends, the stream stops reading
+// and closes its channel; the pipeline hands on what it had and closes the
+// sinks' channels; the runners publish what is left (bounded by
+// ShutdownTimeout) and the stream sends the final confirmed position.
+//
+// A Relay is used once: New, Run, then Close.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/walpost/walpost/internal/checkpoint"
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/replication"
+)
+
+// Relay is one configured relay.
+type Relay struct {
+	cfg     *config.Config
+	log     zerolog.Logger
+	sinks   []publish.Sink
+	target  replication.Target
+	metrics *Metrics
+
+	mu      sync.Mutex
+	tracker *checkpoint.Tracker
+	window  *publish.Window
+	stream  *replication.Stream
+	ready   bool
+}
+
+// New opens the sinks. It does not connect to Postgres (Run does). On
+// error the sinks opened so far are closed.
+func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, error) {
+	r := &Relay{cfg: cfg, log: log, target: TargetOf(cfg), metrics: metrics}
+	if r.metrics == nil {
+		r.metrics = NewMetrics(nil)
+	}
+	for i := range cfg.Sinks {
+		s, err := publish.Open(i, &cfg.Sinks[i], log)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.sinks = append(r.sinks, s)
+	}
+	return r, nil
+}
+
+// TargetOf derives the replication target from the config.
+func TargetOf(cfg *config.Config) replication.Target {
+	schema, table, _ := strings.Cut(cfg.Postgres.Table, ".")
+	return replication.Target{
+		Schema: schema, Table: table,
+		Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot,
+		Columns: map[string]string{
+			"columns.id": cfg.Columns.ID, "columns.type": cfg.Columns.Type, "columns.key": cfg.Columns.Key,
+			"columns.payload": cfg.Columns.Payload, "columns.headers": cfg.Columns.Headers,
+		},
+	}
+}
+
+// Close closes the sinks, in reverse order.
+func (r *Relay) Close() error {
+	var errs []error
+	for i := len(r.sinks) - 1; i >= 0; i-- {
+		if err := r.sinks[i].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing sink %s: %w", r.sinks[i].Name(), err))
+		}
+	}
+	r.sinks = nil
+	return errors.Join(errs...)
+}
+
+// Prepare checks the server and creates the publication and slot when
+// missing. It returns the slot's state.
+func (r *Relay) Prepare(ctx context.Context) (replication.SlotInfo, error) {
+	conn, err := pgx.Connect(ctx, r.cfg.Postgres.URL)
+	if err != nil {
+		return replication.SlotInfo{}, fmt.Errorf("connecting to postgres.url: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
+		return replication.SlotInfo{}, err
+	}
+	if created, err := replication.EnsurePublication(ctx, conn, r.target); err != nil {
+		return replication.SlotInfo{}, err
+	} else if created {
+		r.log.Info().Str("publication", r.target.Publication).Msg("publication created")
+	}
+	info, created, err := replication.EnsureSlot(ctx, conn, r.target.Slot)
+	if err != nil {
+		return info, err
+	}
+	if created {
+		r.log.Info().Str("slot", r.target.Slot).Str("lsn", info.ConfirmedFlush.String()).Msg("replication slot created")
+	}
+	return info, nil
+}
+
+// Ready reports whether the relay is streaming (for /readyz).
+func (r *Relay) Ready() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready && r.stream != nil && r.stream.Connected()
+}
+
+func mapping(cfg *config.Config) decoder.Mapping {
+	t := TargetOf(cfg)
+	opt := func(c string) string {
+		if c == "-" {
+			return ""
+		}
+		return c
+	}
+	return decoder.Mapping{Schema: t.Schema, Table: t.Table, ID: cfg.Columns.ID, Type: cfg.Columns.Type,
+		Key: opt(cfg.Columns.Key), Payload: cfg.Columns.Payload, Headers: opt(cfg.Columns.Headers)}
+}
+
+// Run prepares the server, then relays until ctx ends (graceful: returns
+// nil once drained and confirmed) or a stage fails (returns its error).
+func (r *Relay) Run(ctx context.Context) error {
+	info, err := r.Prepare(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := r.cfg
+	tracker := checkpoint.New(info.ConfirmedFlush)
+	window := publish.NewWindow(cfg.Relay.WindowMessages, cfg.Relay.WindowBytes)
+
+	g, gctx := errgroup.WithContext(context.Background())
+	readCtx, stopReading := context.WithCancel(gctx)
+	defer stopReading()
+	stopOnSignal := context.AfterFunc(ctx, stopReading)
+	defer stopOnSignal()
+	sinkCtx, cancelSinks := context.WithCancel(gctx)
+	defer cancelSinks()
+	drainTimer := context.AfterFunc(ctx, func() {
+		time.AfterFunc(cfg.Relay.ShutdownTimeout.D(), cancelSinks)
+	})
+	defer drainTimer()
+
+	drained := make(chan struct{})
+	stream := replication.NewStream(replication.StreamOptions{
+		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
+		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
+		Drained: drained, Log: r.log,
+	}, tracker)
+	r.mu.Lock()
+	r.tracker, r.window, r.stream, r.ready = tracker, window, stream, true
+	r.mu.Unlock()
+	r.metrics.watch(tracker, window, stream)
+
+	events := make(chan replication.Event, 4096)
+	sinkChans := make([]chan publish.Delivery, len(r.sinks))
+	for i := range sinkChans {
+		sinkChans[i] = make(chan publish.Delivery, min(cfg.Relay.WindowMessages, 65536))
+	}
+
+	g.Go(func() error { return stream.Run(readCtx, gctx, events) })
+	g.Go(func() error {
+		return replication.RunHeartbeat(readCtx, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
+	})
+	g.Go(func() error {
+		p := &pipeline{dec: decoder.New(mapping(cfg)), tracker: tracker, window: window,
+			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log}
+		return p.run(gctx, events)
+	})
+	var runners sync.WaitGroup
+	for i, s := range r.sinks {
+		runners.Add(1)
+		sinkName := s.Name()
+		runner := publish.NewRunner(s, sinkChans[i], publish.RunnerOptions{
+			BatchSize:  cfg.Relay.BatchSize,
+			MaxBackoff: cfg.Relay.RetryBackoff.D(),
+			Ack: func(batch []publish.Delivery) {
+				var bytes int64
+				for _, d := range batch {
+					bytes += int64(d.Msg.Size())
+				}
+				tracker.AckAll(tagsOf(batch))
+				window.Release(len(batch), bytes)
+				r.metrics.published.WithLabelValues(sinkName).Add(float64(len(batch)))
+			},
+			Failing: func(f bool) { r.metrics.setFailing(sinkName, f) },
+			Log:     r.log.With().Str("sink", sinkName).Logger(),
+		})
+		g.Go(func() error {
+			defer runners.Done()
+			err := runner.Run(sinkCtx)
+			if err != nil && sinkCtx.Err() != nil && gctx.Err() == nil && ctx.Err() != nil {
+				n, _ := window.InFlight()
+				return fmt.Errorf("shutdown: sink %s did not drain within relay.shutdown_timeout (%v); %d deliveries in flight will be sent again after restart",
+					sinkName, cfg.Relay.ShutdownTimeout.D(), n)
+			}
+			if err != nil {
+				return fmt.Errorf("sink %s: %w", sinkName, err)
+			}
+			return nil
+		})
+	}
+	go func() { runners.Wait(); close(drained) }()
+
+	err = g.Wait()
+	r.mu.Lock()
+	r.ready = false
+	r.mu.Unlock()
+	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
+	return err
+}
+
+func tagsOf(batch []publish.Delivery) []*checkpoint.Txn {
+	txns := make([]*checkpoint.Txn, len(batch))
+	for i, d := range batch {
+		txns[i] = d.Tag.(*checkpoint.Txn)
+	}
+	return txns
+}
+
+// pipeline is the stage between the stream and the sinks. It alone writes
+// and closes the sinks' channels.
+type pipeline struct {
+	dec     *decoder.Decoder
+	tracker *checkpoint.Tracker
+	window  *publish.Window
+	sinks   []chan publish.Delivery
+	routes  []config.Sink
+	metrics *Metrics
+	log     zerolog.Logger
+	txn     *checkpoint.Txn
+	targets []int
+}
+
+func (p *pipeline) run(ctx context.Context, events <-chan replication.Event) error {
+	defer func() {
+		for _, c := range p.sinks {
+			close(c)
+		}
+	}()
+	for ev := range events {
+		switch ev.Kind {
+		case replication.Reset:
+			p.dec.Reset()
+			p.tracker.Abandon()
+			p.txn = nil
+		case replication.Keepalive:
+			if !p.dec.InTransaction() {
+				p.tracker.Progress(ev.LSN)
+			}
+		case replication.Data:
+			if err := p.data(ctx, ev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
+	e, err := p.dec.Decode(ev.LSN, ev.Data)
+	if err != nil {
+		var de *decoder.Error
+		if errors.As(err, &de) {
+			return fmt.Errorf("%w; the slot stays before this message's transaction (confirmed %s): fix the row's producer, then remove or repair the row's transaction effect and restart — walpost will not skip it silently",
+				err, p.tracker.Confirmed())
+		}
+		return err
+	}
+	switch e.Kind {
+	case decoder.Begin:
+		p.txn = p.tracker.Begin()
+	case decoder.Commit:
+		if p.txn == nil {
+			return fmt.Errorf("%w: commit at %s without begin", decoder.ErrProtocol, e.LSN)
+		}
+		p.tracker.Commit(p.txn, e.LSN)
+		p.txn = nil
+	case decoder.Progress:
+		p.tracker.Progress(e.LSN)
+	case decoder.Row:
+		p.metrics.decoded.Inc()
+		p.targets = p.targets[:0]
+		for i := range p.routes {
+			if p.routes[i].Route.Matches(e.Msg.Type) {
+				p.targets = append(p.targets, i)
+			}
+		}
+		if len(p.targets) == 0 {
+			p.log.Debug().Str("msg_id", e.Msg.ID).Str("type", e.Msg.Type).Msg("no sink routes this type; skipped")
+			return nil
+		}
+		n := len(p.targets)
+		if err := p.window.Acquire(ctx, n, int64(n*e.Msg.Size())); err != nil {
+			return err // the relay is failing; nothing after this may be tracked
+		}
+		p.tracker.Add(p.txn, n)
+		d := publish.Delivery{Msg: e.Msg, Tag: p.txn}
+		for _, i := range p.targets {
+			select {
+			case p.sinks[i] <- d:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+// Package replication owns the logical replication connection.
+//
+// Setup (CheckServer, EnsurePublication, EnsureSlot) runs on an ordinary
+// connection and turns every precondition into an error that says what to
+// do: wal_level must be logical, the role needs REPLICATION (or superuser)
+// and SELECT on the outbox, the table and mapped columns must exist, the
+// publication must publish the table's inserts, and the slot must use
+// pgoutput in this database.
+//
+// Stream runs START_REPLICATION (pgoutput, proto_version 1, messages on
+// PG14+) on a replication=database connection. It is the only goroutine
+// that reads from the connection and the only one that sends standby status
+// updates; downstream stages publish progress through the Confirmer
+// (checkpoint.Tracker). Status updates carry write = flush = apply = the
+// confirmed LSN, set explicitly: pglogrepl would otherwise copy a zero flush
+// from the write position, and the relay never reports a position it has
+// not made durable at every sink. An update goes out whenever the confirmed
+// position moved (at most every 10 ms), when a keepalive asks for a reply,
+// and at least every StatusInterval.
+//
+// The stream reads with a net.Conn read deadline rather than a context per
+// message (a context with a deadline makes pgconn start a watcher goroutine
+// per call); a deadline that fires mid-message is harmless, pgproto3
+// resumes the partial message on the next read.
+//
+// Reconnects. A lost connection is re-established with exponential backoff
+// and jitter. The new START_REPLICATION begins at the end of the last
+// transaction received in full (the server skips transactions whose commit
+// starts before it), so messages already in the pipeline are not sent
+// again; a transaction cut off in the middle is sent again whole, after a
+// Reset event. A slot held by another process (SQLSTATE 55006) is waited
+// for, which makes a second walpost instance a hot standby. A missing slot,
+// a failed authentication and server errors inside the stream are fatal.
+//
+// Shutdown. When the run context ends, the stream stops reading, closes its
+// output so the pipeline drains, waits for the relay's Drained signal (or
+// abort), and sends a last status update with the final confirmed position.
+package replication

@@ -1,0 +1,235 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Target names the outbox, its columns and the replication objects.
+type Target struct {
+	Schema, Table string
+	Publication   string
+	Slot          string
+	// Columns the relay reads: role (config field) → column name. Roles
+	// whose column is "" or "-" are not required.
+	Columns map[string]string
+}
+
+// QualifiedTable returns the quoted schema.table.
+func (t Target) QualifiedTable() string {
+	return pgx.Identifier{t.Schema, t.Table}.Sanitize()
+}
+
+// Sentinel errors for the checks; errors returned wrap them with what to do.
+var (
+	ErrWALLevel        = errors.New("replication: wal_level is not logical")
+	ErrNoTable         = errors.New("replication: outbox table missing")
+	ErrNoColumn        = errors.New("replication: mapped column missing")
+	ErrPrivileges      = errors.New("replication: insufficient privileges")
+	ErrSlotPlugin      = errors.New("replication: slot uses another plugin")
+	ErrSlotDatabase    = errors.New("replication: slot belongs to another database")
+	ErrPublicationMiss = errors.New("replication: publication does not cover the outbox")
+)
+
+// CheckServer checks, on an ordinary connection, what the relay needs from
+// the server: wal_level=logical, a role allowed to replicate, the outbox
+// table and its mapped columns. Each failure says what to do.
+func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("reading wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", ErrWALLevel, level)
+	}
+	var super, repl bool
+	var role string
+	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&role, &super, &repl); err != nil {
+		return fmt.Errorf("reading role attributes: %w", err)
+	}
+	if !super && !repl {
+		return fmt.Errorf("%w: role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION as a superuser (and allow it a replication connection in pg_hba.conf)",
+			ErrPrivileges, role, pgx.Identifier{role}.Sanitize())
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up table %s.%s: %w", t.Schema, t.Table, err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: table %s.%s does not exist; create it with 'cdc init' (DDL in sql/outbox.sql) or point postgres.table at your outbox", ErrNoTable, t.Schema, t.Table)
+	}
+	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, t.QualifiedTable())
+	if err != nil {
+		return fmt.Errorf("reading columns of %s.%s: %w", t.Schema, t.Table, err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("reading columns of %s.%s: %w", t.Schema, t.Table, err)
+	}
+	set := map[string]bool{}
+	for _, c := range have {
+		set[c] = true
+	}
+	for role, col := range t.Columns {
+		if col == "" || col == "-" {
+			continue
+		}
+		if !set[col] {
+			return fmt.Errorf("%w: %s: table %s.%s has no column %q (it has %s); fix the mapping under columns: (use \"-\" for key or headers if the table has none)",
+				ErrNoColumn, role, t.Schema, t.Table, col, strings.Join(have, ", "))
+		}
+	}
+	var canSelect bool
+	if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'SELECT')", t.QualifiedTable()).Scan(&canSelect); err != nil {
+		return fmt.Errorf("checking privileges on %s.%s: %w", t.Schema, t.Table, err)
+	}
+	if !canSelect {
+		return fmt.Errorf("%w: role %q cannot SELECT from %s.%s; GRANT SELECT ON %s TO %s", ErrPrivileges, role, t.Schema, t.Table,
+			t.QualifiedTable(), pgx.Identifier{role}.Sanitize())
+	}
+	return nil
+}
+
+// EnsurePublication creates the publication (FOR TABLE outbox WITH
+// (publish = 'insert')) when missing, and checks an existing one covers
+// the table's inserts. created is true when it was made now.
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, t Target) (created bool, err error) {
+	var pubinsert bool
+	err = conn.QueryRow(ctx, "SELECT pubinsert FROM pg_publication WHERE pubname = $1", t.Publication).Scan(&pubinsert)
+	if errors.Is(err, pgx.ErrNoRows) {
+		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+			pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return false, explain(fmt.Errorf("creating publication %q: %w", t.Publication, err))
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading publication %q: %w", t.Publication, err)
+	}
+	var covered bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)",
+		t.Publication, t.Schema, t.Table).Scan(&covered); err != nil {
+		return false, fmt.Errorf("reading tables of publication %q: %w", t.Publication, err)
+	}
+	if !covered || !pubinsert {
+		return false, fmt.Errorf("%w: publication %q exists but does not publish inserts of %s.%s; run ALTER PUBLICATION %s ADD TABLE %s and make sure publish includes 'insert', or choose another postgres.publication",
+			ErrPublicationMiss, t.Publication, t.Schema, t.Table, t.Publication, t.QualifiedTable())
+	}
+	return false, nil
+}
+
+// SlotInfo is what pg_replication_slots says of a slot.
+type SlotInfo struct {
+	Exists         bool
+	Plugin         string
+	Database       string
+	Active         bool
+	ActivePID      int32
+	ConfirmedFlush pglogrepl.LSN
+	RestartLSN     pglogrepl.LSN
+	// RetainedBytes is pg_current_wal_lsn() - restart_lsn: the WAL the slot
+	// keeps on disk. LagBytes is pg_current_wal_lsn() - confirmed_flush_lsn.
+	RetainedBytes int64
+	LagBytes      int64
+	CurrentWAL    pglogrepl.LSN
+}
+
+// ReadSlot reads the slot's state.
+func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
+	var s SlotInfo
+	var plugin, db *string
+	var pid *int32
+	var confirmed, restart *string
+	var current string
+	err := conn.QueryRow(ctx, `SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, pg_current_wal_lsn()::text,
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&plugin, &db, &s.Active, &pid, &confirmed, &restart, &current, &s.RetainedBytes, &s.LagBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&current); err != nil {
+			return s, fmt.Errorf("reading current WAL position: %w", err)
+		}
+		s.CurrentWAL, _ = pglogrepl.ParseLSN(current)
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("reading slot %q: %w", slot, err)
+	}
+	s.Exists = true
+	if plugin != nil {
+		s.Plugin = *plugin
+	}
+	if db != nil {
+		s.Database = *db
+	}
+	if pid != nil {
+		s.ActivePID = *pid
+	}
+	if confirmed != nil {
+		s.ConfirmedFlush, _ = pglogrepl.ParseLSN(*confirmed)
+	}
+	if restart != nil {
+		s.RestartLSN, _ = pglogrepl.ParseLSN(*restart)
+	}
+	s.CurrentWAL, _ = pglogrepl.ParseLSN(current)
+	return s, nil
+}
+
+// EnsureSlot creates the pgoutput slot when missing and checks an existing
+// one uses pgoutput in this database. It returns the slot's state.
+func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (info SlotInfo, created bool, err error) {
+	info, err = ReadSlot(ctx, conn, slot)
+	if err != nil {
+		return info, false, err
+	}
+	if !info.Exists {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42710" { // made meanwhile by another instance
+				info, err = ReadSlot(ctx, conn, slot)
+				return info, false, err
+			}
+			return info, false, explain(fmt.Errorf("creating replication slot %q: %w", slot, err))
+		}
+		info, err = ReadSlot(ctx, conn, slot)
+		return info, true, err
+	}
+	if info.Plugin != "pgoutput" {
+		return info, false, fmt.Errorf("%w: slot %q exists with plugin %q; walpost needs pgoutput: drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, or set postgres.slot to another name",
+			ErrSlotPlugin, slot, info.Plugin, slot)
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return info, false, err
+	}
+	if info.Database != db {
+		return info, false, fmt.Errorf("%w: slot %q belongs to database %q, not %q; set postgres.slot to another name",
+			ErrSlotDatabase, slot, info.Database, db)
+	}
+	return info, false, nil
+}
+
+// explain adds what to do to server errors a user can fix.
+func explain(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "42501": // insufficient_privilege
+		return fmt.Errorf("%w (%w: the role needs ownership of the outbox table to create a publication, and REPLICATION to create a slot)", err, ErrPrivileges)
+	case "53400": // configuration_limit_exceeded
+		return fmt.Errorf("%w (raise max_replication_slots / max_wal_senders, or drop unused slots)", err)
+	case "55000": // object_not_in_prerequisite_state, e.g. wal_level
+		return fmt.Errorf("%w (is wal_level = logical?)", err)
+	}
+	return err
+}

@@ -1,0 +1,371 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/rs/zerolog"
+)
+
+// EventKind is the kind of an Event.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// Data is an XLogData: one pgoutput message in Event.Data, written at
+	// Event.LSN.
+	Data EventKind = iota + 1
+	// Keepalive carries the server's WAL end (Event.LSN). Outside a
+	// transaction every change before it has been sent.
+	Keepalive
+	// Reset says a new connection starts here: forget cached relations,
+	// and abandon a transaction left open by the old connection (the
+	// server sends it again).
+	Reset
+)
+
+// Event is what the stream passes downstream, in stream order.
+type Event struct {
+	Kind EventKind
+	LSN  pglogrepl.LSN
+	Data []byte // owned by the receiver
+}
+
+// Confirmer is what the stream needs of the checkpoint: the position that
+// may be confirmed to the server. Confirmed never decreases and is safe to
+// call from any goroutine.
+type Confirmer interface {
+	Confirmed() pglogrepl.LSN
+	Idle() bool
+}
+
+// StreamOptions configures a Stream.
+type StreamOptions struct {
+	// URL of the database; replication=database is added.
+	URL         string
+	Slot        string
+	Publication string
+	// StatusInterval is the longest time between standby status updates.
+	StatusInterval time.Duration
+	// MaxBackoff caps the wait between reconnect attempts.
+	MaxBackoff time.Duration
+	// Drained is closed by the relay when every sink has drained after the
+	// stream stopped reading; the stream then sends its final status.
+	Drained <-chan struct{}
+	Log     zerolog.Logger
+}
+
+// Stream owns the replication connection: it alone reads from it and alone
+// sends standby status updates. It reconnects with backoff when the
+// connection is lost, resuming after the last transaction it received in
+// full, and waits while another process holds the slot.
+type Stream struct {
+	opt          StreamOptions
+	cp           Confirmer
+	lastReceived atomic.Int64 // unix nanos of the last message from the server
+	serverWAL    atomic.Uint64
+	connected    atomic.Bool
+	// resume is where a new connection starts: the end of the last commit
+	// received in full (or a later point outside any transaction).
+	resume   pglogrepl.LSN
+	inTx     bool
+	closeOut func()
+}
+
+// NewStream returns a stream reporting cp's confirmed position.
+func NewStream(opt StreamOptions, cp Confirmer) *Stream {
+	if opt.StatusInterval <= 0 {
+		opt.StatusInterval = 10 * time.Second
+	}
+	if opt.MaxBackoff <= 0 {
+		opt.MaxBackoff = 30 * time.Second
+	}
+	s := &Stream{opt: opt, cp: cp}
+	s.lastReceived.Store(time.Now().UnixNano())
+	return s
+}
+
+// LastReceived is when the server last sent anything (data or keepalive).
+func (s *Stream) LastReceived() time.Time { return time.Unix(0, s.lastReceived.Load()) }
+
+// ServerWAL is the server's WAL end from the last keepalive.
+func (s *Stream) ServerWAL() pglogrepl.LSN { return pglogrepl.LSN(s.serverWAL.Load()) }
+
+// Connected reports whether the stream is streaming now.
+func (s *Stream) Connected() bool { return s.connected.Load() }
+
+// ErrSlotMissing is returned when the slot does not exist.
+var ErrSlotMissing = errors.New("replication: slot does not exist")
+
+// Run streams into out until ctx ends, then closes out, waits for
+// opt.Drained (or abort), sends a final status with the confirmed position
+// and returns. abort ends the wait early (the relay failed). Run returns
+// nil after a stop through ctx, or the error that made it give up.
+func (s *Stream) Run(ctx, abort context.Context, out chan<- Event) error {
+	var once sync.Once
+	s.closeOut = func() { once.Do(func() { close(out) }) }
+	defer s.closeOut()
+	backoff := 250 * time.Millisecond
+	first := true
+	for {
+		err := s.session(ctx, abort, out, first)
+		first = false
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if isFatal(err) {
+			return err
+		}
+		if errors.Is(err, errSlotActive) {
+			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Msg("slot is held by another process (another walpost instance?); waiting for it")
+		} else {
+			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", backoff).Msg("replication connection lost; reconnecting")
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(backoff*2, s.opt.MaxBackoff)
+		if errors.Is(err, errSlotActive) {
+			backoff = min(backoff, 5*time.Second)
+		}
+	}
+}
+
+var errSlotActive = errors.New("replication: slot is active in another process")
+
+type fatalError struct{ error }
+
+func (e fatalError) Unwrap() error { return e.error }
+
+func isFatal(err error) bool {
+	var f fatalError
+	return errors.As(err, &f)
+}
+
+// session runs one connection. It returns nil when ctx ended and the final
+// status was sent.
+func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first bool) error {
+	cfg, err := pgconn.ParseConfig(s.opt.URL)
+	if err != nil {
+		return fatalError{fmt.Errorf("postgres.url: %w", err)}
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "walpost"
+	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := pgconn.ConnectConfig(connectCtx, cfg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connecting for replication: %w", err)
+	}
+	defer conn.Close(context.Background())
+
+	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		fmt.Sprintf("publication_names '%s'", s.opt.Publication),
+	}}
+	if serverVersion(conn) >= 140000 {
+		opts.PluginArgs = append(opts.PluginArgs, "messages 'true'")
+	}
+	if err := pglogrepl.StartReplication(ctx, conn, s.opt.Slot, s.resume, opts); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch pgErr.Code {
+			case "55006": // object_in_use
+				return fmt.Errorf("%w: %s", errSlotActive, pgErr.Message)
+			case "42704": // undefined_object
+				return fatalError{fmt.Errorf("%w: %s; run 'cdc init' (or the relay creates it at start)", ErrSlotMissing, pgErr.Message)}
+			case "42501", "28000", "28P01":
+				return fatalError{fmt.Errorf("starting replication on slot %q: %w", s.opt.Slot, err)}
+			}
+		}
+		return fmt.Errorf("starting replication on slot %q: %w", s.opt.Slot, err)
+	}
+	s.connected.Store(true)
+	defer s.connected.Store(false)
+	s.opt.Log.Info().Str("slot", s.opt.Slot).Str("lsn", s.resume.String()).Str("confirmed", s.cp.Confirmed().String()).Msg("streaming")
+	if !first {
+		select {
+		case out <- Event{Kind: Reset}:
+		case <-ctx.Done():
+		}
+	}
+	s.inTx = false
+
+	netConn := conn.Conn()
+	stopWake := context.AfterFunc(ctx, func() { _ = netConn.SetReadDeadline(time.Now()) })
+	defer stopWake()
+
+	var lastSent pglogrepl.LSN
+	var lastStatus time.Time
+	var deadline time.Time
+	send := func(reply bool) error {
+		c := s.cp.Confirmed()
+		err := pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: c, WALFlushPosition: c, WALApplyPosition: c,
+			ClientTime: time.Now(), ReplyRequested: reply,
+		})
+		if err != nil {
+			return fmt.Errorf("sending standby status: %w", err)
+		}
+		lastSent, lastStatus = c, time.Now()
+		return nil
+	}
+	if err := send(false); err != nil {
+		return err
+	}
+	const pollPending = 10 * time.Millisecond
+
+	for {
+		now := time.Now()
+		if c := s.cp.Confirmed(); c != lastSent && now.Sub(lastStatus) >= pollPending || now.Sub(lastStatus) >= s.opt.StatusInterval {
+			if err := send(false); err != nil {
+				return err
+			}
+		}
+		next := lastStatus.Add(s.opt.StatusInterval)
+		if s.cp.Confirmed() != lastSent || !s.cp.Idle() {
+			next = minTime(next, now.Add(pollPending))
+		}
+		if deadline.IsZero() || !deadline.After(now) || next.Before(deadline) {
+			deadline = next
+			_ = netConn.SetReadDeadline(deadline)
+		}
+		if ctx.Err() != nil {
+			return s.finish(abort, send)
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return s.finish(abort, send)
+			}
+			return fmt.Errorf("receiving: %w", err)
+		}
+		s.lastReceived.Store(time.Now().UnixNano())
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fatalError{fmt.Errorf("parsing keepalive: %w", err)}
+				}
+				s.serverWAL.Store(uint64(ka.ServerWALEnd))
+				if !s.inTx && ka.ServerWALEnd > s.resume {
+					s.resume = ka.ServerWALEnd
+				}
+				if err := s.emit(ctx, out, Event{Kind: Keepalive, LSN: ka.ServerWALEnd}); err != nil {
+					return s.finish(abort, send)
+				}
+				if ka.ReplyRequested {
+					if err := send(false); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fatalError{fmt.Errorf("parsing XLogData: %w", err)}
+				}
+				if len(xld.WALData) > 0 {
+					switch xld.WALData[0] {
+					case 'B':
+						s.inTx = true
+					case 'C':
+						s.inTx = false
+						s.resume = xld.WALStart // the commit's end LSN
+					}
+				}
+				data := make([]byte, len(xld.WALData))
+				copy(data, xld.WALData)
+				if err := s.emit(ctx, out, Event{Kind: Data, LSN: xld.WALStart, Data: data}); err != nil {
+					return s.finish(abort, send)
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			pgErr := pgconn.ErrorResponseToPgError(msg)
+			return fatalError{fmt.Errorf("replication stream: %w%s", pgErr, hint(pgErr))}
+		case *pgproto3.CopyDone:
+			return errors.New("server ended the replication stream")
+		}
+	}
+}
+
+// emit sends ev downstream, giving up when ctx ends.
+func (s *Stream) emit(ctx context.Context, out chan<- Event, ev Event) error {
+	select {
+	case out <- ev:
+		return nil
+	default:
+	}
+	select {
+	case out <- ev:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// finish waits for the pipeline to drain (or abort) and sends the final
+// standby status with everything acknowledged.
+func (s *Stream) finish(abort context.Context, send func(bool) error) error {
+	s.closeOut() // the pipeline drains what it has, then the sinks
+	if s.opt.Drained != nil {
+		select {
+		case <-s.opt.Drained:
+		case <-abort.Done():
+		}
+	}
+	if err := send(false); err != nil {
+		s.opt.Log.Warn().Err(err).Msg("final standby status not sent; the slot keeps the last position sent before")
+		return nil
+	}
+	s.opt.Log.Info().Str("slot", s.opt.Slot).Str("lsn", s.cp.Confirmed().String()).Msg("final position confirmed")
+	return nil
+}
+
+func hint(e *pgconn.PgError) string {
+	switch {
+	case e.Code == "58P01" || strings.Contains(e.Message, "has already been removed"):
+		return " (the WAL the slot needs is gone: the slot was invalidated, e.g. by max_slot_wal_keep_size; messages in it are lost to replication — recreate the slot and re-send from the outbox table)"
+	case e.Code == "42704":
+		return " (does the publication exist? run 'cdc init')"
+	}
+	return ""
+}
+
+func serverVersion(conn *pgconn.PgConn) int {
+	var v int
+	fmt.Sscan(conn.ParameterStatus("server_version_num"), &v)
+	if v == 0 {
+		// server_version_num is not reported before PG 16; parse "15.4 (Debian…)".
+		var major int
+		fmt.Sscan(conn.ParameterStatus("server_version"), &major)
+		v = major * 10000
+	}
+	return v
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
