@@ -35,7 +35,6 @@ import (
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/outbox"
-
 	// kafka sink registered when ready
 )
 

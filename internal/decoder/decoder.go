@@ -25,13 +25,13 @@ const (
 )
 
 // HeartbeatPrefix is the prefix of the logical messages the relay emits as
-// heartbeats (pg_logical_emit_message(false, HeartbeatPrefix, '')).
+// heartbeats (pg_logical_emit_message(false, HeartbeatPrefix, ”)).
 const HeartbeatPrefix = "walpost_heartbeat"
 
 // Mapping says which table is the outbox and which columns play which role.
 // Key and Headers may be "" when the table has no such column.
 type Mapping struct {
-	Schema, Table                     string
+	Schema, Table                   string
 	ID, Type, Key, Payload, Headers string
 }
 

@@ -30,7 +30,7 @@ type RunnerOptions struct {
 	// Failing, if set, is called with true when a batch starts failing and
 	// with false when it went through again (for metrics and status).
 	Failing func(bool)
-	Log zerolog.Logger
+	Log     zerolog.Logger
 }
 
 // Runner feeds one sink from a channel: it takes whatever deliveries are
