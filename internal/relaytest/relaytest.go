@@ -1,0 +1,194 @@
+// Package relaytest holds what the relay's integration tests share: an
+// outbox table of their own per test, a config file for it, writing
+// messages, and reading back the file sink and the slot.
+package relaytest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/outbox"
+)
+
+// Outbox is one test's own outbox table, publication and slot.
+type Outbox struct {
+	URL         string
+	Table       string // schema-qualified
+	Publication string
+	Slot        string
+}
+
+// NewOutbox creates a table with the default layout (sql/outbox.sql) under
+// a name of the test's own; the publication and slot are named after it
+// and dropped when the test ends.
+func NewOutbox(t testing.TB, url string) Outbox {
+	t.Helper()
+	name := pgtest.Name(t, "ob")
+	ob := Outbox{URL: url, Table: "public." + name, Publication: name, Slot: name}
+	pgtest.Exec(t, url, outbox.DDL(ob.Table))
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		// The relay may still be letting go of the slot.
+		pgtest.WaitFor(10e9, func() bool {
+			_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", ob.Slot)
+			return err == nil
+		})
+		conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+ob.Publication)
+		conn.Exec(ctx, "DROP TABLE IF EXISTS "+ob.Table)
+	})
+	return ob
+}
+
+// Config writes a config file for ob with the given sinks YAML (a list,
+// indented by two spaces) and extra top-level YAML, and returns its path.
+func (ob Outbox) Config(t testing.TB, sinks string, extra string) string {
+	t.Helper()
+	y := fmt.Sprintf(`postgres:
+  url: %s
+  table: %s
+  publication: %s
+  slot: %s
+  status_interval: 1s
+sinks:
+%s
+log: {level: debug, format: json}
+%s
+`, ob.URL, ob.Table, ob.Publication, ob.Slot, sinks, extra)
+	p := filepath.Join(t.TempDir(), "cdc.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Msg is a message as written by the application, for comparison.
+type Msg struct {
+	ID, Type, Key string
+	Payload       string
+	Headers       map[string]string
+}
+
+// NewMsg returns a message with a fresh id and a small JSON payload.
+func NewMsg(typ, key string, n int) Msg {
+	return Msg{ID: uuid.Must(uuid.NewV7()).String(), Type: typ, Key: key,
+		Payload: fmt.Sprintf(`{"n": %d, "pad": "%s"}`, n, "x")}
+}
+
+// Insert writes msgs to ob's table in tx.
+func (ob Outbox) Insert(ctx context.Context, tx pgx.Tx, msgs ...Msg) error {
+	w := outbox.Writer{Table: ob.Table}
+	for _, m := range msgs {
+		if err := w.Enqueue(ctx, tx, outbox.Message{ID: m.ID, Type: m.Type, Key: m.Key,
+			Payload: json.RawMessage(m.Payload), Headers: m.Headers}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InsertTx commits msgs in one transaction.
+func (ob Outbox) InsertTx(t testing.TB, conn *pgx.Conn, msgs ...Msg) {
+	t.Helper()
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return ob.Insert(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("inserting: %v", err)
+	}
+}
+
+// Line is one line of the file or stdout sink.
+type Line struct {
+	ID              string            `json:"id"`
+	Type            string            `json:"type"`
+	Key             *string           `json:"key"`
+	Payload         json.RawMessage   `json:"payload"`
+	Headers         map[string]string `json:"headers"`
+	LSN             string            `json:"lsn"`
+	CommitLSN       string            `json:"commit_lsn"`
+	PayloadEncoding string            `json:"payload_encoding"`
+}
+
+// ReadLines reads the file sink's file; a missing file is empty. Every
+// line must be valid JSON.
+func ReadLines(t testing.TB, path string) []Line {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Line
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var l Line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s: line %d is not JSON (%v): %.200s", path, len(out)+1, err, sc.Text())
+		}
+		out = append(out, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// CountLines counts newline-terminated lines without parsing them.
+func CountLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, c := range b {
+		if c == '\n' {
+			n++
+		}
+	}
+	return n
+}
+
+// SlotConfirmed returns the slot's confirmed_flush_lsn (0 if missing).
+func SlotConfirmed(t testing.TB, conn *pgx.Conn, slot string) pglogrepl.LSN {
+	t.Helper()
+	var s *string
+	err := conn.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s)
+	if err == pgx.ErrNoRows || s == nil {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := pglogrepl.ParseLSN(*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// ParseLSN parses a sink line's LSN.
+func ParseLSN(t testing.TB, s string) pglogrepl.LSN {
+	t.Helper()
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatalf("bad LSN %q: %v", s, err)
+	}
+	return lsn
+}
