@@ -96,7 +96,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	switch cmd {
 	case "run":
-		err = runRelay(ctx, cfg, log)
+		reg := prometheus.NewRegistry()
+		r, err := relay.New(cfg, log, relay.NewMetrics(reg))
+		if err != nil { // a sink's settings are wrong: a configuration error
+			fmt.Fprintf(stderr, "cdc: config %s: %v\n", *path, err)
+			return 2
+		}
+		defer r.Close()
+		err = runRelay(ctx, cfg, log, reg, r)
+		if err != nil {
+			log.Error().Err(err).Msg("cdc run failed")
+			return 1
+		}
+		return 0
 	case "init":
 		err = initCmd(ctx, cfg, log, stdout)
 	case "status":
@@ -127,14 +139,8 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger) error {
-	reg := prometheus.NewRegistry()
+func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger, reg *prometheus.Registry, r *relay.Relay) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	r, err := relay.New(cfg, log, relay.NewMetrics(reg))
-	if err != nil {
-		return err
-	}
-	defer r.Close()
 	if cfg.HTTP.Listen != "" {
 		srv, err := serveHTTP(cfg.HTTP.Listen, reg, r)
 		if err != nil {

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// The test binary doubles as the cdc binary: with WALPOST_CDC_MAIN=1 it
+// runs the command line instead of the tests, so the fault tests can kill -9
+// a real relay process.
+func TestMain(m *testing.M) {
+	if os.Getenv("WALPOST_CDC_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(pgtest.Main(m))
+}
+
+// proc is a cdc subprocess.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+func startCDC(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "WALPOST_CDC_MAIN=1")
+	p := &proc{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stderr = &lockedWriter{w: p.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// peakRSS reads VmHWM (peak resident set) of a running process, in bytes.
+func peakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func cdcInit(t *testing.T, cfg string) {
+	t.Helper()
+	var out bytes.Buffer
+	if code := run([]string{"init", "--config", cfg}, &out, &out); code != 0 {
+		t.Fatalf("cdc init exited %d: %s", code, out.String())
+	}
+}
+
+// TestIntegrationKill9MidTransactionLosesNothing: the relay is killed with
+// SIGKILL while it streams a large transaction, more transactions commit
+// while it is down, and after a restart every committed id is in the sink.
+// Throughout, the slot's confirmed position never passes a transaction
+// whose messages the sink does not hold (invariant 1, checked from
+// outside).
+func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "relay: {batch_size: 200}")
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+
+	// Samples of (confirmed LSN, ids in the file right after reading it).
+	type sample struct {
+		confirmed pglogrepl.LSN
+		ids       map[string]bool
+	}
+	var samples []sample
+	var sampling sync.WaitGroup
+	stopSampling := make(chan struct{})
+	sampling.Add(1)
+	go func() {
+		defer sampling.Done()
+		sconn := pgtest.Connect(t, url)
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			c := relaytest.SlotConfirmed(t, sconn, ob.Slot)
+			ids := map[string]bool{}
+			if b, err := os.ReadFile(out); err == nil {
+				for _, line := range bytes.Split(b, []byte("\n")) {
+					if i := bytes.Index(line, []byte(`{"id":"`)); i == 0 && len(line) > 43 {
+						ids[string(line[7:43])] = true
+					}
+				}
+			}
+			samples = append(samples, sample{c, ids})
+		}
+	}()
+
+	var all []relaytest.Msg
+	batch := func(n int) []relaytest.Msg {
+		msgs := make([]relaytest.Msg, n)
+		for i := range msgs {
+			msgs[i] = relaytest.NewMsg("big", fmt.Sprint(i%13), i)
+		}
+		return msgs
+	}
+	p := startCDC(t, "run", "--config", cfg)
+	small := batch(100)
+	ob.InsertTx(t, conn, small...)
+	big := batch(60000)
+	ob.InsertTx(t, conn, big...)
+	all = append(append(all, small...), big...)
+	// Kill while the big transaction is half written to the sink.
+	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) > 20000 }) {
+		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+	}
+	p.kill9(t)
+	killedAt := relaytest.CountLines(out)
+	// More writes while the relay is down.
+	for i := 0; i < 20; i++ {
+		m := batch(1 + i*10)
+		ob.InsertTx(t, conn, m...)
+		all = append(all, m...)
+	}
+	p = startCDC(t, "run", "--config", cfg)
+	lines := waitAll(t, out, all, 120*time.Second, p)
+	close(stopSampling)
+	sampling.Wait()
+	if killedAt >= len(small)+len(big) {
+		t.Fatalf("kill came after the big transaction was complete (%d lines): the test did not cut it", killedAt)
+	}
+
+	commitOf := map[string]pglogrepl.LSN{}
+	for _, l := range lines {
+		commitOf[l.ID] = relaytest.ParseLSN(t, l.CommitLSN)
+	}
+	for _, s := range samples {
+		for id, commit := range commitOf {
+			if commit < s.confirmed && !s.ids[id] {
+				t.Fatalf("slot confirmed %s while message %s (commit %s) was not in the sink", s.confirmed, id, commit)
+			}
+		}
+	}
+	dups := len(lines) - len(all)
+	t.Logf("killed at %d lines; %d samples of the slot checked; %d duplicates after restart (at most what was in flight)", killedAt, len(samples), dups)
+	if dups > len(big) {
+		t.Fatalf("%d duplicates: more than the transaction in flight", dups)
+	}
+	// Graceful stop: exit 0.
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop on SIGTERM")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0\n%s", code, p.stderr.String())
+	}
+}
+
+func waitAll(t *testing.T, out string, all []relaytest.Msg, timeout time.Duration, p *proc) []relaytest.Line {
+	t.Helper()
+	var lines []relaytest.Line
+	missing := -1
+	ok := pgtest.WaitFor(timeout, func() bool {
+		if relaytest.CountLines(out) < len(all) {
+			return false
+		}
+		lines = relaytest.ReadLines(t, out)
+		seen := make(map[string]bool, len(lines))
+		for _, l := range lines {
+			seen[l.ID] = true
+		}
+		missing = 0
+		for _, m := range all {
+			if !seen[m.ID] {
+				missing++
+			}
+		}
+		return missing == 0
+	})
+	if !ok {
+		t.Fatalf("%d of %d committed messages missing; file has %d lines\n%s", missing, len(all), relaytest.CountLines(out), p.stderr.String())
+	}
+	return lines
+}
+
+// TestIntegrationLargeTransactionHasBoundedMemory: one transaction of
+// 200,000 outbox rows passes with the relay's peak RSS under 150 MB
+// (invariant 5: memory bounded by the window, not by transaction size).
+func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s, fsync: false}", out), "")
+	cdcInit(t, cfg)
+	const n = 200_000
+	pad := strings.Repeat("x", 250)
+	pgtest.Exec(t, url, fmt.Sprintf(`INSERT INTO %s (id, type, key, payload)
+		SELECT gen_random_uuid(), 'bulk', 'k' || (g %% 100), jsonb_build_object('n', g, 'pad', '%s') FROM generate_series(1, %d) g`, ob.Table, pad, n))
+	p := startCDC(t, "run", "--config", cfg)
+	var peak int64
+	ok := pgtest.WaitFor(180*time.Second, func() bool {
+		peak = max(peak, peakRSS(p.cmd.Process.Pid))
+		return relaytest.CountLines(out) >= n
+	})
+	peak = max(peak, peakRSS(p.cmd.Process.Pid))
+	if !ok {
+		t.Fatalf("only %d of %d lines after 180s\n%s", relaytest.CountLines(out), n, p.stderr.String())
+	}
+	t.Logf("200,000-row transaction: relay peak RSS %.1f MB", float64(peak)/(1<<20))
+	if peak > 150<<20 {
+		t.Fatalf("peak RSS %d MB, want under 150 MB", peak>>20)
+	}
+}
+
+// TestConfigErrorsNameTheField: a typo in the config is a usage error
+// (exit 2) naming the key, before anything connects.
+func TestConfigErrorsNameTheField(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct{ yaml, want string }{
+		{"postgres: {url: x, slott: s}\nsinks: [{name: a, kind: stdout}]\n", `unknown key "slott"`},
+		{"postgres: {url: x}\nsinks: [{name: a, kind: file}]\n", "path: empty"},
+		{"postgres: {url: x}\nsinks: [{name: a, kind: stdout}, {name: a, kind: stdout}]\n", "sinks[1].name"},
+		{"postgres: {url: x}\nsinks: [{name: a, kind: carrier-pigeon}]\n", `sinks[0].kind: unknown kind "carrier-pigeon"`},
+		{"postgres: {url: '${NO_SUCH_VAR_FOR_WALPOST}'}\nsinks: [{name: a, kind: stdout}]\n", "NO_SUCH_VAR_FOR_WALPOST is not set"},
+	}
+	for i, c := range cases {
+		p := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
+		os.WriteFile(p, []byte(c.yaml), 0o644)
+		var out bytes.Buffer
+		code := run([]string{"run", "--config", p}, &out, &out)
+		if code != 2 {
+			t.Errorf("case %d: exit %d, want 2; output %s", i, code, out.String())
+		}
+		if code == 0 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("case %d: exit %d, output %q, want it to contain %q", i, code, out.String(), c.want)
+		}
+	}
+}
+
+// TestIntegrationStatusShowsTheSlot: cdc status prints the slot's state.
+func TestIntegrationStatusShowsTheSlot(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	cfg := ob.Config(t, "  - {name: out, kind: stdout}", "")
+	var out bytes.Buffer
+	if code := run([]string{"status", "--config", cfg}, &out, &out); code != 1 || !strings.Contains(out.String(), "missing (run cdc init)") {
+		t.Fatalf("status before init: exit %d: %s", code, out.String())
+	}
+	cdcInit(t, cfg)
+	out.Reset()
+	if code := run([]string{"status", "--config", cfg}, &out, &out); code != 0 {
+		t.Fatalf("status exited %d: %s", code, out.String())
+	}
+	for _, want := range []string{"slot:          " + ob.Slot, "active:        no", "confirmed LSN: ", "lag:           "} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("status output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
