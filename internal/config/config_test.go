@@ -1,0 +1,114 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+const minimal = `
+postgres:
+  url: postgres://u@h/db
+sinks:
+  - {name: out, kind: stdout}
+`
+
+func TestDefaultsMatchTheDesign(t *testing.T) {
+	c, err := Parse([]byte(minimal), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Postgres.Table != "public.outbox" || c.Postgres.Slot != "walpost_outbox" || c.Postgres.Publication != "walpost_outbox" {
+		t.Fatalf("postgres defaults: %+v", c.Postgres)
+	}
+	if c.Columns != (Columns{"id", "type", "key", "payload", "headers"}) {
+		t.Fatalf("columns defaults: %+v", c.Columns)
+	}
+	if c.Postgres.StatusInterval.D() != 10*time.Second || c.Postgres.HeartbeatInterval.D() != 10*time.Second {
+		t.Fatalf("interval defaults: %+v", c.Postgres)
+	}
+	if c.Relay.WindowMessages != 10000 || c.Log.Level != "info" || c.Log.Format != "json" {
+		t.Fatalf("relay/log defaults: %+v %+v", c.Relay, c.Log)
+	}
+}
+
+func TestExpandsVariablesAndEnvOverrides(t *testing.T) {
+	y := `
+postgres:
+  url: postgres://app:${PGPASS}@h/db
+  slot: ${SLOT:-fallback}
+sinks: [{name: out, kind: stdout}]
+`
+	c, err := Parse([]byte(y), env(map[string]string{"PGPASS": "p$w", "CDC_POSTGRES_TABLE": "app.events"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Postgres.URL != "postgres://app:p$w@h/db" || c.Postgres.Slot != "fallback" || c.Postgres.Table != "app.events" {
+		t.Fatalf("got %+v", c.Postgres)
+	}
+	c, err = Parse([]byte(y), env(map[string]string{"PGPASS": "x", "CDC_POSTGRES_URL": "postgres://other/db"}))
+	if err != nil || c.Postgres.URL != "postgres://other/db" {
+		t.Fatalf("CDC_POSTGRES_URL did not override: %v %+v", err, c)
+	}
+}
+
+func TestErrorsNameTheField(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"postgres: {url: x, tabel: t}\nsinks: [{name: a, kind: stdout}]", `unknown key "tabel"`},
+		{"postgres: {}\nsinks: [{name: a, kind: stdout}]", "postgres.url: empty"},
+		{"postgres: {url: x, slot: My-Slot}\nsinks: [{name: a, kind: stdout}]", "postgres.slot"},
+		{"postgres: {url: x, table: outbox.a.b}\nsinks: [{name: a, kind: stdout}]", "postgres.table"},
+		{"postgres: {url: x, status_interval: soon}\nsinks: [{name: a, kind: stdout}]", `"soon" is not a duration`},
+		{"postgres: {url: x}\nsinks: []", "sinks: none configured"},
+		{"postgres: {url: x}\nsinks: [{kind: stdout}]", "sinks[0].name: empty"},
+		{"postgres: {url: x}\nsinks: [{name: a}]", "sinks[0].kind: empty"},
+		{"postgres: {url: x}\nsinks: [{name: a, kind: stdout, route: {include: ['[']}}]", "sinks[0].route"},
+		{"postgres: {url: x}\ncolumns: {id: id, type: id}\nsinks: [{name: a, kind: stdout}]", "columns.type"},
+		{"postgres: {url: x}\nrelay: {batch_size: -1}\nsinks: [{name: a, kind: stdout}]", "relay.batch_size"},
+		{"postgres: {url: x}\nlog: {level: loud}\nsinks: [{name: a, kind: stdout}]", "log.level"},
+		{"postgres: {url: '${MISSING}'}\nsinks: [{name: a, kind: stdout}]", "MISSING is not set"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.yaml), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want it to contain %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestSinkDecodeIsStrictAndSkipsCommonKeys(t *testing.T) {
+	y := minimal + `  - name: f
+    kind: file
+    route: {include: ["order.*"]}
+    path: /tmp/x
+    fsycn: true
+`
+	c, err := Parse([]byte(y), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fc struct {
+		Path  string `yaml:"path"`
+		Fsync bool   `yaml:"fsync"`
+	}
+	err = c.Sinks[1].Decode(&fc)
+	if err == nil || !strings.Contains(err.Error(), `unknown key "fsycn"`) {
+		t.Fatalf("err = %v, want unknown key fsycn", err)
+	}
+}
+
+func TestRouteMatchesGlobs(t *testing.T) {
+	r := Route{Include: []string{"order.*", "invoice.paid"}, Exclude: []string{"order.internal*"}}
+	for typ, want := range map[string]bool{"order.created": true, "invoice.paid": true, "invoice.sent": false, "order.internal.audit": false} {
+		if got := r.Matches(typ); got != want {
+			t.Errorf("Matches(%q) = %v, want %v", typ, got, want)
+		}
+	}
+	if !(Route{}).Matches("anything") {
+		t.Error("an empty route must match every type")
+	}
+}
