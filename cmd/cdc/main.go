@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -239,5 +240,30 @@ func statusCmd(ctx context.Context, cfg *config.Config, stdout io.Writer) error 
 	fmt.Fprintf(stdout, "current WAL:   %s\n", info.CurrentWAL)
 	fmt.Fprintf(stdout, "lag:           %d bytes (current WAL - confirmed)\n", info.LagBytes)
 	fmt.Fprintf(stdout, "retained WAL:  %d bytes (current WAL - restart LSN)\n", info.RetainedBytes)
+	progress, err := relay.SinkProgress(ctx, conn, cfg)
+	if err != nil {
+		return fmt.Errorf("reading sink progress: %w", err)
+	}
+	for _, s := range cfg.Sinks {
+		p, ok := progress[s.Name]
+		switch {
+		case !ok:
+			fmt.Fprintf(stdout, "sink %-8s  no progress saved yet\n", s.Name+":")
+		case p.CommitLSN < info.ConfirmedFlush:
+			fmt.Fprintf(stdout, "sink %-8s  acknowledged up to commit %s (at the slot)\n", s.Name+":", p.CommitLSN)
+		default:
+			fmt.Fprintf(stdout, "sink %-8s  acknowledged up to commit %s\n", s.Name+":", p.CommitLSN)
+		}
+	}
+	var slowest string
+	var min pglogrepl.LSN
+	for _, s := range cfg.Sinks {
+		if p, ok := progress[s.Name]; ok && (slowest == "" || p.CommitLSN < min) {
+			slowest, min = s.Name, p.CommitLSN
+		}
+	}
+	if len(cfg.Sinks) > 1 && slowest != "" && info.LagBytes > 0 {
+		fmt.Fprintf(stdout, "slowest sink:  %s (the slot advances at its pace)\n", slowest)
+	}
 	return nil
 }

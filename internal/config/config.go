@@ -59,6 +59,10 @@ type Postgres struct {
 	// (pg_logical_emit_message) so that the slot can advance past WAL of
 	// unrelated tables. 0 disables it (default 10s).
 	HeartbeatInterval *Duration `yaml:"heartbeat_interval"`
+	// ProgressTable keeps each sink's last acknowledged position, so that
+	// after a restart a sink that was ahead of the slot does not get
+	// messages again (default public.walpost_sink_progress; "-" disables).
+	ProgressTable string `yaml:"progress_table"`
 	// ReconnectBackoff is the longest wait between reconnect attempts
 	// (default 30s; attempts start at 250ms and double).
 	ReconnectBackoff Duration `yaml:"reconnect_backoff"`
@@ -312,6 +316,7 @@ func (c *Config) SetDefaults() {
 	def(&p.Table, "public.outbox")
 	def(&p.Publication, "walpost_outbox")
 	def(&p.Slot, "walpost_outbox")
+	def(&p.ProgressTable, "public.walpost_sink_progress")
 	if p.StatusInterval == 0 {
 		p.StatusInterval = Duration(10 * time.Second)
 	}
@@ -373,6 +378,9 @@ func (c *Config) Validate() error {
 	parts := strings.Split(p.Table, ".")
 	if len(parts) != 2 || !identRE.MatchString(parts[0]) || !identRE.MatchString(parts[1]) {
 		return fmt.Errorf("postgres.table: %q is not schema.table with lower-case SQL identifiers", p.Table)
+	}
+	if pt := strings.Split(p.ProgressTable, "."); p.ProgressTable != "-" && (len(pt) != 2 || !identRE.MatchString(pt[0]) || !identRE.MatchString(pt[1])) {
+		return fmt.Errorf("postgres.progress_table: %q is not schema.table with lower-case SQL identifiers (or \"-\" to disable)", p.ProgressTable)
 	}
 	for field, v := range map[string]string{"postgres.publication": p.Publication, "postgres.slot": p.Slot} {
 		if !identRE.MatchString(v) {

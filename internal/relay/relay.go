@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -44,6 +45,9 @@ type Relay struct {
 	sinks   []publish.Sink
 	target  replication.Target
 	metrics *Metrics
+
+	progress *progressStore
+	loaded   map[string]Position
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -118,7 +122,41 @@ func (r *Relay) Prepare(ctx context.Context) (replication.SlotInfo, error) {
 	if created {
 		r.log.Info().Str("slot", r.target.Slot).Str("lsn", info.ConfirmedFlush.String()).Msg("replication slot created")
 	}
+	r.loaded, err = loadProgress(ctx, conn, quoteTable(r.cfg.Postgres.ProgressTable), r.target.Slot)
+	if err != nil {
+		return info, err
+	}
 	return info, nil
+}
+
+// SinkProgress reads the per-sink positions saved for the slot (nil when
+// the progress table is disabled or does not exist yet).
+func SinkProgress(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (map[string]Position, error) {
+	table := quoteTable(cfg.Postgres.ProgressTable)
+	if table == "" {
+		return nil, nil
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", table), cfg.Postgres.Slot)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]Position{}
+	for rows.Next() {
+		var sink, c, l string
+		if err := rows.Scan(&sink, &c, &l); err != nil {
+			return nil, err
+		}
+		var p Position
+		p.CommitLSN, _ = pglogrepl.ParseLSN(c)
+		p.LSN, _ = pglogrepl.ParseLSN(l)
+		out[sink] = p
+	}
+	return out, rows.Err()
 }
 
 // Ready reports whether the relay is streaming (for /readyz).
@@ -164,6 +202,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer drainTimer()
 
 	drained := make(chan struct{})
+	progress := &progressStore{url: cfg.Postgres.URL, table: quoteTable(cfg.Postgres.ProgressTable), slot: cfg.Postgres.Slot,
+		log: r.log, pos: map[string]Position{}}
+	for name, p := range r.loaded {
+		progress.pos[name] = p
+		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).
+			Msg("sink progress loaded; messages up to it are not sent to this sink again")
+	}
+	r.progress = progress
+	g.Go(func() error { return progress.Run(readCtx, 250*time.Millisecond, drained) })
 	stream := replication.NewStream(replication.StreamOptions{
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
@@ -187,7 +234,22 @@ func (r *Relay) Run(ctx context.Context) error {
 	g.Go(func() error {
 		p := &pipeline{dec: decoder.New(mapping(cfg)), tracker: tracker, window: window,
 			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log}
-		return p.run(gctx, events)
+		for _, s := range cfg.Sinks {
+			p.skip = append(p.skip, r.loaded[s.Name])
+		}
+		err := p.run(gctx, events) // closes the sinks' channels
+		var de *decoder.Error
+		if errors.As(err, &de) {
+			// Bad input: deliver and confirm everything before it, then stop.
+			stopReading()
+			for range events {
+			}
+			select {
+			case <-drained:
+			case <-time.After(cfg.Relay.ShutdownTimeout.D()):
+			}
+		}
+		return err
 	})
 	var runners sync.WaitGroup
 	for i, s := range r.sinks {
@@ -203,6 +265,8 @@ func (r *Relay) Run(ctx context.Context) error {
 				}
 				tracker.AckAll(tagsOf(batch))
 				window.Release(len(batch), bytes)
+				last := batch[len(batch)-1].Msg
+				progress.Acked(sinkName, Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
 				r.metrics.published.WithLabelValues(sinkName).Add(float64(len(batch)))
 			},
 			Failing: func(f bool) { r.metrics.setFailing(sinkName, f) },
@@ -250,6 +314,7 @@ type pipeline struct {
 	routes  []config.Sink
 	metrics *Metrics
 	log     zerolog.Logger
+	skip    []Position // per sink: what it acknowledged before a restart
 	txn     *checkpoint.Txn
 	targets []int
 }
@@ -304,12 +369,12 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 		p.metrics.decoded.Inc()
 		p.targets = p.targets[:0]
 		for i := range p.routes {
-			if p.routes[i].Route.Matches(e.Msg.Type) {
+			if p.routes[i].Route.Matches(e.Msg.Type) && !p.skip[i].Covers(e.Msg.CommitLSN, e.Msg.LSN) {
 				p.targets = append(p.targets, i)
 			}
 		}
 		if len(p.targets) == 0 {
-			p.log.Debug().Str("msg_id", e.Msg.ID).Str("type", e.Msg.Type).Msg("no sink routes this type; skipped")
+			p.log.Debug().Str("msg_id", e.Msg.ID).Str("type", e.Msg.Type).Msg("no sink needs this message (not routed, or acknowledged before a restart)")
 			return nil
 		}
 		n := len(p.targets)

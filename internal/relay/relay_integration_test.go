@@ -257,8 +257,12 @@ func TestIntegrationBadPayloadStopsWithAClearErrorAndConfirmsNothingPastIt(t *te
 		t.Fatalf("file holds %+v, want only the good message", lines)
 	}
 	beforeLSN := relaytest.ParseLSN(t, before)
-	if c := relaytest.SlotConfirmed(t, conn, ob.Slot); c > beforeLSN {
+	c := relaytest.SlotConfirmed(t, conn, ob.Slot)
+	if c > beforeLSN {
 		t.Fatalf("slot confirmed %s, past the bad message's transaction (starts after %s)", c, beforeLSN)
+	}
+	if goodCommit := relaytest.ParseLSN(t, lines[0].CommitLSN); c <= goodCommit {
+		t.Fatalf("slot confirmed %s: the good message before the bad one (commit %s) was delivered but not confirmed", c, goodCommit)
 	}
 }
 
