@@ -255,6 +255,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	for i, s := range r.sinks {
 		runners.Add(1)
 		sinkName := s.Name()
+		published := r.metrics.published.WithLabelValues(sinkName)
+		latency := r.metrics.latency.WithLabelValues(sinkName)
 		runner := publish.NewRunner(s, sinkChans[i], publish.RunnerOptions{
 			BatchSize:  cfg.Relay.BatchSize,
 			MaxBackoff: cfg.Relay.RetryBackoff.D(),
@@ -267,7 +269,11 @@ func (r *Relay) Run(ctx context.Context) error {
 				window.Release(len(batch), bytes)
 				last := batch[len(batch)-1].Msg
 				progress.Acked(sinkName, Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
-				r.metrics.published.WithLabelValues(sinkName).Add(float64(len(batch)))
+				published.Add(float64(len(batch)))
+				now := time.Now()
+				for _, d := range batch {
+					latency.Observe(now.Sub(d.Msg.CommitTime).Seconds())
+				}
 			},
 			Failing: func(f bool) { r.metrics.setFailing(sinkName, f) },
 			Log:     r.log.With().Str("sink", sinkName).Logger(),
