@@ -95,7 +95,13 @@ func Connect(tb testing.TB, url string) *pgx.Conn {
 // Exec runs SQL statements on url and fails the test on error.
 func Exec(tb testing.TB, url string, sqls ...string) {
 	tb.Helper()
-	conn := Connect(tb, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("connecting to %s: %v", url, err)
+	}
+	defer conn.Close(context.Background())
 	for _, s := range sqls {
 		if _, err := conn.Exec(context.Background(), s); err != nil {
 			tb.Fatalf("exec %q: %v", s, err)

@@ -1,0 +1,99 @@
+// Package inbox is the receiver side of walpost: it runs a message's
+// effect at most once per message id, however often the message is
+// delivered.
+//
+// # Why receivers see copies
+//
+// walpost delivers every outbox message at least once: a relay that
+// crashes between the broker's acknowledgement and its own checkpoint sends
+// the message again. Brokers add their own copies: a Service Bus peek-lock
+// that expires after the receiver committed its effect but before it called
+// Complete redelivers the message; a Kafka consumer that crashes before
+// committing its offset reads it again. Broker-side duplicate detection
+// (Service Bus MessageId, NATS Nats-Msg-Id) works within a window and only
+// against the sender's copies. The receiver therefore has to drop copies
+// itself, by message id.
+//
+// # What Process guarantees
+//
+// Process records the id and runs the effect in ONE database transaction:
+//
+//	BEGIN;
+//	INSERT INTO public.inbox (id) VALUES ($1) ON CONFLICT (id) DO NOTHING;
+//	-- 0 rows: ROLLBACK, return Duplicate
+//	-- 1 row:  run the effect in the same transaction, COMMIT, return Processed
+//
+// The primary key settles races: when two instances receive copies of one
+// message at the same moment, the second insert waits for the first
+// transaction and reports 0 rows once it commits, so exactly one effect
+// commits. If the first transaction rolls back instead (its effect failed,
+// its process died), the waiting copy inserts and runs the effect, which is
+// what a redelivery should do. An effect that fails rolls back the id too,
+// so the message is processed again when it is redelivered.
+//
+// Acknowledge the broker message (Complete, commit the offset, answer 2xx)
+// only after Process returns Processed or Duplicate. A crash between the
+// commit and the acknowledgement makes the broker redeliver, and the
+// redelivery returns Duplicate.
+//
+// Process runs in the database's default isolation level, which should be
+// READ COMMITTED (PostgreSQL's default). Under REPEATABLE READ or
+// SERIALIZABLE, a copy racing a committed first copy fails with a
+// serialization error instead of reporting Duplicate; retried (redelivered),
+// it then reports Duplicate.
+//
+// # Which effects need it
+//
+// An idempotent effect (set a status, upsert a row to a given value) needs
+// no inbox. Counters, inserts, notifications, anything that adds, do. The
+// effect must do its database work through the transaction Process gives
+// it, in the same database as the inbox table. Effects outside the
+// database (an e-mail, a payment API, another service) are not covered: the
+// transaction cannot roll them back, and a crash after them but before the
+// commit repeats them. Pass the message id to such a system as its
+// idempotency key so that it drops the copies itself.
+//
+// # Retention
+//
+// The inbox must remember an id for longer than any copy of the message can
+// arrive. Count the broker's delivery attempts times its lock duration
+// (Service Bus: MaxDeliveryCount 10 × lock up to 5 minutes), the message
+// time-to-live (often days), and, longest of all, dead-lettered messages
+// that an operator resubmits by hand days or weeks later. A copy arriving
+// after its id was cleaned up runs its effect again. Hence the default of
+// 30 days (DefaultRetention); the table costs little, one short text and a
+// timestamp per message. Cleanup deletes the older ids in bounded batches
+// with SKIP LOCKED, so it can run at any time next to Process: every hour
+// or day from a ticker or a cron job.
+//
+// # Table
+//
+// EnsureTable creates the table (DDL; sql/inbox.sql is DDL(DefaultTable)):
+//
+//	CREATE TABLE IF NOT EXISTS public.inbox (
+//	    id           text        PRIMARY KEY,
+//	    processed_at timestamptz NOT NULL DEFAULT now()
+//	);
+//	CREATE INDEX IF NOT EXISTS inbox_processed_at_idx ON public.inbox (processed_at);
+//
+// Give each receiving service its own table (Options.Table), so that two
+// services that both receive a message each process it.
+//
+// # Drivers and adapters
+//
+// New takes a pgx *pgxpool.Pool and gives the effect a pgx.Tx; NewSQL takes
+// a database/sql *sql.DB (driver "pgx" from github.com/jackc/pgx/v5/stdlib)
+// and gives the effect a *sql.Tx. Both use the same SQL. HTTPHandler turns
+// either into a webhook endpoint that answers 2xx for processed and
+// duplicate messages and 5xx when the effect failed, so the sender retries.
+// (Adapters for Kafka consumers and Service Bus receivers that commit or
+// complete only after the database commit are planned; until then, call
+// Process from your receive loop and acknowledge after it returns.)
+//
+// # Concurrency
+//
+// Inbox, SQLInbox and the handler are safe for concurrent use with a pool
+// (*pgxpool.Pool, *sql.DB); each Process call holds one connection for the
+// length of its transaction, so size the pool for the number of messages
+// processed at once.
+package inbox

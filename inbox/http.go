@@ -1,0 +1,113 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// DefaultIDHeader is the request header HTTPHandler reads the message id
+// from when HTTPOptions.IDHeader is empty.
+const DefaultIDHeader = "X-Message-Id"
+
+// DefaultMaxBodyBytes is the largest request body HTTPHandler accepts when
+// HTTPOptions.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Processor is the Process method that HTTPHandler calls. *Inbox is a
+// Processor[pgx.Tx]; *SQLInbox is a Processor[*sql.Tx].
+type Processor[Tx any] interface {
+	Process(ctx context.Context, msgID string, effect func(ctx context.Context, tx Tx) error) (Result, error)
+}
+
+// Delivery is one webhook request, as HTTPHandler's effect sees it.
+type Delivery struct {
+	// ID is the message id, from the id header or the body's "id" field.
+	ID string
+	// Body is the request body, read in full.
+	Body []byte
+	// Request is the request; its Body has been read, use Delivery.Body.
+	Request *http.Request
+}
+
+// HTTPOptions configures HTTPHandler. The zero value is usable.
+type HTTPOptions struct {
+	// IDHeader is the header holding the message id. Empty means
+	// DefaultIDHeader. When the request has no such header, the id is
+	// taken from the "id" field of a JSON object body (as in the lines of
+	// walpost's file and stdout sinks).
+	IDHeader string
+	// MaxBodyBytes is the largest body accepted; larger requests get 413.
+	// Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// OnError, when set, is called with the request, the message id (""
+	// when there is none) and the error of every request answered with a
+	// 4xx or 5xx status, e.g. to log it. It must be safe for concurrent
+	// use.
+	OnError func(r *http.Request, msgID string, err error)
+}
+
+// HTTPHandler returns an http.Handler for webhook receivers that runs
+// effect once per message id through p (an *Inbox or *SQLInbox):
+//
+//   - 200 "processed" when effect ran and committed, and 200 "duplicate"
+//     when the id was already processed, so the sender stops retrying;
+//   - 500 when effect or the database failed: nothing was recorded, and
+//     the sender should retry;
+//   - 400 when the request carries no message id, 413 when its body is
+//     over HTTPOptions.MaxBodyBytes.
+//
+// The response body never carries error details; use HTTPOptions.OnError.
+// The handler is safe for concurrent use when p is.
+func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx, d Delivery) error, opts HTTPOptions) http.Handler {
+	if opts.IDHeader == "" {
+		opts.IDHeader = DefaultIDHeader
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fail := func(status int, id string, err error) {
+			if opts.OnError != nil {
+				opts.OnError(r, id, err)
+			}
+			http.Error(w, http.StatusText(status), status)
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, opts.MaxBodyBytes))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				fail(http.StatusRequestEntityTooLarge, "", err)
+			} else {
+				fail(http.StatusBadRequest, "", err)
+			}
+			return
+		}
+		id := strings.TrimSpace(r.Header.Get(opts.IDHeader))
+		if id == "" {
+			var v struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(body, &v) == nil {
+				id = strings.TrimSpace(v.ID)
+			}
+		}
+		if id == "" {
+			fail(http.StatusBadRequest, "", errors.New("inbox: request has no message id (no "+opts.IDHeader+" header, no \"id\" field in a JSON body)"))
+			return
+		}
+		d := Delivery{ID: id, Body: body, Request: r}
+		res, err := p.Process(r.Context(), id, func(ctx context.Context, tx Tx) error {
+			return effect(ctx, tx, d)
+		})
+		if err != nil {
+			fail(http.StatusInternalServerError, id, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, res.String()+"\n")
+	})
+}
