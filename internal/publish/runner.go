@@ -25,7 +25,7 @@ type RunnerOptions struct {
 	// (default 30s); attempts start at 100ms and double, with jitter.
 	MaxBackoff time.Duration
 	// Ack is called, from the runner's goroutine, with each batch once the
-	// sink has published it. It must not retain the slice.
+	// sink has published it.
 	Ack func(batch []Delivery)
 	// Failing, if set, is called with true when a batch starts failing and
 	// with false when it went through again (for metrics and status).
@@ -33,21 +33,24 @@ type RunnerOptions struct {
 	Log     zerolog.Logger
 }
 
-// Runner feeds one sink from a channel: it takes whatever deliveries are
-// waiting (up to BatchSize) as one batch, publishes it, retries it whole on
-// a retryable error with exponential backoff and jitter, forever, and acks
-// it. One batch at a time, in channel order: a sink sees messages in WAL
-// order, and a retry never reorders them.
+// Runner feeds one sink from a channel of delivery slices: it takes
+// whatever is waiting (up to BatchSize deliveries) as one batch, publishes
+// it, retries it whole on a retryable error with exponential backoff and
+// jitter, forever, and acks it. One batch at a time, in channel order: a
+// sink sees messages in WAL order, and a retry never reorders them.
 //
 // A Runner is used by one goroutine.
 type Runner struct {
-	sink Sink
-	in   <-chan Delivery
-	opt  RunnerOptions
+	sink    Sink
+	in      <-chan []Delivery
+	opt     RunnerOptions
+	pending []Delivery // received, not yet in a batch
+	closed  bool
 }
 
-// NewRunner returns a runner feeding sink from in.
-func NewRunner(sink Sink, in <-chan Delivery, opt RunnerOptions) *Runner {
+// NewRunner returns a runner feeding sink from in. The runner owns the
+// slices it receives.
+func NewRunner(sink Sink, in <-chan []Delivery, opt RunnerOptions) *Runner {
 	if opt.BatchSize <= 0 {
 		opt.BatchSize = 1000
 	}
@@ -60,31 +63,38 @@ func NewRunner(sink Sink, in <-chan Delivery, opt RunnerOptions) *Runner {
 // Run publishes until in is closed and drained (then it returns nil), ctx
 // ends (ctx.Err()), or the sink returns a Permanent error (that error).
 func (r *Runner) Run(ctx context.Context) error {
-	batch := make([]Delivery, 0, r.opt.BatchSize)
 	msgs := make([]*decoder.Message, 0, r.opt.BatchSize)
 	for {
-		batch, msgs = batch[:0], msgs[:0]
-		select {
-		case d, ok := <-r.in:
-			if !ok {
+		if len(r.pending) == 0 {
+			if r.closed {
 				return nil
 			}
-			batch = append(batch, d)
-		case <-ctx.Done():
-			return ctx.Err()
+			select {
+			case ds, ok := <-r.in:
+				if !ok {
+					return nil
+				}
+				r.pending = ds
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	fill:
-		for len(batch) < r.opt.BatchSize {
+		for len(r.pending) < r.opt.BatchSize && !r.closed {
 			select {
-			case d, ok := <-r.in:
+			case ds, ok := <-r.in:
 				if !ok {
+					r.closed = true
 					break fill
 				}
-				batch = append(batch, d)
+				r.pending = append(r.pending, ds...)
 			default:
 				break fill
 			}
 		}
+		n := min(len(r.pending), r.opt.BatchSize)
+		batch := r.pending[:n:n]
+		msgs = msgs[:0]
 		for _, d := range batch {
 			msgs = append(msgs, d.Msg)
 		}
@@ -93,7 +103,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		clear(msgs)
 		r.opt.Ack(batch)
-		clear(batch)
+		r.pending = r.pending[n:]
 	}
 }
 

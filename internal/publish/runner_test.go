@@ -38,9 +38,13 @@ func (f *flaky) Publish(ctx context.Context, msgs []*decoder.Message) error {
 }
 
 func TestRunnerRetriesWholeBatchesInOrderAndAcksOnce(t *testing.T) {
-	in := make(chan Delivery, 100)
-	for i := 0; i < 50; i++ {
-		in <- Delivery{Msg: &decoder.Message{ID: fmt.Sprint(i)}, Tag: i}
+	in := make(chan []Delivery, 100)
+	for i := 0; i < 50; i += 5 {
+		var ds []Delivery
+		for j := i; j < i+5; j++ {
+			ds = append(ds, Delivery{Msg: &decoder.Message{ID: fmt.Sprint(j)}, Tag: j})
+		}
+		in <- ds
 	}
 	close(in)
 	var acked []int
@@ -76,9 +80,9 @@ func TestRunnerRetriesWholeBatchesInOrderAndAcksOnce(t *testing.T) {
 }
 
 func TestRunnerStopsOnPermanentError(t *testing.T) {
-	in := make(chan Delivery, 10)
+	in := make(chan []Delivery, 10)
 	for i := 0; i < 10; i++ {
-		in <- Delivery{Msg: &decoder.Message{ID: fmt.Sprint(i)}}
+		in <- []Delivery{{Msg: &decoder.Message{ID: fmt.Sprint(i)}}}
 	}
 	r := NewRunner(&flaky{perm: true, calls: 1}, in, RunnerOptions{BatchSize: 3, Log: zerolog.Nop(), Ack: func([]Delivery) {}})
 	err := r.Run(context.Background())

@@ -34,22 +34,29 @@ func NewWindow(maxN int, maxBytes int64) *Window {
 // is let in when the window is empty, so that it cannot block forever.
 func (w *Window) Acquire(ctx context.Context, n int, bytes int64) error {
 	for {
-		w.mu.Lock()
-		if w.n == 0 || (w.n+n <= w.maxN && w.bytes+bytes <= w.maxBytes) {
-			w.n += n
-			w.bytes += bytes
-			w.peakN = max(w.peakN, w.n)
-			w.peakBytes = max(w.peakBytes, w.bytes)
-			w.mu.Unlock()
+		if w.TryAcquire(n, bytes) {
 			return nil
 		}
-		w.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// TryAcquire is Acquire without waiting: it reports whether it took room.
+func (w *Window) TryAcquire(n int, bytes int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == 0 || (w.n+n <= w.maxN && w.bytes+bytes <= w.maxBytes) {
+		w.n += n
+		w.bytes += bytes
+		w.peakN = max(w.peakN, w.n)
+		w.peakBytes = max(w.peakBytes, w.bytes)
+		return true
+	}
+	return false
 }
 
 // Release gives back room for n deliveries of size bytes in all.

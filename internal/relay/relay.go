@@ -221,10 +221,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	r.metrics.watch(tracker, window, stream)
 
-	events := make(chan replication.Event, 4096)
-	sinkChans := make([]chan publish.Delivery, len(r.sinks))
+	events := make(chan []replication.Event, 64)
+	sinkChans := make([]chan []publish.Delivery, len(r.sinks))
 	for i := range sinkChans {
-		sinkChans[i] = make(chan publish.Delivery, min(cfg.Relay.WindowMessages, 65536))
+		sinkChans[i] = make(chan []publish.Delivery, 256)
 	}
 
 	g.Go(func() error { return stream.Run(readCtx, gctx, events) })
@@ -316,7 +316,8 @@ type pipeline struct {
 	dec     *decoder.Decoder
 	tracker *checkpoint.Tracker
 	window  *publish.Window
-	sinks   []chan publish.Delivery
+	sinks   []chan []publish.Delivery
+	out     [][]publish.Delivery // per sink: deliveries of this input batch, not sent yet
 	routes  []config.Sink
 	metrics *Metrics
 	log     zerolog.Logger
@@ -325,27 +326,53 @@ type pipeline struct {
 	targets []int
 }
 
-func (p *pipeline) run(ctx context.Context, events <-chan replication.Event) error {
+func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) error {
 	defer func() {
 		for _, c := range p.sinks {
 			close(c)
 		}
 	}()
-	for ev := range events {
-		switch ev.Kind {
-		case replication.Reset:
-			p.dec.Reset()
-			p.tracker.Abandon()
-			p.txn = nil
-		case replication.Keepalive:
-			if !p.dec.InTransaction() {
-				p.tracker.Progress(ev.LSN)
-			}
-		case replication.Data:
-			if err := p.data(ctx, ev); err != nil {
-				return err
+	p.out = make([][]publish.Delivery, len(p.sinks))
+	for batch := range events {
+		for _, ev := range batch {
+			switch ev.Kind {
+			case replication.Reset:
+				p.dec.Reset()
+				p.tracker.Abandon()
+				p.txn = nil
+			case replication.Keepalive:
+				if !p.dec.InTransaction() {
+					p.tracker.Progress(ev.LSN)
+				}
+			case replication.Data:
+				if err := p.data(ctx, ev); err != nil {
+					// Hand on what came before the failure.
+					if ferr := p.flush(ctx); ferr != nil {
+						return ferr
+					}
+					return err
+				}
 			}
 		}
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush sends each sink the deliveries gathered from the input batch.
+func (p *pipeline) flush(ctx context.Context) error {
+	for i, ds := range p.out {
+		if len(ds) == 0 {
+			continue
+		}
+		select {
+		case p.sinks[i] <- ds:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.out[i] = nil
 	}
 	return nil
 }
@@ -384,17 +411,21 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			return nil
 		}
 		n := len(p.targets)
-		if err := p.window.Acquire(ctx, n, int64(n*e.Msg.Size())); err != nil {
-			return err // the relay is failing; nothing after this may be tracked
+		size := int64(n * e.Msg.Size())
+		if !p.window.TryAcquire(n, size) {
+			// The window is full: hand on what is gathered (its acks are
+			// what frees the window), then wait.
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+			if err := p.window.Acquire(ctx, n, size); err != nil {
+				return err // the relay is failing; nothing after this may be tracked
+			}
 		}
 		p.tracker.Add(p.txn, n)
 		d := publish.Delivery{Msg: e.Msg, Tag: p.txn}
 		for _, i := range p.targets {
-			select {
-			case p.sinks[i] <- d:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			p.out[i] = append(p.out[i], d)
 		}
 	}
 	return nil

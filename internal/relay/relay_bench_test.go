@@ -58,7 +58,7 @@ func BenchmarkCatchUp(b *testing.B) {
 			start := time.Now()
 			go func() { done <- r.Run(ctx) }()
 			for relaytest.SlotConfirmed(b, conn, ob.Slot) < end {
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
 			}
 			el := time.Since(start)
 			b.StopTimer()

@@ -110,7 +110,7 @@ var ErrSlotMissing = errors.New("replication: slot does not exist")
 // opt.Drained (or abort), sends a final status with the confirmed position
 // and returns. abort ends the wait early (the relay failed). Run returns
 // nil after a stop through ctx, or the error that made it give up.
-func (s *Stream) Run(ctx, abort context.Context, out chan<- Event) error {
+func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 	var once sync.Once
 	s.closeOut = func() { once.Do(func() { close(out) }) }
 	defer s.closeOut()
@@ -156,7 +156,7 @@ func isFatal(err error) bool {
 
 // session runs one connection. It returns nil when ctx ended and the final
 // status was sent.
-func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first bool) error {
+func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first bool) error {
 	cfg, err := pgconn.ParseConfig(s.opt.URL)
 	if err != nil {
 		return fatalError{fmt.Errorf("postgres.url: %w", err)}
@@ -197,7 +197,7 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 	s.opt.Log.Info().Str("slot", s.opt.Slot).Str("lsn", s.resume.String()).Str("confirmed", s.cp.Confirmed().String()).Msg("streaming")
 	if !first {
 		select {
-		case out <- Event{Kind: Reset}:
+		case out <- []Event{{Kind: Reset}}:
 		case <-ctx.Done():
 		}
 	}
@@ -227,6 +227,27 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 	}
 	const pollPending = 10 * time.Millisecond
 
+	// Events go downstream in batches: one channel send per read from the
+	// socket instead of one per message. While a batch is open the read
+	// deadline is in the past, so a read only returns messages already
+	// buffered; when it times out the batch is sent.
+	var batch []Event
+	var slab []byte
+	polling := false
+	// resume moves only when the events before it went downstream: a new
+	// connection must not skip transactions that were read but dropped.
+	resume := s.resume
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := s.emit(ctx, out, batch); err != nil {
+			return err
+		}
+		s.resume = resume
+		batch, slab = nil, nil // owned downstream now
+		return nil
+	}
 	for {
 		now := time.Now()
 		if c := s.cp.Confirmed(); c != lastSent && now.Sub(lastStatus) >= pollPending || now.Sub(lastStatus) >= s.opt.StatusInterval {
@@ -234,13 +255,26 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 				return err
 			}
 		}
-		next := lastStatus.Add(s.opt.StatusInterval)
-		if s.cp.Confirmed() != lastSent || !s.cp.Idle() {
-			next = minTime(next, now.Add(pollPending))
+		if len(batch) >= maxBatch {
+			if err := flush(); err != nil {
+				return s.finish(abort, send)
+			}
 		}
-		if deadline.IsZero() || !deadline.After(now) || next.Before(deadline) {
-			deadline = next
-			_ = netConn.SetReadDeadline(deadline)
+		if len(batch) > 0 {
+			if !polling {
+				polling = true
+				_ = netConn.SetReadDeadline(pastDeadline)
+			}
+		} else {
+			next := lastStatus.Add(s.opt.StatusInterval)
+			if s.cp.Confirmed() != lastSent || !s.cp.Idle() {
+				next = minTime(next, now.Add(pollPending))
+			}
+			if polling || deadline.IsZero() || !deadline.After(now) || next.Before(deadline) {
+				polling = false
+				deadline = next
+				_ = netConn.SetReadDeadline(deadline)
+			}
 		}
 		if ctx.Err() != nil {
 			return s.finish(abort, send)
@@ -248,14 +282,22 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 		msg, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
+				if polling {
+					if err := flush(); err != nil {
+						return s.finish(abort, send)
+					}
+				}
 				continue
 			}
 			if ctx.Err() != nil {
 				return s.finish(abort, send)
 			}
+			if flush() != nil {
+				return s.finish(abort, send)
+			}
 			return fmt.Errorf("receiving: %w", err)
 		}
-		s.lastReceived.Store(time.Now().UnixNano())
+		s.lastReceived.Store(now.UnixNano())
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(msg.Data) == 0 {
@@ -268,12 +310,10 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 					return fatalError{fmt.Errorf("parsing keepalive: %w", err)}
 				}
 				s.serverWAL.Store(uint64(ka.ServerWALEnd))
-				if !s.inTx && ka.ServerWALEnd > s.resume {
-					s.resume = ka.ServerWALEnd
+				if !s.inTx && ka.ServerWALEnd > resume {
+					resume = ka.ServerWALEnd
 				}
-				if err := s.emit(ctx, out, Event{Kind: Keepalive, LSN: ka.ServerWALEnd}); err != nil {
-					return s.finish(abort, send)
-				}
+				batch = append(batch, Event{Kind: Keepalive, LSN: ka.ServerWALEnd})
 				if ka.ReplyRequested {
 					if err := send(false); err != nil {
 						return err
@@ -290,14 +330,20 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 						s.inTx = true
 					case 'C':
 						s.inTx = false
-						s.resume = xld.WALStart // the commit's end LSN
+						resume = xld.WALStart // the commit's end LSN
 					}
 				}
-				data := make([]byte, len(xld.WALData))
-				copy(data, xld.WALData)
-				if err := s.emit(ctx, out, Event{Kind: Data, LSN: xld.WALStart, Data: data}); err != nil {
-					return s.finish(abort, send)
+				var data []byte
+				if n := len(xld.WALData); n > slabSize/4 {
+					data = append([]byte(nil), xld.WALData...)
+				} else {
+					if cap(slab)-len(slab) < n {
+						slab = make([]byte, 0, slabSize)
+					}
+					slab = append(slab, xld.WALData...)
+					data = slab[len(slab)-n : len(slab) : len(slab)]
 				}
+				batch = append(batch, Event{Kind: Data, LSN: xld.WALStart, Data: data})
 			}
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)
@@ -308,8 +354,16 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- Event, first boo
 	}
 }
 
-// emit sends ev downstream, giving up when ctx ends.
-func (s *Stream) emit(ctx context.Context, out chan<- Event, ev Event) error {
+const (
+	maxBatch = 1024    // events per downstream send
+	slabSize = 8 << 10 // bytes of message data per allocation
+)
+
+// pastDeadline makes reads return at once unless data is buffered.
+var pastDeadline = time.Unix(1, 0)
+
+// emit sends a batch downstream, giving up when ctx ends.
+func (s *Stream) emit(ctx context.Context, out chan<- []Event, ev []Event) error {
 	select {
 	case out <- ev:
 		return nil

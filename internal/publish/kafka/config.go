@@ -1,0 +1,294 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	kafka "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/walpost/walpost/internal/config"
+)
+
+// kafkaConfig holds a kafka sink's own settings: the keys of its YAML
+// mapping besides name, kind and route (see the package doc).
+type kafkaConfig struct {
+	// Brokers are the bootstrap brokers, host:port; at least one.
+	Brokers []string `yaml:"brokers"`
+	// Topic is a topic name or a template with {type} and {key}.
+	Topic string `yaml:"topic"`
+	// Acks is all (every in-sync replica, the default), leader or none.
+	Acks string `yaml:"acks"`
+	// BatchBytes is the most bytes one produce request carries (default
+	// 1048576). It must not exceed the topics' max.message.bytes.
+	BatchBytes int64 `yaml:"batch_bytes"`
+	// BatchSize is the most messages one produce request carries (default
+	// 1000, the relay's default batch).
+	BatchSize int `yaml:"batch_size"`
+	// Linger is how long a produce request waits for more messages
+	// (default 1ms; 0 sends at once).
+	Linger *config.Duration `yaml:"linger"`
+	// Compression is none (default), gzip, snappy, lz4 or zstd.
+	Compression string `yaml:"compression"`
+	// ClientID is the client.id the brokers see (default walpost).
+	ClientID string `yaml:"client_id"`
+	// AutoCreateTopics lets the brokers create a missing topic (when they
+	// allow it). When false (the default) a missing topic is a Permanent
+	// error.
+	AutoCreateTopics bool `yaml:"auto_create_topics"`
+	// TLS configures encryption; off by default.
+	TLS tlsConfig `yaml:"tls"`
+	// SASL configures authentication; nil means none.
+	SASL *saslConfig `yaml:"sasl"`
+	// Timeout bounds one write attempt: dialing, a metadata request, a
+	// produce request and its acknowledgement (default 10s).
+	Timeout config.Duration `yaml:"timeout"`
+}
+
+type tlsConfig struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	// ServerName overrides the name checked against the broker's
+	// certificate (default: the broker's host).
+	ServerName string `yaml:"server_name"`
+}
+
+type saslConfig struct {
+	Mechanism string `yaml:"mechanism"` // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"`
+}
+
+const (
+	defaultBatchBytes = 1 << 20
+	defaultBatchSize  = 1000
+	defaultLinger     = time.Millisecond
+	defaultTimeout    = 10 * time.Second
+	defaultClientID   = "walpost"
+)
+
+// limits is the table of allowed ranges, checked by validate.
+var limits = struct {
+	batchBytes    [2]int64
+	batchSize     [2]int
+	linger        [2]time.Duration
+	timeout       [2]time.Duration
+	clientIDChars int
+}{
+	batchBytes:    [2]int64{1 << 10, 1 << 30},
+	batchSize:     [2]int{1, 100_000},
+	linger:        [2]time.Duration{0, 5 * time.Second},
+	timeout:       [2]time.Duration{100 * time.Millisecond, 10 * time.Minute},
+	clientIDChars: 255,
+}
+
+func (c *kafkaConfig) setDefaults() {
+	if c.Acks == "" {
+		c.Acks = "all"
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = defaultBatchBytes
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = defaultBatchSize
+	}
+	if c.Linger == nil {
+		d := config.Duration(defaultLinger)
+		c.Linger = &d
+	}
+	if c.Compression == "" {
+		c.Compression = "none"
+	}
+	if c.ClientID == "" {
+		c.ClientID = defaultClientID
+	}
+	if c.Timeout == 0 {
+		c.Timeout = config.Duration(defaultTimeout)
+	}
+	if c.SASL != nil {
+		c.SASL.Mechanism = strings.ToUpper(c.SASL.Mechanism)
+	}
+}
+
+// validate checks every field and names the first bad one, starting at the
+// field ("brokers: empty"); the registry prefixes the sink.
+func (c *kafkaConfig) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New(`brokers: empty (list at least one, e.g. ["127.0.0.1:9092"])`)
+	}
+	for i, b := range c.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" {
+			return fmt.Errorf("brokers[%d]: %q is not host:port", i, b)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("brokers[%d]: %q: port %q is not 1..65535", i, b, port)
+		}
+	}
+	if _, err := parseTopic(c.Topic); err != nil {
+		return err
+	}
+	if _, err := requiredAcks(c.Acks); err != nil {
+		return err
+	}
+	if c.BatchBytes < limits.batchBytes[0] || c.BatchBytes > limits.batchBytes[1] {
+		return fmt.Errorf("batch_bytes: %d is outside %d..%d", c.BatchBytes, limits.batchBytes[0], limits.batchBytes[1])
+	}
+	if c.BatchSize < limits.batchSize[0] || c.BatchSize > limits.batchSize[1] {
+		return fmt.Errorf("batch_size: %d is outside %d..%d", c.BatchSize, limits.batchSize[0], limits.batchSize[1])
+	}
+	if l := c.Linger.D(); l < limits.linger[0] || l > limits.linger[1] {
+		return fmt.Errorf("linger: %s is outside %s..%s", l, limits.linger[0], limits.linger[1])
+	}
+	if _, err := compression(c.Compression); err != nil {
+		return err
+	}
+	if len(c.ClientID) > limits.clientIDChars {
+		return fmt.Errorf("client_id: %d characters, over %d", len(c.ClientID), limits.clientIDChars)
+	}
+	if t := c.Timeout.D(); t < limits.timeout[0] || t > limits.timeout[1] {
+		return fmt.Errorf("timeout: %s is outside %s..%s", t, limits.timeout[0], limits.timeout[1])
+	}
+	if err := c.TLS.validate(); err != nil {
+		return err
+	}
+	if c.SASL != nil {
+		if err := c.SASL.validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func requiredAcks(s string) (kafka.RequiredAcks, error) {
+	switch s {
+	case "all":
+		return kafka.RequireAll, nil
+	case "leader":
+		return kafka.RequireOne, nil
+	case "none":
+		return kafka.RequireNone, nil
+	}
+	return 0, fmt.Errorf("acks: %q is not all, leader or none", s)
+}
+
+func compression(s string) (kafka.Compression, error) {
+	switch s {
+	case "none":
+		return 0, nil
+	case "gzip":
+		return kafka.Gzip, nil
+	case "snappy":
+		return kafka.Snappy, nil
+	case "lz4":
+		return kafka.Lz4, nil
+	case "zstd":
+		return kafka.Zstd, nil
+	}
+	return 0, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
+}
+
+func (t *tlsConfig) validate() error {
+	if !t.Enabled {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
+			{"insecure_skip_verify", t.InsecureSkipVerify}, {"server_name", t.ServerName != ""}} {
+			if f.set {
+				return fmt.Errorf("tls.%s: set, but tls.enabled is false (set enabled: true to use TLS)", f.name)
+			}
+		}
+		return nil
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		if t.CertFile == "" {
+			return errors.New("tls.cert_file: empty, but tls.key_file is set (a client certificate needs both)")
+		}
+		return errors.New("tls.key_file: empty, but tls.cert_file is set (a client certificate needs both)")
+	}
+	return nil
+}
+
+// build loads the files and returns the *tls.Config, or nil when TLS is
+// off. Errors name the field.
+func (t *tlsConfig) build() (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in the config
+		ServerName:         t.ServerName,
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca_file: no PEM certificate in %s", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+func (s *saslConfig) validate() error {
+	switch s.Mechanism {
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	case "":
+		return errors.New("sasl.mechanism: empty (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+	default:
+		return fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+	}
+	if s.Username == "" {
+		return errors.New("sasl.username: empty")
+	}
+	if s.Password == "" {
+		return errors.New("sasl.password: empty (use ${VAR} to take it from the environment)")
+	}
+	return nil
+}
+
+// mechanism returns the SASL mechanism, or nil when SASL is off.
+func (s *saslConfig) mechanism() (sasl.Mechanism, error) {
+	if s == nil {
+		return nil, nil
+	}
+	switch s.Mechanism {
+	case "PLAIN":
+		return plain.Mechanism{Username: s.Username, Password: s.Password}, nil
+	case "SCRAM-SHA-256", "SCRAM-SHA-512":
+		algo := scram.SHA256
+		if s.Mechanism == "SCRAM-SHA-512" {
+			algo = scram.SHA512
+		}
+		m, err := scram.Mechanism(algo, s.Username, s.Password)
+		if err != nil {
+			return nil, fmt.Errorf("sasl: %w", err)
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+}

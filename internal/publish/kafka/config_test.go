@@ -1,0 +1,118 @@
+package kafka
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	kafka "github.com/segmentio/kafka-go"
+
+	"github.com/walpost/walpost/internal/publish"
+)
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want string
+	}{
+		{`topic: t`, "brokers: empty"},
+		{`brokers: ["nohost"], topic: t`, `brokers[0]: "nohost" is not host:port`},
+		{`brokers: ["h:1", "h:99999"], topic: t`, `brokers[1]: "h:99999": port "99999" is not 1..65535`},
+		{`brokers: ["h:9092"]`, "topic: empty"},
+		{`brokers: ["h:9092"], topic: "outbox.{tpye}"`, "topic: \"outbox.{tpye}\" has the unknown placeholder {tpye} (use {type} or {key})"},
+		{`brokers: ["h:9092"], topic: "outbox.{type"`, "topic: \"outbox.{type\" has a '{' without '}'"},
+		{`brokers: ["h:9092"], topic: "out box"`, "topic: \"out box\": kafka: illegal topic name: character ' ' at offset 3"},
+		{`brokers: ["h:9092"], topic: "out/{type}"`, "topic: template \"out/{type}\": kafka: illegal topic name: character '/'"},
+		{`brokers: ["h:9092"], topic: ".."`, `topic: "..": kafka: illegal topic name: ".." is reserved`},
+		{`brokers: ["h:9092"], topic: "` + strings.Repeat("t", 250) + `"`, "250 characters, over Kafka's limit of 249"},
+		{`brokers: ["h:9092"], topic: t, acks: 1`, `acks: "1" is not all, leader or none`},
+		{`brokers: ["h:9092"], topic: t, batch_bytes: 10`, "batch_bytes: 10 is outside 1024..1073741824"},
+		{`brokers: ["h:9092"], topic: t, batch_size: 0`, ""}, // 0 means the default
+		{`brokers: ["h:9092"], topic: t, batch_size: -1`, "batch_size: -1 is outside 1..100000"},
+		{`brokers: ["h:9092"], topic: t, linger: 10s`, "linger: 10s is outside 0s..5s"},
+		{`brokers: ["h:9092"], topic: t, linger: soon`, `"soon" is not a duration`},
+		{`brokers: ["h:9092"], topic: t, compression: brotli`, `compression: "brotli" is not none, gzip, snappy, lz4 or zstd`},
+		{`brokers: ["h:9092"], topic: t, timeout: 1ms`, "timeout: 1ms is outside 100ms..10m0s"},
+		{`brokers: ["h:9092"], topic: t, tpoic: x`, `unknown key "tpoic"`},
+		{`brokers: ["h:9092"], topic: t, tls: {ca_file: ca.pem}`, "tls.ca_file: set, but tls.enabled is false"},
+		{`brokers: ["h:9092"], topic: t, tls: {enabled: true, cert_file: c.pem}`, "tls.key_file: empty, but tls.cert_file is set"},
+		{`brokers: ["h:9092"], topic: t, tls: {enabled: true, ca_file: /does/not/exist.pem}`, "tls.ca_file: open /does/not/exist.pem"},
+		{`brokers: ["h:9092"], topic: t, tls: {enabled: true, cafile: x}`, `unknown key "cafile"`},
+		{`brokers: ["h:9092"], topic: t, sasl: {username: u, password: p}`, "sasl.mechanism: empty"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: GSSAPI, username: u, password: p}`, `sasl.mechanism: "GSSAPI" is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: plain, password: p}`, "sasl.username: empty"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-256, username: u}`, "sasl.password: empty"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-512, username: u, password: p}`, ""},
+	} {
+		doc := "{name: events, kind: kafka, " + tc.yaml + "}"
+		_, err := New(sinkConfig(t, doc), zerolog.Nop())
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: unexpected error %v", tc.yaml, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got error %v, want one containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestRegistryPrefixesTheSink(t *testing.T) {
+	_, err := publish.Open(3, sinkConfig(t, "name: events\nkind: kafka\ntopic: t\n"), zerolog.Nop())
+	if err == nil || err.Error() != "sinks[3] (events): brokers: empty (list at least one, e.g. [\"127.0.0.1:9092\"])" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDefaultsTuneForLatencyAndSafety(t *testing.T) {
+	s := newSink(t, []string{"127.0.0.1:9"}, "outbox.{type}")
+	w := s.writer
+	if w.RequiredAcks != kafka.RequireAll {
+		t.Errorf("acks %v, want all", w.RequiredAcks)
+	}
+	if w.MaxAttempts != 1 {
+		t.Errorf("MaxAttempts %d, want 1: the relay retries whole batches", w.MaxAttempts)
+	}
+	if w.BatchTimeout != time.Millisecond || w.BatchSize != 1000 || w.BatchBytes != 1<<20 {
+		t.Errorf("BatchTimeout %s, BatchSize %d, BatchBytes %d; want 1ms, 1000, 1MiB", w.BatchTimeout, w.BatchSize, w.BatchBytes)
+	}
+	if b, ok := w.Balancer.(kafka.Murmur2Balancer); !ok || !b.Consistent {
+		t.Errorf("balancer %#v, want a consistent Murmur2Balancer", w.Balancer)
+	}
+	if w.AllowAutoTopicCreation || w.Compression != 0 || s.transport.ClientID != "walpost" || s.transport.TLS != nil || s.transport.SASL != nil {
+		t.Errorf("unexpected writer %+v / transport %+v", w, s.transport)
+	}
+	if w.WriteTimeout != 5*time.Second { // newSink sets timeout: 5s
+		t.Errorf("WriteTimeout %s, want the configured 5s", w.WriteTimeout)
+	}
+
+	s = newSink(t, []string{"127.0.0.1:9"}, "t", "acks: leader", "linger: 0s", "compression: zstd", "client_id: me", "auto_create_topics: true")
+	if s.writer.RequiredAcks != kafka.RequireOne || s.writer.BatchTimeout != time.Nanosecond ||
+		s.writer.Compression != kafka.Zstd || s.transport.ClientID != "me" || !s.writer.AllowAutoTopicCreation {
+		t.Errorf("settings not applied: writer %+v", s.writer)
+	}
+}
+
+func TestNameIsTheConfiguredName(t *testing.T) {
+	if n := newSink(t, []string{"127.0.0.1:9"}, "t").Name(); n != "events" {
+		t.Errorf("Name() = %q", n)
+	}
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	s := newSink(t, []string{"127.0.0.1:9"}, "t")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKindIsRegistered(t *testing.T) {
+	for _, k := range publish.Kinds() {
+		if k == "kafka" {
+			return
+		}
+	}
+	t.Fatalf("kind kafka not registered: %v", publish.Kinds())
+}

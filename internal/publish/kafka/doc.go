@@ -1,0 +1,113 @@
+// Package kafka is walpost's Kafka sink: it publishes outbox messages with
+// github.com/segmentio/kafka-go and reports a batch as delivered only once
+// Kafka acknowledged every message of it. Importing the package registers
+// the sink kind "kafka" with the publish registry.
+//
+// # Configuration
+//
+// The kind's settings sit in the sink's YAML mapping beside name, kind and
+// route, and are decoded strictly (an unknown key is an error):
+//
+//   - name: events
+//     kind: kafka
+//     brokers: ["127.0.0.1:9092"]  # bootstrap brokers, host:port; required
+//     topic: "outbox.{type}"       # a topic, or a template: {type} and {key} are replaced; required
+//     acks: all                    # all (default) | leader | none
+//     batch_bytes: 1048576         # most bytes in one produce request (default 1 MiB)
+//     batch_size: 1000             # most messages in one produce request (default 1000)
+//     linger: 1ms                  # wait for more messages before a request (default 1ms; 0 = none)
+//     compression: none            # none (default) | gzip | snappy | lz4 | zstd
+//     client_id: walpost           # default walpost
+//     auto_create_topics: false    # let brokers create missing topics (default false)
+//     tls: {enabled: true, ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false, server_name: ""}
+//     sasl: {mechanism: SCRAM-SHA-512, username: walpost, password: "${KAFKA_PASSWORD}"}
+//     timeout: 10s                 # bounds one write attempt: dial, metadata, produce and ack
+//
+// Errors name the field ("brokers: empty", "topic: ... unknown placeholder
+// {tpye}"); the registry puts the sink in front ("sinks[0] (events): ").
+// batch_bytes must not exceed the topics' max.message.bytes (Kafka's
+// default is 1048588), or Kafka rejects full batches as too large. A fixed
+// topic is checked when the sink is configured; a template's literal parts
+// are, and each expanded name is checked per message.
+//
+// acks: none gives up the relay's guarantee: Kafka does not answer, so
+// the slot may be confirmed past messages that a broker failure then
+// loses. The sink logs a warning for it.
+//
+// # Mapping
+//
+//   - Record key: the outbox key; the message id when the key is NULL
+//     (decoder.Message.OrderingKey), so that every message has a key and
+//     lands on a partition chosen by its key.
+//   - Partition: murmur2 of the key (kafka.Murmur2Balancer with Consistent
+//     set), the Java client's default partitioner, so a key lands on the
+//     same partition as a Java producer would put it.
+//   - Value: the payload bytes as stored (an empty payload is an empty
+//     value, never a tombstone).
+//   - Headers: "id", "type", then every entry of the headers column in key
+//     order (so traceparent travels); an entry named "id" or "type" is
+//     left out, the message's own id and type win.
+//   - Timestamp: the commit time of the message's transaction.
+//   - Topic: the template with {type} replaced by the message type and
+//     {key} by the ordering key. A name Kafka does not accept (empty, over
+//     249 characters, a character outside [a-zA-Z0-9._-], "." or "..") is a
+//     Permanent error naming the message id, LSN and topic, raised before
+//     anything of the batch is sent. Topics per {key} create a topic per
+//     aggregate: rarely what one wants.
+//
+// # Ordering
+//
+// Within a partition, Kafka stores records in the order it receives them,
+// and kafka-go sends the requests of one partition one at a time. The sink
+// keeps WAL order per key — duplicates possible, reordering not — because:
+//
+//  1. The relay makes one Publish call at a time per sink, with the
+//     messages in WAL order, and a failed batch is retried whole before
+//     anything after it is sent (the sink also serializes Publish itself).
+//  2. Within a call, the messages go out in groups, one WriteMessages call
+//     per group, each group only after the one before was acknowledged. A
+//     group is cut small enough (batch_size messages; batch_bytes in all,
+//     counting record overhead) that kafka-go puts each partition's share
+//     of it into a single produce request, and a produce request is
+//     appended whole or not at all. So no request of a partition can
+//     succeed after an earlier request of the same partition failed.
+//  3. kafka-go's own retries are off (MaxAttempts 1): they would resend a
+//     failed request after a later one of the same call had succeeded.
+//
+// Hence within a partition the sequence of first successful writes is WAL
+// order. A retry re-sends messages that may have been stored already, so
+// receivers see duplicates (the inbox drops them), never a message before
+// one that preceded it in the WAL. One caveat is Kafka's own: adding
+// partitions to a topic moves keys to other partitions.
+//
+// When the context of a Publish ends, Publish returns at once, but a
+// produce request already sent may still complete. A retry queues behind
+// it on the same partition, so it too can only duplicate.
+//
+// # Errors
+//
+// Publish decides by error type and Kafka error code, never by text
+// (classify):
+//
+//   - Transient, returned as is so that the relay retries the batch with
+//     backoff: retriable Kafka codes (NotLeaderForPartition,
+//     LeaderNotAvailable, NotEnoughReplicas, RequestTimedOut, ...),
+//     network errors (refused, reset, timeouts), an ended context, and
+//     anything not known to be permanent. After a transient error the
+//     cached cluster metadata is dropped so that the retry finds moved
+//     leaders and restarted brokers at once.
+//   - Permanent, marked with publish.Permanent so that the relay stops
+//     instead of retrying: MessageSizeTooLarge (from the broker, or a
+//     message over batch_bytes), RecordListTooLarge, InvalidTopic and an
+//     illegal expanded topic name, TopicAuthorizationFailed,
+//     ClusterAuthorizationFailed, SASL authentication failures,
+//     UnknownTopicOrPartition when auto_create_topics is false, a few
+//     configuration rejections (acks, compression, record validation), and
+//     TLS failures that only a configuration change fixes (a certificate
+//     that does not verify, a handshake the broker refuses with an alert,
+//     a listener answering in plain text).
+//
+// Every error names the message it concerns (id and LSN), its topic, how
+// many messages of the call were not acknowledged, and, for permanent
+// ones, what to do.
+package kafka

@@ -1,0 +1,104 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+
+	kafka "github.com/segmentio/kafka-go"
+)
+
+// verdict is how a failed write is handled.
+type verdict struct {
+	// permanent: retrying cannot help; Publish marks the error with
+	// publish.Permanent and the relay stops.
+	permanent bool
+	// hint tells the operator what to do; "" for none.
+	hint string
+}
+
+// permanentCodes are the Kafka error codes that no retry fixes: the
+// message, the topic, the credentials or the configuration must change.
+// UnknownTopicOrPartition is decided apart (it depends on
+// auto_create_topics). Every other code, and every error that is not a
+// Kafka error code, is transient.
+var permanentCodes = map[kafka.Error]string{
+	kafka.MessageSizeTooLarge:                "the request is larger than the topic's max.message.bytes: keep batch_bytes below it, and raise it (or park the message) if one message alone is larger",
+	kafka.RecordListTooLarge:                 "the batch is larger than the topic's segment size: lower batch_bytes or raise segment.bytes",
+	kafka.InvalidTopic:                       "Kafka rejects the topic name: fix topic",
+	kafka.TopicAuthorizationFailed:           "the principal may not write to the topic: grant it WRITE and DESCRIBE on the topic",
+	kafka.ClusterAuthorizationFailed:         "the principal lacks a cluster permission: grant it on the cluster",
+	kafka.SASLAuthenticationFailed:           "the brokers reject the credentials: check sasl.mechanism, sasl.username and sasl.password",
+	kafka.UnsupportedSASLMechanism:           "the brokers do not offer this SASL mechanism: change sasl.mechanism",
+	kafka.IllegalSASLState:                   "SASL negotiation failed: check the sasl settings against the listener",
+	kafka.InvalidRequiredAcks:                "the brokers reject the acks setting: change acks",
+	kafka.UnsupportedCompressionType:         "the brokers do not accept this compression: change compression",
+	kafka.UnsupportedForMessageFormat:        "the topic's message format cannot hold this record: upgrade the topic's message.format.version",
+	kafka.InvalidRecord:                      "the brokers reject the record (a topic policy or validation)",
+	kafka.InvalidTimestamp:                   "the record timestamp (the commit time) is outside the topic's message.timestamp.difference.max.ms",
+	kafka.PolicyViolation:                    "a broker policy rejects the request",
+	kafka.TransactionalIDAuthorizationFailed: "the principal lacks a transactional id permission",
+}
+
+// classify decides whether err, from writing to Kafka, is worth retrying.
+// It looks only at error types and codes, never at the text:
+//
+//   - kafka-go's client-side MessageTooLargeError and the codes in
+//     permanentCodes: permanent;
+//   - UnknownTopicOrPartition: permanent unless autoCreate (the brokers
+//     may be creating the topic);
+//   - a certificate the client cannot verify, a TLS alert from the broker
+//     (it refused the client certificate) or a non-TLS answer on a TLS
+//     connection: permanent, the TLS settings must change;
+//   - everything else — retriable Kafka codes (leader changes, not
+//     enough replicas, request timeouts), network errors, broker
+//     connections refused or reset, context deadlines, unknown errors:
+//     transient. Retrying a batch is always safe (duplicates, never
+//     reordering), so when in doubt the relay retries.
+func classify(err error, autoCreate bool) verdict {
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return verdict{true, "the message is larger than batch_bytes: raise batch_bytes (and the topic's max.message.bytes), or park the message"}
+	}
+	var code kafka.Error
+	if errors.As(err, &code) {
+		if code == kafka.UnknownTopicOrPartition {
+			if autoCreate {
+				return verdict{hint: "the topic does not exist yet; the brokers are asked to create it"}
+			}
+			return verdict{true, "the topic does not exist: create it, or set auto_create_topics: true"}
+		}
+		if hint, ok := permanentCodes[code]; ok {
+			return verdict{true, hint}
+		}
+		return verdict{}
+	}
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		alert    tls.AlertError
+		header   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+		return verdict{true, "the broker's certificate does not verify: check tls.ca_file and tls.server_name"}
+	case errors.As(err, &alert), isRemoteTLSAlert(err):
+		return verdict{true, "the broker refused the TLS handshake: check tls.cert_file and tls.key_file"}
+	case errors.As(err, &header):
+		return verdict{true, "the broker does not speak TLS on this port: check tls.enabled and brokers"}
+	}
+	return verdict{}
+}
+
+// isRemoteTLSAlert reports whether err is an alert the peer sent during
+// the TLS handshake (a client certificate refused or missing, no common
+// protocol version). crypto/tls reports those on TCP as a *net.OpError
+// whose Op is "remote error" (its alert type is unexported); the Op field
+// is the kind of the failure, not its text.
+func isRemoteTLSAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}

@@ -1,0 +1,449 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	kafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/sinktest"
+)
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestIntegrationConformance runs the sink conformance suite against the
+// Kafka sink and an in-process broker. The outage takes the broker off the
+// network (its socket closed, connections reset) and brings it back on the
+// same port with its data.
+func TestIntegrationConformance(t *testing.T) {
+	const topic = "sinktest"
+	sinktest.Run(t, sinktest.Harness{
+		Open: func(t *testing.T) *sinktest.Target {
+			fk := startKafka(t, kfake.SeedTopics(4, topic),
+				kfake.BrokerConfigs(map[string]string{"message.max.bytes": fmt.Sprint(4 << 20)}))
+			s := newSink(t, fk.addrs, topic, "batch_bytes: 2097152")
+			return &sinktest.Target{
+				Sink: s,
+				Read: func(t testing.TB) []*decoder.Message {
+					var msgs []*decoder.Message
+					for _, r := range fk.readAll(t, topic) {
+						msgs = append(msgs, asMessage(r))
+					}
+					return msgs
+				},
+				Outage: fk.outage,
+			}
+		},
+		Features: sinktest.Features{
+			CommitTime:    time.Millisecond,
+			BinaryPayload: true,
+			MaxPayload:    1 << 20,
+		},
+	})
+}
+
+// TestIntegrationConformanceWithSmallCompressedRequests runs the suite
+// again with requests of at most 7 messages and 4 KiB, compressed, so that
+// every Publish call goes out in many groups one after another. (snappy:
+// pierrec/lz4 is ~100 times slower under the race detector.)
+func TestIntegrationConformanceWithSmallCompressedRequests(t *testing.T) {
+	const topic = "sinktest"
+	sinktest.Run(t, sinktest.Harness{
+		Open: func(t *testing.T) *sinktest.Target {
+			fk := startKafka(t, kfake.SeedTopics(3, topic))
+			s := newSink(t, fk.addrs, topic, "batch_size: 7", "batch_bytes: 4096", "compression: snappy", "linger: 0s")
+			return &sinktest.Target{
+				Sink: s,
+				Read: func(t testing.TB) []*decoder.Message {
+					var msgs []*decoder.Message
+					for _, r := range fk.readAll(t, topic) {
+						msgs = append(msgs, asMessage(r))
+					}
+					return msgs
+				},
+				Outage: fk.outage,
+			}
+		},
+		Features: sinktest.Features{CommitTime: time.Millisecond, BinaryPayload: true, MaxPayload: 3000},
+	})
+}
+
+func TestIntegrationEveryCompressionRoundTrips(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(2, "none", "gzip", "snappy", "lz4", "zstd"))
+	g := sinktest.NewGen(32)
+	for _, codec := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
+		s := newSink(t, fk.addrs, codec, "compression: "+codec)
+		msgs := g.Interleave(100, sinktest.Keys(3)...)
+		if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+			t.Fatalf("%s: %v", codec, err)
+		}
+		var got []*decoder.Message
+		for _, r := range fk.readAll(t, codec) {
+			got = append(got, asMessage(r))
+		}
+		if !sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, msgs, got, nil) {
+			t.Errorf("compression %s", codec)
+		}
+	}
+}
+
+// TestIntegrationRecordCarriesKeyValueHeadersAndTimestamp checks the
+// mapping record by record: key (the id for a NULL key), value bytes,
+// headers id, type and the headers column in key order, the commit time as
+// timestamp, the topic from the template, and the partition a Java
+// producer would choose for the key (murmur2, as franz-go's default
+// partitioner computes it).
+func TestIntegrationRecordCarriesKeyValueHeadersAndTimestamp(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(6, "walpost.order.created", "walpost.order.paid", "walpost.order.shipped"))
+	s := newSink(t, fk.addrs, "walpost.{type}")
+	g := sinktest.NewGen(21)
+	msgs := []*decoder.Message{g.Message("order-1"), g.NullKeyMessage(), g.Message("order-2"), g.Message("order-1")}
+	msgs[2].Headers["id"] = "spoofed" // the message's own id wins
+	msgs[2].Headers["zz-last"], msgs[2].Headers["aa-first"] = "z", "a"
+	msgs[3].Headers = nil
+	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+		t.Fatal(err)
+	}
+
+	byID := map[string]*kgo.Record{}
+	for _, typ := range sinktest.Types {
+		for _, r := range fk.readAll(t, "walpost."+typ) {
+			byID[asMessage(r).ID] = r
+		}
+	}
+	if len(byID) != len(msgs) {
+		t.Fatalf("read %d records, want %d", len(byID), len(msgs))
+	}
+	partitioner := kgo.StickyKeyPartitioner(nil)
+	for _, m := range msgs {
+		r := byID[m.ID]
+		if r == nil {
+			t.Fatalf("message %s not found", m.ID)
+		}
+		if r.Topic != "walpost."+m.Type {
+			t.Errorf("message %s went to topic %q, want walpost.%s", m.ID, r.Topic, m.Type)
+		}
+		if string(r.Key) != m.OrderingKey() {
+			t.Errorf("message %s has key %q, want %q", m.ID, r.Key, m.OrderingKey())
+		}
+		if !bytes.Equal(r.Value, m.Payload) {
+			t.Errorf("message %s has value %q, want %q", m.ID, r.Value, m.Payload)
+		}
+		if !r.Timestamp.Equal(m.CommitTime) {
+			t.Errorf("message %s has timestamp %s, want the commit time %s", m.ID, r.Timestamp, m.CommitTime)
+		}
+		want := []string{"id=" + m.ID, "type=" + m.Type}
+		for _, k := range sortedKeys(m.Headers) {
+			if k != "id" && k != "type" {
+				want = append(want, k+"="+m.Headers[k])
+			}
+		}
+		var got []string
+		for _, h := range r.Headers {
+			got = append(got, h.Key+"="+string(h.Value))
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("message %s has headers %q, want %q", m.ID, got, want)
+		}
+		if p := partitioner.ForTopic(r.Topic).Partition(&kgo.Record{Key: r.Key}, 6); int32(p) != r.Partition {
+			t.Errorf("key %q landed on partition %d; a Java producer would use %d", r.Key, r.Partition, p)
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	for i := range ks {
+		for j := i + 1; j < len(ks); j++ {
+			if ks[j] < ks[i] {
+				ks[i], ks[j] = ks[j], ks[i]
+			}
+		}
+	}
+	return ks
+}
+
+// requirePermanent fails unless err is Permanent and names every one of
+// wants.
+func requirePermanent(t *testing.T, err error, wants ...string) {
+	t.Helper()
+	if err == nil || !publish.IsPermanent(err) {
+		t.Fatalf("got %v, want a Permanent error", err)
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not name %q", err, w)
+		}
+	}
+}
+
+func requireTransient(t *testing.T, err error) {
+	t.Helper()
+	if err == nil || publish.IsPermanent(err) {
+		t.Fatalf("got %v, want an error that is not Permanent", err)
+	}
+}
+
+func TestIntegrationIllegalTopicFromTemplateIsPermanentAndSendsNothing(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "walpost.order.created"))
+	s := newSink(t, fk.addrs, "walpost.{type}")
+	g := sinktest.NewGen(22)
+	ok := g.Message("k")
+	ok.Type = "order.created"
+	bad := g.Message("k")
+	bad.Type = "order/created"
+	err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{ok, bad})
+	requirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order/created"`)
+	if !errors.Is(err, errIllegalTopic) {
+		t.Errorf("error %v does not wrap errIllegalTopic", err)
+	}
+	if n := fk.PartitionInfo("walpost.order.created", 0).HighWatermark; n != 0 {
+		t.Errorf("%d records were sent although the batch failed before sending", n)
+	}
+}
+
+// TestIntegrationMessageTooLargeIsPermanentAndNamesIt: the broker refuses
+// a request over its message.max.bytes with MESSAGE_TOO_LARGE for the
+// whole request; the error names the largest message in it. A message over
+// batch_bytes is refused before sending.
+func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "big"), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "4096"}))
+	g := sinktest.NewGen(23)
+	big := g.SizedMessage("k", 10_000)
+	msgs := []*decoder.Message{g.Message("k"), g.Message("k"), big, g.Message("k")}
+
+	s := newSink(t, fk.addrs, "big")
+	err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+	requirePermanent(t, err, big.ID, big.LSN.String(), `"big"`, "max.message.bytes")
+	var code kafka.Error
+	if !errors.As(err, &code) || code != kafka.MessageSizeTooLarge {
+		t.Errorf("error %v does not wrap kafka.MessageSizeTooLarge", err)
+	}
+
+	small := newSink(t, fk.addrs, "big", "batch_bytes: 2048")
+	err = small.Publish(ctxFor(t, 10*time.Second), msgs)
+	requirePermanent(t, err, big.ID, big.LSN.String(), "batch_bytes 2048")
+	if n := fk.PartitionInfo("big", 0).HighWatermark; n != 0 {
+		t.Errorf("%d records stored, want none", n)
+	}
+}
+
+// TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate also checks that
+// with several topics in a batch the error names the first message of the
+// missing topic.
+func TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "walpost.order.created"))
+	g := sinktest.NewGen(24)
+
+	s := newSink(t, fk.addrs, "nowhere")
+	m := g.Message("k")
+	err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+	requirePermanent(t, err, m.ID, m.LSN.String(), `"nowhere"`, "auto_create_topics")
+
+	s = newSink(t, fk.addrs, "walpost.{type}")
+	a, b := g.Message("k"), g.Message("k")
+	a.Type, b.Type = "order.created", "order.paid"
+	err = s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{a, b})
+	requirePermanent(t, err, b.ID, b.LSN.String(), `"walpost.order.paid"`)
+}
+
+func TestIntegrationAutoCreateCreatesMissingTopic(t *testing.T) {
+	fk := startKafka(t, kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+	s := newSink(t, fk.addrs, "created.on.demand", "auto_create_topics: true")
+	g := sinktest.NewGen(25)
+	msgs := g.Interleave(20, sinktest.Keys(3)...)
+	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var got []*decoder.Message
+	for _, r := range fk.readAll(t, "created.on.demand") {
+		got = append(got, asMessage(r))
+	}
+	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, msgs, got, nil)
+}
+
+// TestIntegrationPartialFailureIsRetriedWholeWithoutReordering: one
+// partition answers NOT_LEADER_FOR_PARTITION twice while the others store
+// their share. The error is transient and says how much was not
+// acknowledged; the runner's retry of the whole batch duplicates what was
+// stored, and per key the first appearances keep publish order.
+func TestIntegrationPartialFailureIsRetriedWholeWithoutReordering(t *testing.T) {
+	const topic = "partial"
+	fk := startKafka(t, kfake.SeedTopics(4, topic))
+	s := newSink(t, fk.addrs, topic)
+	g := sinktest.NewGen(26)
+	before := g.Interleave(100, sinktest.Keys(8)...)
+	if err := s.Publish(ctxFor(t, 10*time.Second), before); err != nil {
+		t.Fatal(err)
+	}
+
+	fault := fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{2},
+		Err: kerr.NotLeaderForPartition, Count: 2})
+	batch := g.Interleave(200, sinktest.Keys(8)...)
+	err := s.Publish(ctxFor(t, 10*time.Second), batch)
+	requireTransient(t, err)
+	var code kafka.Error
+	if !errors.As(err, &code) || code != kafka.NotLeaderForPartition {
+		t.Errorf("error %v does not wrap kafka.NotLeaderForPartition", err)
+	}
+	if !strings.Contains(err.Error(), "of the call's 200 messages not acknowledged") {
+		t.Errorf("error %q does not say how many messages were not acknowledged", err)
+	}
+	t.Logf("first attempt: %v", err)
+
+	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, batch); err != nil {
+		t.Fatal(err)
+	}
+	if fault.Hits() != 2 {
+		t.Errorf("the fault answered %d requests, want 2", fault.Hits())
+	}
+	after := g.Interleave(100, sinktest.Keys(8)...)
+	if err := s.Publish(ctxFor(t, 10*time.Second), after); err != nil {
+		t.Fatal(err)
+	}
+
+	var got []*decoder.Message
+	for _, r := range fk.readAll(t, topic) {
+		got = append(got, asMessage(r))
+	}
+	dupOK := map[string]bool{}
+	for _, m := range batch {
+		dupOK[m.ID] = true
+	}
+	want := append(append(append([]*decoder.Message{}, before...), batch...), after...)
+	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, dupOK)
+	if len(got) <= len(want) {
+		t.Errorf("read %d records for %d messages: the partitions that did not fail should hold duplicates, so the test did not exercise a partial write", len(got), len(want))
+	}
+}
+
+// TestIntegrationLeaderMoveIsFoundOnRetry: after a partition's leader
+// moves, the first write fails transiently and the retry, which starts from
+// fresh metadata, goes to the new leader.
+func TestIntegrationLeaderMoveIsFoundOnRetry(t *testing.T) {
+	const topic = "moving"
+	fk := startKafka(t, kfake.NumBrokers(3), kfake.SeedTopics(1, topic))
+	s := newSink(t, fk.addrs, topic)
+	g := sinktest.NewGen(27)
+	first := g.Interleave(50, sinktest.Keys(3)...)
+	if err := s.Publish(ctxFor(t, 10*time.Second), first); err != nil {
+		t.Fatal(err)
+	}
+	leader := fk.LeaderFor(topic, 0)
+	if err := fk.MoveTopicPartition(topic, 0, (leader+1)%3); err != nil {
+		t.Fatal(err)
+	}
+	second := g.Interleave(50, sinktest.Keys(3)...)
+	attempts := 0
+	start := time.Now()
+	r := sinktest.Retry{OnError: func(n int, err error) {
+		attempts = n
+		requireTransient(t, err)
+		t.Logf("attempt %d: %v", n, err)
+	}}
+	if err := r.Publish(ctxFor(t, 20*time.Second), s, second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("delivered after %d failed attempts in %s", attempts, time.Since(start).Round(time.Millisecond))
+	if attempts > 2 {
+		t.Errorf("%d failed attempts: the retry should find the new leader at once", attempts)
+	}
+	var got []*decoder.Message
+	for _, r := range fk.readAll(t, topic) {
+		got = append(got, asMessage(r))
+	}
+	dupOK := map[string]bool{}
+	for _, m := range second {
+		dupOK[m.ID] = true
+	}
+	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, CommitTime: time.Millisecond},
+		append(append([]*decoder.Message{}, first...), second...), got, dupOK)
+}
+
+func TestIntegrationTopicAuthorizationFailureIsPermanent(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "secret"))
+	fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	s := newSink(t, fk.addrs, "secret")
+	m := sinktest.NewGen(28).Message("k")
+	requirePermanent(t, s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m}), m.ID, `"secret"`, "WRITE")
+}
+
+func TestIntegrationNotEnoughReplicasIsTransient(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "replicas"))
+	fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: 1})
+	s := newSink(t, fk.addrs, "replicas")
+	msgs := sinktest.NewGen(29).Interleave(10, "k")
+	requireTransient(t, s.Publish(ctxFor(t, 10*time.Second), msgs))
+	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+		t.Fatalf("the retry failed: %v", err)
+	}
+}
+
+func TestIntegrationSASLAuthenticates(t *testing.T) {
+	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			fk := startKafka(t, kfake.EnableSASL(), kfake.Superuser(mech, "walpost", "s3cret"), kfake.SeedTopics(1, "auth"))
+			s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: "+mech+", username: walpost, password: s3cret}")
+			if err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{sinktest.NewGen(30).Message("k")}); err != nil {
+				t.Fatalf("with the right password: %v", err)
+			}
+		})
+	}
+}
+
+// TestIntegrationSASLFailureIsPermanent: a broker answers a failed
+// authentication with SASL_AUTHENTICATION_FAILED and one that does not
+// offer the mechanism with UNSUPPORTED_SASL_MECHANISM; both stop the
+// relay. (kfake itself just closes the connection on a wrong password,
+// which the sink must treat as the network error it looks like; the
+// control below answers as Kafka does.)
+func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
+	g := sinktest.NewGen(31)
+	t.Run("WrongPassword", func(t *testing.T) {
+		fk := startKafka(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "walpost", "s3cret"), kfake.SeedTopics(1, "auth"))
+		fk.ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			fk.KeepControl()
+			resp := req.(*kmsg.SASLAuthenticateRequest).ResponseKind().(*kmsg.SASLAuthenticateResponse)
+			resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+			msg := "Authentication failed: Invalid username or password"
+			resp.ErrorMessage = &msg
+			return resp, nil, true
+		})
+		s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: PLAIN, username: walpost, password: wrong}")
+		m := g.Message("k")
+		err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+		requirePermanent(t, err, m.ID, "sasl.password")
+	})
+	t.Run("UnsupportedMechanism", func(t *testing.T) {
+		fk := startKafka(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "walpost", "s3cret"), kfake.SeedTopics(1, "auth"))
+		fk.ControlKey(int16(kmsg.SASLHandshake), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			fk.KeepControl()
+			resp := req.(*kmsg.SASLHandshakeRequest).ResponseKind().(*kmsg.SASLHandshakeResponse)
+			resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+			resp.SupportedMechanisms = []string{"SCRAM-SHA-512"}
+			return resp, nil, true
+		})
+		s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: PLAIN, username: walpost, password: s3cret}")
+		m := g.Message("k")
+		err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+		requirePermanent(t, err, m.ID, "sasl.mechanism")
+	})
+}

@@ -1,0 +1,213 @@
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	kafka "github.com/segmentio/kafka-go"
+
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/sinktest"
+)
+
+func TestTopicTemplateExpandsAndChecksEachName(t *testing.T) {
+	msg := func(typ, key string, hasKey bool) *decoder.Message {
+		return &decoder.Message{ID: "0190a0a0-0000-7000-8000-000000000001", Type: typ, Key: key, HasKey: hasKey}
+	}
+	for _, tc := range []struct {
+		tmpl    string
+		m       *decoder.Message
+		want    string
+		illegal bool
+	}{
+		{"orders", msg("order.created", "k", true), "orders", false},
+		{"outbox.{type}", msg("order.created", "k", true), "outbox.order.created", false},
+		{"{type}", msg("Order_Paid-v2", "k", true), "Order_Paid-v2", false},
+		{"outbox.{type}.{key}", msg("t", "tenant-1", true), "outbox.t.tenant-1", false},
+		{"by-key.{key}", msg("t", "", false), "by-key.0190a0a0-0000-7000-8000-000000000001", false},
+		{"outbox.{type}", msg("order/created", "k", true), "outbox.order/created", true},
+		{"outbox.{type}", msg("bestellung.erstellt.ä", "k", true), "outbox.bestellung.erstellt.ä", true},
+		{"{type}", msg("..", "k", true), "..", true},
+		{"{type}", msg(strings.Repeat("x", 250), "k", true), strings.Repeat("x", 250), true},
+		{"{type}", msg(strings.Repeat("x", 249), "k", true), strings.Repeat("x", 249), false},
+	} {
+		tt, err := parseTopic(tc.tmpl)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tmpl, err)
+		}
+		for range 2 { // the second time from the cache
+			got, err := tt.expand(tc.m)
+			if got != tc.want || (err != nil) != tc.illegal {
+				t.Errorf("%s with type %q: got %q, %v; want %q, illegal %v", tc.tmpl, tc.m.Type, got, err, tc.want, tc.illegal)
+			}
+			if err != nil && !errors.Is(err, errIllegalTopic) {
+				t.Errorf("%v does not wrap errIllegalTopic", err)
+			}
+		}
+	}
+}
+
+func TestTopicTemplateRejectsBadTemplates(t *testing.T) {
+	for tmpl, want := range map[string]string{
+		"":                                  "topic: empty",
+		"a}b":                               "'}' without '{'",
+		"a{type":                            "'{' without '}'",
+		"a.{Type}":                          "unknown placeholder {Type}",
+		"a.{}":                              "unknown placeholder {}",
+		"a b.{type}":                        "character ' '",
+		strings.Repeat("a", 249) + "{type}": "leaves no room",
+		".":                                 `"." is reserved`,
+	} {
+		_, err := parseTopic(tmpl)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", tmpl, err, want)
+		}
+	}
+}
+
+func TestClassifyDecidesByErrorKindNotText(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		err        error
+		autoCreate bool
+		permanent  bool
+	}{
+		{"broker: message too large", kafka.MessageSizeTooLarge, false, true},
+		{"client: message over batch_bytes", kafka.MessageTooLargeError{}, false, true},
+		{"wrapped code with broker message", fmt.Errorf("%w: %s", kafka.TopicAuthorizationFailed, "denied"), false, true},
+		{"in a WriteErrors entry", fmt.Errorf("x: %w", kafka.WriteErrors{nil, kafka.InvalidTopic}[1]), false, true},
+		{"cluster authorization", kafka.ClusterAuthorizationFailed, false, true},
+		{"SASL failed", kafka.SASLAuthenticationFailed, false, true},
+		{"SASL mechanism", kafka.UnsupportedSASLMechanism, false, true},
+		{"unknown topic without auto-create", kafka.UnknownTopicOrPartition, false, true},
+		{"unknown topic with auto-create", kafka.UnknownTopicOrPartition, true, false},
+		{"record list too large", kafka.RecordListTooLarge, false, true},
+		{"leader moved", kafka.NotLeaderForPartition, false, false},
+		{"leader not available", kafka.LeaderNotAvailable, false, false},
+		{"not enough replicas", kafka.NotEnoughReplicas, false, false},
+		{"not enough replicas after append", kafka.NotEnoughReplicasAfterAppend, false, false},
+		{"request timed out", kafka.RequestTimedOut, false, false},
+		{"unknown server error", kafka.Unknown, false, false},
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false, false},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false, false},
+		{"unexpected EOF", io.ErrUnexpectedEOF, false, false},
+		{"deadline", context.DeadlineExceeded, false, false},
+		{"canceled", fmt.Errorf("x: %w", context.Canceled), false, false},
+		{"text that looks permanent", errors.New("[10] Message Size Too Large"), false, false},
+		{"unknown CA", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false, true},
+		{"wrong host", x509.HostnameError{Host: "kafka"}, false, true},
+		{"client certificate refused", fmt.Errorf("remote error: %w", tls.AlertError(42)), false, true},
+		{"TLS alert from the broker", &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}, false, true},
+		{"not TLS on the port", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, false, true},
+	} {
+		if v := classify(tc.err, tc.autoCreate); v.permanent != tc.permanent {
+			t.Errorf("%s (%v): permanent %v, want %v", tc.name, tc.err, v.permanent, tc.permanent)
+		} else if v.permanent && v.hint == "" {
+			t.Errorf("%s: permanent without a hint", tc.name)
+		}
+	}
+}
+
+func TestRecordMapsKeyValueHeadersAndTime(t *testing.T) {
+	g := sinktest.NewGen(40)
+	m := g.NullKeyMessage()
+	m.Headers = map[string]string{"type": "spoof", "b": "2", "a": "1"}
+	m.Payload = nil
+	r := record(m, "t")
+	if string(r.Key) != m.ID {
+		t.Errorf("key %q, want the id for a NULL key", r.Key)
+	}
+	if r.Value == nil || len(r.Value) != 0 {
+		t.Errorf("value %#v, want empty and non-nil (nil is a tombstone)", r.Value)
+	}
+	var hs []string
+	for _, h := range r.Headers {
+		hs = append(hs, h.Key+"="+string(h.Value))
+	}
+	if got, want := strings.Join(hs, " "), "id="+m.ID+" type="+m.Type+" a=1 b=2"; got != want {
+		t.Errorf("headers %q, want %q", got, want)
+	}
+	if !r.Time.Equal(m.CommitTime) || r.Topic != "t" {
+		t.Errorf("time %s topic %q", r.Time, r.Topic)
+	}
+	m.CommitTime = time.Time{}
+	if r := record(m, "t"); time.Since(r.Time) > time.Minute {
+		t.Errorf("a zero commit time gave timestamp %s, want now", r.Time)
+	}
+}
+
+// TestGroupsFitOneRequestPerPartition checks the cut of a call into
+// WriteMessages groups: at most batch_size messages, within batch_bytes
+// with record overhead (so kafka-go never splits a partition's share into
+// two requests), and a message over batch_bytes alone is Permanent.
+func TestGroupsFitOneRequestPerPartition(t *testing.T) {
+	g := sinktest.NewGen(41)
+	var msgs []*decoder.Message
+	for i := range 300 {
+		msgs = append(msgs, g.SizedMessage(fmt.Sprint("k", i%7), 200+(i*37)%1500))
+	}
+	s := &Sink{batchBytes: 16 << 10, batchSize: 25}
+	km := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		km[i] = record(m, "t")
+	}
+	groups := 0
+	for start := 0; start < len(km); groups++ {
+		end, err := s.chunkEnd(msgs, km, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end <= start || end-start > s.batchSize {
+			t.Fatalf("group [%d,%d) has a bad size", start, end)
+		}
+		var wire, kgo int64 = recordBatchOverhead, 0
+		for i := start; i < end; i++ {
+			wire += wireBound(&km[i])
+			kgo += kgoSize(&km[i])
+		}
+		if end-start > 1 && (wire > s.batchBytes || kgo > s.batchBytes) {
+			t.Fatalf("group [%d,%d) holds %d bytes on the wire (%d by kafka-go's count), over batch_bytes %d", start, end, wire, kgo, s.batchBytes)
+		}
+		if end < len(km) && end-start < s.batchSize && wire+wireBound(&km[end]) <= s.batchBytes {
+			t.Fatalf("group [%d,%d) stopped although message %d fits", start, end, end)
+		}
+		start = end
+	}
+	t.Logf("%d messages in %d groups", len(msgs), groups)
+
+	big := g.SizedMessage("k", 20<<10)
+	_, err := s.chunkEnd([]*decoder.Message{big}, []kafka.Message{record(big, "t")}, 0)
+	if !publish.IsPermanent(err) || !strings.Contains(err.Error(), big.ID) || !errors.Is(err, kafka.MessageSizeTooLarge) {
+		t.Fatalf("a message over batch_bytes gave %v, want a Permanent MessageSizeTooLarge naming %s", err, big.ID)
+	}
+}
+
+// TestKgoSizeMatchesKafkaGo: chunkEnd relies on kgoSize being exactly
+// kafka-go's measure; kafka-go refuses a message one byte over BatchBytes
+// with MessageTooLargeError before sending and accepts one at the limit.
+func TestKgoSizeMatchesKafkaGo(t *testing.T) {
+	m := record(sinktest.NewGen(42).SizedMessage("k", 3000), "t")
+	n := kgoSize(&m)
+	for _, limit := range []int64{n - 1, n} {
+		w := &kafka.Writer{Addr: kafka.TCP("127.0.0.1:1"), BatchBytes: limit, Transport: &kafka.Transport{DialTimeout: 50 * time.Millisecond}}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := w.WriteMessages(ctx, m)
+		cancel()
+		w.Close()
+		var tooLarge kafka.MessageTooLargeError
+		if got := errors.As(err, &tooLarge); got != (limit < n) {
+			t.Errorf("BatchBytes %d for a message of %d by kgoSize: too large %v (%v)", limit, n, got, err)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+// Package sinktest is the conformance suite that every publish.Sink runs.
+//
+// A sink package hooks itself in with a Harness: Open sets up a fresh,
+// isolated destination (its own topic, its own file) for one subtest and
+// returns a Target holding the sink, a way to read back what the
+// destination holds, and, when the harness can simulate one, an outage of
+// the destination. Features says what the destination can carry and keep
+// (one total order or order per key, NULL keys, LSNs, timestamps, binary
+// payloads), and so which checks apply. Run then proves, as subtests named
+// after the guarantee:
+//
+//   - RoundTripKeepsEveryField: id, type, key, payload bytes and headers
+//     (traceparent among them) come back as published.
+//   - OrderKeptPerKeyAcrossBatches: messages of several keys interleaved
+//     over many Publish calls come back in publish order per ordering key,
+//     and in one total order when Features.GlobalOrder.
+//   - AckedMessagesAreReadable: once Publish returned nil the messages are
+//     readable, at once, without polling.
+//   - CanceledContextFailsPromptly: Publish returns promptly with an error
+//     wrapping ctx.Err() when its context ends, and a retry of the whole
+//     batch then delivers it, duplicates limited to that batch.
+//   - OutageLosesNothingAndKeepsOrder: during an outage Publish fails with
+//     an error that is not Permanent (or blocks until its context ends); a
+//     caller-level retry of the whole batch succeeds after the destination
+//     is back; nothing is lost, per-key order holds, and only the retried
+//     batch may be duplicated.
+//   - LargeBatchesAllDelivered: 5,000 messages in batches of 1,000, and one
+//     payload of Features.MaxPayload bytes when set.
+//
+// The suite emulates the relay's runner: a batch that fails with an error
+// not marked publish.Permanent is retried whole, with backoff (Retry and
+// PublishWithRetry). That is what makes "duplicates possible, reordering
+// not" the property to check: the order of first appearances of the
+// message ids per ordering key must equal the publish order.
+//
+// Messages come from a Gen: valid UUIDv7 ids, JSON payloads, increasing
+// LSNs, millisecond commit times. ReadJSONLines parses the JSON-lines form
+// that the file and stdout sinks write, so that their harness's Read is a
+// few lines.
+//
+// Nothing in this package is safe for concurrent use unless its doc says
+// so; the suite runs its subtests one after another.
+package sinktest

@@ -1,0 +1,88 @@
+package sinktest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/decoder"
+)
+
+// jsonLine is one line of the file and stdout sinks (DESIGN.md):
+// {"id":…,"type":…,"key":…,"payload":<JSON>,"headers":{…},"lsn":"0/16B3748","commit_lsn":"0/16B37A0"}
+type jsonLine struct {
+	ID        string            `json:"id"`
+	Type      string            `json:"type"`
+	Key       *string           `json:"key"`
+	Payload   json.RawMessage   `json:"payload"`
+	Headers   map[string]string `json:"headers"`
+	LSN       string            `json:"lsn"`
+	CommitLSN string            `json:"commit_lsn"`
+}
+
+// ReadJSONLines parses the JSON lines that the file and stdout sinks write,
+// one message per line, in order. A key that is null or absent gives
+// HasKey false; the payload is the field's raw JSON text (PayloadJSON
+// true); lsn and commit_lsn are parsed when present. Blank lines are
+// skipped; any other line that does not parse is an error naming its line
+// number, so a torn last line is reported, not ignored.
+//
+// Use it in a harness's Read, e.g. on os.Open of the sink's file.
+func ReadJSONLines(r io.Reader) ([]*decoder.Message, error) {
+	br := bufio.NewReader(r)
+	var msgs []*decoder.Message
+	for n := 1; ; n++ {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			m, perr := parseJSONLine(line)
+			if perr != nil {
+				return msgs, fmt.Errorf("sinktest: line %d: %w", n, perr)
+			}
+			msgs = append(msgs, m)
+		}
+		if errors.Is(err, io.EOF) {
+			return msgs, nil
+		}
+		if err != nil {
+			return msgs, fmt.Errorf("sinktest: reading line %d: %w", n, err)
+		}
+	}
+}
+
+func parseJSONLine(line []byte) (*decoder.Message, error) {
+	var l jsonLine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&l); err != nil {
+		return nil, err
+	}
+	if l.ID == "" {
+		return nil, errors.New(`no "id"`)
+	}
+	m := &decoder.Message{
+		ID:          l.ID,
+		Type:        l.Type,
+		Payload:     []byte(l.Payload),
+		PayloadJSON: true,
+		Headers:     l.Headers,
+	}
+	if l.Key != nil {
+		m.Key, m.HasKey = *l.Key, true
+	}
+	var err error
+	if l.LSN != "" {
+		if m.LSN, err = pglogrepl.ParseLSN(l.LSN); err != nil {
+			return nil, fmt.Errorf("message %s: lsn: %w", l.ID, err)
+		}
+	}
+	if l.CommitLSN != "" {
+		if m.CommitLSN, err = pglogrepl.ParseLSN(l.CommitLSN); err != nil {
+			return nil, fmt.Errorf("message %s: commit_lsn: %w", l.ID, err)
+		}
+	}
+	return m, nil
+}
