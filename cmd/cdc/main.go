@@ -36,7 +36,7 @@ import (
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/outbox"
-	// kafka sink registered when ready
+	_ "github.com/walpost/walpost/internal/publish/kafka" // registers kind: kafka
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".

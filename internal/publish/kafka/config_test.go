@@ -75,8 +75,11 @@ func TestDefaultsTuneForLatencyAndSafety(t *testing.T) {
 	if w.BatchTimeout != time.Millisecond || w.BatchSize != 1000 || w.BatchBytes != 1<<20 {
 		t.Errorf("BatchTimeout %s, BatchSize %d, BatchBytes %d; want 1ms, 1000, 1MiB", w.BatchTimeout, w.BatchSize, w.BatchBytes)
 	}
-	if b, ok := w.Balancer.(kafka.Murmur2Balancer); !ok || !b.Consistent {
+	if b, ok := w.Balancer.(keyBalancer); !ok || !b.murmur.Consistent {
 		t.Errorf("balancer %#v, want a consistent Murmur2Balancer", w.Balancer)
+	}
+	if p := w.Balancer.Balance(kafka.Message{Key: []byte("k")}); p != 0 {
+		t.Errorf("no partitions gave partition %d, want 0 (and no panic)", p)
 	}
 	if w.AllowAutoTopicCreation || w.Compression != 0 || s.transport.ClientID != "walpost" || s.transport.TLS != nil || s.transport.SASL != nil {
 		t.Errorf("unexpected writer %+v / transport %+v", w, s.transport)

@@ -107,7 +107,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	}
 	w := &kafka.Writer{
 		Addr:     kafka.TCP(kc.Brokers...),
-		Balancer: kafka.Murmur2Balancer{Consistent: true},
+		Balancer: keyBalancer{kafka.Murmur2Balancer{Consistent: true}},
 		// One attempt: the relay retries the whole batch, so that a retry
 		// never sends a later request of a partition before an earlier
 		// one that failed (see the package doc).
@@ -142,6 +142,21 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
 		Str("compression", kc.Compression).Bool("tls", tc != nil).Msg("kafka sink configured")
 	return s, nil
+}
+
+// keyBalancer picks a record's partition from its key with murmur2, like
+// the Java client's default partitioner. It guards against an empty
+// partition list, which kafka-go would pass for a topic whose metadata
+// lists no partitions yet (while being created) and which would make the
+// murmur2 balancer divide by zero: partition 0 is chosen and the produce
+// request then fails with a retriable error.
+type keyBalancer struct{ murmur kafka.Murmur2Balancer }
+
+func (b keyBalancer) Balance(msg kafka.Message, partitions ...int) int {
+	if len(partitions) == 0 {
+		return 0
+	}
+	return b.murmur.Balance(msg, partitions...)
 }
 
 // Name returns the sink's configured name.

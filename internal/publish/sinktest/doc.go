@@ -35,8 +35,27 @@
 //
 // Messages come from a Gen: valid UUIDv7 ids, JSON payloads, increasing
 // LSNs, millisecond commit times. ReadJSONLines parses the JSON-lines form
-// that the file and stdout sinks write, so that their harness's Read is a
-// few lines.
+// that the file and stdout sinks write (publish.AppendJSONLine, base64
+// payloads included), so that their harness's Read is a few lines:
+//
+//	Read: func(t testing.TB) []*decoder.Message {
+//		f, err := os.Open(path)
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		defer f.Close()
+//		msgs, err := sinktest.ReadJSONLines(f)
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		return msgs
+//	},
+//
+// with Features{GlobalOrder: true, NullKey: true, LSN: true,
+// BinaryPayload: true, ReencodesJSON: true}. A sink of package publish
+// itself runs the suite from an external test package (package
+// publish_test): sinktest imports publish, so publish's own tests cannot
+// import sinktest.
 //
 // Nothing in this package is safe for concurrent use unless its doc says
 // so; the suite runs its subtests one after another.

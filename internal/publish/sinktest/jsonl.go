@@ -3,6 +3,7 @@ package sinktest
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,12 +24,16 @@ type jsonLine struct {
 	Headers   map[string]string `json:"headers"`
 	LSN       string            `json:"lsn"`
 	CommitLSN string            `json:"commit_lsn"`
+	// PayloadEncoding is "base64" when the payload is not JSON (a bytea
+	// column holding other bytes) and was written as a base64 string.
+	PayloadEncoding string `json:"payload_encoding,omitempty"`
 }
 
 // ReadJSONLines parses the JSON lines that the file and stdout sinks write,
 // one message per line, in order. A key that is null or absent gives
 // HasKey false; the payload is the field's raw JSON text (PayloadJSON
-// true); lsn and commit_lsn are parsed when present. Blank lines are
+// true), or, with "payload_encoding":"base64", the decoded bytes
+// (PayloadJSON false); lsn and commit_lsn are parsed when present. Blank lines are
 // skipped; any other line that does not parse is an error naming its line
 // number, so a torn last line is reported, not ignored.
 //
@@ -69,6 +74,21 @@ func parseJSONLine(line []byte) (*decoder.Message, error) {
 		Payload:     []byte(l.Payload),
 		PayloadJSON: true,
 		Headers:     l.Headers,
+	}
+	switch l.PayloadEncoding {
+	case "":
+	case "base64":
+		var enc string
+		if err := json.Unmarshal(l.Payload, &enc); err != nil {
+			return nil, fmt.Errorf("message %s: base64 payload: %w", l.ID, err)
+		}
+		b, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			return nil, fmt.Errorf("message %s: base64 payload: %w", l.ID, err)
+		}
+		m.Payload, m.PayloadJSON = b, false
+	default:
+		return nil, fmt.Errorf("message %s: unknown payload_encoding %q", l.ID, l.PayloadEncoding)
 	}
 	if l.Key != nil {
 		m.Key, m.HasKey = *l.Key, true

@@ -76,7 +76,7 @@ func Run(t *testing.T, h Harness) {
 	if h.Open == nil {
 		t.Fatal("sinktest: Harness.Open is nil")
 	}
-	s := &suite{h: h}
+	s := &suite{h: h, closed: map[*Target]bool{}}
 	t.Run("RoundTripKeepsEveryField", s.roundTrip)
 	t.Run("OrderKeptPerKeyAcrossBatches", s.ordering)
 	t.Run("AckedMessagesAreReadable", s.acks)
@@ -85,7 +85,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("LargeBatchesAllDelivered", s.large)
 }
 
-type suite struct{ h Harness }
+type suite struct {
+	h      Harness
+	closed map[*Target]bool // sinks the subtest closed itself
+}
 
 // promptly is how long after its context ended a Publish may take to
 // return.
@@ -100,11 +103,20 @@ func (s *suite) open(t *testing.T) *Target {
 	if tg.Sink.Name() == "" {
 		t.Error("Sink.Name() is empty")
 	}
+	// A subtest that stops early still closes the sink, once.
+	t.Cleanup(func() {
+		if !s.closed[tg] {
+			tg.Sink.Close()
+		}
+		delete(s.closed, tg)
+	})
 	return tg
 }
 
-func closeSink(t *testing.T, tg *Target) {
+// closeSink closes the sink at the end of a subtest and requires nil.
+func (s *suite) closeSink(t *testing.T, tg *Target) {
 	t.Helper()
+	s.closed[tg] = true
 	if err := tg.Sink.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
@@ -152,7 +164,7 @@ func (s *suite) roundTrip(t *testing.T) {
 	}
 	mustPublish(t, tg.Sink, msgs)
 	CheckDelivered(t, s.h.Features, msgs, tg.Read(t), nil)
-	closeSink(t, tg)
+	s.closeSink(t, tg)
 }
 
 func (s *suite) ordering(t *testing.T) {
@@ -171,7 +183,7 @@ func (s *suite) ordering(t *testing.T) {
 		mustPublish(t, tg.Sink, b)
 	}
 	CheckDelivered(t, s.h.Features, msgs, tg.Read(t), nil)
-	closeSink(t, tg)
+	s.closeSink(t, tg)
 }
 
 func (s *suite) acks(t *testing.T) {
@@ -192,7 +204,7 @@ func (s *suite) acks(t *testing.T) {
 			t.Fatalf("after batch %d was acknowledged the destination does not hold every acknowledged message", i)
 		}
 	}
-	closeSink(t, tg)
+	s.closeSink(t, tg)
 }
 
 func (s *suite) cancel(t *testing.T) {
@@ -245,7 +257,7 @@ func (s *suite) cancel(t *testing.T) {
 	mustPublish(t, tg.Sink, c)
 	published = append(published, c...)
 	CheckDelivered(t, s.h.Features, published, tg.Read(t), dupOK)
-	closeSink(t, tg)
+	s.closeSink(t, tg)
 }
 
 func markDup(dupOK map[string]bool, msgs []*decoder.Message) {
@@ -257,7 +269,7 @@ func markDup(dupOK map[string]bool, msgs []*decoder.Message) {
 func (s *suite) outage(t *testing.T) {
 	tg := s.open(t)
 	if tg.Outage == nil {
-		closeSink(t, tg)
+		s.closeSink(t, tg)
 		t.Skip("the harness cannot simulate an outage of this destination")
 	}
 	g := NewGen(5)
@@ -327,7 +339,7 @@ func (s *suite) outage(t *testing.T) {
 	markDup(dupOK, during)
 	want := append(append(append([]*decoder.Message{}, before...), during...), after...)
 	CheckDelivered(t, s.h.Features, want, tg.Read(t), dupOK)
-	closeSink(t, tg)
+	s.closeSink(t, tg)
 }
 
 func (s *suite) large(t *testing.T) {
@@ -346,7 +358,7 @@ func (s *suite) large(t *testing.T) {
 		}
 	}
 	CheckDelivered(t, s.h.Features, msgs, tg.Read(t), nil)
-	closeSink(t, tg)
+	s.closeSink(t, tg)
 }
 
 // waitFor polls cond until it holds or timeout passes, then fails the
