@@ -33,10 +33,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	_ "github.com/walpost/walpost/internal/publish/kafka" // registers kind: kafka
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/outbox"
-	_ "github.com/walpost/walpost/internal/publish/kafka" // registers kind: kafka
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
