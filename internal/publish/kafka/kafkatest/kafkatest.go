@@ -253,4 +253,3 @@ func (fk *Cluster) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	}
 	return out
 }
-
