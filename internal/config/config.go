@@ -63,6 +63,10 @@ type Postgres struct {
 	// after a restart a sink that was ahead of the slot does not get
 	// messages again (default public.walpost_sink_progress; "-" disables).
 	ProgressTable string `yaml:"progress_table"`
+	// DeadLetterTable receives rows that cannot be mapped to a message
+	// when relay.on_invalid is dead_letter (default
+	// public.walpost_dead_letter; created when missing).
+	DeadLetterTable string `yaml:"dead_letter_table"`
 	// ReconnectBackoff is the longest wait between reconnect attempts
 	// (default 30s; attempts start at 250ms and double).
 	ReconnectBackoff Duration `yaml:"reconnect_backoff"`
@@ -90,6 +94,13 @@ type Relay struct {
 	// ShutdownTimeout bounds the drain of in-flight messages on SIGINT or
 	// SIGTERM. Default 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// OnInvalid is what happens to an outbox row that cannot be mapped to
+	// a message (id not a UUID, payload not JSON, …): "stop" (default)
+	// stops the relay with an error naming the row, having delivered and
+	// confirmed everything before it; "dead_letter" parks the row in
+	// postgres.dead_letter_table, logs it at error level, counts it in
+	// walpost_dead_lettered_total, and goes on.
+	OnInvalid string `yaml:"on_invalid"`
 	// RetryBackoff is the longest wait between two attempts of a batch that
 	// a sink failed to publish (default 30s; attempts start at 100ms).
 	RetryBackoff Duration `yaml:"retry_backoff"`
@@ -317,6 +328,7 @@ func (c *Config) SetDefaults() {
 	def(&p.Publication, "walpost_outbox")
 	def(&p.Slot, "walpost_outbox")
 	def(&p.ProgressTable, "public.walpost_sink_progress")
+	def(&p.DeadLetterTable, "public.walpost_dead_letter")
 	if p.StatusInterval == 0 {
 		p.StatusInterval = Duration(10 * time.Second)
 	}
@@ -349,6 +361,7 @@ func (c *Config) SetDefaults() {
 	if r.ShutdownTimeout == 0 {
 		r.ShutdownTimeout = Duration(30 * time.Second)
 	}
+	def(&r.OnInvalid, "stop")
 	if r.RetryBackoff == 0 {
 		r.RetryBackoff = Duration(30 * time.Second)
 	}
@@ -413,6 +426,12 @@ func (c *Config) Validate() error {
 	}
 	if r.WindowBytes < 1<<16 {
 		return fmt.Errorf("relay.window_bytes: %d is under 65536", r.WindowBytes)
+	}
+	if r.OnInvalid != "stop" && r.OnInvalid != "dead_letter" {
+		return fmt.Errorf("relay.on_invalid: %q is not stop or dead_letter", r.OnInvalid)
+	}
+	if dt := strings.Split(p.DeadLetterTable, "."); len(dt) != 2 || !identRE.MatchString(dt[0]) || !identRE.MatchString(dt[1]) {
+		return fmt.Errorf("postgres.dead_letter_table: %q is not schema.table with lower-case SQL identifiers", p.DeadLetterTable)
 	}
 	if r.BatchSize < 1 || r.BatchSize > 100_000 {
 		return fmt.Errorf("relay.batch_size: %d is outside 1..100000", r.BatchSize)

@@ -69,9 +69,14 @@ type Event struct {
 // protocol failure. It names the row's position and, when it could be read,
 // its id.
 type Error struct {
-	LSN pglogrepl.LSN
-	ID  string // "" when the id itself could not be read
-	Err error
+	LSN       pglogrepl.LSN
+	CommitLSN pglogrepl.LSN
+	ID        string // "" when the id itself could not be read
+	Err       error
+	// Row holds the mapped columns' values as sent (text format), by
+	// column name; NULL columns are absent. It lets a dead-letter policy
+	// park the row for repair.
+	Row map[string]string
 }
 
 func (e *Error) Error() string {
@@ -321,7 +326,14 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 		id = string(vals[colID])
 	}
 	fail := func(format string, args ...any) (*Message, error) {
-		return nil, &Error{LSN: lsn, ID: id, Err: fmt.Errorf(format, args...)}
+		row := map[string]string{}
+		names := [5]string{d.m.ID, d.m.Type, d.m.Key, d.m.Payload, d.m.Headers}
+		for role, v := range vals {
+			if v != nil && !nulls[role] && names[role] != "" {
+				row[names[role]] = string(v)
+			}
+		}
+		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: fmt.Errorf(format, args...), Row: row}
 	}
 	if len(rel.missing) > 0 {
 		return fail("table %s lacks mapped column(s) %s; fix columns: in the config or the table",

@@ -189,6 +189,9 @@ func TestDecodeBadRowsNameIDAndLSN(t *testing.T) {
 			if c.vals[0] != nil && *c.vals[0] == id1 && !strings.Contains(err.Error(), id1) {
 				t.Fatalf("err = %q does not name the id", err)
 			}
+			if de.CommitLSN != 0x99 || de.Row[c.cols[0].name] != *c.vals[0] {
+				t.Fatalf("error carries commit %s and row %v, want commit 0/99 and the row's columns", de.CommitLSN, de.Row)
+			}
 		})
 	}
 }

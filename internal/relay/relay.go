@@ -126,6 +126,11 @@ func (r *Relay) Prepare(ctx context.Context) (replication.SlotInfo, error) {
 	if err != nil {
 		return info, err
 	}
+	if r.cfg.Relay.OnInvalid == "dead_letter" {
+		if err := r.deadLetter().ensure(ctx, conn); err != nil {
+			return info, err
+		}
+	}
 	return info, nil
 }
 
@@ -157,6 +162,10 @@ func SinkProgress(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (map[
 		out[sink] = p
 	}
 	return out, rows.Err()
+}
+
+func (r *Relay) deadLetter() *deadLetter {
+	return &deadLetter{url: r.cfg.Postgres.URL, table: quoteTable(r.cfg.Postgres.DeadLetterTable), slot: r.cfg.Postgres.Slot}
 }
 
 // Ready reports whether the relay is streaming (for /readyz).
@@ -234,6 +243,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	g.Go(func() error {
 		p := &pipeline{dec: decoder.New(mapping(cfg)), tracker: tracker, window: window,
 			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log}
+		if cfg.Relay.OnInvalid == "dead_letter" {
+			p.dead = r.deadLetter()
+			defer p.dead.close()
+		}
 		for _, s := range cfg.Sinks {
 			p.skip = append(p.skip, r.loaded[s.Name])
 		}
@@ -321,7 +334,8 @@ type pipeline struct {
 	routes  []config.Sink
 	metrics *Metrics
 	log     zerolog.Logger
-	skip    []Position // per sink: what it acknowledged before a restart
+	skip    []Position  // per sink: what it acknowledged before a restart
+	dead    *deadLetter // nil: stop on a bad row
 	txn     *checkpoint.Txn
 	targets []int
 }
@@ -381,6 +395,15 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 	e, err := p.dec.Decode(ev.LSN, ev.Data)
 	if err != nil {
 		var de *decoder.Error
+		if errors.As(err, &de) && p.dead != nil {
+			if err := p.dead.park(ctx, de); err != nil {
+				return err
+			}
+			p.metrics.deadLettered.Inc()
+			p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
+				Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
+			return nil
+		}
 		if errors.As(err, &de) {
 			return fmt.Errorf("%w; the slot stays before this message's transaction (confirmed %s): fix the row's producer, then remove or repair the row's transaction effect and restart — walpost will not skip it silently",
 				err, p.tracker.Confirmed())

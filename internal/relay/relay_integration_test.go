@@ -517,3 +517,47 @@ func TestIntegrationSecondInstanceWaitsForTheSlot(t *testing.T) {
 		t.Fatalf("standby delivered %s first, want %s (m1 was confirmed by the first instance)", lines[0].ID, m2.ID)
 	}
 }
+
+// TestIntegrationDeadLetterPolicyParksTheBadRowAndGoesOn: with
+// relay.on_invalid: dead_letter, the bad row lands in the dead-letter table
+// with its id, LSN, error and columns, and the messages after it flow.
+func TestIntegrationDeadLetterPolicyParksTheBadRowAndGoesOn(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
+	dlq := "public." + pgtest.Name(t, "dlq")
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfgPath := ob.Config(t, fileSink(out), "relay: {on_invalid: dead_letter}")
+	// The config helper writes postgres: itself; add the table by env-free rewrite.
+	b, _ := os.ReadFile(cfgPath)
+	os.WriteFile(cfgPath, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  dead_letter_table: "+dlq+"\n", 1)), 0o644)
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+dlq) })
+	conn := pgtest.Connect(t, url)
+	startRelay(t, cfgPath)
+
+	good := relaytest.NewMsg("ok", "k", 1)
+	ob.InsertTx(t, conn, good)
+	bad := relaytest.NewMsg("bad", "k", 2)
+	if _, err := conn.Exec(context.Background(), "INSERT INTO "+ob.Table+" (id, type, key, payload) VALUES ($1, 'bad', 'k', 'hello, not json')", bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := relaytest.NewMsg("after", "k", 3)
+	ob.InsertTx(t, conn, after)
+	waitLines(t, out, 2, 20*time.Second)
+	lines := relaytest.ReadLines(t, out)
+	if len(lines) != 2 || lines[0].ID != good.ID || lines[1].ID != after.ID {
+		t.Fatalf("file holds %+v, want the good message and the one after the bad row", lines)
+	}
+	var id, errText, payload, lsn string
+	err := conn.QueryRow(context.Background(), "SELECT message_id, error, row_data->>'payload', lsn::text FROM "+dlq+" WHERE slot = $1", ob.Slot).Scan(&id, &errText, &payload, &lsn)
+	if err != nil {
+		t.Fatalf("reading the dead-letter table: %v", err)
+	}
+	if id != bad.ID || !strings.Contains(errText, "not valid JSON") || payload != "hello, not json" || lsn == "" {
+		t.Fatalf("parked row: id %s error %q payload %q lsn %s", id, errText, payload, lsn)
+	}
+	last := relaytest.ParseLSN(t, lines[1].CommitLSN)
+	if !pgtest.WaitFor(10*time.Second, func() bool { return relaytest.SlotConfirmed(t, conn, ob.Slot) > last }) {
+		t.Fatal("slot did not advance past the parked row")
+	}
+}
