@@ -192,6 +192,9 @@ func mapping(cfg *config.Config) decoder.Mapping {
 func (r *Relay) Run(ctx context.Context) error {
 	info, err := r.Prepare(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	cfg := r.cfg
