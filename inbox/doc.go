@@ -86,9 +86,12 @@
 // and gives the effect a *sql.Tx. Both use the same SQL. HTTPHandler turns
 // either into a webhook endpoint that answers 2xx for processed and
 // duplicate messages and 5xx when the effect failed, so the sender retries.
-// (Adapters for Kafka consumers and Service Bus receivers that commit or
-// complete only after the database commit are planned; until then, call
-// Process from your receive loop and acknowledge after it returns.)
+// KafkaLoop drives a kafka-go consumer-group Reader: it reads the message id
+// from the record header "id" (where the relay puts it), runs Process, and
+// commits the offset only after the database commit; a failed effect is
+// retried in place, because a group Reader re-reads an uncommitted offset
+// only after a restart or rebalance. For other brokers, call Process from
+// your receive loop and acknowledge after it returns.
 //
 // # Concurrency
 //
