@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,5 +132,36 @@ func TestIntegrationFanOutSlowSinkHoldsTheSlotAndOnlyItGetsDuplicates(t *testing
 		return relaytest.SlotConfirmed(t, conn, ob.Slot) > relaytest.ParseLSN(t, lb[len(lb)-1].CommitLSN)
 	}) {
 		t.Fatal("slot did not advance once both sinks caught up")
+	}
+}
+
+// TestIntegrationLongSinkOutageKeepsTheReplicationConnection: with the
+// window full behind a sink that is down for longer than the server's
+// wal_sender_timeout, the relay keeps the connection alive with status
+// updates instead of being cut off, and delivers everything after.
+func TestIntegrationLongSinkOutageKeepsTheReplicationConnection(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	// wal_sender_timeout is user-settable: 2s for this connection only.
+	ob.URL = url + "&options=-c%20wal_sender_timeout%3D2s"
+	gated := filepath.Join(t.TempDir(), "gated.jsonl")
+	setGate(gated, false)
+	cfgPath := ob.Config(t, fmt.Sprintf("  - {name: g, kind: testgate, path: %s}", gated),
+		"relay: {window_messages: 20, batch_size: 5, retry_backoff: 200ms}")
+	conn := pgtest.Connect(t, url)
+	r := startRelay(t, cfgPath)
+	var all []relaytest.Msg
+	for i := 0; i < 200; i++ {
+		all = append(all, relaytest.NewMsg("t", fmt.Sprint(i%3), i))
+	}
+	ob.InsertTx(t, conn, all...)
+	time.Sleep(7 * time.Second) // > 3 × wal_sender_timeout with the pipeline full
+	if strings.Contains(r.logs.String(), "replication connection lost") {
+		t.Fatalf("the server cut the replication connection while the pipeline was full:\n%s", r.logs.String())
+	}
+	setGate(gated, true)
+	waitLines(t, gated, len(all), 30*time.Second)
+	if lines := relaytest.ReadLines(t, gated); len(lines) != len(all) {
+		t.Fatalf("%d lines, want %d", len(lines), len(all))
 	}
 }

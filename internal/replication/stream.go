@@ -241,7 +241,7 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := s.emit(ctx, out, batch); err != nil {
+		if err := s.emit(ctx, out, batch, send); err != nil {
 			return err
 		}
 		s.resume = resume
@@ -362,18 +362,29 @@ const (
 // pastDeadline makes reads return at once unless data is buffered.
 var pastDeadline = time.Unix(1, 0)
 
-// emit sends a batch downstream, giving up when ctx ends.
-func (s *Stream) emit(ctx context.Context, out chan<- []Event, ev []Event) error {
+// emit sends a batch downstream, giving up when ctx ends. While the
+// pipeline is full (a sink is down and the window is exhausted) it keeps
+// the connection alive with status updates: the server ends a replication
+// connection that sent nothing for wal_sender_timeout.
+func (s *Stream) emit(ctx context.Context, out chan<- []Event, ev []Event, keepalive func(bool) error) error {
 	select {
 	case out <- ev:
 		return nil
 	default:
 	}
-	select {
-	case out <- ev:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case out <- ev:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if err := keepalive(false); err != nil {
+				s.opt.Log.Warn().Err(err).Msg("status update while the pipeline is full failed")
+			}
+		}
 	}
 }
 

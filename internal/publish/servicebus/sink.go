@@ -1,0 +1,452 @@
+package servicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/publish"
+)
+
+func init() {
+	publish.Register("servicebus", New)
+}
+
+// Names the sink gives to message properties.
+const (
+	// PropertyDiagnosticID is the application property that carries the
+	// traceparent for the Service Bus SDKs that read it (the .NET SDK's
+	// Diagnostic-Id).
+	PropertyDiagnosticID = "Diagnostic-Id"
+	// HeaderTraceparent is the headers column entry copied to
+	// PropertyDiagnosticID.
+	HeaderTraceparent = "traceparent"
+
+	ContentTypeJSON   = "application/json"
+	ContentTypeBinary = "application/octet-stream"
+)
+
+// CorrelationHeaders are the headers column entries whose value becomes
+// the CorrelationId, the first one present winning.
+var CorrelationHeaders = []string{"correlation_id", "correlation-id"}
+
+// parallelEntities bounds how many entities one Publish call sends to at
+// once (with an entity template); one entity's batches go one at a time.
+const parallelEntities = 8
+
+// maxSenders bounds the cached senders (one per entity, each holding AMQP
+// links); the least recently used one is closed beyond it.
+const maxSenders = 64
+
+// errTimeout is the cause of a Publish call's own deadline.
+var errTimeout = errors.New("servicebus: timeout")
+
+// Sink publishes outbox messages to Azure Service Bus (see the package
+// doc).
+//
+// Publish calls are serialized by the sink (a second caller waits for the
+// first), which the ordering argument needs; Name and Close are safe to
+// call from any goroutine. Publish is not called after Close.
+type Sink struct {
+	name          string
+	log           zerolog.Logger
+	entity        *entityTemplate
+	sessions      bool
+	maxBatchBytes uint64
+	timeout       time.Duration
+	client        *azservicebus.Client
+
+	mu      sync.Mutex // serializes Publish; guards entity's cache, senders and uses
+	senders map[string]*cachedSender
+	uses    uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type cachedSender struct {
+	*azservicebus.Sender
+	lastUse uint64
+}
+
+var _ publish.Sink = (*Sink)(nil)
+
+// New opens a servicebus sink from its configuration: it decodes the
+// kind's settings strictly, fills in defaults and validates them (errors
+// name the field, e.g. "queue: empty"). It does not connect: the first
+// Publish does, and a namespace that is unreachable then is a transient
+// error, not a failed start.
+func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
+	var c sbConfig
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	c.setDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return open(cfg.Name, c, log)
+}
+
+// open builds the sink from validated settings.
+func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
+	field, value := c.entityField()
+	entity, err := parseEntity(field, value)
+	if err != nil {
+		return nil, err
+	}
+	opts := &azservicebus.ClientOptions{ApplicationID: "walpost", RetryOptions: c.retryOptions()}
+	var client *azservicebus.Client
+	auth := "connection string"
+	if c.ConnectionString != "" {
+		client, err = azservicebus.NewClientFromConnectionString(c.ConnectionString, opts)
+		if err != nil {
+			return nil, fmt.Errorf("connection_string: %w", err)
+		}
+	} else {
+		auth = "Azure AD (DefaultAzureCredential)"
+		cred, err := azidentity.NewDefaultAzureCredential(nil)
+		if err != nil {
+			return nil, fmt.Errorf("namespace: creating the Azure AD credential: %w", err)
+		}
+		client, err = azservicebus.NewClient(c.Namespace, cred, opts)
+		if err != nil {
+			return nil, fmt.Errorf("namespace: %w", err)
+		}
+	}
+	s := &Sink{
+		name:          name,
+		log:           log,
+		entity:        entity,
+		sessions:      c.Sessions,
+		maxBatchBytes: uint64(c.MaxBatchBytes),
+		timeout:       c.Timeout.D(),
+		client:        client,
+		senders:       map[string]*cachedSender{},
+	}
+	log.Info().Str(field, value).Str("auth", auth).Str("endpoint", endpoint(c)).Bool("sessions", c.Sessions).
+		Int("max_retries", *c.MaxRetries).Msg("servicebus sink configured")
+	return s, nil
+}
+
+// endpoint returns the namespace host for logs, never the secret.
+func endpoint(c sbConfig) string {
+	if c.Namespace != "" {
+		return c.Namespace
+	}
+	for _, part := range strings.Split(c.ConnectionString, ";") {
+		if k, v, ok := strings.Cut(part, "="); ok && strings.EqualFold(strings.TrimSpace(k), "endpoint") {
+			return v
+		}
+	}
+	return ""
+}
+
+// Name returns the sink's configured name.
+func (s *Sink) Name() string { return s.name }
+
+// group is the messages of one Publish call that go to one entity, in
+// order, with their index in the call.
+type group struct {
+	entity string
+	sender *azservicebus.Sender
+	msgs   []*decoder.Message
+	sbMsgs []*azservicebus.Message
+}
+
+// Publish sends msgs, in order, and returns nil only when Service Bus has
+// acknowledged every one of them.
+//
+// A message whose entity (from the template) is not a legal name, or
+// whose session id would be over Service Bus's 128 characters, fails the
+// whole call before anything is sent, with a Permanent error naming it.
+// The messages of each entity go out in batches as large as the entity
+// (or max_batch_bytes) allows, one batch at a time: a batch is sent only
+// once the one before it was acknowledged. With an entity template the
+// entities are served in parallel. On the first failure of an entity its
+// later batches are not sent, and Publish returns an error naming the
+// batch's first message (id and LSN) and the entity; Permanent (see
+// classify) when no retry can help. When ctx ends, or the call takes
+// longer than timeout, Publish returns promptly with an error wrapping
+// ctx.Err() (context.DeadlineExceeded for the timeout); a batch already
+// sent may still be stored.
+func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("servicebus: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+	}
+	groups, err := s.group(msgs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
+	defer cancel()
+
+	if len(groups) == 1 {
+		return s.send(ctx, groups[0], len(msgs))
+	}
+	errs := make([]error, len(groups))
+	sem := make(chan struct{}, parallelEntities)
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = s.send(ctx, g, len(msgs))
+		}()
+	}
+	wg.Wait()
+	// A permanent error wins: it is what the operator must act on.
+	var first error
+	for _, err := range errs {
+		if err != nil && publish.IsPermanent(err) {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// group splits msgs by entity, keeping their order, maps each to a Service
+// Bus message, and returns a Permanent error for the first message with an
+// illegal entity name or session id.
+func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
+	var groups []*group
+	byEntity := map[string]*group{}
+	s.uses++
+	for _, m := range msgs {
+		name, err := s.entity.expand(m)
+		if err != nil {
+			return nil, publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s, type %q): entity %q from %s %q: %w",
+				m.ID, m.LSN, m.Type, name, s.entity.field, s.entity.text, err))
+		}
+		if s.sessions && len(m.OrderingKey()) > maxSessionIDLen {
+			return nil, publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: key of %d characters is over Service Bus's %d for a session id (sessions: true)",
+				m.ID, m.LSN, name, len(m.OrderingKey()), maxSessionIDLen))
+		}
+		g := byEntity[name]
+		if g == nil {
+			sender, err := s.sender(name)
+			if err != nil {
+				return nil, fmt.Errorf("servicebus: message %s (lsn %s): sender for entity %q: %w", m.ID, m.LSN, name, err)
+			}
+			g = &group{entity: name, sender: sender}
+			byEntity[name] = g
+			groups = append(groups, g)
+		}
+		g.msgs = append(g.msgs, m)
+		g.sbMsgs = append(g.sbMsgs, toMessage(m, s.sessions))
+	}
+	return groups, nil
+}
+
+// toMessage maps an outbox message to a Service Bus message (see the
+// package doc).
+func toMessage(m *decoder.Message, sessions bool) *azservicebus.Message {
+	id, subject := m.ID, m.Type
+	contentType := ContentTypeBinary
+	if m.PayloadJSON {
+		contentType = ContentTypeJSON
+	}
+	body := m.Payload
+	if body == nil {
+		body = []byte{}
+	}
+	sm := &azservicebus.Message{
+		MessageID:   &id,
+		Subject:     &subject,
+		ContentType: &contentType,
+		Body:        body,
+	}
+	if len(m.Headers) > 0 {
+		props := make(map[string]any, len(m.Headers)+1)
+		for k, v := range m.Headers {
+			props[k] = v
+		}
+		if tp, ok := m.Headers[HeaderTraceparent]; ok {
+			if _, set := m.Headers[PropertyDiagnosticID]; !set {
+				props[PropertyDiagnosticID] = tp
+			}
+		}
+		sm.ApplicationProperties = props
+		for _, h := range CorrelationHeaders {
+			if v := m.Headers[h]; v != "" {
+				sm.CorrelationID = &v
+				break
+			}
+		}
+	}
+	if sessions {
+		key := m.OrderingKey()
+		sm.SessionID = &key
+	}
+	return sm
+}
+
+// sender returns the cached sender of entity, creating it (no I/O) and
+// closing the least recently used one beyond maxSenders.
+func (s *Sink) sender(entity string) (*azservicebus.Sender, error) {
+	if c, ok := s.senders[entity]; ok {
+		c.lastUse = s.uses
+		return c.Sender, nil
+	}
+	if len(s.senders) >= maxSenders {
+		var oldest string
+		var use uint64
+		for name, c := range s.senders {
+			if c.lastUse < s.uses && (oldest == "" || c.lastUse < use) {
+				oldest, use = name, c.lastUse
+			}
+		}
+		if oldest != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.senders[oldest].Close(ctx); err != nil {
+				s.log.Debug().Err(err).Str("entity", oldest).Msg("closing an idle sender")
+			}
+			cancel()
+			delete(s.senders, oldest)
+		}
+	}
+	snd, err := s.client.NewSender(entity, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.senders[entity] = &cachedSender{Sender: snd, lastUse: s.uses}
+	return snd, nil
+}
+
+// send sends g's messages in batches, one batch at a time. total is the
+// size of the Publish call, for error messages.
+func (s *Sink) send(ctx context.Context, g *group, total int) error {
+	opts := &azservicebus.MessageBatchOptions{MaxBytes: s.maxBatchBytes}
+	var batch *azservicebus.MessageBatch
+	start := 0 // index in g.msgs of the batch's first message
+	newBatch := func(i int) error {
+		var err error
+		batch, err = g.sender.NewMessageBatch(ctx, opts)
+		if err != nil {
+			return s.failed(ctx, err, g, i, i+1, total)
+		}
+		start = i
+		return nil
+	}
+	flush := func(end int) error {
+		if err := g.sender.SendMessageBatch(ctx, batch, nil); err != nil {
+			return s.failed(ctx, err, g, start, end, total)
+		}
+		return nil
+	}
+	if err := newBatch(0); err != nil {
+		return err
+	}
+	for i, sm := range g.sbMsgs {
+		err := batch.AddMessage(sm, nil)
+		if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 {
+			if err := flush(i); err != nil {
+				return err
+			}
+			if err := newBatch(i); err != nil {
+				return err
+			}
+			err = batch.AddMessage(sm, nil)
+		}
+		if err != nil {
+			m := g.msgs[i]
+			if errors.Is(err, azservicebus.ErrMessageTooLarge) {
+				return publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: %d bytes of payload; with its properties it does not fit in an empty batch (%s): %w; %s",
+					m.ID, m.LSN, g.entity, len(m.Payload), s.limitName(), err, hintTooLarge))
+			}
+			return publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: adding it to a batch: %w", m.ID, m.LSN, g.entity, err))
+		}
+	}
+	return flush(len(g.msgs))
+}
+
+// limitName says what bounds a batch, for error messages.
+func (s *Sink) limitName() string {
+	if s.maxBatchBytes > 0 {
+		return fmt.Sprintf("max_batch_bytes %d", s.maxBatchBytes)
+	}
+	return "the limit the entity advertises"
+}
+
+// failed turns an error of sending g.msgs[start:end] (or of preparing the
+// batch that starts at start) into the error Publish returns: it names the
+// batch's first message, the entity, and how much of the call was not
+// acknowledged, and marks it Permanent when classify says so.
+func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, total int) error {
+	m := g.msgs[start]
+	what := fmt.Sprintf("message %s (lsn %s)", m.ID, m.LSN)
+	if n := end - start; n > 1 {
+		last := g.msgs[end-1]
+		what = fmt.Sprintf("batch of %d messages from %s (lsn %s) to %s (lsn %s)", n, m.ID, m.LSN, last.ID, last.LSN)
+	}
+	msg := fmt.Sprintf("servicebus: %s to entity %q", what, g.entity)
+	if total > 1 {
+		msg += fmt.Sprintf(" (%d of the call's %d messages not acknowledged by the entity)", len(g.msgs)-start, total)
+	}
+	if ctx.Err() != nil {
+		cause := ctx.Err()
+		if errors.Is(context.Cause(ctx), errTimeout) {
+			return fmt.Errorf("%s: timeout %s passed: %w (%v)", msg, s.timeout, cause, err)
+		}
+		if errors.Is(err, cause) {
+			return fmt.Errorf("%s: %w", msg, err)
+		}
+		return fmt.Errorf("%s: %w (%v)", msg, cause, err)
+	}
+	v := classify(err)
+	if v.permanent && v.hint == hintBatchTooBig && end-start == 1 {
+		v.hint = hintTooLarge
+	}
+	if v.hint != "" {
+		err = fmt.Errorf("%s: %w; %s", msg, err, v.hint)
+	} else {
+		err = fmt.Errorf("%s: %w", msg, err)
+	}
+	if v.permanent {
+		return publish.Permanent(err)
+	}
+	return err
+}
+
+// Close closes the senders and the connection. It is safe to call more
+// than once; later calls return the first result.
+func (s *Sink) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var errs []error
+		for name, snd := range s.senders {
+			if err := snd.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("sender for entity %q: %w", name, err))
+			}
+		}
+		clear(s.senders)
+		if err := s.client.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if err := errors.Join(errs...); err != nil {
+			s.closeErr = fmt.Errorf("servicebus: closing sink %s: %w", s.name, err)
+		}
+	})
+	return s.closeErr
+}
