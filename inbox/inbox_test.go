@@ -24,21 +24,6 @@ func TestDDLMatchesSQLFile(t *testing.T) {
 	}
 }
 
-func TestIdentFilesAreIdentical(t *testing.T) {
-	mine, err := os.ReadFile("ident.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := os.ReadFile("../outbox/ident.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Replace(string(theirs), "package outbox\n", "package inbox\n", 1) != string(mine) {
-		t.Fatal("inbox/ident.go and outbox/ident.go differ (apart from the package clause); " +
-			"table names must be parsed and quoted alike in both packages")
-	}
-}
-
 func TestNewRejectsInvalidOptions(t *testing.T) {
 	for _, tc := range []struct {
 		opts Options

@@ -167,7 +167,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 		all = append(all, m...)
 	}
 	p = startCDC(t, "run", "--config", cfg)
-	lines := waitAll(t, out, all, 120*time.Second, p)
+	lines := relaytest.WaitAllDelivered(t, out, all, 120*time.Second, p.stderr.String)
 	close(stopSampling)
 	sampling.Wait()
 	if killedAt >= len(small)+len(big) {
@@ -200,33 +200,6 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0\n%s", code, p.stderr.String())
 	}
-}
-
-func waitAll(t *testing.T, out string, all []relaytest.Msg, timeout time.Duration, p *proc) []relaytest.Line {
-	t.Helper()
-	var lines []relaytest.Line
-	missing := -1
-	ok := pgtest.WaitFor(timeout, func() bool {
-		if relaytest.CountLines(out) < len(all) {
-			return false
-		}
-		lines = relaytest.ReadLines(t, out)
-		seen := make(map[string]bool, len(lines))
-		for _, l := range lines {
-			seen[l.ID] = true
-		}
-		missing = 0
-		for _, m := range all {
-			if !seen[m.ID] {
-				missing++
-			}
-		}
-		return missing == 0
-	})
-	if !ok {
-		t.Fatalf("%d of %d committed messages missing; file has %d lines\n%s", missing, len(all), relaytest.CountLines(out), p.stderr.String())
-	}
-	return lines
 }
 
 // TestIntegrationLargeTransactionHasBoundedMemory: one transaction of

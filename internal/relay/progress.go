@@ -61,21 +61,26 @@ func quoteTable(t string) string {
 	return pgx.Identifier(strings.Split(t, ".")).Sanitize()
 }
 
-// ensureProgressTable creates the table when missing and loads the slot's
+// loadProgress creates the table when missing and reads the slot's
 // positions.
 func loadProgress(ctx context.Context, conn *pgx.Conn, table, slot string) (map[string]Position, error) {
-	pos := map[string]Position{}
 	if table == "" {
-		return pos, nil
+		return map[string]Position{}, nil
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf(progressDDL, table)); err != nil {
 		return nil, fmt.Errorf("creating progress table %s (postgres.progress_table; \"-\" disables per-sink progress): %w", table, err)
 	}
+	return readProgress(ctx, conn, table, slot)
+}
+
+// readProgress reads the positions saved for slot in table.
+func readProgress(ctx context.Context, conn *pgx.Conn, table, slot string) (map[string]Position, error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", table), slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading progress table %s: %w", table, err)
 	}
 	defer rows.Close()
+	pos := map[string]Position{}
 	for rows.Next() {
 		var sink, c, l string
 		if err := rows.Scan(&sink, &c, &l); err != nil {

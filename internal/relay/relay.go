@@ -26,7 +26,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -145,23 +144,7 @@ func SinkProgress(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (map[
 	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", table), cfg.Postgres.Slot)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]Position{}
-	for rows.Next() {
-		var sink, c, l string
-		if err := rows.Scan(&sink, &c, &l); err != nil {
-			return nil, err
-		}
-		var p Position
-		p.CommitLSN, _ = pglogrepl.ParseLSN(c)
-		p.LSN, _ = pglogrepl.ParseLSN(l)
-		out[sink] = p
-	}
-	return out, rows.Err()
+	return readProgress(ctx, conn, table, cfg.Postgres.Slot)
 }
 
 func (r *Relay) deadLetter() *deadLetter {

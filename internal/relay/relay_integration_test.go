@@ -355,37 +355,10 @@ func TestIntegrationReconnectsWhenTheWALSenderIsKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	assertAllDelivered(t, out, all, 60*time.Second)
+	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, nil)
 	if !strings.Contains(r.logs.String(), "reconnecting") {
 		t.Fatal("the relay never logged a reconnect: the test did not cut the stream")
 	}
-}
-
-func assertAllDelivered(t *testing.T, out string, all []relaytest.Msg, timeout time.Duration) []relaytest.Line {
-	t.Helper()
-	var lines []relaytest.Line
-	var missing int
-	ok := pgtest.WaitFor(timeout, func() bool {
-		if relaytest.CountLines(out) < len(all) {
-			return false
-		}
-		lines = relaytest.ReadLines(t, out)
-		seen := map[string]bool{}
-		for _, l := range lines {
-			seen[l.ID] = true
-		}
-		missing = 0
-		for _, m := range all {
-			if !seen[m.ID] {
-				missing++
-			}
-		}
-		return missing == 0
-	})
-	if !ok {
-		t.Fatalf("%d of %d committed messages missing (file has %d lines)", missing, len(all), relaytest.CountLines(out))
-	}
-	return lines
 }
 
 // TestIntegrationSurvivesAPostgresRestart: an immediate (crash) restart of
@@ -417,7 +390,7 @@ func TestIntegrationSurvivesAPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	all = append(all, write(3000)...)
-	assertAllDelivered(t, out, all, 90*time.Second)
+	relaytest.WaitAllDelivered(t, out, all, 90*time.Second, nil)
 }
 
 // TestIntegrationStartupErrorsSayWhatToDo: missing table, a slot of

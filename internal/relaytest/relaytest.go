@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -191,4 +192,39 @@ func ParseLSN(t testing.TB, s string) pglogrepl.LSN {
 		t.Fatalf("bad LSN %q: %v", s, err)
 	}
 	return lsn
+}
+
+// WaitAllDelivered waits until every message of all is in the file sink's
+// file at path (duplicates allowed) and returns its lines; on timeout it
+// fails the test saying how many are missing, with detail (e.g. the
+// relay's log) appended.
+func WaitAllDelivered(t testing.TB, path string, all []Msg, timeout time.Duration, detail func() string) []Line {
+	t.Helper()
+	var lines []Line
+	missing := -1
+	ok := pgtest.WaitFor(timeout, func() bool {
+		if CountLines(path) < len(all) {
+			return false
+		}
+		lines = ReadLines(t, path)
+		seen := make(map[string]bool, len(lines))
+		for _, l := range lines {
+			seen[l.ID] = true
+		}
+		missing = 0
+		for _, m := range all {
+			if !seen[m.ID] {
+				missing++
+			}
+		}
+		return missing == 0
+	})
+	if !ok {
+		d := ""
+		if detail != nil {
+			d = detail()
+		}
+		t.Fatalf("%d of %d committed messages missing; %s has %d lines\n%s", missing, len(all), path, CountLines(path), d)
+	}
+	return lines
 }
