@@ -33,7 +33,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
-	_ "github.com/walpost/walpost/internal/publish/kafka" // registers kind: kafka
+	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
+	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/outbox"

@@ -128,6 +128,10 @@
 // parallel, up to 8 at once; order across entities is not defined, as it
 // is not for a receiver reading two queues.
 //
+// On a partitioned entity Service Bus keeps order per partition only, and
+// without a SessionId (or PartitionKey) it spreads messages over the
+// partitions: use sessions: true there when receivers rely on order.
+//
 // When the context of a Publish ends (or timeout passes), Publish returns
 // promptly, but a batch already sent may still be stored. Its retry comes
 // after it, so it too can only duplicate.
@@ -152,6 +156,13 @@
 //     e.g. a session-enabled entity without sessions: true), Azure AD
 //     refusing the credential or no credential being available, and an
 //     illegal entity name or session id.
+//
+// After a transient failure that is not the service's own answer on a
+// working link (throttling, a service timeout, a full entity), the next
+// Publish starts with a new connection: the SDK recovers a broken
+// connection or link only between its own retries of one operation, and
+// would otherwise hand the dead link to the next call (with max_retries 0,
+// forever).
 //
 // Every error names the message it concerns (id and LSN; for a batch its
 // first and last message), the entity, how many of the call's messages

@@ -75,6 +75,15 @@ func newTarget(t testing.TB, opts sbfake.QueueOptions) *target {
 	return tg
 }
 
+// parallel marks the test parallel when it runs against the stand-in
+// (each test has its own); tests against a real namespace share its queue
+// and run one at a time.
+func parallel(t *testing.T) {
+	if os.Getenv(envConnectionString) == "" {
+		t.Parallel()
+	}
+}
+
 // needFake skips the test unless it runs against the stand-in.
 func needFake(t testing.TB, why string) {
 	if os.Getenv(envConnectionString) != "" {

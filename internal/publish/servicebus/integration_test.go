@@ -59,6 +59,7 @@ func conformanceHarness(extra ...string) sinktest.Harness {
 // outage cuts every connection to the stand-in and refuses new ones, then
 // lets them in again on the same port; the queue keeps its messages.
 func TestIntegrationConformance(t *testing.T) {
+	parallel(t)
 	sinktest.Run(t, conformanceHarness())
 }
 
@@ -67,6 +68,7 @@ func TestIntegrationConformance(t *testing.T) {
 // goes out as many batches one after another, and without the SDK's own
 // retries.
 func TestIntegrationConformanceWithSmallBatches(t *testing.T) {
+	parallel(t)
 	h := conformanceHarness("max_batch_bytes: 4096", "max_retries: 0")
 	h.Features.MaxPayload = 3000
 	sinktest.Run(t, h)
@@ -75,6 +77,7 @@ func TestIntegrationConformanceWithSmallBatches(t *testing.T) {
 // TestIntegrationMessageCarriesIDSubjectContentTypePropertiesAndSession
 // checks the mapping message by message, as a .NET receiver would see it.
 func TestIntegrationMessageCarriesIDSubjectContentTypePropertiesAndSession(t *testing.T) {
+	parallel(t)
 	tg := newTarget(t, sbfake0)
 	s := newSink(t, tg, "queue: "+tg.queue, "sessions: true")
 	g := sinktest.NewGen(41)
@@ -151,6 +154,7 @@ func TestIntegrationMessageCarriesIDSubjectContentTypePropertiesAndSession(t *te
 // sessions off nothing sets SessionId, and a queue keeps WAL order over
 // many calls of many batches.
 func TestIntegrationWithoutSessionsKeepsQueueOrderAndSetsNoSessionID(t *testing.T) {
+	parallel(t)
 	tg := newTarget(t, sbfake0)
 	s := newSink(t, tg, "queue: "+tg.queue, "max_batch_bytes: 8192")
 	g := sinktest.NewGen(42)
@@ -178,6 +182,7 @@ func TestIntegrationWithoutSessionsKeepsQueueOrderAndSetsNoSessionID(t *testing.
 // go out as batches that fill the entity's 256 KiB, so two transfers, not
 // a thousand.
 func TestIntegrationBatchesFillTheEntityLimit(t *testing.T) {
+	parallel(t)
 	needFake(t, "counts transfers")
 	tg := newTarget(t, sbfake0)
 	s := newSink(t, tg, "queue: "+tg.queue)
@@ -221,6 +226,7 @@ func requireTransient(t *testing.T, err error) {
 // not fit into an empty batch stops the call with a Permanent error naming
 // it; what precedes it was sent, what follows was not.
 func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
+	parallel(t)
 	tg := newTarget(t, sbfake0)
 	s := newSink(t, tg, "queue: "+tg.queue)
 	g := sinktest.NewGen(44)
@@ -241,6 +247,7 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 // batches (amqp:link:message-size-exceeded); that stops the relay with a
 // hint to lower max_batch_bytes.
 func TestIntegrationServiceRefusingABatchAsTooLargeIsPermanent(t *testing.T) {
+	parallel(t)
 	needFake(t, "needs an entity with a 64 KiB limit")
 	tg := newTarget(t, sbfake.QueueOptions{MaxMessageSize: 64 << 10})
 	s := newSink(t, tg, "queue: "+tg.queue, "max_batch_bytes: 1048576")
@@ -260,6 +267,7 @@ func TestIntegrationServiceRefusingABatchAsTooLargeIsPermanent(t *testing.T) {
 // TestIntegrationEntityNotFoundIsPermanent names the entity, the message
 // and what to do.
 func TestIntegrationEntityNotFoundIsPermanent(t *testing.T) {
+	parallel(t)
 	tg := newTarget(t, sbfake0)
 	missing := fmt.Sprintf("walpost-missing-%d", time.Now().UnixNano())
 	s := newSink(t, tg, "queue: "+missing)
@@ -269,6 +277,7 @@ func TestIntegrationEntityNotFoundIsPermanent(t *testing.T) {
 }
 
 func TestIntegrationUnauthorizedIsPermanent(t *testing.T) {
+	parallel(t)
 	needFake(t, "needs an entity that refuses the token")
 	tg := newTarget(t, sbfake.QueueOptions{Unauthorized: true})
 	s := newSink(t, tg, "queue: "+tg.queue)
@@ -285,11 +294,12 @@ func TestIntegrationUnauthorizedIsPermanent(t *testing.T) {
 // Without the SDK's retries Publish returns it and the relay's retry goes
 // through; with them the SDK retries by itself.
 func TestIntegrationThrottlingIsRetried(t *testing.T) {
+	parallel(t)
 	needFake(t, "injects server-busy answers")
 	tg := newTarget(t, sbfake0)
 	g := sinktest.NewGen(48)
 
-	s := newSink(t, tg, "queue: "+tg.queue, "max_retries: 0")
+	s := newSink(t, tg, "queue: "+tg.queue, "max_retries: 0", "sessions: true")
 	first := g.Interleave(50, sinktest.Keys(3)...)
 	tg.fake.Fail(t, tg.queue, 1, string(condServerBusy), "The request was terminated because the entity is being throttled. (sbfake)")
 	err := s.Publish(ctxFor(t, 30*time.Second), first)
@@ -302,7 +312,7 @@ func TestIntegrationThrottlingIsRetried(t *testing.T) {
 		t.Fatalf("the retry failed: %v", err)
 	}
 
-	s = newSink(t, tg, "queue: "+tg.queue, "max_retries: 3")
+	s = newSink(t, tg, "queue: "+tg.queue, "max_retries: 3", "sessions: true")
 	second := g.Interleave(50, sinktest.Keys(3)...)
 	tg.fake.Fail(t, tg.queue, 2, string(condServerBusy), "throttled (sbfake)")
 	if err := s.Publish(ctxFor(t, 30*time.Second), second); err != nil {
@@ -315,6 +325,7 @@ func TestIntegrationThrottlingIsRetried(t *testing.T) {
 // sends each type to its own queue, in WAL order per queue; a type that
 // makes an illegal name fails the call before anything is sent.
 func TestIntegrationTemplateSendsEachTypeToItsEntity(t *testing.T) {
+	parallel(t)
 	needFake(t, "creates a queue per type")
 	tg := newTarget(t, sbfake0)
 	for _, typ := range sinktest.Types {
@@ -358,6 +369,7 @@ func TestIntegrationTemplateSendsEachTypeToItsEntity(t *testing.T) {
 // reaches the queue once (what the package doc promises for the sender
 // side).
 func TestIntegrationDuplicateDetectionDropsAResend(t *testing.T) {
+	parallel(t)
 	needFake(t, "needs an entity with duplicate detection")
 	tg := newTarget(t, sbfake.QueueOptions{DuplicateDetection: time.Minute})
 	s := newSink(t, tg, "queue: "+tg.queue, "sessions: true")
@@ -378,6 +390,7 @@ func TestIntegrationDuplicateDetectionDropsAResend(t *testing.T) {
 // back on the same port: every message is acknowledged and stored, in
 // order, duplicates limited to retried batches.
 func TestIntegrationRunnerDeliversEverythingAcrossAnOutage(t *testing.T) {
+	parallel(t)
 	needFake(t, "cuts the connection")
 	tg := newTarget(t, sbfake0)
 	s := newSink(t, tg, "queue: "+tg.queue, "sessions: true", "timeout: 2s")
@@ -398,30 +411,40 @@ func TestIntegrationRunnerDeliversEverythingAcrossAnOutage(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	go func() { done <- r.Run(ctx) }()
 
-	restore := func() {}
-	for i, b := range sinktest.Chunks(msgs, 100) {
-		if i == 10 {
-			restore = tg.fake.Outage(t)
-		}
-		ds := make([]publish.Delivery, len(b))
-		for j, m := range b {
-			ds[j] = publish.Delivery{Msg: m}
-		}
-		in <- ds
-		if i == 10 {
-			select {
-			case <-failing:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the runner did not report the sink failing during the outage")
+	// The feeder goes on handing batches to the runner (which takes them
+	// only between publishes); the outage starts before the 11th and ends
+	// once the runner reported the sink failing.
+	restored := make(chan struct{})
+	go func() {
+		defer close(in)
+		for i, b := range sinktest.Chunks(msgs, 100) {
+			if i == 10 {
+				restore := tg.fake.Outage(t)
+				go func() {
+					defer close(restored)
+					defer restore()
+					select {
+					case <-failing:
+					case <-time.After(20 * time.Second):
+						t.Error("the runner did not report the sink failing during the outage")
+					}
+				}()
 			}
-			restore()
+			ds := make([]publish.Delivery, len(b))
+			for j, m := range b {
+				ds[j] = publish.Delivery{Msg: m}
+			}
+			select {
+			case in <- ds:
+			case <-ctx.Done():
+				return
+			}
 		}
-	}
-	close(in)
+	}()
 	if err := <-done; err != nil {
 		t.Fatalf("runner: %v", err)
 	}
-	restore()
+	<-restored
 	if len(acked) != len(msgs) {
 		t.Fatalf("%d of %d messages acknowledged", len(acked), len(msgs))
 	}

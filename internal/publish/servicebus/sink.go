@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
@@ -63,9 +64,10 @@ type Sink struct {
 	sessions      bool
 	maxBatchBytes uint64
 	timeout       time.Duration
-	client        *azservicebus.Client
+	newClient     func() (*azservicebus.Client, error)
 
-	mu      sync.Mutex // serializes Publish; guards entity's cache, senders and uses
+	mu      sync.Mutex // serializes Publish; guards client, entity's cache, senders and uses
+	client  *azservicebus.Client
 	senders map[string]*cachedSender
 	uses    uint64
 
@@ -105,23 +107,34 @@ func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
 		return nil, err
 	}
 	opts := &azservicebus.ClientOptions{ApplicationID: "walpost", RetryOptions: c.retryOptions()}
-	var client *azservicebus.Client
+	var newClient func() (*azservicebus.Client, error)
 	auth := "connection string"
 	if c.ConnectionString != "" {
-		client, err = azservicebus.NewClientFromConnectionString(c.ConnectionString, opts)
-		if err != nil {
-			return nil, fmt.Errorf("connection_string: %w", err)
+		newClient = func() (*azservicebus.Client, error) {
+			client, err := azservicebus.NewClientFromConnectionString(c.ConnectionString, opts)
+			if err != nil {
+				return nil, fmt.Errorf("connection_string: %w", err)
+			}
+			return client, nil
 		}
 	} else {
 		auth = "Azure AD (DefaultAzureCredential)"
+		// One credential for the sink's life: it caches its tokens.
 		cred, err := azidentity.NewDefaultAzureCredential(nil)
 		if err != nil {
 			return nil, fmt.Errorf("namespace: creating the Azure AD credential: %w", err)
 		}
-		client, err = azservicebus.NewClient(c.Namespace, cred, opts)
-		if err != nil {
-			return nil, fmt.Errorf("namespace: %w", err)
+		newClient = func() (*azservicebus.Client, error) {
+			client, err := azservicebus.NewClient(c.Namespace, cred, opts)
+			if err != nil {
+				return nil, fmt.Errorf("namespace: %w", err)
+			}
+			return client, nil
 		}
+	}
+	client, err := newClient()
+	if err != nil {
+		return nil, err
 	}
 	s := &Sink{
 		name:          name,
@@ -130,6 +143,7 @@ func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
 		sessions:      c.Sessions,
 		maxBatchBytes: uint64(c.MaxBatchBytes),
 		timeout:       c.Timeout.D(),
+		newClient:     newClient,
 		client:        client,
 		senders:       map[string]*cachedSender{},
 	}
@@ -155,7 +169,7 @@ func endpoint(c sbConfig) string {
 func (s *Sink) Name() string { return s.name }
 
 // group is the messages of one Publish call that go to one entity, in
-// order, with their index in the call.
+// order, with their Service Bus form and the entity's sender.
 type group struct {
 	entity string
 	sender *azservicebus.Sender
@@ -175,7 +189,9 @@ type group struct {
 // entities are served in parallel. On the first failure of an entity its
 // later batches are not sent, and Publish returns an error naming the
 // batch's first message (id and LSN) and the entity; Permanent (see
-// classify) when no retry can help. When ctx ends, or the call takes
+// classify) when no retry can help; after a transient failure the next
+// call starts from a new connection (see needsReset). When ctx ends, or
+// the call takes
 // longer than timeout, Publish returns promptly with an error wrapping
 // ctx.Err() (context.DeadlineExceeded for the timeout); a batch already
 // sent may still be stored.
@@ -195,8 +211,18 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
 	defer cancel()
 
+	err = s.sendGroups(ctx, groups, len(msgs))
+	if err != nil && needsReset(err) {
+		s.reset()
+	}
+	return err
+}
+
+// sendGroups sends each group, the groups in parallel, and returns the
+// first error, a Permanent one first.
+func (s *Sink) sendGroups(ctx context.Context, groups []*group, total int) error {
 	if len(groups) == 1 {
-		return s.send(ctx, groups[0], len(msgs))
+		return s.send(ctx, groups[0], total)
 	}
 	errs := make([]error, len(groups))
 	sem := make(chan struct{}, parallelEntities)
@@ -206,7 +232,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			errs[i] = s.send(ctx, g, len(msgs))
+			errs[i] = s.send(ctx, g, total)
 		}()
 	}
 	wg.Wait()
@@ -221,6 +247,52 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 		}
 	}
 	return first
+}
+
+// needsReset reports whether, after err, the sink should start over with a
+// new connection. The SDK recovers a broken connection or link only
+// between its own retries of one operation: after the last failed attempt
+// (or with max_retries 0) it would hand the broken link to the next call.
+// So after any transient failure that is not the service's own answer on
+// a working link (throttling, a service timeout, a full entity), the next
+// Publish starts from a fresh client.
+func needsReset(err error) bool {
+	if publish.IsPermanent(err) {
+		return false
+	}
+	var ae *amqp.Error
+	var le *amqp.LinkError
+	var ce *amqp.ConnError
+	var se *amqp.SessionError
+	if errors.As(err, &ae) && !errors.As(err, &le) && !errors.As(err, &ce) && !errors.As(err, &se) {
+		switch ae.Condition {
+		case condServerBusy, condTimeout, amqp.ErrCondResourceLimitExceeded:
+			return false
+		}
+	}
+	return true
+}
+
+// reset closes the senders and the client, briefly (the connection may be
+// dead), and opens a new client; senders are made again on demand.
+func (s *Sink) reset() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for name, snd := range s.senders {
+		if err := snd.Close(ctx); err != nil {
+			s.log.Debug().Err(err).Str("entity", name).Msg("closing a sender after a failure")
+		}
+	}
+	clear(s.senders)
+	if err := s.client.Close(ctx); err != nil {
+		s.log.Debug().Err(err).Msg("closing the client after a failure")
+	}
+	client, err := s.newClient()
+	if err != nil { // cannot happen: the settings were validated
+		s.log.Error().Err(err).Msg("servicebus: reopening the client")
+		return
+	}
+	s.client = client
 }
 
 // group splits msgs by entity, keeping their order, maps each to a Service

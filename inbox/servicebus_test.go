@@ -1,0 +1,447 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
+)
+
+// The Service Bus tests run against sbfake, the AMQP 1.0 stand-in of the
+// servicebus sink's tests (it needs node; without it they skip), and the
+// test cluster of pgtest.
+
+// sbQueue is a queue of a fresh stand-in with a sender and a peek-lock
+// receiver on it.
+type sbQueue struct {
+	fake     *sbfake.Broker
+	name     string
+	sender   *azservicebus.Sender
+	receiver *azservicebus.Receiver
+}
+
+func newSBQueue(t *testing.T, opts sbfake.QueueOptions) *sbQueue {
+	t.Helper()
+	q := &sbQueue{fake: sbfake.Start(t), name: "inbox-test"}
+	q.fake.CreateQueue(t, q.name, opts)
+	c, err := azservicebus.NewClientFromConnectionString(q.fake.ConnectionString(), &azservicebus.ClientOptions{
+		RetryOptions: azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	if q.sender, err = c.NewSender(q.name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if q.receiver, err = c.NewReceiverForQueue(q.name, nil); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func (q *sbQueue) send(t *testing.T, id, body string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := q.sender.SendMessage(ctx, &azservicebus.Message{MessageID: &id, Body: []byte(body)}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recorder wraps a receiver and records the settlements, calling
+// onComplete before each Complete goes to the broker.
+type recorder struct {
+	ServiceBusReceiver
+	onComplete func(msg *azservicebus.ReceivedMessage)
+
+	mu        sync.Mutex
+	completed []string // message ids, in order
+	abandoned []string
+	errs      []error // reported through OnError
+}
+
+func (r *recorder) CompleteMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
+	if r.onComplete != nil {
+		r.onComplete(msg)
+	}
+	err := r.ServiceBusReceiver.CompleteMessage(ctx, msg, o)
+	if err == nil {
+		r.mu.Lock()
+		r.completed = append(r.completed, msg.MessageID)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recorder) AbandonMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, o *azservicebus.AbandonMessageOptions) error {
+	err := r.ServiceBusReceiver.AbandonMessage(ctx, msg, o)
+	if err == nil {
+		r.mu.Lock()
+		r.abandoned = append(r.abandoned, msg.MessageID)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recorder) onError(_ *azservicebus.ReceivedMessage, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, err)
+}
+
+func (r *recorder) counts() (completed, abandoned, errs int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.completed), len(r.abandoned), len(r.errs)
+}
+
+// runLoop runs ServiceBusLoop in the background; stop cancels it and
+// returns its error.
+func runLoop(t *testing.T, run func(ctx context.Context) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				err = errors.New("ServiceBusLoop did not return within 30s of its context ending")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// pollFor polls cond every few milliseconds until it holds or 20s pass.
+func pollFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var sbOpts = ServiceBusOptions{TimeAfterFirstMessage: 300 * time.Millisecond}
+
+// TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit: the effect
+// runs once, its change and the id are committed before Complete is sent,
+// and the message is gone from the queue afterwards; with both drivers.
+func TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			f := newFixture(t)
+			ib := f.open(t, v, Options{}, 4)
+			q := newSBQueue(t, sbfake.QueueOptions{})
+			const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a10"
+			q.send(t, id, `{"n":1}`)
+
+			rec := &recorder{ServiceBusReceiver: q.receiver}
+			var atComplete []int
+			rec.onComplete = func(msg *azservicebus.ReceivedMessage) {
+				atComplete = append(atComplete, f.effects(t), f.count(t, "id = $1", msg.MessageID))
+			}
+			opts := sbOpts
+			opts.OnError = rec.onError
+			effect := func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error {
+				if string(msg.Body) != `{"n":1}` {
+					return fmt.Errorf("body %q", msg.Body)
+				}
+				return f.increment(exec)
+			}
+			stop := runLoop(t, func(ctx context.Context) error { return loopFor(ctx, ib, rec, effect, opts) })
+
+			pollFor(t, "the message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+			if err := stop(); !errors.Is(err, context.Canceled) {
+				t.Errorf("loop returned %v, want context.Canceled", err)
+			}
+			if fmt.Sprint(atComplete) != "[1 1]" {
+				t.Errorf("at Complete the database held %v effects and ids, want [1 1]: complete before commit", atComplete)
+			}
+			if n := f.effects(t); n != 1 {
+				t.Errorf("%d effects committed, want 1", n)
+			}
+			if st := q.fake.Stats(t, q.name); st.Active+st.Locked != 0 || st.Completed != 1 {
+				t.Errorf("queue after the loop: %+v, want it empty after one complete", st)
+			}
+			if _, _, errs := rec.counts(); errs != 0 {
+				t.Errorf("OnError was called: %v", rec.errs)
+			}
+		})
+	}
+}
+
+var errBoom = errors.New("effect failed (test)")
+
+// TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails: the first
+// delivery's effect fails after changing the database; that change rolls
+// back, the message is abandoned, comes back with delivery count 2 and is
+// processed once.
+func TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails(t *testing.T) {
+	f := newFixture(t)
+	ib := f.open(t, variants[0], Options{}, 4)
+	q := newSBQueue(t, sbfake.QueueOptions{})
+	const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a11"
+	q.send(t, id, "x")
+
+	rec := &recorder{ServiceBusReceiver: q.receiver}
+	opts := sbOpts
+	opts.OnError = rec.onError
+	var mu sync.Mutex
+	var deliveries []uint32
+	effect := func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error {
+		mu.Lock()
+		deliveries = append(deliveries, msg.DeliveryCount)
+		mu.Unlock()
+		if err := f.increment(exec); err != nil {
+			return err
+		}
+		if msg.DeliveryCount == 1 {
+			return errBoom
+		}
+		return nil
+	}
+	stop := runLoop(t, func(ctx context.Context) error { return loopFor(ctx, ib, rec, effect, opts) })
+	pollFor(t, "the redelivered message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+	stop()
+
+	completed, abandoned, _ := rec.counts()
+	if completed != 1 || abandoned != 1 {
+		t.Errorf("%d completed and %d abandoned, want 1 and 1", completed, abandoned)
+	}
+	if fmt.Sprint(deliveries) != "[1 2]" {
+		t.Errorf("the effect saw delivery counts %v, want [1 2]", deliveries)
+	}
+	if n := f.effects(t); n != 1 {
+		t.Errorf("%d effects committed, want 1 (the failed one rolls back)", n)
+	}
+	if len(rec.errs) != 1 || !errors.Is(rec.errs[0], errBoom) {
+		t.Errorf("OnError got %v, want the effect's error once", rec.errs)
+	}
+	if st := q.fake.Stats(t, q.name); st.Active+st.Locked != 0 || st.Abandoned != 1 {
+		t.Errorf("queue after the loop: %+v", st)
+	}
+}
+
+// TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect:
+// the same MessageId sent twice (a relay resend outside the duplicate
+// detection window) runs the effect once; both copies are completed.
+func TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect(t *testing.T) {
+	f := newFixture(t)
+	ib := f.open(t, variants[1], Options{}, 4)
+	q := newSBQueue(t, sbfake.QueueOptions{})
+	const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a12"
+	q.send(t, id, "first copy")
+	q.send(t, id, "second copy")
+
+	rec := &recorder{ServiceBusReceiver: q.receiver}
+	opts := sbOpts
+	opts.OnError = rec.onError
+	var results []string
+	opts.OnCompleted = func(msg *azservicebus.ReceivedMessage, res Result) {
+		results = append(results, string(msg.Body)+": "+res.String())
+	}
+	stop := runLoop(t, func(ctx context.Context) error {
+		return loopFor(ctx, ib, rec, func(ctx context.Context, exec execFunc, _ *azservicebus.ReceivedMessage) error {
+			return f.increment(exec)
+		}, opts)
+	})
+	pollFor(t, "both copies to be completed", func() bool { c, _, _ := rec.counts(); return c == 2 })
+	stop()
+	if got := fmt.Sprint(results); got != "[first copy: processed second copy: duplicate]" {
+		t.Errorf("OnCompleted saw %s, want the first copy processed and the second a duplicate", got)
+	}
+	if n := f.effects(t); n != 1 {
+		t.Errorf("%d effects committed for two copies of one message, want 1", n)
+	}
+	if st := q.fake.Stats(t, q.name); st.Active+st.Locked != 0 || st.Completed != 2 {
+		t.Errorf("queue after the loop: %+v, want both copies completed", st)
+	}
+	if len(rec.errs) != 0 {
+		t.Errorf("OnError was called: %v", rec.errs)
+	}
+}
+
+// TestIntegrationServiceBusLoopLockLostAfterCommitGivesADuplicate: the
+// effect commits, but the lock expires before Complete; Complete fails,
+// Service Bus delivers the message again, and the redelivery is a
+// Duplicate that is completed without running the effect again. This is
+// why receivers need the inbox although the sender side has duplicate
+// detection.
+func TestIntegrationServiceBusLoopLockLostAfterCommitGivesADuplicate(t *testing.T) {
+	f := newFixture(t)
+	ib := f.open(t, variants[0], Options{}, 4)
+	q := newSBQueue(t, sbfake.QueueOptions{LockDuration: 400 * time.Millisecond})
+	const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a13"
+	q.send(t, id, "slow")
+
+	rec := &recorder{ServiceBusReceiver: q.receiver}
+	opts := sbOpts
+	opts.OnError = rec.onError
+	stop := runLoop(t, func(ctx context.Context) error {
+		return loopFor(ctx, ib, rec, func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error {
+			if msg.DeliveryCount == 1 {
+				time.Sleep(700 * time.Millisecond) // past the lock
+			}
+			return f.increment(exec)
+		}, opts)
+	})
+	pollFor(t, "the redelivery to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+	stop()
+	if n := f.effects(t); n != 1 {
+		t.Errorf("%d effects committed, want 1", n)
+	}
+	var sbErr *azservicebus.Error
+	if len(rec.errs) != 1 || !errors.As(rec.errs[0], &sbErr) || sbErr.Code != azservicebus.CodeLockLost {
+		t.Errorf("OnError got %v, want one lock-lost error from the first Complete", rec.errs)
+	}
+	if st := q.fake.Stats(t, q.name); st.Active+st.Locked != 0 || st.LockLost != 1 || st.Completed != 1 {
+		t.Errorf("queue after the loop: %+v", st)
+	}
+}
+
+// TestIntegrationServiceBusLoopReturnsWhenReceivingFails: a receiver of a
+// queue that does not exist fails for good; the loop returns that error.
+func TestIntegrationServiceBusLoopReturnsWhenReceivingFails(t *testing.T) {
+	fake := sbfake.Start(t)
+	c, err := azservicebus.NewClientFromConnectionString(fake.ConnectionString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	r, err := c.NewReceiverForQueue("nowhere", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := New(nil, Options{}) // never reached
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = ServiceBusLoop(ctx, r, ib, func(context.Context, pgx.Tx, *azservicebus.ReceivedMessage) error {
+		t.Error("effect called")
+		return nil
+	}, ServiceBusOptions{})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("loop returned %v (context: %v), want the receive error before the deadline", err, ctx.Err())
+	}
+	t.Logf("loop returned: %v", err)
+}
+
+// fakeReceiver hands out one batch of messages and records settlements.
+type fakeReceiver struct {
+	batch     []*azservicebus.ReceivedMessage
+	completed []string
+	abandoned []string
+}
+
+func (r *fakeReceiver) ReceiveMessages(ctx context.Context, _ int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	if b := r.batch; b != nil {
+		r.batch = nil
+		return b, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (r *fakeReceiver) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.completed = append(r.completed, m.MessageID)
+	return nil
+}
+
+func (r *fakeReceiver) AbandonMessage(ctx context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.AbandonMessageOptions) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.abandoned = append(r.abandoned, m.MessageID)
+	return nil
+}
+
+// fakeProcessor runs the effect with no transaction and stops the loop
+// after the first message.
+type fakeProcessor struct{ stop context.CancelFunc }
+
+func (p fakeProcessor) Process(ctx context.Context, id string, effect func(context.Context, struct{}) error) (Result, error) {
+	if id == "" {
+		return 0, ErrEmptyID
+	}
+	if err := effect(ctx, struct{}{}); err != nil {
+		return 0, err
+	}
+	p.stop()
+	return Processed, nil
+}
+
+// TestServiceBusLoopSettlesEveryMessageWhenStopped: when the context ends
+// mid-batch, the processed message is still completed (settling outlives
+// the context) and the rest are abandoned rather than left to their locks;
+// a message without a MessageId is abandoned with ErrEmptyID.
+func TestServiceBusLoopSettlesEveryMessageWhenStopped(t *testing.T) {
+	r := &fakeReceiver{batch: []*azservicebus.ReceivedMessage{{MessageID: ""}, {MessageID: "a"}, {MessageID: "b"}, {MessageID: "c"}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var reported []error
+	err := ServiceBusLoop(ctx, r, fakeProcessor{cancel}, func(context.Context, struct{}, *azservicebus.ReceivedMessage) error { return nil },
+		ServiceBusOptions{OnError: func(_ *azservicebus.ReceivedMessage, err error) { reported = append(reported, err) }})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("loop returned %v, want context.Canceled", err)
+	}
+	if fmt.Sprint(r.completed) != "[a]" || fmt.Sprint(r.abandoned) != "[ b c]" {
+		t.Errorf("completed %q and abandoned %q, want [a] and [\"\" b c]", r.completed, r.abandoned)
+	}
+	if len(reported) != 1 || !errors.Is(reported[0], ErrEmptyID) {
+		t.Errorf("OnError got %v, want ErrEmptyID once", reported)
+	}
+}
+
+func TestServiceBusLoopRejectsInvalidOptions(t *testing.T) {
+	r := &fakeReceiver{}
+	p := fakeProcessor{func() {}}
+	effect := func(context.Context, struct{}, *azservicebus.ReceivedMessage) error { return nil }
+	for _, o := range []ServiceBusOptions{{MaxMessages: -1}, {SettleTimeout: -time.Second}, {TimeAfterFirstMessage: -time.Second}} {
+		if err := ServiceBusLoop(context.Background(), r, p, effect, o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("options %+v: %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if err := ServiceBusLoop(context.Background(), nil, p, effect, ServiceBusOptions{}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nil receiver: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// loopFor runs ServiceBusLoop over the test inbox of either driver, with
+// the effect given a statement runner.
+func loopFor(ctx context.Context, ib testInbox, r ServiceBusReceiver,
+	effect func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error, opts ServiceBusOptions) error {
+	switch ib := ib.(type) {
+	case pgxInbox:
+		return ServiceBusLoop(ctx, r, ib.Inbox, func(ctx context.Context, tx pgx.Tx, msg *azservicebus.ReceivedMessage) error {
+			return effect(ctx, func(s string, args ...any) error { _, err := tx.Exec(ctx, s, args...); return err }, msg)
+		}, opts)
+	case sqlInbox:
+		return ServiceBusLoop(ctx, r, ib.SQLInbox, func(ctx context.Context, tx *sql.Tx, msg *azservicebus.ReceivedMessage) error {
+			return effect(ctx, func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err }, msg)
+		}, opts)
+	}
+	return fmt.Errorf("unknown inbox %T", ib)
+}
