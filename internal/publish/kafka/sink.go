@@ -192,10 +192,10 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 		s.buf = km[:0]
 	}()
 	for _, m := range msgs {
-		topic, err := s.topic.expand(m)
+		topic, err := s.topic.Expand(m)
 		if err != nil {
 			return publish.Permanent(fmt.Errorf("kafka: message %s (lsn %s, type %q): topic %q from template %q: %w",
-				m.ID, m.LSN, m.Type, topic, s.topic.text, err))
+				m.ID, m.LSN, m.Type, topic, s.topic.Text(), err))
 		}
 		km = append(km, record(m, topic))
 	}

@@ -47,7 +47,7 @@ func TestTopicTemplateExpandsAndChecksEachName(t *testing.T) {
 			t.Fatalf("%s: %v", tc.tmpl, err)
 		}
 		for range 2 { // the second time from the cache
-			got, err := tt.expand(tc.m)
+			got, err := tt.Expand(tc.m)
 			if got != tc.want || (err != nil) != tc.illegal {
 				t.Errorf("%s with type %q: got %q, %v; want %q, illegal %v", tc.tmpl, tc.m.Type, got, err, tc.want, tc.illegal)
 			}

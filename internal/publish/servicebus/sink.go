@@ -303,10 +303,10 @@ func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
 	byEntity := map[string]*group{}
 	s.uses++
 	for _, m := range msgs {
-		name, err := s.entity.expand(m)
+		name, err := s.entity.Expand(m)
 		if err != nil {
 			return nil, publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s, type %q): entity %q from %s %q: %w",
-				m.ID, m.LSN, m.Type, name, s.entity.field, s.entity.text, err))
+				m.ID, m.LSN, m.Type, name, s.entity.Field(), s.entity.Text(), err))
 		}
 		if s.sessions && len(m.OrderingKey()) > maxSessionIDLen {
 			return nil, publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: key of %d characters is over Service Bus's %d for a session id (sessions: true)",

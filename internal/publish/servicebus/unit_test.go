@@ -125,15 +125,15 @@ func TestEntityTemplateExpandsAndChecksNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := &decoder.Message{ID: "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a10", Type: "order.created", Key: "k-1", HasKey: true}
-	if name, err := tmpl.expand(m); err != nil || name != "walpost.order.created.k-1" {
+	if name, err := tmpl.Expand(m); err != nil || name != "walpost.order.created.k-1" {
 		t.Errorf("expand: %q, %v", name, err)
 	}
 	m.HasKey = false
-	if name, _ := tmpl.expand(m); name != "walpost.order.created."+m.ID {
+	if name, _ := tmpl.Expand(m); name != "walpost.order.created."+m.ID {
 		t.Errorf("a NULL key expands to %q, want the id", name)
 	}
 	m.Type = "order created"
-	if _, err := tmpl.expand(m); !errors.Is(err, errIllegalEntity) {
+	if _, err := tmpl.Expand(m); !errors.Is(err, errIllegalEntity) {
 		t.Errorf("a type with a space gave %v, want errIllegalEntity", err)
 	}
 	for name, ok := range map[string]bool{

@@ -1,0 +1,158 @@
+// Package nametmpl expands destination-name templates such as
+// "outbox.{type}" into a name per message, for the sinks whose topic,
+// queue or entity may depend on the message: {type} is the message type,
+// {key} its ordering key (the id when the key is NULL).
+//
+// A template is checked when the sink is configured: its braces, its
+// placeholders, and its literal parts against the broker's Rules. What a
+// message brings in is checked for every expanded name, since a broker
+// rejects a name with, say, a '/' in it.
+package nametmpl
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/walpost/walpost/internal/decoder"
+)
+
+// Rules say which names a broker accepts.
+type Rules struct {
+	// Broker names the broker in errors ("Kafka").
+	Broker string
+	// MaxLen is the longest name accepted.
+	MaxLen int
+	// LegalChar reports whether c may appear in a name; Allowed lists the
+	// legal characters for error messages ("a-z, A-Z, 0-9, '.', '_' and '-'").
+	LegalChar func(c byte) bool
+	Allowed   string
+	// Illegal is the sentinel that errors about names wrap.
+	Illegal error
+	// Check returns nil when the broker accepts name (a whole, expanded
+	// name); its errors wrap Illegal.
+	Check func(name string) error
+}
+
+// A template part is either literal text or a placeholder.
+type part struct {
+	lit  string
+	hole string // "type" or "key"; "" for a literal
+}
+
+// Template is a parsed name template. It is not safe for concurrent use
+// (it caches expanded names per type); sinks serialize Publish.
+type Template struct {
+	field string // the config field it came from, for errors
+	text  string
+	rules Rules
+	parts []part
+	fixed bool // no placeholder: every message goes to text
+	byKey bool // uses {key}: not cached
+	cache map[string]string
+}
+
+// maxCache bounds the per-type cache of expanded names.
+const maxCache = 4096
+
+// Parse parses and checks the template text of config field field.
+// Errors start with the field ("topic: …").
+func Parse(field, text string, r Rules) (*Template, error) {
+	if text == "" {
+		return nil, fmt.Errorf(`%s: empty (set a name, or a template such as "outbox.{type}")`, field)
+	}
+	t := &Template{field: field, text: text, rules: r, cache: map[string]string{}}
+	rest := text
+	for rest != "" {
+		open := strings.IndexAny(rest, "{}")
+		if open < 0 {
+			t.parts = append(t.parts, part{lit: rest})
+			break
+		}
+		if open > 0 {
+			t.parts = append(t.parts, part{lit: rest[:open]})
+		}
+		if rest[open] == '}' {
+			return nil, fmt.Errorf("%s: %q has a '}' without '{'", field, text)
+		}
+		end := strings.IndexByte(rest[open:], '}')
+		if end < 0 {
+			return nil, fmt.Errorf("%s: %q has a '{' without '}'", field, text)
+		}
+		hole := rest[open+1 : open+end]
+		switch hole {
+		case "type":
+		case "key":
+			t.byKey = true
+		default:
+			return nil, fmt.Errorf("%s: %q has the unknown placeholder {%s} (use {type} or {key})", field, text, hole)
+		}
+		t.parts = append(t.parts, part{hole: hole})
+		rest = rest[open+end+1:]
+	}
+	t.fixed = len(t.parts) == 1 && t.parts[0].hole == ""
+	if t.fixed {
+		if err := r.Check(text); err != nil {
+			return nil, fmt.Errorf("%s: %q: %w", field, text, err)
+		}
+		return t, nil
+	}
+	// The literal parts alone must be legal and leave room for what the
+	// placeholders bring in.
+	var lits strings.Builder
+	for _, p := range t.parts {
+		lits.WriteString(p.lit)
+	}
+	l := lits.String()
+	for i := 0; i < len(l); i++ {
+		if !r.LegalChar(l[i]) {
+			return nil, fmt.Errorf("%s: template %q: %w: character %q (%s allows only %s)",
+				field, text, r.Illegal, l[i], r.Broker, r.Allowed)
+		}
+	}
+	if len(l) >= r.MaxLen {
+		return nil, fmt.Errorf("%s: template %q leaves no room for its placeholders (%s's limit is %d characters)", field, text, r.Broker, r.MaxLen)
+	}
+	return t, nil
+}
+
+// Field is the config field the template came from.
+func (t *Template) Field() string { return t.field }
+
+// Text is the template as written.
+func (t *Template) Text() string { return t.text }
+
+// Expand returns m's name, or an error (wrapping Rules.Illegal) when the
+// expanded name is not one the broker accepts; the name is returned either
+// way, for the error message.
+func (t *Template) Expand(m *decoder.Message) (string, error) {
+	if t.fixed {
+		return t.text, nil
+	}
+	if !t.byKey {
+		if name, ok := t.cache[m.Type]; ok {
+			return name, nil
+		}
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		switch p.hole {
+		case "":
+			b.WriteString(p.lit)
+		case "type":
+			b.WriteString(m.Type)
+		case "key":
+			b.WriteString(m.OrderingKey())
+		}
+	}
+	name := b.String()
+	if err := t.rules.Check(name); err != nil {
+		return name, err
+	}
+	if !t.byKey {
+		if len(t.cache) >= maxCache {
+			clear(t.cache)
+		}
+		t.cache[m.Type] = name
+	}
+	return name, nil
+}
