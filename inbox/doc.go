@@ -90,8 +90,10 @@
 // from the record header "id" (where the relay puts it), runs Process, and
 // commits the offset only after the database commit; a failed effect is
 // retried in place, because a group Reader re-reads an uncommitted offset
-// only after a restart or rebalance. For other brokers, call Process from
-// your receive loop and acknowledge after it returns.
+// only after a restart or rebalance. ServiceBusLoop drives an azservicebus
+// Receiver the same way: the id is the MessageId, CompleteMessage follows
+// the commit, AbandonMessage follows a failed effect. For other brokers,
+// call Process from your receive loop and acknowledge after it returns.
 //
 // # Concurrency
 //
