@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -142,6 +143,9 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 }
 
 func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger, reg *prometheus.Registry, r *relay.Relay) error {
+	if os.Getenv("GOMAXPROCS") == "" && *cfg.Relay.Procs > 0 {
+		runtime.GOMAXPROCS(*cfg.Relay.Procs)
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cfg.HTTP.Listen != "" {
 		srv, err := serveHTTP(cfg.HTTP.Listen, reg, r)
@@ -151,7 +155,7 @@ func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger, reg *
 		defer srv.Close()
 		log.Info().Str("listen", srv.Addr).Msg("http: /metrics /healthz /readyz")
 	}
-	log.Info().Str("version", versionString()).Str("slot", cfg.Postgres.Slot).Str("table", cfg.Postgres.Table).Int("sinks", len(cfg.Sinks)).Msg("starting")
+	log.Info().Int("procs", runtime.GOMAXPROCS(0)).Str("version", versionString()).Str("slot", cfg.Postgres.Slot).Str("table", cfg.Postgres.Table).Int("sinks", len(cfg.Sinks)).Msg("starting")
 	return r.Run(ctx)
 }
 

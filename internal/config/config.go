@@ -94,6 +94,13 @@ type Relay struct {
 	// ShutdownTimeout bounds the drain of in-flight messages on SIGINT or
 	// SIGTERM. Default 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// Procs is how many OS threads may run Go code at once (GOMAXPROCS)
+	// for `cdc run`. Default 1: the pipeline is one stream, and on a small
+	// machine shared with Postgres one thread relays faster than several,
+	// which spend their time waking each other (measured on 2 cores: ~15×
+	// fewer context switches, 1.5–3× the throughput). 0 means Go's default
+	// (every core). The GOMAXPROCS environment variable wins over both.
+	Procs *int `yaml:"procs"`
 	// OnInvalid is what happens to an outbox row that cannot be mapped to
 	// a message (id not a UUID, payload not JSON, …): "stop" (default)
 	// stops the relay with an error naming the row, having delivered and
@@ -362,6 +369,10 @@ func (c *Config) SetDefaults() {
 		r.ShutdownTimeout = Duration(30 * time.Second)
 	}
 	def(&r.OnInvalid, "stop")
+	if r.Procs == nil {
+		one := 1
+		r.Procs = &one
+	}
 	if r.RetryBackoff == 0 {
 		r.RetryBackoff = Duration(30 * time.Second)
 	}
@@ -426,6 +437,9 @@ func (c *Config) Validate() error {
 	}
 	if r.WindowBytes < 1<<16 {
 		return fmt.Errorf("relay.window_bytes: %d is under 65536", r.WindowBytes)
+	}
+	if *r.Procs < 0 || *r.Procs > 1024 {
+		return fmt.Errorf("relay.procs: %d is outside 0..1024 (0: every core)", *r.Procs)
 	}
 	if r.OnInvalid != "stop" && r.OnInvalid != "dead_letter" {
 		return fmt.Errorf("relay.on_invalid: %q is not stop or dead_letter", r.OnInvalid)
