@@ -5,7 +5,7 @@
 
 GO ?= go
 
-.PHONY: build demo test vet bench
+.PHONY: build demo test vet bench bench-quick
 
 build:
 	$(GO) build -o bin/cdc ./cmd/cdc
@@ -19,3 +19,10 @@ vet:
 
 test: vet
 	$(GO) test -count=1 -timeout 20m ./...
+
+# Benchmarks (not part of the tests): see BENCHMARKS.md.
+bench:
+	$(GO) run ./bench
+
+bench-quick:
+	$(GO) run ./bench -quick -out /tmp/walpost-bench-quick.md

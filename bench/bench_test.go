@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+func TestHistQuantileInterpolatesInsideTheBucket(t *testing.T) {
+	h := &Hist{Bounds: []float64{1, 2, 4, math.Inf(1)}, Counts: []float64{10, 30, 60, 0}}
+	for _, c := range []struct{ q, want float64 }{
+		{0.05, 0.5},           // rank 5 of the 10 in [0,1]
+		{0.10, 1},             // the first bucket's top
+		{0.25, 1.5},           // rank 25: 15 of the 30 in (1,2]
+		{0.70, 3},             // rank 70: 30 of the 60 in (2,4]
+		{0.99, 2 + 2*59.0/60}, // rank 99: 59 of the 60 in (2,4]
+		{1, 4},
+	} {
+		if got := h.Quantile(c.q); !near(got, c.want) {
+			t.Errorf("Quantile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := h.MaxBucket(); got != 4 {
+		t.Errorf("MaxBucket = %v, want 4", got)
+	}
+}
+
+func TestHistQuantileInOverflowBucketIsLastFiniteBound(t *testing.T) {
+	h := &Hist{Bounds: []float64{1, 2, math.Inf(1)}, Counts: []float64{1, 0, 9}}
+	if got := h.Quantile(0.99); got != 2 {
+		t.Errorf("Quantile(0.99) = %v, want 2", got)
+	}
+	if got := h.MaxBucket(); !math.IsInf(got, 1) {
+		t.Errorf("MaxBucket = %v, want +Inf", got)
+	}
+	if !math.IsNaN(NewHist().Quantile(0.5)) {
+		t.Error("empty histogram: want NaN")
+	}
+}
+
+func TestHistObserveUsesLessOrEqualBuckets(t *testing.T) {
+	h := NewHist()
+	h.Observe(0.0001) // exactly the first bound: first bucket
+	h.Observe(0.00011)
+	h.Observe(1e9)
+	if h.Counts[0] != 1 || h.Counts[1] != 1 || h.Counts[len(h.Counts)-1] != 1 {
+		t.Fatalf("counts: first %v, second %v, +Inf %v", h.Counts[0], h.Counts[1], h.Counts[len(h.Counts)-1])
+	}
+	if len(h.Bounds) != 65 || !near(h.Bounds[1], 0.000125) || !near(h.Bounds[63], 0.0001*math.Pow(1.25, 63)) {
+		t.Fatalf("bounds: %d, %v, %v", len(h.Bounds), h.Bounds[1], h.Bounds[63])
+	}
+}
+
+// exposition renders cumulative buckets as client_golang does.
+func exposition(sink string, bounds []float64, cum []float64) string {
+	var b strings.Builder
+	b.WriteString("# HELP walpost_end_to_end_latency_seconds x\n# TYPE walpost_end_to_end_latency_seconds histogram\n")
+	for i, le := range bounds {
+		l := "+Inf"
+		if !math.IsInf(le, 1) {
+			l = strings.TrimRight(strings.TrimRight(jsonNum(le), "0"), ".")
+		}
+		b.WriteString(`walpost_end_to_end_latency_seconds_bucket{sink="` + sink + `",le="` + l + `"} ` + jsonNum(cum[i]) + "\n")
+	}
+	b.WriteString(`walpost_end_to_end_latency_seconds_sum{sink="` + sink + `"} 1.5` + "\n")
+	b.WriteString(`walpost_end_to_end_latency_seconds_count{sink="` + sink + `"} ` + jsonNum(cum[len(cum)-1]) + "\n")
+	b.WriteString(`walpost_messages_published_total{sink="` + sink + `"} ` + jsonNum(cum[len(cum)-1]) + "\n")
+	return b.String()
+}
+
+func jsonNum(v float64) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestPromHistogramDeltaPercentiles(t *testing.T) {
+	bounds := []float64{0.001, 0.002, 0.004, math.Inf(1)}
+	other := exposition("other", bounds, []float64{500, 500, 500, 500})
+	before := exposition("discard", bounds, []float64{10, 20, 20, 20}) + other
+	// 100 more observations: 0 in (0,1ms], 50 in (1,2ms], 49 in (2,4ms], 1 above.
+	after := exposition("discard", bounds, []float64{10, 70, 119, 120}) + other
+
+	h0, err := ParsePromHistogram(strings.NewReader(before), "walpost_end_to_end_latency_seconds", "sink", "discard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, err := ParsePromHistogram(strings.NewReader(after), "walpost_end_to_end_latency_seconds", "sink", "discard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := h1.Sub(h0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(d.Counts, []float64{0, 50, 49, 1}) {
+		t.Fatalf("delta counts %v", d.Counts)
+	}
+	if got := d.Quantile(0.5); !near(got, 0.002) {
+		t.Errorf("p50 = %v, want 0.002", got)
+	}
+	if got := d.Quantile(0.95); !near(got, 0.002+0.002*45/49) {
+		t.Errorf("p95 = %v", got)
+	}
+	if got := d.Quantile(0.99); !near(got, 0.004) {
+		t.Errorf("p99 = %v, want 0.004 (rank 99 is the last of the (2,4ms] bucket)", got)
+	}
+	if !math.IsInf(d.MaxBucket(), 1) {
+		t.Errorf("max bucket %v, want +Inf", d.MaxBucket())
+	}
+	if n, ok := ParsePromValue(after, "walpost_messages_published_total", "sink", "discard"); !ok || n != 120 {
+		t.Errorf("published = %v, %v", n, ok)
+	}
+	if _, err := h0.Sub(h1); err == nil {
+		t.Error("a counter going down must be an error")
+	}
+	missing, err := ParsePromHistogram(strings.NewReader(other), "walpost_end_to_end_latency_seconds", "sink", "file")
+	if err != nil || missing != nil {
+		t.Errorf("absent series: %v, %v", missing, err)
+	}
+}
+
+// pgoutput message builders (protocol version 1).
+func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
+func cat(parts ...[]byte) []byte {
+	var b []byte
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+func TestPgoutputReaderFindsCommitTimesAndCountsInserts(t *testing.T) {
+	commit := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	us := uint64(commit.Sub(pgEpoch) / time.Microsecond)
+	rel := cat([]byte{'R'}, be32(16384), []byte("public\x00outbox\x00"), []byte{'d'}, be16(2),
+		[]byte{1}, []byte("id\x00"), be32(2950), be32(0xffffffff),
+		[]byte{0}, []byte("payload\x00"), be32(3802), be32(0xffffffff))
+	begin := cat([]byte{'B'}, be64(0x1000), be64(us), be32(7))
+	// A payload holding newlines and a NUL-free binary-ish value: the reader
+	// must not split on them.
+	val := []byte("{\"ts\": 1,\n\"pad\": \"a\nb\"}")
+	ins := cat([]byte{'I'}, be32(16384), []byte{'N'}, be16(3),
+		[]byte{'t'}, be32(4), []byte("abcd"), []byte{'n'}, []byte{'t'}, be32(uint32(len(val))), val)
+	typ := cat([]byte{'Y'}, be32(99), []byte("public\x00mytype\x00"))
+	com := cat([]byte{'C'}, []byte{0}, be64(0x1000), be64(0x1050), be64(us))
+	var stream []byte
+	for _, m := range [][]byte{rel, typ, begin, ins, ins, com} {
+		stream = append(append(stream, m...), '\n')
+	}
+	var times []time.Time
+	var ends []uint64
+	rd := &pgoutputReader{r: bufio.NewReader(bytes.NewReader(stream)),
+		OnInsert: func(ct time.Time) { times = append(times, ct) },
+		OnCommit: func(end uint64) { ends = append(ends, end) }}
+	var kinds []byte
+	for {
+		k, err := rd.Next()
+		if err != nil {
+			if err.Error() != "EOF" {
+				t.Fatalf("after %q: %v", kinds, err)
+			}
+			break
+		}
+		kinds = append(kinds, k)
+	}
+	if string(kinds) != "RYBIIC" {
+		t.Fatalf("kinds %q", kinds)
+	}
+	if len(times) != 2 || !times[0].Equal(commit) {
+		t.Fatalf("commit times %v, want 2 × %v", times, commit)
+	}
+	if !slices.Equal(ends, []uint64{0x1050}) {
+		t.Fatalf("commit ends %x", ends)
+	}
+
+	bad := append(slices.Clone(begin), 'x')
+	rd = &pgoutputReader{r: bufio.NewReader(bytes.NewReader(bad))}
+	if _, err := rd.Next(); err != errFraming {
+		t.Fatalf("no newline after a message: %v, want errFraming", err)
+	}
+	rd = &pgoutputReader{r: bufio.NewReader(bytes.NewReader(begin[:10]))}
+	if _, err := rd.Next(); err == nil || err.Error() != "unexpected EOF" {
+		t.Fatalf("truncated message: %v", err)
+	}
+}
+
+func TestPayloadTS(t *testing.T) {
+	for in, want := range map[string]int64{
+		`{"n": 1, "ts": 1733150000123456, "pad": "x"}`: 1733150000123456,
+		`{"ts":42}`: 42,
+	} {
+		if got, ok := payloadTS([]byte(in)); !ok || got != want {
+			t.Errorf("payloadTS(%s) = %d, %v", in, got, ok)
+		}
+	}
+	if _, ok := payloadTS([]byte(`{"n": 1}`)); ok {
+		t.Error("no ts: want false")
+	}
+}
+
+func TestParseStatCountsFieldsAfterTheCommand(t *testing.T) {
+	line := "1234 (a b) c)) S 77 1234 1234 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 1 0 100 1000 200"
+	s, err := parseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ppid != 77 || s.utime != 250 || s.stime != 30 || s.cutime != 7 || s.cstime != 3 {
+		t.Fatalf("%+v", s)
+	}
+	if !near(s.cpu(), 2.8) || !near(s.childCPU(), 0.1) {
+		t.Fatalf("cpu %v child %v", s.cpu(), s.childCPU())
+	}
+}
+
+func TestSelectSystems(t *testing.T) {
+	got, err := selectSystems("walpost_*, ceiling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range got {
+		names = append(names, s.Name)
+	}
+	if !slices.Equal(names, []string{"ceiling", "walpost_discard", "walpost_file", "walpost_kafka"}) {
+		t.Fatalf("got %v", names)
+	}
+	if _, err := selectSystems("nope"); err == nil {
+		t.Fatal("unknown system: want an error")
+	}
+	if _, err := selectWorkloads("catchup,nope"); err == nil {
+		t.Fatal("unknown workload: want an error")
+	}
+}
+
+// fakeReport has a measured ceiling, walpost→discard and tuned polling, a
+// failed file run and an n/a Kafka run.
+func fakeReport() *report {
+	lat := func(p50 float64) *Hist {
+		h := NewHist()
+		for i := range 1000 {
+			h.Observe(p50 * (0.5 + float64(i)/1000))
+		}
+		return h
+	}
+	res := []*runResult{
+		{System: "ceiling", Workload: wCatchUp, Produced: 1000, Delivered: 1000, Seconds: 0.01, RelayCPU: 0.01, PeakRSSMB: 8},
+		{System: "walpost_discard", Workload: wCatchUp, Produced: 1000, Delivered: 1000, Seconds: 0.0125, RelayCPU: 0.02, PeakRSSMB: 20},
+		{System: "walpost_file", Workload: wCatchUp, Err: "cdc run exited: exit status 1"},
+		{System: "walpost_kafka", Workload: wCatchUp, Err: "n/a: cmd/cdc does not register the kafka sink"},
+		{System: "poll_tuned", Workload: wCatchUp, Produced: 1000, Delivered: 1000, Seconds: 0.05, QPS: 40,
+			Load: &tableLoad{DeadTuples: 1000, PartialIdxBytes: 40960}},
+		{System: "ceiling", Workload: wPaced1k, Produced: 100, Delivered: 100, Seconds: 0.1, Hist: lat(0.0005)},
+		{System: "walpost_discard", Workload: wPaced1k, Produced: 100, Delivered: 100, Seconds: 0.1, Hist: lat(0.001), PeakRSSMB: 120},
+		{System: "poll_tuned", Workload: wPaced1k, Produced: 100, Delivered: 100, Seconds: 0.1, Hist: lat(0.06)},
+	}
+	for _, r := range res {
+		r.finish()
+	}
+	return newReport(machineInfo{CPUs: 2, Postgres: "15.20", Date: "2026-01-02 03:04 UTC"}, paramsFor(true), true,
+		allSystems, allWorkloads, res, time.Minute)
+}
+
+func TestJSONLineHasExactlyTheKeysWithNullsForWhatWasNotMeasured(t *testing.T) {
+	var m map[string]any
+	line := fakeReport().jsonLine()
+	if strings.Contains(line, "\n") {
+		t.Fatal("JSON must be one line")
+	}
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ceiling_msgs_per_s", "walpost_discard_msgs_per_s", "walpost_file_msgs_per_s", "walpost_kafka_msgs_per_s",
+		"poll_classic_msgs_per_s", "poll_tuned_msgs_per_s", "ceiling_p99_ms", "walpost_discard_p99_ms", "walpost_file_p99_ms",
+		"poll_tuned_p99_ms", "walpost_peak_rss_mb"}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("keys %v, want %v", keys, want)
+	}
+	if m["ceiling_msgs_per_s"] != 100000.0 || m["walpost_discard_msgs_per_s"] != 80000.0 {
+		t.Errorf("rates: %v, %v", m["ceiling_msgs_per_s"], m["walpost_discard_msgs_per_s"])
+	}
+	for _, k := range []string{"walpost_file_msgs_per_s", "walpost_kafka_msgs_per_s", "poll_classic_msgs_per_s", "walpost_file_p99_ms"} {
+		if m[k] != nil {
+			t.Errorf("%s = %v, want null", k, m[k])
+		}
+	}
+	if m["walpost_peak_rss_mb"] != 120.0 {
+		t.Errorf("peak RSS %v, want the largest walpost run's", m["walpost_peak_rss_mb"])
+	}
+	if p, ok := m["walpost_discard_p99_ms"].(float64); !ok || p <= 1.4 || p > 1.82 {
+		t.Errorf("walpost_discard_p99_ms = %v", m["walpost_discard_p99_ms"])
+	}
+}
+
+func TestMarkdownReportsTargetsPassFailAndNotMeasured(t *testing.T) {
+	md := fakeReport().markdown("bench/results.png")
+	for _, want := range []string{
+		"![throughput and latency](bench/results.png)",
+		"| CPUs (nproc) | 2 |",
+		"fsync=off",
+		"| catch-up walpost→discard vs pg_recvlogical | ≥ 0.9× | 0.800× (80,000 vs 100,000 msgs/s) | **FAIL** |",
+		"| catch-up walpost→discard vs tuned polling | ≥ 3× | 4.00× (80,000 vs 20,000 msgs/s) | **pass** |",
+		"| catch-up walpost→kafka vs pg_recvlogical | ≥ 0.6× | n/a: walpost→kafka cmd/cdc does not register the kafka sink | not measured |",
+		"walpost→file failed",
+		"| peak RSS of walpost→discard, every run (incl. the big transaction) | ≤ 100 MB | 120.0 MB (paced1k); big transaction not measured | **FAIL** |",
+		"| walpost → discard | 1,000 | 0.01 | 80,000 | 0.80× |",
+		"| tuned polling (100 ms, 1,000 rows, SKIP LOCKED, UPDATE per batch) | catchup | 40.0 | 1,000 | 1,000 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+}
+
+func TestWriteChartWritesAPNG(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sub", "results.png")
+	if err := writeChart(p, fakeReport()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 500 {
+		t.Fatalf("chart is %v", b)
+	}
+}

@@ -1,0 +1,412 @@
+// Command bench measures walpost side by side with the stream's own speed
+// (pg_recvlogical) and with two polling relays, on one throwaway PostgreSQL
+// cluster (internal/pgtest, fsync=off, synchronous_commit=on), and writes
+// BENCHMARKS.md and bench/results.png.
+//
+//	go run ./bench                 full run (about 15 minutes on 2 cores)
+//	go run ./bench -quick          smaller run (under 3 minutes)
+//	go run ./bench -quick -json    ... and the figures as JSON on the last line of stdout
+//	go run ./bench -only ceiling,walpost_discard -runs catchup
+//
+// Workloads: catch-up (a backlog of 1,000-row transactions committed first,
+// then the system started and timed to its last message), paced (1,000
+// single-row transactions/s, and 2,000 messages/s in 100-row
+// transactions), and one big transaction (1,000,000 rows) for memory. Each
+// system gets a fresh outbox table, publication and slot per run, dropped
+// afterwards.
+//
+// Systems: ceiling (pg_recvlogical), walpost_discard, walpost_file,
+// walpost_kafka (the cdc binary, built from ./cmd/cdc, as a subprocess; the
+// Kafka broker is an in-process kfake), poll_classic (1 s timer, 20 rows,
+// one commit per message), poll_classic_100ms, poll_tuned (100 ms, 1,000
+// rows with FOR UPDATE SKIP LOCKED, one UPDATE per batch).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/pgtest"
+)
+
+// system is one thing measured.
+type system struct {
+	Name  string // for -only and JSON
+	Label string // for the table
+	Kind  string // ceiling | walpost | poll
+	Sink  string // walpost: discard | file | kafka
+	Poll  pollerSpec
+}
+
+var allSystems = []system{
+	{Name: "ceiling", Label: "pg_recvlogical (ceiling)", Kind: "ceiling"},
+	{Name: "walpost_discard", Label: "walpost → discard", Kind: "walpost", Sink: "discard"},
+	{Name: "walpost_file", Label: "walpost → file (fsync per batch)", Kind: "walpost", Sink: "file"},
+	{Name: "walpost_kafka", Label: "walpost → Kafka (kfake, acks=all)", Kind: "walpost", Sink: "kafka"},
+	{Name: "poll_classic", Label: "classic polling (1 s, 20 rows, commit per message)", Kind: "poll",
+		Poll: pollerSpec{Mode: "classic", Interval: time.Second, Batch: 20}},
+	{Name: "poll_classic_100ms", Label: "classic polling (100 ms, 20 rows, commit per message)", Kind: "poll",
+		Poll: pollerSpec{Mode: "classic", Interval: 100 * time.Millisecond, Batch: 20}},
+	{Name: "poll_tuned", Label: "tuned polling (100 ms, 1,000 rows, SKIP LOCKED, UPDATE per batch)", Kind: "poll",
+		Poll: pollerSpec{Mode: "tuned", Interval: 100 * time.Millisecond, Batch: 1000}},
+}
+
+// workload names.
+const (
+	wCatchUp = "catchup"
+	wPaced1k = "paced1k"
+	wPaced2k = "paced2k"
+	wBigTx   = "bigtx"
+)
+
+var allWorkloads = []string{wCatchUp, wPaced1k, wPaced2k, wBigTx}
+
+// params are the sizes of a run.
+type params struct {
+	CatchUpN   int
+	TxRows     int
+	PacedDur   time.Duration
+	PollCap    time.Duration // longest catch-up of a polling relay
+	PollDrain  time.Duration // longest wait for a polling relay after a paced run
+	BigN       int
+	Noise      float64 // unrelated writes per second (0: none)
+	Noisy      float64 // other load (cores) above which a run is disturbed
+	Retries    int     // how often a disturbed run is repeated
+	RelayLimit time.Duration
+}
+
+func paramsFor(quick bool) params {
+	if quick {
+		return params{CatchUpN: 50_000, TxRows: 1000, PacedDur: 6 * time.Second, PollCap: 5 * time.Second,
+			PollDrain: time.Second, BigN: 200_000, RelayLimit: 5 * time.Minute}
+	}
+	return params{CatchUpN: 200_000, TxRows: 1000, PacedDur: 20 * time.Second, PollCap: 30 * time.Second,
+		PollDrain: 5 * time.Second, BigN: 1_000_000, RelayLimit: 15 * time.Minute}
+}
+
+// bench is one invocation.
+type bench struct {
+	p         params
+	quick     bool
+	cluster   *pgtest.Cluster
+	url       string
+	conn      *pgx.Conn // control connection: setup, LSNs, slot polling
+	cdc       string
+	hasKafka  bool
+	kafkaAddr string
+	tmp       string
+	log       io.Writer
+	results   []*runResult
+	machine   machineInfo
+	started   time.Time
+	closers   []func()
+	// ceilingPipe: pg_recvlogical writes to a pipe in catch-up runs too.
+	ceilingPipe bool
+	cdcPkg      string
+	kafkaShim   string // cmd/cdc + internal/publish/kafka, while cmd/cdc lacks it
+	noShim      bool
+	kafkaMem    bool
+}
+
+func main() {
+	if spec := os.Getenv(pollerEnv); spec != "" {
+		os.Exit(runPollerChild(spec))
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	quick := flag.Bool("quick", false, "smaller run (≤ 3 minutes): 50,000 catch-up messages, 8 s paced runs, a 200,000-row transaction")
+	jsonOut := flag.Bool("json", false, "print the figures as one JSON object on the last line of stdout")
+	out := flag.String("out", "BENCHMARKS.md", "markdown report to write (empty: none)")
+	png := flag.String("png", "bench/results.png", "chart to write (empty: none)")
+	only := flag.String("only", "", "comma-separated systems (or globs, e.g. walpost_*) to run: "+systemNames())
+	runs := flag.String("runs", "", "comma-separated workloads to run: "+strings.Join(allWorkloads, ","))
+	noise := flag.Float64("noise", 0, "unrelated single-row writes per second on another table during every run")
+	ceilingPipe := flag.Bool("ceiling-pipe", false, "catch-up: pg_recvlogical writes to a pipe the bench reads, not to a file it tails")
+	retries := flag.Int("retries", -1, "runs disturbed by other work on the machine (other load above -noisy) are run again up to this many times, keeping the least disturbed (default 3, 0 with -quick)")
+	noisy := flag.Float64("noisy", 0.3, "other load, in cores, above which a run counts as disturbed")
+	kafkaMem := flag.Bool("kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
+	root := flag.String("root", ".", "repository root (where ./cmd/cdc is)")
+	cdcPkg := flag.String("cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
+	noShim := flag.Bool("no-kafka-shim", false, "when cmd/cdc does not register the kafka sink, report Kafka as n/a instead of building cmd/cdc with it")
+	flag.Parse()
+
+	systems, err := selectSystems(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	workloads, err := selectWorkloads(*runs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	b := &bench{p: paramsFor(*quick), quick: *quick, log: os.Stderr, started: time.Now()}
+	b.p.Noise = *noise
+	b.p.Noisy = *noisy
+	switch {
+	case *retries >= 0:
+		b.p.Retries = *retries
+	case *quick:
+		b.p.Retries = 0
+	default:
+		b.p.Retries = 3
+	}
+	b.ceilingPipe = *ceilingPipe
+	b.cdcPkg, b.noShim, b.kafkaMem = *cdcPkg, *noShim, *kafkaMem
+	if err := b.setup(*root, systems); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		b.teardown()
+		return 1
+	}
+	ctx := context.Background()
+	if b.p.Noise > 0 {
+		stopNoise := b.startNoise(ctx)
+		defer stopNoise()
+	}
+	for _, w := range workloads {
+		for _, s := range systems {
+			if w == wBigTx && s.Kind == "poll" {
+				continue // the big transaction measures the relay's memory
+			}
+			if s.Sink == "kafka" && !b.hasKafka {
+				b.results = append(b.results, &runResult{System: s.Name, Workload: w,
+					Err: "n/a: cmd/cdc does not register the kafka sink, and internal/publish/kafka was not built in (see the log)"})
+				continue
+			}
+			b.results = append(b.results, b.runQuietly(ctx, s, w))
+		}
+	}
+	elapsed := time.Since(b.started)
+	b.teardown()
+
+	rep := newReport(b.machine, b.p, b.quick, systems, workloads, b.results, elapsed)
+	rep.KafkaShim, rep.KafkaMem = b.kafkaShim != "", b.kafkaMem
+	md := rep.markdown(relPNG(*out, *png))
+	fmt.Println(rep.summary())
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		b.logf("wrote %s", *out)
+	}
+	if *png != "" {
+		if err := writeChart(*png, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: chart:", err)
+			return 1
+		}
+		b.logf("wrote %s", *png)
+	}
+	if *jsonOut {
+		fmt.Println(rep.jsonLine())
+	}
+	return 0
+}
+
+func systemNames() string {
+	var n []string
+	for _, s := range allSystems {
+		n = append(n, s.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+// selectSystems applies -only: names or path.Match globs.
+func selectSystems(only string) ([]system, error) {
+	if strings.TrimSpace(only) == "" {
+		return allSystems, nil
+	}
+	var out []system
+	pats := strings.Split(only, ",")
+	for _, p := range pats {
+		p = strings.TrimSpace(p)
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("-only: bad pattern %q", p)
+		}
+		found := false
+		for _, s := range allSystems {
+			if ok, _ := path.Match(p, s.Name); ok {
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-only: %q matches no system (systems: %s)", p, systemNames())
+		}
+	}
+	for _, s := range allSystems {
+		for _, p := range pats {
+			if ok, _ := path.Match(strings.TrimSpace(p), s.Name); ok {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func selectWorkloads(runs string) ([]string, error) {
+	if strings.TrimSpace(runs) == "" {
+		return allWorkloads, nil
+	}
+	var out []string
+	for _, w := range allWorkloads {
+		for _, r := range strings.Split(runs, ",") {
+			if strings.TrimSpace(r) == w {
+				out = append(out, w)
+			}
+		}
+	}
+	for _, r := range strings.Split(runs, ",") {
+		ok := false
+		for _, w := range allWorkloads {
+			ok = ok || strings.TrimSpace(r) == w
+		}
+		if !ok {
+			return nil, fmt.Errorf("-runs: unknown workload %q (one of %s)", r, strings.Join(allWorkloads, ","))
+		}
+	}
+	return out, nil
+}
+
+func relPNG(md, png string) string {
+	if md == "" || png == "" {
+		return ""
+	}
+	r, err := filepath.Rel(filepath.Dir(md), png)
+	if err != nil {
+		return png
+	}
+	return filepath.ToSlash(r)
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "[%6.1fs] "+format+"\n", append([]any{time.Since(b.started).Seconds()}, args...)...)
+}
+
+func (b *bench) setup(root string, systems []system) error {
+	var err error
+	b.tmp, err = os.MkdirTemp("", "walpost-bench-")
+	if err != nil {
+		return err
+	}
+	needCDC := false
+	for _, s := range systems {
+		needCDC = needCDC || s.Kind == "walpost"
+	}
+	if needCDC {
+		b.logf("building %s", b.cdcPkg)
+		b.cdc, b.hasKafka, err = buildCDC(root, b.cdcPkg, b.tmp)
+		if err != nil {
+			return err
+		}
+		b.logf("cdc built; kafka sink: %v", b.hasKafka)
+		for _, s := range systems {
+			if s.Sink == "kafka" && !b.hasKafka && !b.noShim {
+				if b.kafkaShim, err = buildKafkaShim(root, b.tmp); err != nil {
+					b.logf("kafka: %v", err)
+					break
+				}
+				b.hasKafka = true
+				b.logf("cmd/cdc does not register the kafka sink yet: the Kafka runs use cmd/cdc built with a blank import of internal/publish/kafka")
+				break
+			}
+		}
+	}
+	b.logf("starting PostgreSQL (pgtest, fsync=off, synchronous_commit=on)")
+	b.cluster, err = pgtest.Start(pgtest.Options{Fsync: false})
+	if err != nil {
+		return err
+	}
+	b.url = b.cluster.URL("postgres")
+	ctx := context.Background()
+	b.conn, err = pgx.Connect(ctx, b.url)
+	if err != nil {
+		return err
+	}
+	if _, err := b.conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pgcrypto"); err != nil {
+		b.logf("pgcrypto: %v (gen_random_uuid is built in from PG13)", err)
+	}
+	b.machine = readMachine(ctx, b.conn)
+	b.machine.Fdatasync = measureFdatasync(b.tmp, 2*time.Second)
+	b.logf("disk fdatasync: %s", b.machine.Fdatasync)
+	b.logf("PostgreSQL %s on 127.0.0.1:%d", b.machine.Postgres, b.cluster.Port)
+	for _, s := range systems {
+		if s.Sink == "kafka" && b.hasKafka {
+			c, addr, err := startKafka(b.tmp, b.kafkaMem)
+			if err != nil {
+				return fmt.Errorf("kfake: %w", err)
+			}
+			b.kafkaAddr = addr
+			b.closers = append(b.closers, c.Close)
+			b.logf("kfake broker on %s", addr)
+			break
+		}
+	}
+	return nil
+}
+
+func (b *bench) teardown() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	b.closers = nil
+	if b.conn != nil {
+		b.conn.Close(context.Background())
+	}
+	if b.cluster != nil {
+		if err := b.cluster.Close(); err != nil {
+			b.logf("stopping PostgreSQL: %v", err)
+		}
+		b.cluster = nil
+	}
+	if b.tmp != "" {
+		os.RemoveAll(b.tmp)
+	}
+}
+
+// startNoise writes to an unrelated table at b.p.Noise rows per second
+// until the returned function is called.
+func (b *bench) startNoise(ctx context.Context) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn, err := pgx.Connect(ctx, b.url)
+		if err != nil {
+			b.logf("noise: %v", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS bench_noise (id bigserial PRIMARY KEY, n int, v text)"); err != nil {
+			b.logf("noise: %v", err)
+			return
+		}
+		interval := time.Duration(float64(time.Second) / b.p.Noise)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := conn.Exec(ctx, "INSERT INTO bench_noise (n, v) VALUES ($1, $2)", i, pad); err != nil && ctx.Err() == nil {
+				b.logf("noise: %v", err)
+				return
+			}
+		}
+	}()
+	b.logf("unrelated write load: %.0f rows/s on bench_noise", b.p.Noise)
+	return func() { cancel(); <-done }
+}

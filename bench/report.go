@@ -1,0 +1,613 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// report turns the runs into the markdown file, the stdout summary and
+// the JSON line.
+type report struct {
+	Machine   machineInfo
+	P         params
+	Quick     bool
+	Systems   []system
+	Workloads []string
+	Results   []*runResult
+	Elapsed   time.Duration
+	// KafkaShim: the Kafka runs used cmd/cdc built with the kafka sink
+	// imported, because cmd/cdc did not register it yet.
+	KafkaShim bool
+	KafkaMem  bool
+}
+
+func newReport(m machineInfo, p params, quick bool, systems []system, workloads []string, results []*runResult, elapsed time.Duration) *report {
+	return &report{Machine: m, P: p, Quick: quick, Systems: systems, Workloads: workloads, Results: results, Elapsed: elapsed}
+}
+
+// get returns the run of system under workload (nil when not run).
+func (r *report) get(system, workload string) *runResult {
+	for _, x := range r.Results {
+		if x.System == system && x.Workload == workload {
+			return x
+		}
+	}
+	return nil
+}
+
+// value returns f(run) when the run exists and succeeded, else nil.
+func (r *report) value(system, workload string, f func(*runResult) float64) *float64 {
+	x := r.get(system, workload)
+	if x == nil || !x.ok() {
+		return nil
+	}
+	v := f(x)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func rate(x *runResult) float64 { return x.MsgsPerS }
+func p99(x *runResult) float64  { return x.P99 }
+
+// peakRSS is the largest peak RSS of any successful walpost run.
+func (r *report) peakRSS() *float64 {
+	var best *float64
+	for _, x := range r.Results {
+		if strings.HasPrefix(x.System, "walpost_") && x.ok() && x.PeakRSSMB > 0 {
+			if best == nil || x.PeakRSSMB > *best {
+				v := x.PeakRSSMB
+				best = &v
+			}
+		}
+	}
+	return best
+}
+
+// figures is the -json object; every key is always present, null when
+// not measured.
+type figures struct {
+	CeilingMsgs        *float64 `json:"ceiling_msgs_per_s"`
+	WalpostDiscardMsgs *float64 `json:"walpost_discard_msgs_per_s"`
+	WalpostFileMsgs    *float64 `json:"walpost_file_msgs_per_s"`
+	WalpostKafkaMsgs   *float64 `json:"walpost_kafka_msgs_per_s"`
+	PollClassicMsgs    *float64 `json:"poll_classic_msgs_per_s"`
+	PollTunedMsgs      *float64 `json:"poll_tuned_msgs_per_s"`
+	CeilingP99         *float64 `json:"ceiling_p99_ms"`
+	WalpostDiscardP99  *float64 `json:"walpost_discard_p99_ms"`
+	WalpostFileP99     *float64 `json:"walpost_file_p99_ms"`
+	PollTunedP99       *float64 `json:"poll_tuned_p99_ms"`
+	WalpostPeakRSS     *float64 `json:"walpost_peak_rss_mb"`
+}
+
+func (r *report) figures() figures {
+	round := func(v *float64, digits int) *float64 {
+		if v == nil {
+			return nil
+		}
+		p := math.Pow(10, float64(digits))
+		x := math.Round(*v*p) / p
+		return &x
+	}
+	return figures{
+		CeilingMsgs:        round(r.value("ceiling", wCatchUp, rate), 1),
+		WalpostDiscardMsgs: round(r.value("walpost_discard", wCatchUp, rate), 1),
+		WalpostFileMsgs:    round(r.value("walpost_file", wCatchUp, rate), 1),
+		WalpostKafkaMsgs:   round(r.value("walpost_kafka", wCatchUp, rate), 1),
+		PollClassicMsgs:    round(r.value("poll_classic", wCatchUp, rate), 1),
+		PollTunedMsgs:      round(r.value("poll_tuned", wCatchUp, rate), 1),
+		CeilingP99:         round(r.value("ceiling", wPaced1k, p99), 3),
+		WalpostDiscardP99:  round(r.value("walpost_discard", wPaced1k, p99), 3),
+		WalpostFileP99:     round(r.value("walpost_file", wPaced1k, p99), 3),
+		PollTunedP99:       round(r.value("poll_tuned", wPaced1k, p99), 3),
+		WalpostPeakRSS:     round(r.peakRSS(), 1),
+	}
+}
+
+func (r *report) jsonLine() string {
+	b, _ := json.Marshal(r.figures())
+	return string(b)
+}
+
+// target is one line of the targets table.
+type target struct {
+	What     string
+	Goal     string
+	Measured string
+	Pass     *bool // nil: not measured
+}
+
+func verdict(t target) string {
+	switch {
+	case t.Pass == nil:
+		return "not measured"
+	case *t.Pass:
+		return "**pass**"
+	}
+	return "**FAIL**"
+}
+
+func boolp(b bool) *bool { return &b }
+
+func (r *report) label(system string) string {
+	for _, s := range allSystems {
+		if s.Name == system {
+			return s.Label
+		}
+	}
+	return system
+}
+
+func shortLabel(system string) string {
+	return strings.NewReplacer("walpost_", "walpost→", "poll_classic_100ms", "classic polling 100 ms",
+		"poll_classic", "classic polling", "poll_tuned", "tuned polling", "ceiling", "pg_recvlogical").Replace(system)
+}
+
+func (r *report) targets() []target {
+	var out []target
+	ratio := func(a, b *float64) *float64 {
+		if a == nil || b == nil || *b == 0 {
+			return nil
+		}
+		v := *a / *b
+		return &v
+	}
+	ceil := r.value("ceiling", wCatchUp, rate)
+	for _, t := range []struct {
+		sys string
+		min float64
+	}{{"walpost_discard", 0.9}, {"walpost_file", 0.8}, {"walpost_kafka", 0.6}} {
+		x := ratio(r.value(t.sys, wCatchUp, rate), ceil)
+		tg := target{What: "catch-up " + shortLabel(t.sys) + " vs pg_recvlogical", Goal: fmt.Sprintf("≥ %.1f×", t.min)}
+		if x != nil {
+			tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*r.value(t.sys, wCatchUp, rate)), num(*ceil))
+			tg.Pass = boolp(*x >= t.min)
+		} else {
+			tg.Measured = r.why(t.sys, wCatchUp, "ceiling")
+		}
+		out = append(out, tg)
+	}
+	for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
+		wp := r.value(sink, wCatchUp, rate)
+		for _, t := range []struct {
+			sys string
+			min float64
+		}{{"poll_classic", 20}, {"poll_tuned", 3}} {
+			x := ratio(wp, r.value(t.sys, wCatchUp, rate))
+			tg := target{What: "catch-up " + shortLabel(sink) + " vs " + shortLabel(t.sys), Goal: fmt.Sprintf("≥ %.0f×", t.min)}
+			if x != nil {
+				tg.Measured = fmt.Sprintf("%s× (%s vs %s msgs/s)", num(*x), num(*wp), num(*r.value(t.sys, wCatchUp, rate)))
+				tg.Pass = boolp(*x >= t.min)
+			} else {
+				tg.Measured = r.why(sink, wCatchUp, t.sys)
+			}
+			out = append(out, tg)
+		}
+	}
+	for _, w := range []string{wPaced1k, wPaced2k} {
+		tuned := r.value("poll_tuned", w, p99)
+		for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
+			v := r.value(sink, w, p99)
+			tg := target{What: fmt.Sprintf("%s: %s p99 vs tuned polling p99", pacedName(w), shortLabel(sink)), Goal: "≤ 1/10"}
+			if v != nil && tuned != nil {
+				tg.Measured = fmt.Sprintf("%s ms vs %s ms (1/%.2f)", ms(*v), ms(*tuned), *tuned / *v)
+				tg.Pass = boolp(*v <= *tuned/10)
+			} else {
+				tg.Measured = r.why(sink, w, "poll_tuned")
+			}
+			out = append(out, tg)
+		}
+	}
+	{
+		v, c := r.value("walpost_discard", wPaced1k, p99), r.value("ceiling", wPaced1k, p99)
+		tg := target{What: "paced 1,000 tx/s: walpost→discard p99 vs pg_recvlogical p99", Goal: "within 2 ms"}
+		if v != nil && c != nil {
+			tg.Measured = fmt.Sprintf("%s ms vs %s ms (%+.2f ms)", ms(*v), ms(*c), *v-*c)
+			tg.Pass = boolp(*v-*c <= 2)
+		} else {
+			tg.Measured = r.why("walpost_discard", wPaced1k, "ceiling")
+		}
+		out = append(out, tg)
+	}
+	{
+		v := r.value("walpost_file", wPaced1k, p99)
+		tg := target{What: "paced 1,000 tx/s: walpost→file p99", Goal: "≤ 10 ms"}
+		if v != nil {
+			tg.Measured = ms(*v) + " ms"
+			tg.Pass = boolp(*v <= 10)
+		} else {
+			tg.Measured = r.why("walpost_file", wPaced1k, "")
+		}
+		out = append(out, tg)
+	}
+	for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
+		var worst *runResult
+		for _, x := range r.Results {
+			if x.System == sink && x.ok() && x.PeakRSSMB > 0 && (worst == nil || x.PeakRSSMB > worst.PeakRSSMB) {
+				worst = x
+			}
+		}
+		tg := target{What: "peak RSS of " + shortLabel(sink) + ", every run (incl. the big transaction)", Goal: "≤ 100 MB"}
+		if worst != nil {
+			tg.Measured = fmt.Sprintf("%.1f MB (%s)", worst.PeakRSSMB, worst.Workload)
+			tg.Pass = boolp(worst.PeakRSSMB <= 100)
+			if big := r.get(sink, wBigTx); big == nil || !big.ok() {
+				tg.Measured += "; big transaction not measured"
+			}
+		} else {
+			tg.Measured = r.why(sink, wBigTx, "")
+		}
+		out = append(out, tg)
+	}
+	return out
+}
+
+// why explains a missing comparison.
+func (r *report) why(sys, w, other string) string {
+	for _, s := range []string{sys, other} {
+		if s == "" {
+			continue
+		}
+		x := r.get(s, w)
+		if x == nil {
+			return shortLabel(s) + " not run"
+		}
+		if !x.ok() {
+			if strings.HasPrefix(x.Err, "n/a") {
+				return "n/a: " + shortLabel(s) + " " + strings.TrimPrefix(x.Err, "n/a: ")
+			}
+			return shortLabel(s) + " failed"
+		}
+	}
+	return "–"
+}
+
+func pacedName(w string) string {
+	if w == wPaced1k {
+		return "paced 1,000 tx/s"
+	}
+	return "paced 2,000 msgs/s in 100-row tx"
+}
+
+// num formats a rate or ratio with sensible precision.
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "–"
+	case v >= 100:
+		return commas(int64(math.Round(v)))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ms formats milliseconds.
+func ms(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case math.IsInf(v, 1):
+		return "> 2 min"
+	case v >= 1000:
+		return commas(int64(math.Round(v)))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func fmtRatio(v float64) string {
+	switch {
+	case v >= 10:
+		return fmt.Sprintf("%.0f×", v)
+	case v >= 0.01:
+		return fmt.Sprintf("%.2f×", v)
+	}
+	return fmt.Sprintf("%.1g×", v)
+}
+
+func signedMS(v float64) string {
+	if v < 0 {
+		return "−" + ms(-v) + " ms"
+	}
+	return "+" + ms(v) + " ms"
+}
+
+func cores(cpu, seconds float64) string {
+	if seconds <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", cpu/seconds)
+}
+
+func mb(v float64) string {
+	if v <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func bytesHuman(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func (r *report) has(w string) bool {
+	for _, x := range r.Workloads {
+		if x == w {
+			return true
+		}
+	}
+	return false
+}
+
+func errCell(x *runResult) string {
+	e := x.Err
+	if i := strings.IndexByte(e, '\n'); i >= 0 {
+		e = e[:i]
+	}
+	if len(e) > 160 {
+		e = e[:160] + "…"
+	}
+	return strings.ReplaceAll(e, "|", "/")
+}
+
+func (r *report) markdown(png string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	mode := "full run"
+	if r.Quick {
+		mode = "`-quick` run"
+	}
+	p("# walpost benchmarks\n\n")
+	p("Written by `go run ./bench` (%s) on %s; the run took %s. Every figure below was measured in that one run, "+
+		"on this machine, side by side; nothing is carried over from elsewhere. Re-run it to refresh this file.\n\n",
+		mode, r.Machine.Date, r.Elapsed.Round(time.Second))
+	if png != "" {
+		p("![throughput and latency](%s)\n\n", png)
+	}
+	p("## Machine\n\n| | |\n|---|---|\n")
+	p("| CPUs (nproc) | %d |\n| CPU model | %s |\n| memory | %s |\n| kernel | %s |\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGB, r.Machine.Kernel)
+	p("| PostgreSQL | %s, throwaway cluster from internal/pgtest: **fsync=off**, full_page_writes=off, synchronous_commit=on, shared_buffers=128MB, wal_level=logical |\n", r.Machine.Postgres)
+	p("| Go | %s |\n| load average at start | %s |\n", r.Machine.Go, r.Machine.LoadAvg)
+	if r.Machine.Fdatasync != "" {
+		p("| disk fdatasync | %s |\n", r.Machine.Fdatasync)
+	}
+	p("\n")
+	p("*other load, cores* in the tables is the CPU that processes outside the measured system used during the run " +
+		"(all busy CPU time from /proc/stat less PostgreSQL's, the relay's and the bench's own, divided by the run's " +
+		"duration). On a 2-core machine shared with other work, a run with other load near 1 core or more had half the " +
+		"machine or less, and its figures are correspondingly noisy.\n\n")
+	if r.P.Retries > 0 {
+		p("A run during which other work used more than %.2f cores was made again, up to %d more times, and the least "+
+			"disturbed attempt is reported (runs made more than once are marked ↻N below); the classic polling relays, "+
+			"whose rate is set by their timer, are not repeated.\n\n", r.P.Noisy, r.P.Retries)
+	}
+	p("fsync=off keeps the disk's commit fsync from drowning the relay's own latency: commits are still synchronous " +
+		"(synchronous_commit=on), but they cost microseconds, not the disk's flush time. The file sink still fdatasyncs " +
+		"every batch, as its contract says. Everything (PostgreSQL, relay, producer, Kafka broker) shares the same 2 cores.\n\n")
+
+	p("## Targets\n\n| what | target | measured | result |\n|---|---|---|---|\n")
+	for _, t := range r.targets() {
+		p("| %s | %s | %s | %s |\n", t.What, t.Goal, t.Measured, verdict(t))
+	}
+	p("\n")
+
+	ceilRate := r.value("ceiling", wCatchUp, rate)
+	if r.has(wCatchUp) {
+		p("## Catch-up: %s messages committed first, then the system started\n\n", commas(int64(r.P.CatchUpN)))
+		p("~300-byte JSON payloads in %s-row transactions, committed before the system starts; timed from starting it "+
+			"(process start included) to its last message: for walpost, the slot's confirmed_flush_lsn passing the WAL "+
+			"position after the last commit; for pg_recvlogical, the last Insert read from its output; for the polling "+
+			"relays, the last row marked sent. Polling relays are cut off after %s and their rate is measured over that "+
+			"window (marked *capped*: the classic relay would need hours).\n\n", commas(int64(r.P.TxRows)), r.P.PollCap)
+		p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range r.Systems {
+			x := r.get(s.Name, wCatchUp)
+			if x == nil {
+				continue
+			}
+			if !x.ok() {
+				p("| %s | %s |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
+				continue
+			}
+			ratio := "–"
+			if ceilRate != nil && *ceilRate > 0 {
+				ratio = fmtRatio(x.MsgsPerS / *ceilRate)
+			}
+			capped := ""
+			if x.Capped {
+				capped = " (*capped*)"
+			}
+			p("| %s | %s%s | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), commas(x.Delivered), capped, x.Seconds, num(x.MsgsPerS), ratio,
+				num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
+		}
+		p("\n")
+	}
+	explained := false
+	for _, w := range []string{wPaced1k, wPaced2k} {
+		if !r.has(w) {
+			continue
+		}
+		wl := map[string]string{wPaced1k: "1,000 single-row transactions per second", wPaced2k: "2,000 messages per second in 100-row transactions (20 tx/s)"}[w]
+		p("## Paced: %s for %s\n\n", wl, r.P.PacedDur)
+		if !explained {
+			explained = true
+			p("Latency per message: walpost, commit time → sink acknowledgement, from the relay's own histogram "+
+				"`walpost_end_to_end_latency_seconds` (scraped before and after the run; the difference's buckets, interpolated); "+
+				"pg_recvlogical, the transaction's commit time (pgoutput Begin) → the bench reading the Insert from its output; "+
+				"polling relays, the row's insert time (`\"ts\"` in the payload, clock_timestamp()) → the relay \"publishing\" it "+
+				"(before it marks the row sent). All use the relay's buckets (100 µs × 1.25^k); *max* is the upper bound of the "+
+				"highest non-empty bucket. Relay CPU is measured over the run (producing + draining) per 100k messages "+
+				"delivered; PostgreSQL's is shown in cores (its CPU seconds over the run's seconds), since it includes the "+
+				"producer's inserts, the same for every system. A classic polling relay cannot keep up with these rates "+
+				"(**behind**): its latencies are those of the messages it did deliver before it was stopped %s after the "+
+				"producer, and grow for as long as the load lasts.\n\n", r.P.PollDrain)
+		}
+		p("| system | delivered / produced | p50 ms | p95 ms | p99 ms | max ms ≤ | p99 − ceiling p99 | relay CPU s / 100k | relay context switches / 1k msgs | PostgreSQL CPU, cores | relay peak RSS MB | other load, cores |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		ceil := r.value("ceiling", w, p99)
+		for _, s := range r.Systems {
+			x := r.get(s.Name, w)
+			if x == nil {
+				continue
+			}
+			if !x.ok() {
+				p("| %s | %s |  |  |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
+				continue
+			}
+			diff := "–"
+			if ceil != nil && !math.IsNaN(x.P99) {
+				diff = signedMS(x.P99 - *ceil)
+			}
+			deliv := fmt.Sprintf("%s / %s", commas(x.Delivered), commas(x.Produced))
+			if x.Backlog > 0 {
+				deliv += " (**behind**)"
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), deliv, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), diff,
+				num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), cores(x.ServerCPU, x.Seconds), mb(x.PeakRSSMB), x.OtherCores)
+		}
+		p("\n")
+	}
+	if r.has(wBigTx) {
+		p("## One transaction of %s rows\n\n", commas(int64(r.P.BigN)))
+		p("Committed before the system starts; memory is the relay process's VmHWM read just before SIGTERM " +
+			"(DESIGN.md invariant 5: bounded by the in-flight window, not by the transaction).\n\n")
+		p("| system | seconds | msgs/s | × ceiling | peak RSS MB | relay CPU s / 100k | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		bc := r.value("ceiling", wBigTx, rate)
+		for _, s := range r.Systems {
+			x := r.get(s.Name, wBigTx)
+			if x == nil {
+				continue
+			}
+			if !x.ok() {
+				p("| %s | %s |  |  |  |  |  |\n", s.Label, errCell(x))
+				continue
+			}
+			ratio := "–"
+			if bc != nil && *bc > 0 {
+				ratio = fmtRatio(x.MsgsPerS / *bc)
+			}
+			p("| %s | %.2f | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), x.Seconds, num(x.MsgsPerS), ratio, mb(x.PeakRSSMB), num(per100k(x.RelayCPU, x.Delivered)), x.OtherCores)
+		}
+		p("\n")
+	}
+	var polls []*runResult
+	for _, x := range r.Results {
+		if strings.HasPrefix(x.System, "poll_") && x.ok() && x.Load != nil {
+			polls = append(polls, x)
+		}
+	}
+	if len(polls) > 0 {
+		p("## Load the polling relays leave on PostgreSQL\n\n")
+		p("Statements they sent per second over their lifetime (SELECT, UPDATE, and BEGIN/COMMIT for the tuned relay), and " +
+			"the table's state after the run (pg_stat_user_tables after pg_stat_force_next_flush(); autovacuum stays on, as in " +
+			"production). walpost sends no queries against the outbox table: it reads the WAL the inserts wrote anyway, and " +
+			"leaves no dead tuples or index churn behind (its only writes are a small per-sink progress row every 250 ms).\n\n")
+		p("| system | run | queries/s | rows sent | n_dead_tup | autovacuums | partial index (sent_at IS NULL) | primary key index | table |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range polls {
+			p("| %s | %s | %s | %s | %s | %d | %s | %s | %s |\n", r.label(x.System), x.Workload, num(x.QPS), commas(x.Delivered),
+				commas(x.Load.DeadTuples), x.Load.Autovacuums, bytesHuman(x.Load.PartialIdxBytes), bytesHuman(x.Load.PKeyBytes), bytesHuman(x.Load.TableBytes))
+		}
+		p("\n")
+	}
+	p("## How it is measured\n\n")
+	p("- One throwaway PostgreSQL cluster (internal/pgtest) for the whole run; every system and run gets a fresh outbox " +
+		"table, publication and slot, dropped afterwards (a slot left behind would collect every later insert).\n")
+	p("- walpost is the `cdc` binary built from ./cmd/cdc (`go build`), run as a subprocess after `cdc init`, with one sink " +
+		"(discard, file with fsync per batch, or kafka), default relay settings (window 10,000 messages, batches of 1,000), " +
+		"and SIGTERM at the end (it drains and must exit 0).\n")
+	p("- The ceiling is `pg_recvlogical --start -o proto_version=1 -o publication_names=...` on a pgoutput slot for " +
+		"the same kind of table: the stream's own speed, with no relay work. The bench parses its output (each message " +
+		"followed by a newline) by the pgoutput layout. In the paced runs it writes to a pipe (`-f -`) that the bench " +
+		"reads as the bytes come. In the catch-up and big-transaction runs it writes to a file that the bench tails " +
+		"every millisecond: pg_recvlogical writes each message and its newline with two write(2) calls, and a reader " +
+		"blocked on a pipe is woken for each of them (in trials, about 41,000 context switches of pg_recvlogical per " +
+		"200,000 messages through a pipe against 2,500–6,500 to a file, at the same or a lower rate), which would make " +
+		"the ceiling measure the bench's reading rather than the stream (`-ceiling-pipe` measures it that way).\n")
+	p("- The polling relays run in a child process (the bench binary again) with plain pgx: *classic* selects the 20 " +
+		"oldest unsent rows by created_at on a timer and marks each sent in its own transaction; *tuned* claims up to " +
+		"1,000 rows with FOR UPDATE SKIP LOCKED, marks them with one UPDATE ... WHERE id = ANY($1) in the same " +
+		"transaction, and polls again at once after a full batch, else after 100 ms. The table has sent_at timestamptz " +
+		"NULL and a partial index on (created_at) WHERE sent_at IS NULL. Publishing is a no-op that records latency.\n")
+	p("- Relay CPU is user + system time of the relay's own process (/proc/PID/stat) over the measured window; " +
+		"PostgreSQL CPU is the whole server's (postmaster, its children, and reaped children). Peak RSS is VmHWM.\n")
+	if r.KafkaShim {
+		p("- **Kafka runs and cmd/cdc:** when this run was made, cmd/cdc did not yet import internal/publish/kafka, so " +
+			"the Kafka runs used cmd/cdc's main.go built with that one blank import added (generated in bench/_cdckafka " +
+			"and removed during the run); every other run used ./cmd/cdc as it is.\n")
+	}
+	if r.KafkaMem {
+		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake) with its log in memory (`-kafka-mem`), " +
+			"one topic of 6 partitions, acks=all.\n")
+	} else {
+		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake) with its log on disk (DataDir, no fsync " +
+			"per batch, as Kafka's default), one topic of 6 partitions, acks=all.\n")
+	}
+	if r.P.Noise > 0 {
+		p("- Unrelated write load: %.0f single-row inserts per second into another table during every run.\n", r.P.Noise)
+	}
+	return b.String()
+}
+
+// summary is the compact table printed to stdout.
+func (r *report) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| system | run | delivered | msgs/s | p50 ms | p99 ms | max ms | relay CPU s/100k | peak RSS MB | note |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, x := range r.Results {
+		note := ""
+		if x.Capped {
+			note = "capped"
+		}
+		if x.Backlog > 0 {
+			note = fmt.Sprintf("%d behind", x.Backlog)
+		}
+		if !x.ok() {
+			note = errCell(x)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Workload, x.Delivered, num(x.MsgsPerS),
+			ms(x.P50), ms(x.P99), ms(x.Max), num(per100k(x.RelayCPU, x.Delivered)), mb(x.PeakRSSMB), note)
+	}
+	for _, t := range r.targets() {
+		fmt.Fprintf(&b, "target: %s %s: %s → %s\n", t.What, t.Goal, t.Measured, strings.Trim(verdict(t), "*"))
+	}
+	return b.String()
+}
+
+// rowLabel is the system's label, marked when the run was made again.
+func rowLabel(s system, x *runResult) string {
+	if x.Attempts > 1 {
+		return fmt.Sprintf("%s ↻%d", s.Label, x.Attempts)
+	}
+	return s.Label
+}

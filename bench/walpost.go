@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// buildCDC builds the cdc command (pkg, normally ./cmd/cdc) into dir and
+// reports whether the binary has the kafka sink (it imports
+// internal/publish/kafka).
+func buildCDC(root, pkg, dir string) (bin string, kafka bool, err error) {
+	bin = filepath.Join(dir, "cdc")
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", false, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	cmd = exec.Command("go", "list", "-deps", pkg)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return bin, false, fmt.Errorf("go list -deps %s: %v", pkg, err)
+	}
+	return bin, strings.Contains(string(out), "/internal/publish/kafka\n"), nil
+}
+
+// buildKafkaShim builds, for the Kafka runs only, cmd/cdc with a blank
+// import of internal/publish/kafka added, while cmd/cdc does not register
+// the sink itself yet. The copy lives in bench/_cdckafka (ignored by ./...)
+// only while it is built.
+func buildKafkaShim(root, dir string) (string, error) {
+	src, err := os.ReadFile(filepath.Join(root, "cmd", "cdc", "main.go"))
+	if err != nil {
+		return "", err
+	}
+	const anchor = "\"github.com/walpost/walpost/internal/relay\"\n"
+	if !bytes.Contains(src, []byte(anchor)) {
+		return "", fmt.Errorf("cmd/cdc/main.go: import of internal/relay not found")
+	}
+	src = bytes.Replace(src, []byte(anchor), []byte(anchor+"\t_ \"github.com/walpost/walpost/internal/publish/kafka\"\n"), 1)
+	shim := filepath.Join(root, "bench", "_cdckafka")
+	if err := os.MkdirAll(shim, 0o755); err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(shim)
+	if err := os.WriteFile(filepath.Join(shim, "main.go"), src, 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "cdc-kafka")
+	cmd := exec.Command("go", "build", "-o", bin, "./bench/_cdckafka")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build cmd/cdc + internal/publish/kafka: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// cdcProc is one `cdc run` subprocess.
+type cdcProc struct {
+	cmd     *exec.Cmd
+	port    int
+	sink    string
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// sinkYAML returns the sinks: entry for the system's sink kind.
+func sinkYAML(kind, dir, kafkaAddr string) (name, y string) {
+	switch kind {
+	case "file":
+		return "file", fmt.Sprintf("  - {name: file, kind: file, path: %s}", filepath.Join(dir, "out.jsonl"))
+	case "kafka":
+		return "kafka", fmt.Sprintf("  - {name: kafka, kind: kafka, brokers: [%q], topic: %s}", kafkaAddr, kafkaTopic)
+	}
+	return "discard", "  - {name: discard, kind: discard}"
+}
+
+// writeCDCConfig writes the run's config into dir and returns its path.
+func writeCDCConfig(dir, url string, n names, sinks string, port int) (string, error) {
+	y := fmt.Sprintf(`postgres:
+  url: %s
+  table: %s
+  publication: %s
+  slot: %s
+sinks:
+%s
+http: {listen: "127.0.0.1:%d"}
+log: {level: info, format: json}
+`, url, n.Qualified(), n.Publication, n.Slot, sinks, port)
+	p := filepath.Join(dir, "cdc.yaml")
+	return p, os.WriteFile(p, []byte(y), 0o644)
+}
+
+// cdcInit runs `cdc init`: table, publication, slot.
+func cdcInit(bin, cfg string) error {
+	out, err := exec.Command(bin, "init", "--config", cfg).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cdc init: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// startCDC starts `cdc run`; its log goes to dir/cdc.log.
+func startCDC(bin, cfg, dir, sink string, port int) (*cdcProc, error) {
+	logPath := filepath.Join(dir, "cdc.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "run", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	p := &cdcProc{cmd: cmd, port: port, sink: sink, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		lf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// alive returns an error once the process exited.
+func (p *cdcProc) alive() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("cdc run exited: %v; log tail:\n%s", p.waitErr, p.logTail(1500))
+	default:
+		return nil
+	}
+}
+
+func (p *cdcProc) logTail(n int) string {
+	b, _ := os.ReadFile(p.logPath)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+func (p *cdcProc) get(path string) (int, []byte, error) {
+	resp, err := httpClient.Get(fmt.Sprintf("http://127.0.0.1:%d%s", p.port, path))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// waitReady polls /readyz until the relay streams.
+func (p *cdcProc) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if code, _, err := p.get("/readyz"); err == nil && code == 200 {
+			return nil
+		}
+		if err := p.alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cdc run not ready after %v; log tail:\n%s", timeout, p.logTail(1500))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// scrape reads the sink's end-to-end latency histogram and its published
+// count from /metrics.
+func (p *cdcProc) scrape() (*Hist, float64, error) {
+	code, b, err := p.get("/metrics")
+	if err != nil {
+		return nil, 0, err
+	}
+	if code != 200 {
+		return nil, 0, fmt.Errorf("/metrics: status %d", code)
+	}
+	h, err := ParsePromHistogram(bytes.NewReader(b), "walpost_end_to_end_latency_seconds", "sink", p.sink)
+	if err != nil {
+		return nil, 0, err
+	}
+	if h == nil {
+		h = NewHist()
+	}
+	n, _ := ParsePromValue(string(b), "walpost_messages_published_total", "sink", p.sink)
+	return h, n, nil
+}
+
+// stop reads the peak RSS, sends SIGTERM (the relay drains and exits 0)
+// and returns the process's CPU seconds and peak RSS. A non-zero exit is
+// an error.
+func (p *cdcProc) stop() (cpu, rssMB float64, err error) {
+	if e := p.alive(); e != nil {
+		return 0, 0, e
+	}
+	rssMB, _ = peakRSSMB(p.cmd.Process.Pid)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return 0, rssMB, fmt.Errorf("cdc run did not stop within 60s of SIGTERM")
+	}
+	if ps := p.cmd.ProcessState; ps != nil {
+		cpu = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	if p.waitErr != nil {
+		return cpu, rssMB, fmt.Errorf("cdc run exited after SIGTERM: %v; log tail:\n%s", p.waitErr, p.logTail(1500))
+	}
+	return cpu, rssMB, nil
+}
+
+// walpostRun sets up one walpost run: table, publication and slot through
+// `cdc init`, with its own config and port.
+type walpostRun struct {
+	dir, cfg string
+	port     int
+	sink     string
+}
+
+func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walpostRun, error) {
+	dir, err := os.MkdirTemp(b.tmp, n.Table+"-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	sink, y := sinkYAML(kind, dir, b.kafkaAddr)
+	cfg, err := writeCDCConfig(dir, b.url, n, y, port)
+	if err != nil {
+		return nil, err
+	}
+	if err := cdcInit(b.cdcFor(sink), cfg); err != nil {
+		return nil, err
+	}
+	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink}, nil
+}
+
+func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
+	return startCDC(b.cdcFor(w.sink), w.cfg, w.dir, w.sink, w.port)
+}
+
+// cdcFor is the binary for a sink kind: the Kafka shim for kafka while
+// cmd/cdc lacks the sink.
+func (b *bench) cdcFor(sink string) string {
+	if sink == "kafka" && b.kafkaShim != "" {
+		return b.kafkaShim
+	}
+	return b.cdc
+}
