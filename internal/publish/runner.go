@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -78,6 +79,13 @@ func (r *Runner) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+		}
+		// Let the stages upstream run once before publishing a small batch:
+		// with few threads they are usually runnable with more messages,
+		// and one larger batch costs less than several small ones. This
+		// adds one scheduling round, not a timer, to the latency.
+		if len(r.pending) < r.opt.BatchSize {
+			runtime.Gosched()
 		}
 	fill:
 		for len(r.pending) < r.opt.BatchSize && !r.closed {
