@@ -14,14 +14,12 @@ import (
 // Acquire is called by one goroutine (the pipeline); Release by any. A
 // Window is safe for concurrent use under that rule.
 type Window struct {
-	mu        sync.Mutex
-	maxN      int
-	maxBytes  int64
-	n         int
-	bytes     int64
-	wake      chan struct{}
-	peakN     int
-	peakBytes int64
+	mu       sync.Mutex
+	maxN     int
+	maxBytes int64
+	n        int
+	bytes    int64
+	wake     chan struct{}
 }
 
 // NewWindow returns a window of at most maxN deliveries and maxBytes bytes.
@@ -52,8 +50,6 @@ func (w *Window) TryAcquire(n int, bytes int64) bool {
 	if w.n == 0 || (w.n+n <= w.maxN && w.bytes+bytes <= w.maxBytes) {
 		w.n += n
 		w.bytes += bytes
-		w.peakN = max(w.peakN, w.n)
-		w.peakBytes = max(w.peakBytes, w.bytes)
 		return true
 	}
 	return false
@@ -76,11 +72,4 @@ func (w *Window) InFlight() (int, int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.n, w.bytes
-}
-
-// Peak returns the most deliveries and bytes that were in flight at once.
-func (w *Window) Peak() (int, int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.peakN, w.peakBytes
 }

@@ -104,17 +104,6 @@ func (s *progressStore) Acked(sink string, p Position) {
 	s.mu.Unlock()
 }
 
-// Snapshot returns the positions now.
-func (s *progressStore) Snapshot() map[string]Position {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]Position, len(s.pos))
-	for k, v := range s.pos {
-		out[k] = v
-	}
-	return out
-}
-
 // Run writes changed positions every interval until ctx ends, then once
 // more after final is closed (the sinks drained).
 func (s *progressStore) Run(ctx context.Context, interval time.Duration, final <-chan struct{}) error {

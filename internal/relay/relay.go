@@ -260,19 +260,19 @@ func (r *Relay) Run(ctx context.Context) error {
 			BatchSize:  cfg.Relay.BatchSize,
 			MaxBackoff: cfg.Relay.RetryBackoff.D(),
 			Ack: func(batch []publish.Delivery) {
+				now := time.Now()
 				var bytes int64
-				for _, d := range batch {
+				txns := make([]*checkpoint.Txn, len(batch))
+				for i, d := range batch {
 					bytes += int64(d.Msg.Size())
+					txns[i] = d.Tag.(*checkpoint.Txn)
+					latency.Observe(now.Sub(d.Msg.CommitTime).Seconds())
 				}
-				tracker.AckAll(tagsOf(batch))
+				tracker.AckAll(txns)
 				window.Release(len(batch), bytes)
 				last := batch[len(batch)-1].Msg
 				progress.Acked(sinkName, Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
 				published.Add(float64(len(batch)))
-				now := time.Now()
-				for _, d := range batch {
-					latency.Observe(now.Sub(d.Msg.CommitTime).Seconds())
-				}
 			},
 			Failing: func(f bool) { r.metrics.setFailing(sinkName, f) },
 			Log:     r.log.With().Str("sink", sinkName).Logger(),
@@ -299,14 +299,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
 	return err
-}
-
-func tagsOf(batch []publish.Delivery) []*checkpoint.Txn {
-	txns := make([]*checkpoint.Txn, len(batch))
-	for i, d := range batch {
-		txns[i] = d.Tag.(*checkpoint.Txn)
-	}
-	return txns
 }
 
 // pipeline is the stage between the stream and the sinks. It alone writes
