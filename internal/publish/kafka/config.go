@@ -35,7 +35,11 @@ type kafkaConfig struct {
 	// 1000, the relay's default batch).
 	BatchSize int `yaml:"batch_size"`
 	// Linger is how long a produce request waits for more messages
-	// (default 1ms; 0 sends at once).
+	// (default 0: send at once). The relay hands a sink whole batches,
+	// and kafka-go adds a call's messages of one partition to one request
+	// under one lock, so waiting never makes requests bigger: it only
+	// adds latency (1ms cost ~2.4 ms at p50 in the benchmark). Kept for
+	// configurations that set it.
 	Linger *config.Duration `yaml:"linger"`
 	// Compression is none (default), gzip, snappy, lz4 or zstd.
 	Compression string `yaml:"compression"`
@@ -74,7 +78,7 @@ type saslConfig struct {
 const (
 	defaultBatchBytes = 1 << 20
 	defaultBatchSize  = 1000
-	defaultLinger     = time.Millisecond
+	defaultLinger     = 0
 	defaultTimeout    = 10 * time.Second
 	defaultClientID   = "walpost"
 )

@@ -72,8 +72,8 @@ func TestDefaultsTuneForLatencyAndSafety(t *testing.T) {
 	if w.MaxAttempts != 1 {
 		t.Errorf("MaxAttempts %d, want 1: the relay retries whole batches", w.MaxAttempts)
 	}
-	if w.BatchTimeout != time.Millisecond || w.BatchSize != 1000 || w.BatchBytes != 1<<20 {
-		t.Errorf("BatchTimeout %s, BatchSize %d, BatchBytes %d; want 1ms, 1000, 1MiB", w.BatchTimeout, w.BatchSize, w.BatchBytes)
+	if w.BatchTimeout != time.Nanosecond || w.BatchSize != 1000 || w.BatchBytes != 1<<20 {
+		t.Errorf("BatchTimeout %s, BatchSize %d, BatchBytes %d; want 1ns (no linger), 1000, 1MiB", w.BatchTimeout, w.BatchSize, w.BatchBytes)
 	}
 	if b, ok := w.Balancer.(keyBalancer); !ok || !b.murmur.Consistent {
 		t.Errorf("balancer %#v, want a consistent Murmur2Balancer", w.Balancer)

@@ -15,7 +15,7 @@
 //     acks: all                    # all (default) | leader | none
 //     batch_bytes: 1048576         # most bytes in one produce request (default 1 MiB)
 //     batch_size: 1000             # most messages in one produce request (default 1000)
-//     linger: 1ms                  # wait for more messages before a request (default 1ms; 0 = none)
+//     linger: 0s                   # wait for more messages before a request (default 0s: send at once)
 //     compression: none            # none (default) | gzip | snappy | lz4 | zstd
 //     client_id: walpost           # default walpost
 //     auto_create_topics: false    # let brokers create missing topics (default false)
