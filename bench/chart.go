@@ -34,6 +34,7 @@ var (
 		"poll_classic":       {214, 39, 40, 255},
 		"poll_classic_100ms": {255, 127, 14, 255},
 		"poll_tuned":         {148, 103, 189, 255},
+		"poll_tuned_drain":   {227, 119, 194, 255},
 	}
 )
 
