@@ -275,4 +275,22 @@ func TestIntegrationStatusShowsTheSlot(t *testing.T) {
 			t.Fatalf("status output lacks %q:\n%s", want, out.String())
 		}
 	}
+	if strings.Contains(out.String(), "dead letters") {
+		t.Fatalf("status reports dead letters before any:\n%s", out.String())
+	}
+
+	// Parked messages of this slot are counted per sink.
+	dlq := "public." + pgtest.Name(t, "dlq")
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  dead_letter_table: "+dlq+"\n", 1)), 0o644)
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+dlq) })
+	pgtest.Exec(t, url, "CREATE TABLE "+dlq+" (slot text, lsn pg_lsn, sink text, commit_lsn pg_lsn, message_id text, error text, row_data jsonb)")
+	pgtest.Exec(t, url, "INSERT INTO "+dlq+" (slot, lsn, sink) VALUES ('"+ob.Slot+"', '0/1', ''), ('"+ob.Slot+"', '0/2', 'out'), ('"+ob.Slot+"', '0/3', 'out'), ('other', '0/3', 'out')")
+	out.Reset()
+	if code := run([]string{"status", "--config", cfg}, &out, &out); code != 0 {
+		t.Fatalf("status exited %d: %s", code, out.String())
+	}
+	if want := "dead letters:  3 in " + dlq + " (rows that could not be mapped: 1, refused by sink out: 2)"; !strings.Contains(out.String(), want) {
+		t.Fatalf("status output lacks %q:\n%s", want, out.String())
+	}
 }

@@ -17,12 +17,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -269,6 +272,23 @@ func statusCmd(ctx context.Context, cfg *config.Config, stdout io.Writer) error 
 	}
 	if len(cfg.Sinks) > 1 && slowest != "" && info.LagBytes > 0 {
 		fmt.Fprintf(stdout, "slowest sink:  %s (the slot advances at its pace)\n", slowest)
+	}
+	parked, err := relay.DeadLetterCounts(ctx, conn, cfg)
+	if err != nil {
+		return fmt.Errorf("reading the dead-letter table: %w", err)
+	}
+	if len(parked) > 0 {
+		var parts []string
+		total := 0
+		for _, sink := range slices.Sorted(maps.Keys(parked)) {
+			total += parked[sink]
+			if sink == "" {
+				parts = append(parts, fmt.Sprintf("rows that could not be mapped: %d", parked[sink]))
+			} else {
+				parts = append(parts, fmt.Sprintf("refused by sink %s: %d", sink, parked[sink]))
+			}
+		}
+		fmt.Fprintf(stdout, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
 	return nil
 }

@@ -64,7 +64,8 @@ type Postgres struct {
 	// messages again (default public.walpost_sink_progress; "-" disables).
 	ProgressTable string `yaml:"progress_table"`
 	// DeadLetterTable receives rows that cannot be mapped to a message
-	// when relay.on_invalid is dead_letter (default
+	// when relay.on_invalid is dead_letter, and messages a sink refuses
+	// for good when relay.on_refused is dead_letter (default
 	// public.walpost_dead_letter; created when missing).
 	DeadLetterTable string `yaml:"dead_letter_table"`
 	// ReconnectBackoff is the longest wait between reconnect attempts
@@ -108,6 +109,21 @@ type Relay struct {
 	// postgres.dead_letter_table, logs it at error level, counts it in
 	// walpost_dead_lettered_total, and goes on.
 	OnInvalid string `yaml:"on_invalid"`
+	// OnRefused is what happens to a message a sink refuses for good
+	// because of the message itself (larger than the broker takes, a topic
+	// or queue name from its type that the broker cannot use): "stop"
+	// (default) stops the relay with an error naming the message, having
+	// confirmed everything before it; "dead_letter" publishes the refused
+	// batch one message at a time, tries the refused message alone
+	// relay.refused_attempts times, then parks it in
+	// postgres.dead_letter_table for that sink, logs it at error level,
+	// counts it in walpost_refused_total and goes on. Refusals that are
+	// not about one message (credentials, a missing topic, settings)
+	// always stop the relay.
+	OnRefused string `yaml:"on_refused"`
+	// RefusedAttempts is how often a message is tried alone before
+	// on_refused: dead_letter parks it (default 3).
+	RefusedAttempts int `yaml:"refused_attempts"`
 	// RetryBackoff is the longest wait between two attempts of a batch that
 	// a sink failed to publish (default 30s; attempts start at 100ms).
 	RetryBackoff Duration `yaml:"retry_backoff"`
@@ -369,6 +385,10 @@ func (c *Config) SetDefaults() {
 		r.ShutdownTimeout = Duration(30 * time.Second)
 	}
 	def(&r.OnInvalid, "stop")
+	def(&r.OnRefused, "stop")
+	if r.RefusedAttempts == 0 {
+		r.RefusedAttempts = 3
+	}
 	if r.Procs == nil {
 		one := 1
 		r.Procs = &one
@@ -443,6 +463,12 @@ func (c *Config) Validate() error {
 	}
 	if r.OnInvalid != "stop" && r.OnInvalid != "dead_letter" {
 		return fmt.Errorf("relay.on_invalid: %q is not stop or dead_letter", r.OnInvalid)
+	}
+	if r.OnRefused != "stop" && r.OnRefused != "dead_letter" {
+		return fmt.Errorf("relay.on_refused: %q is not stop or dead_letter", r.OnRefused)
+	}
+	if r.RefusedAttempts < 1 || r.RefusedAttempts > 100 {
+		return fmt.Errorf("relay.refused_attempts: %d is outside 1..100", r.RefusedAttempts)
 	}
 	if dt := strings.Split(p.DeadLetterTable, "."); len(dt) != 2 || !identRE.MatchString(dt[0]) || !identRE.MatchString(dt[1]) {
 		return fmt.Errorf("postgres.dead_letter_table: %q is not schema.table with lower-case SQL identifiers", p.DeadLetterTable)

@@ -31,6 +31,9 @@ func TestDefaultsMatchTheDesign(t *testing.T) {
 	if c.Postgres.StatusInterval.D() != 10*time.Second || c.Postgres.HeartbeatInterval.D() != 10*time.Second {
 		t.Fatalf("interval defaults: %+v", c.Postgres)
 	}
+	if c.Relay.OnInvalid != "stop" || c.Relay.OnRefused != "stop" || c.Relay.RefusedAttempts != 3 {
+		t.Fatalf("bad-input defaults: %+v", c.Relay)
+	}
 	if c.Relay.WindowMessages != 10000 || c.Log.Level != "info" || c.Log.Format != "json" {
 		t.Fatalf("relay/log defaults: %+v %+v", c.Relay, c.Log)
 	}
@@ -70,6 +73,8 @@ func TestErrorsNameTheField(t *testing.T) {
 		{"postgres: {url: x}\ncolumns: {id: id, type: id}\nsinks: [{name: a, kind: stdout}]", "columns.type"},
 		{"postgres: {url: x}\nrelay: {batch_size: -1}\nsinks: [{name: a, kind: stdout}]", "relay.batch_size"},
 		{"postgres: {url: x}\nlog: {level: loud}\nsinks: [{name: a, kind: stdout}]", "log.level"},
+		{"postgres: {url: x}\nrelay: {on_refused: skip}\nsinks: [{name: a, kind: stdout}]", `relay.on_refused: "skip" is not stop or dead_letter`},
+		{"postgres: {url: x}\nrelay: {refused_attempts: 1000}\nsinks: [{name: a, kind: stdout}]", "relay.refused_attempts: 1000 is outside 1..100"},
 		{"postgres: {url: '${MISSING}'}\nsinks: [{name: a, kind: stdout}]", "MISSING is not set"},
 	}
 	for _, c := range cases {

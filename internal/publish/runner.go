@@ -31,7 +31,19 @@ type RunnerOptions struct {
 	// Failing, if set, is called with true when a batch starts failing and
 	// with false when it went through again (for metrics and status).
 	Failing func(bool)
-	Log     zerolog.Logger
+	// Refused, if set, takes over a message the sink refuses for good
+	// (IsRejected). The runner then publishes the refused batch one
+	// message at a time, acking each that goes through; a message that is
+	// refused alone RefusedAttempts times in a row is handed to Refused,
+	// which must store it durably and account for it (the runner does not
+	// Ack it), and the runner goes on with the next. An error from Refused
+	// stops the runner. When nil, a refusal stops the runner like any
+	// Permanent error.
+	Refused func(ctx context.Context, d Delivery, err error) error
+	// RefusedAttempts is how often a message is tried alone before it
+	// goes to Refused (default 3).
+	RefusedAttempts int
+	Log             zerolog.Logger
 }
 
 // Runner feeds one sink from a channel of delivery slices: it takes
@@ -58,11 +70,15 @@ func NewRunner(sink Sink, in <-chan []Delivery, opt RunnerOptions) *Runner {
 	if opt.MaxBackoff <= 0 {
 		opt.MaxBackoff = 30 * time.Second
 	}
+	if opt.RefusedAttempts <= 0 {
+		opt.RefusedAttempts = 3
+	}
 	return &Runner{sink: sink, in: in, opt: opt}
 }
 
 // Run publishes until in is closed and drained (then it returns nil), ctx
-// ends (ctx.Err()), or the sink returns a Permanent error (that error).
+// ends (ctx.Err()), or the sink returns a Permanent error (that error; a
+// Rejected one only when opt.Refused is nil).
 func (r *Runner) Run(ctx context.Context) error {
 	msgs := make([]*decoder.Message, 0, r.opt.BatchSize)
 	for {
@@ -106,13 +122,58 @@ func (r *Runner) Run(ctx context.Context) error {
 		for _, d := range batch {
 			msgs = append(msgs, d.Msg)
 		}
-		if err := r.publish(ctx, msgs); err != nil {
+		err := r.publish(ctx, msgs)
+		switch {
+		case err == nil:
+			r.opt.Ack(batch)
+		case r.opt.Refused != nil && IsRejected(err):
+			if err := r.oneByOne(ctx, batch, msgs, err); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
 		clear(msgs)
-		r.opt.Ack(batch)
 		r.pending = r.pending[n:]
 	}
+}
+
+// oneByOne publishes a batch that was refused (first) one message at a
+// time, in order, acking each message that goes through and handing each
+// that is refused RefusedAttempts times to opt.Refused.
+func (r *Runner) oneByOne(ctx context.Context, batch []Delivery, msgs []*decoder.Message, first error) error {
+	r.opt.Log.Warn().Err(first).Int("batch", len(batch)).
+		Msg("the sink refuses a message of this batch; publishing the batch one message at a time to find it")
+	refused := 0
+	defer func() {
+		if refused == 0 && len(batch) > 1 {
+			r.opt.Log.Warn().Int("batch", len(batch)).Msg("the sink refused the batch but took each of its messages alone: " +
+				"the sink's batch limit (batch_bytes, max_batch_bytes) is likely above what the destination accepts; lower it")
+		}
+	}()
+	for i := range batch {
+		err := r.publish(ctx, msgs[i:i+1])
+		for attempt := 2; attempt <= r.opt.RefusedAttempts && IsRejected(err); attempt++ {
+			select {
+			case <-time.After(time.Duration(attempt-1) * 100 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			err = r.publish(ctx, msgs[i:i+1])
+		}
+		switch {
+		case err == nil:
+			r.opt.Ack(batch[i : i+1])
+		case IsRejected(err):
+			refused++
+			if err := r.opt.Refused(ctx, batch[i], err); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *Runner) publish(ctx context.Context, msgs []*decoder.Message) error {

@@ -24,7 +24,9 @@ type Sink interface {
 	// On error, any prefix of msgs may have been delivered. The relay then
 	// retries the whole batch (so duplicates are possible, and order is
 	// kept) unless the error is marked with Permanent, which stops the
-	// relay. Publish must return promptly with ctx.Err() when ctx ends.
+	// relay, or Rejected, which stops it or parks the refused message
+	// (relay.on_refused). Publish must return promptly with ctx.Err() when
+	// ctx ends.
 	Publish(ctx context.Context, msgs []*decoder.Message) error
 
 	// Close releases the sink's resources. Publish is not called after it.
@@ -37,9 +39,11 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
-// Permanent marks err as not retryable: a message the destination will
-// never accept (too large, not authorized, unknown topic). The relay stops
-// with the error instead of retrying, and confirms nothing past the batch.
+// Permanent marks err as not retryable: the destination will not accept
+// the batch however often it is sent (not authorized, unknown topic, a
+// setting it rejects). The relay stops with the error instead of
+// retrying, and confirms nothing past the batch. When one message alone
+// is the cause, use Rejected.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -48,8 +52,38 @@ func Permanent(err error) error {
 }
 
 // IsPermanent reports whether err (or an error it wraps) was marked with
-// Permanent.
+// Permanent or Rejected.
 func IsPermanent(err error) bool {
 	var p permanentError
-	return errors.As(err, &p)
+	var r rejectedError
+	return errors.As(err, &p) || errors.As(err, &r)
+}
+
+// rejectedError marks a refusal of one message for what it is.
+type rejectedError struct{ err error }
+
+func (e rejectedError) Error() string { return e.err.Error() }
+func (e rejectedError) Unwrap() error { return e.err }
+
+// Rejected marks err as the destination refusing one message for good
+// because of the message itself (larger than the destination takes, a
+// name derived from it that the destination cannot use), while other
+// messages would go through. It is Permanent; in addition, with
+// relay.on_refused: dead_letter the relay parks that message and goes on
+// instead of stopping. A sink returns it only for a call of one message,
+// or names the message in the error. A problem with credentials, a
+// missing topic or queue, or the configuration is Permanent, not
+// Rejected: parking every message would not fix it.
+func Rejected(err error) error {
+	if err == nil {
+		return nil
+	}
+	return rejectedError{err}
+}
+
+// IsRejected reports whether err (or an error it wraps) was marked with
+// Rejected.
+func IsRejected(err error) bool {
+	var r rejectedError
+	return errors.As(err, &r)
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 
 	deadLettered prometheus.Counter
+	refused      *prometheus.CounterVec
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -36,13 +37,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while a sink is retrying a batch it failed to publish."}, []string{"sink"}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_dead_lettered_total",
 			Help: "Outbox rows that could not be mapped and were parked in the dead-letter table."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_refused_total",
+			Help: "Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter)."}, []string{"sink"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walpost_end_to_end_latency_seconds",
 			Help: "From the transaction's commit (its Begin message's commit time) to the sink's acknowledgement.",
 			// 100µs … ~2 min in steps of 25%: fine enough to read p99 off.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 1.25, 64)}, []string{"sink"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered,
+		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",

@@ -125,7 +125,7 @@ func (r *Relay) Prepare(ctx context.Context) (replication.SlotInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	if r.cfg.Relay.OnInvalid == "dead_letter" {
+	if r.cfg.Relay.OnInvalid == "dead_letter" || r.cfg.Relay.OnRefused == "dead_letter" {
 		if err := r.deadLetter().ensure(ctx, conn); err != nil {
 			return info, err
 		}
@@ -256,26 +256,53 @@ func (r *Relay) Run(ctx context.Context) error {
 		sinkName := s.Name()
 		published := r.metrics.published.WithLabelValues(sinkName)
 		latency := r.metrics.latency.WithLabelValues(sinkName)
-		runner := publish.NewRunner(s, sinkChans[i], publish.RunnerOptions{
-			BatchSize:  cfg.Relay.BatchSize,
-			MaxBackoff: cfg.Relay.RetryBackoff.D(),
-			Ack: func(batch []publish.Delivery) {
-				now := time.Now()
-				var bytes int64
-				txns := make([]*checkpoint.Txn, len(batch))
-				for i, d := range batch {
-					bytes += int64(d.Msg.Size())
-					txns[i] = d.Tag.(*checkpoint.Txn)
+		sinkLog := r.log.With().Str("sink", sinkName).Logger()
+		// settle records that the sink is done with batch: the tracker may
+		// confirm it, the window frees it, the sink's progress moves.
+		settle := func(batch []publish.Delivery, sent bool) {
+			now := time.Now()
+			var bytes int64
+			txns := make([]*checkpoint.Txn, len(batch))
+			for i, d := range batch {
+				bytes += int64(d.Msg.Size())
+				txns[i] = d.Tag.(*checkpoint.Txn)
+				if sent {
 					latency.Observe(now.Sub(d.Msg.CommitTime).Seconds())
 				}
-				tracker.AckAll(txns)
-				window.Release(len(batch), bytes)
-				last := batch[len(batch)-1].Msg
-				progress.Acked(sinkName, Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
+			}
+			tracker.AckAll(txns)
+			window.Release(len(batch), bytes)
+			last := batch[len(batch)-1].Msg
+			progress.Acked(sinkName, Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
+			if sent {
 				published.Add(float64(len(batch)))
-			},
-			Failing: func(f bool) { r.metrics.setFailing(sinkName, f) },
-			Log:     r.log.With().Str("sink", sinkName).Logger(),
+			}
+		}
+		var refusedFn func(context.Context, publish.Delivery, error) error
+		if cfg.Relay.OnRefused == "dead_letter" {
+			dead := r.deadLetter()
+			defer dead.close() // after g.Wait: the runner has returned
+			refused := r.metrics.refused.WithLabelValues(sinkName)
+			refusedFn = func(ctx context.Context, d publish.Delivery, cause error) error {
+				if err := dead.parkRefused(ctx, sinkName, d.Msg, cause); err != nil {
+					return fmt.Errorf("%w; the refusal: %v", err, cause)
+				}
+				refused.Inc()
+				sinkLog.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Str("commit_lsn", d.Msg.CommitLSN.String()).
+					Str("type", d.Msg.Type).Str("error", cause.Error()).
+					Msg("message refused by the sink for good; parked in the dead-letter table; going on")
+				settle([]publish.Delivery{d}, false)
+				return nil
+			}
+		}
+		runner := publish.NewRunner(s, sinkChans[i], publish.RunnerOptions{
+			BatchSize:       cfg.Relay.BatchSize,
+			MaxBackoff:      cfg.Relay.RetryBackoff.D(),
+			Ack:             func(batch []publish.Delivery) { settle(batch, true) },
+			Failing:         func(f bool) { r.metrics.setFailing(sinkName, f) },
+			Refused:         refusedFn,
+			RefusedAttempts: cfg.Relay.RefusedAttempts,
+			Log:             sinkLog,
 		})
 		g.Go(func() error {
 			defer runners.Done()

@@ -106,6 +106,12 @@
 //     TLS failures that only a configuration change fixes (a certificate
 //     that does not verify, a handshake the broker refuses with an alert,
 //     a listener answering in plain text).
+//   - Of those, the ones a message causes by itself are marked with
+//     publish.Rejected instead: MessageSizeTooLarge (from the broker, or
+//     a message over batch_bytes) and an illegal expanded topic name. With
+//     relay.on_refused: dead_letter the relay then publishes the batch one
+//     message at a time and parks the message that is refused alone; the
+//     others stop the relay whatever on_refused says.
 //
 // Every error names the message it concerns (id and LSN), its topic, how
 // many messages of the call were not acknowledged, and, for permanent

@@ -16,6 +16,11 @@ type verdict struct {
 	permanent bool
 	// hint tells the operator what to do; "" for none.
 	hint string
+	// rejected: permanent, and caused by the size of a message, not by
+	// the topic, credentials or settings: Publish marks the error with
+	// publish.Rejected, so that relay.on_refused: dead_letter can find
+	// the message (publishing one by one) and park it.
+	rejected bool
 }
 
 // permanentCodes are the Kafka error codes that no retry fixes: the
@@ -24,7 +29,7 @@ type verdict struct {
 // auto_create_topics). Every other code, and every error that is not a
 // Kafka error code, is transient.
 var permanentCodes = map[kafka.Error]string{
-	kafka.MessageSizeTooLarge:                "the request is larger than the topic's max.message.bytes: keep batch_bytes below it, and raise it (or park the message) if one message alone is larger",
+	kafka.MessageSizeTooLarge:                "the request is larger than the topic's max.message.bytes: keep batch_bytes below it, and raise it (or park the message with relay.on_refused: dead_letter) if one message alone is larger",
 	kafka.RecordListTooLarge:                 "the batch is larger than the topic's segment size: lower batch_bytes or raise segment.bytes",
 	kafka.InvalidTopic:                       "Kafka rejects the topic name: fix topic",
 	kafka.TopicAuthorizationFailed:           "the principal may not write to the topic: grant it WRITE and DESCRIBE on the topic",
@@ -59,7 +64,8 @@ var permanentCodes = map[kafka.Error]string{
 func classify(err error, autoCreate bool) verdict {
 	var tooLarge kafka.MessageTooLargeError
 	if errors.As(err, &tooLarge) {
-		return verdict{true, "the message is larger than batch_bytes: raise batch_bytes (and the topic's max.message.bytes), or park the message"}
+		return verdict{permanent: true, rejected: true,
+			hint: "the message is larger than batch_bytes: raise batch_bytes (and the topic's max.message.bytes), or park it with relay.on_refused: dead_letter"}
 	}
 	var code kafka.Error
 	if errors.As(err, &code) {
@@ -67,10 +73,10 @@ func classify(err error, autoCreate bool) verdict {
 			if autoCreate {
 				return verdict{hint: "the topic does not exist yet; the brokers are asked to create it"}
 			}
-			return verdict{true, "the topic does not exist: create it, or set auto_create_topics: true"}
+			return verdict{permanent: true, hint: "the topic does not exist: create it, or set auto_create_topics: true"}
 		}
 		if hint, ok := permanentCodes[code]; ok {
-			return verdict{true, hint}
+			return verdict{permanent: true, hint: hint, rejected: code == kafka.MessageSizeTooLarge}
 		}
 		return verdict{}
 	}
@@ -84,11 +90,11 @@ func classify(err error, autoCreate bool) verdict {
 	)
 	switch {
 	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
-		return verdict{true, "the broker's certificate does not verify: check tls.ca_file and tls.server_name"}
+		return verdict{permanent: true, hint: "the broker's certificate does not verify: check tls.ca_file and tls.server_name"}
 	case errors.As(err, &alert), isRemoteTLSAlert(err):
-		return verdict{true, "the broker refused the TLS handshake: check tls.cert_file and tls.key_file"}
+		return verdict{permanent: true, hint: "the broker refused the TLS handshake: check tls.cert_file and tls.key_file"}
 	case errors.As(err, &header):
-		return verdict{true, "the broker does not speak TLS on this port: check tls.enabled and brokers"}
+		return verdict{permanent: true, hint: "the broker does not speak TLS on this port: check tls.enabled and brokers"}
 	}
 	return verdict{}
 }

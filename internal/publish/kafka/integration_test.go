@@ -212,6 +212,9 @@ func TestIntegrationIllegalTopicFromTemplateIsPermanentAndSendsNothing(t *testin
 	bad.Type = "order/created"
 	err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{ok, bad})
 	requirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order/created"`)
+	if !publish.IsRejected(err) {
+		t.Errorf("error %v is not Rejected: the message's own type makes the name illegal", err)
+	}
 	if !errors.Is(err, errIllegalTopic) {
 		t.Errorf("error %v does not wrap errIllegalTopic", err)
 	}
@@ -233,6 +236,9 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	s := newSink(t, fk.addrs, "big")
 	err := s.Publish(ctxFor(t, 10*time.Second), msgs)
 	requirePermanent(t, err, big.ID, big.LSN.String(), `"big"`, "max.message.bytes")
+	if !publish.IsRejected(err) {
+		t.Errorf("error %v is not Rejected", err)
+	}
 	var code kafka.Error
 	if !errors.As(err, &code) || code != kafka.MessageSizeTooLarge {
 		t.Errorf("error %v does not wrap kafka.MessageSizeTooLarge", err)
@@ -241,6 +247,9 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	small := newSink(t, fk.addrs, "big", "batch_bytes: 2048")
 	err = small.Publish(ctxFor(t, 10*time.Second), msgs)
 	requirePermanent(t, err, big.ID, big.LSN.String(), "batch_bytes 2048")
+	if !publish.IsRejected(err) {
+		t.Errorf("error %v is not Rejected", err)
+	}
 	if n := fk.PartitionInfo("big", 0).HighWatermark; n != 0 {
 		t.Errorf("%d records stored, want none", n)
 	}
@@ -257,6 +266,9 @@ func TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate(t *testing.T) {
 	m := g.Message("k")
 	err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
 	requirePermanent(t, err, m.ID, m.LSN.String(), `"nowhere"`, "auto_create_topics")
+	if publish.IsRejected(err) {
+		t.Errorf("a missing topic is Rejected (%v): parking every message would not fix it", err)
+	}
 
 	s = newSink(t, fk.addrs, "walpost.{type}")
 	a, b := g.Message("k"), g.Message("k")

@@ -194,7 +194,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 	for _, m := range msgs {
 		topic, err := s.topic.Expand(m)
 		if err != nil {
-			return publish.Permanent(fmt.Errorf("kafka: message %s (lsn %s, type %q): topic %q from template %q: %w",
+			return publish.Rejected(fmt.Errorf("kafka: message %s (lsn %s, type %q): topic %q from template %q: %w",
 				m.ID, m.LSN, m.Type, topic, s.topic.Text(), err))
 		}
 		km = append(km, record(m, topic))
@@ -307,7 +307,7 @@ func (s *Sink) chunkEnd(msgs []*decoder.Message, km []kafka.Message, start int) 
 	for end < len(km) && end-start < s.batchSize {
 		m := &km[end]
 		if n := kgoSize(m); n > s.batchBytes {
-			return 0, publish.Permanent(fmt.Errorf("kafka: message %s (lsn %s) to topic %q: %d bytes with key and headers, over batch_bytes %d: %w",
+			return 0, publish.Rejected(fmt.Errorf("kafka: message %s (lsn %s) to topic %q: %d bytes with key and headers, over batch_bytes %d: %w",
 				msgs[end].ID, msgs[end].LSN, m.Topic, n, s.batchBytes, kafka.MessageSizeTooLarge))
 		}
 		size += wireBound(m)
@@ -379,6 +379,9 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*decoder.Message, k
 		err = fmt.Errorf("%s: %w; %s", msg, cause, v.hint)
 	} else {
 		err = fmt.Errorf("%s: %w", msg, cause)
+	}
+	if v.rejected {
+		return publish.Rejected(err)
 	}
 	if v.permanent {
 		return publish.Permanent(err)

@@ -76,6 +76,23 @@ func TestTopicTemplateRejectsBadTemplates(t *testing.T) {
 	}
 }
 
+// TestClassifyRejectsOnlyWhatOneMessageCauses: only a message's size is
+// Rejected (relay.on_refused may park the message); the topic, the
+// credentials and the settings stay plain Permanent.
+func TestClassifyRejectsOnlyWhatOneMessageCauses(t *testing.T) {
+	for _, err := range []error{kafka.MessageSizeTooLarge, kafka.MessageTooLargeError{}, fmt.Errorf("w: %w", kafka.MessageSizeTooLarge)} {
+		if v := classify(err, false); !v.permanent || !v.rejected {
+			t.Errorf("%v: %+v, want permanent and rejected", err, v)
+		}
+	}
+	for _, err := range []error{kafka.TopicAuthorizationFailed, kafka.UnknownTopicOrPartition, kafka.RecordListTooLarge,
+		kafka.InvalidRequiredAcks, kafka.SASLAuthenticationFailed, kafka.InvalidTimestamp} {
+		if v := classify(err, false); !v.permanent || v.rejected {
+			t.Errorf("%v: %+v, want permanent, not rejected", err, v)
+		}
+	}
+}
+
 func TestClassifyDecidesByErrorKindNotText(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -188,8 +205,8 @@ func TestGroupsFitOneRequestPerPartition(t *testing.T) {
 
 	big := g.SizedMessage("k", 20<<10)
 	_, err := s.chunkEnd([]*decoder.Message{big}, []kafka.Message{record(big, "t")}, 0)
-	if !publish.IsPermanent(err) || !strings.Contains(err.Error(), big.ID) || !errors.Is(err, kafka.MessageSizeTooLarge) {
-		t.Fatalf("a message over batch_bytes gave %v, want a Permanent MessageSizeTooLarge naming %s", err, big.ID)
+	if !publish.IsRejected(err) || !strings.Contains(err.Error(), big.ID) || !errors.Is(err, kafka.MessageSizeTooLarge) {
+		t.Fatalf("a message over batch_bytes gave %v, want a Rejected MessageSizeTooLarge naming %s", err, big.ID)
 	}
 }
 

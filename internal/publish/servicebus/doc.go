@@ -156,6 +156,12 @@
 //     e.g. a session-enabled entity without sessions: true), Azure AD
 //     refusing the credential or no credential being available, and an
 //     illegal entity name or session id.
+//   - Of those, the ones a message causes by itself are marked with
+//     publish.Rejected instead: one message too large for the entity, and
+//     an illegal entity name or session id from its type or key. With
+//     relay.on_refused: dead_letter the relay parks such a message and
+//     goes on. A batch the service refuses as too large stays Permanent:
+//     max_batch_bytes is above the entity's limit.
 //
 // After a transient failure that is not the service's own answer on a
 // working link (throttling, a service timeout, a full entity), the next

@@ -233,6 +233,9 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	before, big, after := g.Message("k"), g.SizedMessage("k", 300<<10), g.Message("k")
 	err := s.Publish(ctxFor(t, 30*time.Second), []*decoder.Message{before, big, after})
 	requirePermanent(t, err, big.ID, big.LSN.String(), tg.queue, "max message size")
+	if !publish.IsRejected(err) {
+		t.Errorf("error %v is not Rejected", err)
+	}
 	if !errors.Is(err, azservicebus.ErrMessageTooLarge) {
 		t.Errorf("error %v does not wrap azservicebus.ErrMessageTooLarge", err)
 	}
@@ -258,6 +261,9 @@ func TestIntegrationServiceRefusingABatchAsTooLargeIsPermanent(t *testing.T) {
 	}
 	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
 	requirePermanent(t, err, msgs[0].ID, msgs[499].ID, tg.queue, "max_batch_bytes")
+	if publish.IsRejected(err) {
+		t.Errorf("a batch refused for max_batch_bytes is Rejected (%v): it is the setting's fault, not a message's", err)
+	}
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Condition != amqp.ErrCondMessageSizeExceeded {
 		t.Errorf("error %v does not wrap amqp:link:message-size-exceeded", err)
@@ -274,6 +280,9 @@ func TestIntegrationEntityNotFoundIsPermanent(t *testing.T) {
 	m := sinktest.NewGen(46).Message("k")
 	err := s.Publish(ctxFor(t, 30*time.Second), []*decoder.Message{m})
 	requirePermanent(t, err, m.ID, m.LSN.String(), missing, "does not exist")
+	if publish.IsRejected(err) {
+		t.Errorf("a missing entity is Rejected (%v): parking every message would not fix it", err)
+	}
 }
 
 func TestIntegrationUnauthorizedIsPermanent(t *testing.T) {

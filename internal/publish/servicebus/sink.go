@@ -296,7 +296,7 @@ func (s *Sink) reset() {
 }
 
 // group splits msgs by entity, keeping their order, maps each to a Service
-// Bus message, and returns a Permanent error for the first message with an
+// Bus message, and returns a Rejected error for the first message with an
 // illegal entity name or session id.
 func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
 	var groups []*group
@@ -305,11 +305,11 @@ func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
 	for _, m := range msgs {
 		name, err := s.entity.Expand(m)
 		if err != nil {
-			return nil, publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s, type %q): entity %q from %s %q: %w",
+			return nil, publish.Rejected(fmt.Errorf("servicebus: message %s (lsn %s, type %q): entity %q from %s %q: %w",
 				m.ID, m.LSN, m.Type, name, s.entity.Field(), s.entity.Text(), err))
 		}
 		if s.sessions && len(m.OrderingKey()) > maxSessionIDLen {
-			return nil, publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: key of %d characters is over Service Bus's %d for a session id (sessions: true)",
+			return nil, publish.Rejected(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: key of %d characters is over Service Bus's %d for a session id (sessions: true)",
 				m.ID, m.LSN, name, len(m.OrderingKey()), maxSessionIDLen))
 		}
 		g := byEntity[name]
@@ -441,7 +441,7 @@ func (s *Sink) send(ctx context.Context, g *group, total int) error {
 		if err != nil {
 			m := g.msgs[i]
 			if errors.Is(err, azservicebus.ErrMessageTooLarge) {
-				return publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: %d bytes of payload; with its properties it does not fit in an empty batch (%s): %w; %s",
+				return publish.Rejected(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: %d bytes of payload; with its properties it does not fit in an empty batch (%s): %w; %s",
 					m.ID, m.LSN, g.entity, len(m.Payload), s.limitName(), err, hintTooLarge))
 			}
 			return publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: adding it to a batch: %w", m.ID, m.LSN, g.entity, err))
@@ -493,6 +493,11 @@ func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, tota
 		err = fmt.Errorf("%s: %w", msg, err)
 	}
 	if v.permanent {
+		if v.hint == hintTooLarge {
+			// The entity refuses this one message for its size (a batch
+			// refused as too large is max_batch_bytes's fault: Permanent).
+			return publish.Rejected(err)
+		}
 		return publish.Permanent(err)
 	}
 	return err
