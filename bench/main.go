@@ -7,6 +7,7 @@
 //	go run ./bench -quick          smaller run (under 3 minutes)
 //	go run ./bench -quick -json    ... and the figures as JSON on the last line of stdout
 //	go run ./bench -only ceiling,walpost_discard -runs catchup
+//	go run ./bench -only walpost_kafka -runs paced1k -pprof /tmp/prof   CPU profiles of the relay
 //
 // Workloads: catch-up (a backlog of 1,000-row transactions committed first,
 // then the system started and timed to its last message), paced (1,000
@@ -129,6 +130,9 @@ type bench struct {
 	kafkaShim   string // cmd/cdc + internal/publish/kafka, while cmd/cdc lacks it
 	noShim      bool
 	kafkaMem    bool
+	// pprofDir: walpost runs with http.pprof and its paced runs are
+	// profiled into this directory.
+	pprofDir string
 }
 
 func main() {
@@ -152,6 +156,7 @@ func run() int {
 	kafkaMem := flag.Bool("kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
 	root := flag.String("root", ".", "repository root (where ./cmd/cdc is)")
 	cdcPkg := flag.String("cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
+	pprofDir := flag.String("pprof", "", "directory for CPU profiles of walpost over each paced run (http.pprof; read them with go tool pprof)")
 	noShim := flag.Bool("no-kafka-shim", false, "when cmd/cdc does not register the kafka sink, report Kafka as n/a instead of building cmd/cdc with it")
 	flag.Parse()
 
@@ -178,6 +183,13 @@ func run() int {
 	}
 	b.ceilingPipe = *ceilingPipe
 	b.cdcPkg, b.noShim, b.kafkaMem = *cdcPkg, *noShim, *kafkaMem
+	if *pprofDir != "" {
+		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		b.pprofDir = *pprofDir
+	}
 	if err := b.setup(*root, systems); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		b.teardown()

@@ -271,6 +271,18 @@ func (b *bench) runWalpost(ctx context.Context, s system, wl workload, n names, 
 	if err != nil {
 		return err
 	}
+	var profiled func() error
+	if b.pprofDir != "" {
+		path := filepath.Join(b.pprofDir, s.Name+"_"+r.Workload+".pprof")
+		profiled = p.cpuProfile(b.p.PacedDur, path)
+		defer func() {
+			if err := profiled(); err != nil {
+				b.logf("  CPU profile %s: %v", path, err)
+			} else {
+				b.logf("  CPU profile of the paced run: %s (go tool pprof -top %s)", path, path)
+			}
+		}()
+	}
 	snap, cpu0, cs0 := b.snap(), procCPU(p.cmd.Process.Pid), ctxSwitches(p.cmd.Process.Pid)
 	if err := b.produce(ctx, wl, n.Qualified(), r); err != nil {
 		return err

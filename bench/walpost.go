@@ -96,7 +96,7 @@ func sinkYAML(kind, dir, kafkaAddr string) (name, y string) {
 }
 
 // writeCDCConfig writes the run's config into dir and returns its path.
-func writeCDCConfig(dir, url string, n names, sinks string, port int) (string, error) {
+func writeCDCConfig(dir, url string, n names, sinks string, port int, pprof bool) (string, error) {
 	y := fmt.Sprintf(`postgres:
   url: %s
   table: %s
@@ -104,9 +104,9 @@ func writeCDCConfig(dir, url string, n names, sinks string, port int) (string, e
   slot: %s
 sinks:
 %s
-http: {listen: "127.0.0.1:%d"}
+http: {listen: "127.0.0.1:%d", pprof: %t}
 log: {level: info, format: json}
-`, url, n.Qualified(), n.Publication, n.Slot, sinks, port)
+`, url, n.Qualified(), n.Publication, n.Slot, sinks, port, pprof)
 	p := filepath.Join(dir, "cdc.yaml")
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }
@@ -189,6 +189,32 @@ func (p *cdcProc) waitReady(timeout time.Duration) error {
 	}
 }
 
+// cpuProfile fetches a CPU profile of the relay over the next d (the
+// relay runs with http.pprof) and writes it to path. It returns at once;
+// the returned function waits for the profile and reports its error.
+func (p *cdcProc) cpuProfile(d time.Duration, path string) func() error {
+	done := make(chan error, 1)
+	go func() {
+		c := &http.Client{Timeout: d + 30*time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", p.port, int(d.Seconds())))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("/debug/pprof/profile: status %d", resp.StatusCode)
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
+}
+
 // scrape reads the sink's end-to-end latency histogram and its published
 // count from /metrics.
 func (p *cdcProc) scrape() (*Hist, float64, error) {
@@ -253,7 +279,7 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 		return nil, err
 	}
 	sink, y := sinkYAML(kind, dir, b.kafkaAddr)
-	cfg, err := writeCDCConfig(dir, b.url, n, y, port)
+	cfg, err := writeCDCConfig(dir, b.url, n, y, port, b.pprofDir != "")
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime"
@@ -151,19 +152,30 @@ func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger, reg *
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cfg.HTTP.Listen != "" {
-		srv, err := serveHTTP(cfg.HTTP.Listen, reg, r)
+		srv, err := serveHTTP(cfg.HTTP, reg, r)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
-		log.Info().Str("listen", srv.Addr).Msg("http: /metrics /healthz /readyz")
+		paths := "/metrics /healthz /readyz"
+		if cfg.HTTP.Pprof {
+			paths += " /debug/pprof/"
+		}
+		log.Info().Str("listen", srv.Addr).Msg("http: " + paths)
 	}
 	log.Info().Int("procs", runtime.GOMAXPROCS(0)).Str("version", versionString()).Str("slot", cfg.Postgres.Slot).Str("table", cfg.Postgres.Table).Int("sinks", len(cfg.Sinks)).Msg("starting")
 	return r.Run(ctx)
 }
 
-func serveHTTP(addr string, reg *prometheus.Registry, r *relay.Relay) (*http.Server, error) {
+func serveHTTP(c config.HTTP, reg *prometheus.Registry, r *relay.Relay) (*http.Server, error) {
 	mux := http.NewServeMux()
+	if c.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -173,7 +185,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, r *relay.Relay) (*http.Ser
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	l, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("http.listen: %w", err)
 	}

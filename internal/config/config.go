@@ -169,6 +169,10 @@ func (r Route) Matches(typ string) bool {
 type HTTP struct {
 	// Listen is host:port; empty disables the listener.
 	Listen string `yaml:"listen"`
+	// Pprof adds Go's profiling endpoints under /debug/pprof/ (default
+	// false): e.g. go tool pprof http://HOST:PORT/debug/pprof/profile?seconds=20.
+	// They show the process's internals to whoever reaches the port.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures logging.

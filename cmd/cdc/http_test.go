@@ -1,0 +1,63 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/relay"
+)
+
+// TestHTTPServesHealthReadinessMetricsAndPprofOnlyWhenAsked: /healthz is
+// 200, /readyz 503 while the relay is not streaming, /metrics has the
+// relay's metrics, and /debug/pprof/ exists only with http.pprof.
+func TestHTTPServesHealthReadinessMetricsAndPprofOnlyWhenAsked(t *testing.T) {
+	cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: out, kind: discard}]\n"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, withPprof := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		r, err := relay.New(cfg, zerolog.Nop(), relay.NewMetrics(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := serveHTTP(config.HTTP{Listen: "127.0.0.1:0", Pprof: withPprof}, reg, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(path string) (int, string) {
+			t.Helper()
+			resp, err := http.Get("http://" + srv.Addr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, _ := get("/healthz"); code != 200 {
+			t.Errorf("/healthz: %d", code)
+		}
+		if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz before streaming: %d, want 503", code)
+		}
+		if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "walpost_confirmed_lsn") {
+			t.Errorf("/metrics: %d, walpost_confirmed_lsn missing:\n%.300s", code, body)
+		}
+		code, body := get("/debug/pprof/")
+		if withPprof && (code != 200 || !strings.Contains(body, "goroutine")) {
+			t.Errorf("pprof on: /debug/pprof/ %d", code)
+		}
+		if !withPprof && code != http.StatusNotFound {
+			t.Errorf("pprof off: /debug/pprof/ %d, want 404", code)
+		}
+		srv.Close()
+		r.Close()
+	}
+}
