@@ -77,6 +77,11 @@ type Error struct {
 	// column name; NULL columns are absent. It lets a dead-letter policy
 	// park the row for repair.
 	Row map[string]string
+	// Table is set when the table's columns do not fit the mapping (a
+	// mapped column missing or of an unusable type): every row of the
+	// table fails alike until the config or the table is fixed, so such
+	// an error is not one to park rows for.
+	Table bool
 }
 
 func (e *Error) Error() string {
@@ -114,6 +119,7 @@ type relation struct {
 	idx     [5]int // id, type, key, payload, headers; -1 when absent
 	oid     [5]uint32
 	missing []string // mapped columns the table lacks: an error on first row
+	has     []string // the table's columns, when some are missing
 	bad     error    // a mapped column of an unusable type
 }
 
@@ -232,7 +238,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 		}
 	}
 	if len(r.missing) > 0 {
-		r.missing = append(r.missing, "(the table has "+strings.Join(have, ", ")+")")
+		r.has = have
 	}
 	r.bad = checkTypes(r, names)
 	return r
@@ -325,6 +331,7 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 	if rel.idx[colID] >= 0 && vals[colID] != nil {
 		id = string(vals[colID])
 	}
+	table := false
 	fail := func(format string, args ...any) (*Message, error) {
 		row := map[string]string{}
 		names := [5]string{d.m.ID, d.m.Type, d.m.Key, d.m.Payload, d.m.Headers}
@@ -333,13 +340,15 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 				row[names[role]] = string(v)
 			}
 		}
-		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: fmt.Errorf(format, args...), Row: row}
+		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: fmt.Errorf(format, args...), Row: row, Table: table}
 	}
 	if len(rel.missing) > 0 {
-		return fail("table %s lacks mapped column(s) %s; fix columns: in the config or the table",
-			rel.name, strings.Join(rel.missing, ", "))
+		table = true
+		return fail("table %s lacks mapped column(s) %s (the table has %s); fix columns: in the config (key and headers may be \"-\") or the table",
+			rel.name, strings.Join(rel.missing, ", "), strings.Join(rel.has, ", "))
 	}
 	if rel.bad != nil {
+		table = true
 		return fail("table %s: %v", rel.name, rel.bad)
 	}
 	if !d.tx.open {

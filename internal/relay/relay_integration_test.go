@@ -534,3 +534,82 @@ func TestIntegrationDeadLetterPolicyParksTheBadRowAndGoesOn(t *testing.T) {
 		t.Fatal("slot did not advance past the parked row")
 	}
 }
+
+// TestIntegrationOutboxSchemaChangesWhileStreaming: columns added and
+// dropped on the outbox table while the relay streams (also inside the
+// transaction that then inserts) change nothing in what is delivered;
+// dropping a mapped column stops the relay with an error naming it, even
+// with relay.on_invalid: dead_letter (parking would take every row).
+func TestIntegrationOutboxSchemaChangesWhileStreaming(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfgPath := ob.Config(t, fileSink(out), "relay: {on_invalid: dead_letter}")
+	dlq := withDeadLetterTable(t, url, cfgPath)
+	r := startRelay(t, cfgPath)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+
+	var want []relaytest.Msg
+	batch := func(n int) []relaytest.Msg {
+		msgs := make([]relaytest.Msg, 3)
+		for i := range msgs {
+			msgs[i] = relaytest.NewMsg("order.created", fmt.Sprint("k", i), n*10+i)
+		}
+		want = append(want, msgs...)
+		return msgs
+	}
+	ob.InsertTx(t, conn, batch(0)...)
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN tenant text DEFAULT 't0'")
+	ob.InsertTx(t, conn, batch(1)...)
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" DROP COLUMN tenant")
+	ob.InsertTx(t, conn, batch(2)...)
+	// DDL and inserts in one transaction: the new Relation message comes
+	// inside it.
+	msgs := batch(3)
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := ob.Insert(ctx, tx, msgs[0]); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "ALTER TABLE "+ob.Table+" ADD COLUMN note text, ALTER COLUMN type TYPE varchar(200)"); err != nil {
+			return err
+		}
+		return ob.Insert(ctx, tx, msgs[1:]...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ob.InsertTx(t, conn, batch(4)...)
+	lines := relaytest.WaitAllDelivered(t, out, want, 30*time.Second, r.logs.String)
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d", len(lines), len(want))
+	}
+	for i, l := range lines {
+		var p struct{ N int }
+		json.Unmarshal(l.Payload, &p)
+		if l.ID != want[i].ID || l.Key == nil || *l.Key != want[i].Key || !strings.Contains(want[i].Payload, fmt.Sprintf(`"n": %d,`, p.N)) {
+			t.Fatalf("line %d: %s key %v payload %s, want %s key %s payload %s", i, l.ID, l.Key, l.Payload, want[i].ID, want[i].Key, want[i].Payload)
+		}
+	}
+
+	// A mapped column dropped: the relay stops and says which.
+	last := relaytest.ParseLSN(t, lines[len(lines)-1].CommitLSN)
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" DROP COLUMN headers")
+	pgtest.Exec(t, url, "INSERT INTO "+ob.Table+" (id, type, key, payload) VALUES (gen_random_uuid(), 't', 'k', '{}')")
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err == nil || !strings.Contains(err.Error(), `columns.headers "headers"`) || !strings.Contains(err.Error(), "restart") {
+			t.Fatalf("relay stopped with %v, want an error naming the headers column and saying what to do", err)
+		}
+		t.Logf("stopped with: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not stop after a mapped column was dropped")
+	}
+	if c := relaytest.SlotConfirmed(t, conn, ob.Slot); c <= last {
+		t.Fatalf("slot confirmed %s, not past the last delivered commit %s", c, last)
+	}
+	var parked int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+dlq).Scan(&parked); err != nil || parked != 0 {
+		t.Fatalf("%d rows parked (%v): a table that no longer fits the mapping must stop the relay, not park its rows", parked, err)
+	}
+}
