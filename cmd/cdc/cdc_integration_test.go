@@ -151,12 +151,30 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	p := startCDC(t, "run", "--config", cfg)
 	small := batch(100)
 	ob.InsertTx(t, conn, small...)
+	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) >= len(small) }) {
+		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lineBytes := st.Size() / int64(len(small))
 	big := batch(60000)
 	ob.InsertTx(t, conn, big...)
 	all = append(append(all, small...), big...)
-	// Kill while the big transaction is half written to the sink.
-	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) > 20000 }) {
-		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+	// Kill while the big transaction is partly written to the sink: the
+	// relay writes it in well under a second, so watch the file's size
+	// closely (counting lines, or a slower poll, can miss the window on a
+	// busy machine).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if st, err := os.Stat(out); err == nil && st.Size() > lineBytes*(int64(len(small))+10000) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	p.kill9(t)
 	killedAt := relaytest.CountLines(out)
