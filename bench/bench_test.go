@@ -351,3 +351,25 @@ func TestWriteChartWritesAPNG(t *testing.T) {
 		t.Fatalf("chart is %v", b)
 	}
 }
+
+func TestMedianRunPicksTheMiddleRateAndKeepsTheRange(t *testing.T) {
+	mk := func(rate float64) *runResult {
+		r := &runResult{System: "walpost_discard", Workload: wCatchUp, Delivered: 1000, Seconds: 1000 / rate}
+		r.finish()
+		return r
+	}
+	failed := &runResult{System: "walpost_discard", Workload: wCatchUp, Err: "cdc run exited"}
+	m := medianRun([]*runResult{mk(80_000), failed, mk(100_000), mk(90_000)})
+	if m.MsgsPerS < 89_999 || m.MsgsPerS > 90_001 || m.Repeats != 3 || m.RateMin < 79_999 || m.RateMax < 99_999 {
+		t.Fatalf("median %.0f of %d runs, range %.0f–%.0f; want 90,000 of 3, 80,000–100,000", m.MsgsPerS, m.Repeats, m.RateMin, m.RateMax)
+	}
+	if m := medianRun([]*runResult{mk(80_000), mk(100_000)}); m.MsgsPerS > 80_001 {
+		t.Fatalf("even count: got %.0f, want the slower middle run", m.MsgsPerS)
+	}
+	if m := medianRun([]*runResult{failed}); m != failed {
+		t.Fatal("no successful run: want the failed one back")
+	}
+	if m := medianRun([]*runResult{mk(70_000)}); m.Repeats != 0 {
+		t.Fatalf("a single run has Repeats %d, want 0 (no range shown)", m.Repeats)
+	}
+}

@@ -438,6 +438,12 @@ func (r *report) markdown(png string) string {
 			"position after the last commit; for pg_recvlogical, the last Insert read from its output; for the polling "+
 			"relays, the last row marked sent. Polling relays are cut off after %s and their rate is measured over that "+
 			"window (marked *capped*: the classic relay would need hours).\n\n", commas(int64(r.P.TxRows)), r.P.PollCap)
+		if r.P.CatchUpRepeats > 1 {
+			p("pg_recvlogical and walpost ran this workload %d times each, taking turns (ceiling, walpost → discard, → file, "+
+				"→ Kafka, then again), each time on a fresh backlog; every figure in a row is from the run with the median rate, "+
+				"and msgs/s shows the range of the %d runs in brackets. The ratios to the ceiling compare median with median. "+
+				"The polling relays ran once.\n\n", r.P.CatchUpRepeats, r.P.CatchUpRepeats)
+		}
 		p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
 		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Systems {
@@ -457,7 +463,11 @@ func (r *report) markdown(png string) string {
 			if x.Capped {
 				capped = " (*capped*)"
 			}
-			p("| %s | %s%s | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), commas(x.Delivered), capped, x.Seconds, num(x.MsgsPerS), ratio,
+			rateCell := num(x.MsgsPerS)
+			if x.Repeats > 1 {
+				rateCell += fmt.Sprintf(" (%s–%s)", num(x.RateMin), num(x.RateMax))
+			}
+			p("| %s | %s%s | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), commas(x.Delivered), capped, x.Seconds, rateCell, ratio,
 				num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
 		}
 		p("\n")

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,16 +44,41 @@ type runResult struct {
 	CtxSwitches int64 `json:"ctx_switches"`
 	// Attempts is how many times the run was made (more than one when
 	// other work on the machine disturbed it; the least disturbed is kept).
-	Attempts  int        `json:"attempts"`
-	PeakRSSMB float64    `json:"peak_rss_mb"`
-	Queries   int64      `json:"queries,omitempty"`
-	QPS       float64    `json:"queries_per_s,omitempty"`
-	Load      *tableLoad `json:"table,omitempty"`
-	Backlog   int64      `json:"backlog,omitempty"` // paced: produced but not delivered when the run ended
-	Err       string     `json:"error,omitempty"`
+	Attempts int `json:"attempts"`
+	// Repeats is how many successful runs this median run was chosen
+	// from (0 or 1: a single run), with the range of their rates.
+	Repeats          int        `json:"repeats,omitempty"`
+	RateMin, RateMax float64    `json:"-"`
+	PeakRSSMB        float64    `json:"peak_rss_mb"`
+	Queries          int64      `json:"queries,omitempty"`
+	QPS              float64    `json:"queries_per_s,omitempty"`
+	Load             *tableLoad `json:"table,omitempty"`
+	Backlog          int64      `json:"backlog,omitempty"` // paced: produced but not delivered when the run ended
+	Err              string     `json:"error,omitempty"`
 }
 
 func (r *runResult) ok() bool { return r.Err == "" }
+
+// medianRun returns the run with the median rate among rs's successful
+// ones (the slower of the middle two for an even count), with the range
+// of their rates; the first run when none succeeded.
+func medianRun(rs []*runResult) *runResult {
+	var ok []*runResult
+	for _, r := range rs {
+		if r.ok() {
+			ok = append(ok, r)
+		}
+	}
+	if len(ok) == 0 {
+		return rs[0]
+	}
+	slices.SortFunc(ok, func(a, b *runResult) int { return cmp.Compare(a.MsgsPerS, b.MsgsPerS) })
+	m := ok[(len(ok)-1)/2]
+	if len(ok) > 1 {
+		m.Repeats, m.RateMin, m.RateMax = len(ok), ok[0].MsgsPerS, ok[len(ok)-1].MsgsPerS
+	}
+	return m
+}
 
 // finish derives the rates and percentiles.
 func (r *runResult) finish() {
