@@ -113,20 +113,19 @@ func paramsFor(quick bool) params {
 
 // bench is one invocation.
 type bench struct {
-	p         params
-	quick     bool
-	cluster   *pgtest.Cluster
-	url       string
-	conn      *pgx.Conn // control connection: setup, LSNs, slot polling
-	cdc       string
-	hasKafka  bool
-	kafkaAddr string
-	tmp       string
-	log       io.Writer
-	results   []*runResult
-	machine   machineInfo
-	started   time.Time
-	closers   []func()
+	p        params
+	quick    bool
+	cluster  *pgtest.Cluster
+	url      string
+	conn     *pgx.Conn // control connection: setup, LSNs, slot polling
+	cdc      string
+	hasKafka bool
+	tmp      string
+	log      io.Writer
+	results  []*runResult
+	machine  machineInfo
+	started  time.Time
+	closers  []func()
 	// ceilingPipe: pg_recvlogical writes to a pipe in catch-up runs too.
 	ceilingPipe bool
 	cdcPkg      string
@@ -404,18 +403,6 @@ func (b *bench) setup(root string, systems []system) error {
 	b.machine.Fdatasync = measureFdatasync(b.tmp, 2*time.Second)
 	b.logf("disk fdatasync: %s", b.machine.Fdatasync)
 	b.logf("PostgreSQL %s on 127.0.0.1:%d", b.machine.Postgres, b.cluster.Port)
-	for _, s := range systems {
-		if s.Sink == "kafka" && b.hasKafka {
-			c, addr, err := startKafka(b.tmp, b.kafkaMem)
-			if err != nil {
-				return fmt.Errorf("kfake: %w", err)
-			}
-			b.kafkaAddr = addr
-			b.closers = append(b.closers, c.Close)
-			b.logf("kfake broker on %s", addr)
-			break
-		}
-	}
 	return nil
 }
 

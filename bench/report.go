@@ -591,10 +591,10 @@ func (r *report) markdown(png string) string {
 			"and removed during the run); every other run used ./cmd/cdc as it is.\n")
 	}
 	if r.KafkaMem {
-		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake) with its log in memory (`-kafka-mem`), " +
+		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake), a fresh one per run, with its log in memory (`-kafka-mem`), " +
 			"one topic of 6 partitions, acks=all.\n")
 	} else {
-		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake) with its log on disk (DataDir, no fsync " +
+		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake), a fresh one per run, with its log on disk (DataDir, no fsync " +
 			"per batch, as Kafka's default), one topic of 6 partitions, acks=all.\n")
 	}
 	if r.P.Noise > 0 {

@@ -251,6 +251,7 @@ func (b *bench) runWalpost(ctx context.Context, s system, wl workload, n names, 
 	if err != nil {
 		return err
 	}
+	defer wr.close()
 	if wl.backlog {
 		if err := b.produce(ctx, wl, n.Qualified(), r); err != nil {
 			return err

@@ -267,6 +267,7 @@ type walpostRun struct {
 	dir, cfg string
 	port     int
 	sink     string
+	close    func() // stops what the run started besides the relay (its Kafka broker)
 }
 
 func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walpostRun, error) {
@@ -278,15 +279,27 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	if err != nil {
 		return nil, err
 	}
-	sink, y := sinkYAML(kind, dir, b.kafkaAddr)
+	// Every Kafka run gets a broker of its own: kfake lives in the bench
+	// process and keeps every record it was sent, so a broker shared by
+	// the runs of one invocation made each later run slower.
+	kafkaAddr, closeKafka := "", func() {}
+	if kind == "kafka" {
+		c, addr, err := startKafka(dir, b.kafkaMem)
+		if err != nil {
+			return nil, fmt.Errorf("kfake: %w", err)
+		}
+		kafkaAddr, closeKafka = addr, c.Close
+	}
+	sink, y := sinkYAML(kind, dir, kafkaAddr)
 	cfg, err := writeCDCConfig(dir, b.url, n, y, port, b.pprofDir != "")
+	if err == nil {
+		err = cdcInit(b.cdcFor(sink), cfg)
+	}
 	if err != nil {
+		closeKafka()
 		return nil, err
 	}
-	if err := cdcInit(b.cdcFor(sink), cfg); err != nil {
-		return nil, err
-	}
-	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink}, nil
+	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink, close: closeKafka}, nil
 }
 
 func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
