@@ -108,7 +108,7 @@ func paramsFor(quick bool) params {
 			PollDrain: time.Second, BigN: 200_000, RelayLimit: 5 * time.Minute, CatchUpRepeats: 1}
 	}
 	return params{CatchUpN: 200_000, TxRows: 1000, PacedDur: 20 * time.Second, PollCap: 30 * time.Second,
-		PollDrain: 5 * time.Second, BigN: 1_000_000, RelayLimit: 15 * time.Minute, CatchUpRepeats: 3}
+		PollDrain: 5 * time.Second, BigN: 1_000_000, RelayLimit: 15 * time.Minute, CatchUpRepeats: 5}
 }
 
 // bench is one invocation.
@@ -153,7 +153,7 @@ func run() int {
 	runs := flag.String("runs", "", "comma-separated workloads to run: "+strings.Join(allWorkloads, ","))
 	noise := flag.Float64("noise", 0, "unrelated single-row writes per second on another table during every run")
 	ceilingPipe := flag.Bool("ceiling-pipe", false, "catch-up: pg_recvlogical writes to a pipe the bench reads, not to a file it tails")
-	repeats := flag.Int("catchup-repeats", -1, "how often each non-polling system runs the catch-up workload, taking turns; the median run is reported (default 3, 1 with -quick)")
+	repeats := flag.Int("catchup-repeats", -1, "how often each non-polling system runs the catch-up workload, taking turns; the median run is reported (default 5, 1 with -quick)")
 	retries := flag.Int("retries", -1, "runs disturbed by other work on the machine (other load above -noisy) are run again up to this many times, keeping the least disturbed (default 3, 0 with -quick)")
 	noisy := flag.Float64("noisy", 0.3, "other load, in cores, above which a run counts as disturbed")
 	kafkaMem := flag.Bool("kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
