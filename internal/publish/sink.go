@@ -55,15 +55,14 @@ func Permanent(err error) error {
 // Permanent or Rejected.
 func IsPermanent(err error) bool {
 	var p permanentError
-	var r rejectedError
-	return errors.As(err, &p) || errors.As(err, &r)
+	return errors.As(err, &p)
 }
 
-// rejectedError marks a refusal of one message for what it is.
-type rejectedError struct{ err error }
+// rejectedError marks a refusal of one message for what it is; it wraps
+// a permanentError, so that IsPermanent holds for it too.
+type rejectedError struct{ permanentError }
 
-func (e rejectedError) Error() string { return e.err.Error() }
-func (e rejectedError) Unwrap() error { return e.err }
+func (e rejectedError) Unwrap() error { return e.permanentError }
 
 // Rejected marks err as the destination refusing one message for good
 // because of the message itself (larger than the destination takes, a
@@ -78,7 +77,7 @@ func Rejected(err error) error {
 	if err == nil {
 		return nil
 	}
-	return rejectedError{err}
+	return rejectedError{permanentError{err}}
 }
 
 // IsRejected reports whether err (or an error it wraps) was marked with
