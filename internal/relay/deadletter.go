@@ -53,9 +53,7 @@ func (d *deadLetter) ensure(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("creating dead-letter table %s (postgres.dead_letter_table): %w", d.table, err)
 	}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		var hasSink bool
-		q := `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'sink' AND NOT attisdropped)`
-		if err := tx.QueryRow(ctx, q, d.table).Scan(&hasSink); err != nil || hasSink {
+		if has, err := hasSinkColumn(ctx, tx, d.table); err != nil || has {
 			return err
 		}
 		// Another instance may be doing the same: take the table, then
@@ -63,7 +61,7 @@ func (d *deadLetter) ensure(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, q, d.table).Scan(&hasSink); err != nil || hasSink {
+		if has, err := hasSinkColumn(ctx, tx, d.table); err != nil || has {
 			return err
 		}
 		var pkey string
@@ -78,6 +76,17 @@ func (d *deadLetter) ensure(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("adding the sink column to dead-letter table %s (postgres.dead_letter_table): %w", d.table, err)
 	}
 	return nil
+}
+
+// hasSinkColumn reports whether the dead-letter table (quoted) has the
+// sink column that walpost versions before relay.on_refused lacked.
+func hasSinkColumn(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, table string) (bool, error) {
+	var has bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'sink' AND NOT attisdropped)`,
+		table).Scan(&has)
+	return has, err
 }
 
 // park parks a row that cannot be mapped, for every sink.
@@ -135,12 +144,12 @@ func (d *deadLetter) close() {
 // table does not exist.
 func DeadLetterCounts(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (map[string]int, error) {
 	table := quoteTable(cfg.Postgres.DeadLetterTable)
-	var exists, hasSink bool
+	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'sink' AND NOT attisdropped)`,
-		table).Scan(&hasSink); err != nil {
+	hasSink, err := hasSinkColumn(ctx, conn, table)
+	if err != nil {
 		return nil, err
 	}
 	sink := "''"

@@ -400,26 +400,25 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 	e, err := p.dec.Decode(ev.LSN, ev.Data)
 	if err != nil {
 		var de *decoder.Error
-		if errors.As(err, &de) && p.dead != nil && !de.Table {
-			if err := p.dead.park(ctx, de); err != nil {
-				return err
-			}
-			p.metrics.deadLettered.Inc()
-			p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
-				Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
-			return nil
-		}
-		if errors.As(err, &de) && de.Table {
+		switch {
+		case !errors.As(err, &de):
+			return err
+		case de.Table:
 			// Parking would take every row of the table: stop whatever
 			// relay.on_invalid says.
 			return fmt.Errorf("%w; the slot stays before this message's transaction (confirmed %s): after the fix, restart and the rows are delivered",
 				err, p.tracker.Confirmed())
-		}
-		if errors.As(err, &de) {
+		case p.dead == nil:
 			return fmt.Errorf("%w; the slot stays before this message's transaction (confirmed %s): fix the row's producer, then remove or repair the row's transaction effect and restart — walpost will not skip it silently",
 				err, p.tracker.Confirmed())
 		}
-		return err
+		if err := p.dead.park(ctx, de); err != nil {
+			return err
+		}
+		p.metrics.deadLettered.Inc()
+		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
+			Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
+		return nil
 	}
 	switch e.Kind {
 	case decoder.Begin:
