@@ -129,8 +129,6 @@ type bench struct {
 	// ceilingPipe: pg_recvlogical writes to a pipe in catch-up runs too.
 	ceilingPipe bool
 	cdcPkg      string
-	kafkaShim   string // cmd/cdc + internal/publish/kafka, while cmd/cdc lacks it
-	noShim      bool
 	kafkaMem    bool
 	// pprofDir: walpost runs with http.pprof and its paced runs are
 	// profiled into this directory.
@@ -160,7 +158,6 @@ func run() int {
 	root := flag.String("root", ".", "repository root (where ./cmd/cdc is)")
 	cdcPkg := flag.String("cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
 	pprofDir := flag.String("pprof", "", "directory for CPU profiles of walpost over each paced run (http.pprof; read them with go tool pprof)")
-	noShim := flag.Bool("no-kafka-shim", false, "when cmd/cdc does not register the kafka sink, report Kafka as n/a instead of building cmd/cdc with it")
 	flag.Parse()
 
 	systems, err := selectSystems(*only)
@@ -188,7 +185,7 @@ func run() int {
 		b.p.CatchUpRepeats = *repeats
 	}
 	b.ceilingPipe = *ceilingPipe
-	b.cdcPkg, b.noShim, b.kafkaMem = *cdcPkg, *noShim, *kafkaMem
+	b.cdcPkg, b.kafkaMem = *cdcPkg, *kafkaMem
 	if *pprofDir != "" {
 		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -228,7 +225,7 @@ func run() int {
 				}
 				if s.Sink == "kafka" && !b.hasKafka {
 					runs[s.Name] = append(runs[s.Name], &runResult{System: s.Name, Workload: w,
-						Err: "n/a: cmd/cdc does not register the kafka sink, and internal/publish/kafka was not built in (see the log)"})
+						Err: "n/a: " + b.cdcPkg + " does not register the kafka sink"})
 					continue
 				}
 				runs[s.Name] = append(runs[s.Name], b.runQuietly(ctx, s, w))
@@ -244,7 +241,7 @@ func run() int {
 	b.teardown()
 
 	rep := newReport(b.machine, b.p, b.quick, systems, workloads, b.results, elapsed)
-	rep.KafkaShim, rep.KafkaMem = b.kafkaShim != "", b.kafkaMem
+	rep.KafkaMem = b.kafkaMem
 	md := rep.markdown(relPNG(*out, *png))
 	// Notes kept by hand (micro-benchmarks, what each optimisation
 	// bought, known gaps) follow the generated part, so that re-running
@@ -373,17 +370,6 @@ func (b *bench) setup(root string, systems []system) error {
 			return err
 		}
 		b.logf("cdc built; kafka sink: %v", b.hasKafka)
-		for _, s := range systems {
-			if s.Sink == "kafka" && !b.hasKafka && !b.noShim {
-				if b.kafkaShim, err = buildKafkaShim(root, b.tmp); err != nil {
-					b.logf("kafka: %v", err)
-					break
-				}
-				b.hasKafka = true
-				b.logf("cmd/cdc does not register the kafka sink yet: the Kafka runs use cmd/cdc built with a blank import of internal/publish/kafka")
-				break
-			}
-		}
 	}
 	b.logf("starting PostgreSQL (pgtest, fsync=off, synchronous_commit=on)")
 	b.cluster, err = pgtest.Start(pgtest.Options{Fsync: false})

@@ -18,9 +18,6 @@ type report struct {
 	Workloads []string
 	Results   []*runResult
 	Elapsed   time.Duration
-	// KafkaShim: the Kafka runs used cmd/cdc built with the kafka sink
-	// imported, because cmd/cdc did not register it yet.
-	KafkaShim bool
 	KafkaMem  bool
 }
 
@@ -585,11 +582,6 @@ func (r *report) markdown(png string) string {
 		"NULL and a partial index on (created_at) WHERE sent_at IS NULL. Publishing is a no-op that records latency.\n")
 	p("- Relay CPU is user + system time of the relay's own process (/proc/PID/stat) over the measured window; " +
 		"PostgreSQL CPU is the whole server's (postmaster, its children, and reaped children). Peak RSS is VmHWM.\n")
-	if r.KafkaShim {
-		p("- **Kafka runs and cmd/cdc:** when this run was made, cmd/cdc did not yet import internal/publish/kafka, so " +
-			"the Kafka runs used cmd/cdc's main.go built with that one blank import added (generated in bench/_cdckafka " +
-			"and removed during the run); every other run used ./cmd/cdc as it is.\n")
-	}
 	if r.KafkaMem {
 		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake), a fresh one per run, with its log in memory (`-kafka-mem`), " +
 			"one topic of 6 partitions, acks=all.\n")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
 )
 
 // buildCDC builds the cdc command (pkg, normally ./cmd/cdc) into dir and
@@ -32,46 +33,6 @@ func buildCDC(root, pkg, dir string) (bin string, kafka bool, err error) {
 		return bin, false, fmt.Errorf("go list -deps %s: %v", pkg, err)
 	}
 	return bin, strings.Contains(string(out), "/internal/publish/kafka\n"), nil
-}
-
-// buildKafkaShim builds, for the Kafka runs only, cmd/cdc with a blank
-// import of internal/publish/kafka added, while cmd/cdc does not register
-// the sink itself yet. The copy lives in bench/_cdckafka (ignored by ./...)
-// only while it is built.
-func buildKafkaShim(root, dir string) (string, error) {
-	src, err := os.ReadFile(filepath.Join(root, "cmd", "cdc", "main.go"))
-	if err != nil {
-		return "", err
-	}
-	const anchor = "\"github.com/walpost/walpost/internal/relay\"\n"
-	if !bytes.Contains(src, []byte(anchor)) {
-		return "", fmt.Errorf("cmd/cdc/main.go: import of internal/relay not found")
-	}
-	src = bytes.Replace(src, []byte(anchor), []byte(anchor+"\t_ \"github.com/walpost/walpost/internal/publish/kafka\"\n"), 1)
-	shim := filepath.Join(root, "bench", "_cdckafka")
-	if err := os.MkdirAll(shim, 0o755); err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(shim)
-	if err := os.WriteFile(filepath.Join(shim, "main.go"), src, 0o644); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "cdc-kafka")
-	cmd := exec.Command("go", "build", "-o", bin, "./bench/_cdckafka")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build cmd/cdc + internal/publish/kafka: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // cdcProc is one `cdc run` subprocess.
@@ -275,7 +236,7 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := pgtest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +254,7 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	sink, y := sinkYAML(kind, dir, kafkaAddr)
 	cfg, err := writeCDCConfig(dir, b.url, n, y, port, b.pprofDir != "")
 	if err == nil {
-		err = cdcInit(b.cdcFor(sink), cfg)
+		err = cdcInit(b.cdc, cfg)
 	}
 	if err != nil {
 		closeKafka()
@@ -303,14 +264,5 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 }
 
 func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
-	return startCDC(b.cdcFor(w.sink), w.cfg, w.dir, w.sink, w.port)
-}
-
-// cdcFor is the binary for a sink kind: the Kafka shim for kafka while
-// cmd/cdc lacks the sink.
-func (b *bench) cdcFor(sink string) string {
-	if sink == "kafka" && b.kafkaShim != "" {
-		return b.kafkaShim
-	}
-	return b.cdc
+	return startCDC(b.cdc, w.cfg, w.dir, w.sink, w.port)
 }

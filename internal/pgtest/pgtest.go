@@ -109,7 +109,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fail(err)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -225,7 +225,8 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 	return nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
