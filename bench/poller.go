@@ -120,6 +120,29 @@ func (p *poller) report() {
 	p.out.Flush()
 }
 
+// fetch runs sel (id, type, key, payload of outbox rows) on q and calls
+// each with every row's id and payload, in order.
+func (p *poller) fetch(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sel string, each func(id string, payload []byte)) error {
+	r, err := q.Query(ctx, sel)
+	p.queries++
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for r.Next() {
+		var id, typ string
+		var key *string
+		var payload []byte
+		if err := r.Scan(&id, &typ, &key, &payload); err != nil {
+			return err
+		}
+		each(id, payload)
+	}
+	return r.Err()
+}
+
 // classic is the dispatcher of the classic .NET outbox pattern: on a timer,
 // the 20 oldest unsent rows; each is published, then marked sent in its
 // own transaction (an autocommit UPDATE).
@@ -140,22 +163,7 @@ func (p *poller) classic(ctx context.Context) error {
 		case <-t.C:
 		}
 		rows = rows[:0]
-		r, err := p.conn.Query(ctx, sel)
-		p.queries++
-		if err != nil {
-			return err
-		}
-		for r.Next() {
-			var id, typ string
-			var key *string
-			var payload []byte
-			if err := r.Scan(&id, &typ, &key, &payload); err != nil {
-				r.Close()
-				return err
-			}
-			rows = append(rows, row{id, payload})
-		}
-		if err := r.Err(); err != nil {
+		if err := p.fetch(ctx, p.conn, sel, func(id string, payload []byte) { rows = append(rows, row{id, payload}) }); err != nil {
 			return err
 		}
 		for _, m := range rows {
@@ -208,24 +216,11 @@ func (p *poller) tunedBatch(ctx context.Context, sel, upd string) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback(context.Background())
-	r, err := tx.Query(ctx, sel)
-	p.queries++
-	if err != nil {
-		return 0, err
-	}
 	p.ids = p.ids[:0]
-	for r.Next() {
-		var id, typ string
-		var key *string
-		var payload []byte
-		if err := r.Scan(&id, &typ, &key, &payload); err != nil {
-			r.Close()
-			return 0, err
-		}
+	if err := p.fetch(ctx, tx, sel, func(id string, payload []byte) {
 		p.publish(payload)
 		p.ids = append(p.ids, id)
-	}
-	if err := r.Err(); err != nil {
+	}); err != nil {
 		return 0, err
 	}
 	if len(p.ids) > 0 {
