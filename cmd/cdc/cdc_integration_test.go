@@ -298,10 +298,7 @@ func TestIntegrationStatusShowsTheSlot(t *testing.T) {
 	}
 
 	// Parked messages of this slot are counted per sink.
-	dlq := "public." + pgtest.Name(t, "dlq")
-	b, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  dead_letter_table: "+dlq+"\n", 1)), 0o644)
-	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+dlq) })
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
 	pgtest.Exec(t, url, "CREATE TABLE "+dlq+" (slot text, lsn pg_lsn, sink text, commit_lsn pg_lsn, message_id text, error text, row_data jsonb)")
 	pgtest.Exec(t, url, "INSERT INTO "+dlq+" (slot, lsn, sink) VALUES ('"+ob.Slot+"', '0/1', ''), ('"+ob.Slot+"', '0/2', 'out'), ('"+ob.Slot+"', '0/3', 'out'), ('other', '0/3', 'out')")
 	out.Reset()

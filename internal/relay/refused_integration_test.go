@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,22 +15,6 @@ import (
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 	"github.com/walpost/walpost/internal/relaytest"
 )
-
-// withDeadLetterTable points the config at a dead-letter table of the
-// test's own, dropped when it ends.
-func withDeadLetterTable(t *testing.T, url, cfgPath string) string {
-	t.Helper()
-	dlq := "public." + pgtest.Name(t, "dlq")
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  dead_letter_table: "+dlq+"\n", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+dlq) })
-	return dlq
-}
 
 // bigMsg is a message whose payload is over the test broker's 4 KiB
 // message.max.bytes.
@@ -54,7 +37,7 @@ func TestIntegrationRefusedMessageIsParkedForThatSinkAndTheRestFlows(t *testing.
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfgPath := ob.Config(t, kafkaSink(kc, "refusing")+"\n"+fileSink(out),
 		"relay: {on_refused: dead_letter, refused_attempts: 2, retry_backoff: 300ms, shutdown_timeout: 2s}")
-	dlq := withDeadLetterTable(t, url, cfgPath)
+	dlq := relaytest.WithDeadLetterTable(t, url, cfgPath)
 	conn := pgtest.Connect(t, url)
 	r := startRelay(t, cfgPath)
 
@@ -166,7 +149,7 @@ func TestIntegrationDeadLetterTableFromAnEarlierVersionGetsTheSinkColumn(t *test
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfgPath := ob.Config(t, fileSink(out), "relay: {on_refused: dead_letter}")
-	dlq := withDeadLetterTable(t, url, cfgPath)
+	dlq := relaytest.WithDeadLetterTable(t, url, cfgPath)
 	pgtest.Exec(t, url, `CREATE TABLE `+dlq+` (
     slot       text        NOT NULL,
     lsn        pg_lsn      NOT NULL,

@@ -498,13 +498,9 @@ func TestIntegrationDeadLetterPolicyParksTheBadRowAndGoesOn(t *testing.T) {
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
-	dlq := "public." + pgtest.Name(t, "dlq")
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfgPath := ob.Config(t, fileSink(out), "relay: {on_invalid: dead_letter}")
-	// The config helper writes postgres: itself; add the table by env-free rewrite.
-	b, _ := os.ReadFile(cfgPath)
-	os.WriteFile(cfgPath, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  dead_letter_table: "+dlq+"\n", 1)), 0o644)
-	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+dlq) })
+	dlq := relaytest.WithDeadLetterTable(t, url, cfgPath)
 	conn := pgtest.Connect(t, url)
 	startRelay(t, cfgPath)
 
@@ -545,7 +541,7 @@ func TestIntegrationOutboxSchemaChangesWhileStreaming(t *testing.T) {
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfgPath := ob.Config(t, fileSink(out), "relay: {on_invalid: dead_letter}")
-	dlq := withDeadLetterTable(t, url, cfgPath)
+	dlq := relaytest.WithDeadLetterTable(t, url, cfgPath)
 	r := startRelay(t, cfgPath)
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()

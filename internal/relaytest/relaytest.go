@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +76,23 @@ log: {level: debug, format: json}
 		t.Fatal(err)
 	}
 	return p
+}
+
+// WithDeadLetterTable points the config at cfgPath to a dead-letter table
+// of the test's own (postgres.dead_letter_table), dropped when the test
+// ends, and returns its name.
+func WithDeadLetterTable(t testing.TB, url, cfgPath string) string {
+	t.Helper()
+	dlq := "public." + pgtest.Name(t, "dlq")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  dead_letter_table: "+dlq+"\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+dlq) })
+	return dlq
 }
 
 // Msg is a message as written by the application, for comparison.
