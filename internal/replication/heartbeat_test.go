@@ -45,6 +45,15 @@ type streamed struct {
 // connected.
 func startStream(t *testing.T) *streamed {
 	t.Helper()
+	s := newStreamed(t)
+	s.start(t)
+	return s
+}
+
+// newStreamed creates the test's outbox, publication and slot; start
+// streams from the slot.
+func newStreamed(t *testing.T) *streamed {
+	t.Helper()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	schema, table, _ := strings.Cut(ob.Table, ".")
@@ -64,6 +73,15 @@ func startStream(t *testing.T) *streamed {
 	s.stream = replication.NewStream(replication.StreamOptions{
 		URL: url, Slot: ob.Slot, Publication: ob.Publication, Log: log,
 	}, s.tracker)
+	return s
+}
+
+// start streams from the slot until the test ends; it returns once the
+// stream is connected.
+func (s *streamed) start(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	schema, table, _ := strings.Cut(s.ob.Table, ".")
 	dec := decoder.New(decoder.Mapping{Schema: schema, Table: table,
 		ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"})
 
@@ -96,7 +114,6 @@ func startStream(t *testing.T) *streamed {
 	if !pgtest.WaitFor(10*time.Second, s.stream.Connected) {
 		t.Fatal("stream not connected within 10s")
 	}
-	return s
 }
 
 func (s *streamed) consume(events <-chan []replication.Event, dec *decoder.Decoder) {

@@ -1,9 +1,12 @@
 package replication
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -79,6 +82,8 @@ type Stream struct {
 	resume   pglogrepl.LSN
 	inTx     bool
 	closeOut func()
+	// coalesceStarts counts how often the stream began coalescing reads.
+	coalesceStarts atomic.Int64
 }
 
 // NewStream returns a stream reporting cp's confirmed position.
@@ -163,6 +168,11 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "walpost"
+	// Read up to readBuffer bytes per system call: while the stream is
+	// behind, the socket holds many messages at each wake-up.
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.ConnectConfig(connectCtx, cfg)
 	cancel()
@@ -204,6 +214,8 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 	s.inTx = false
 
 	netConn := conn.Conn()
+	co := newCoalescer(netConn)
+	var commitTime int64 // of the transaction being read, µs since 2000
 	stopWake := context.AfterFunc(ctx, func() { _ = netConn.SetReadDeadline(time.Now()) })
 	defer stopWake()
 
@@ -270,6 +282,9 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 			if s.cp.Confirmed() != lastSent || !s.cp.Idle() {
 				next = minTime(next, now.Add(pollPending))
 			}
+			if co.on {
+				next = minTime(next, now.Add(coalesceWait))
+			}
 			if polling || deadline.IsZero() || !deadline.After(now) || next.Before(deadline) {
 				polling = false
 				deadline = next
@@ -286,6 +301,11 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 					if err := flush(); err != nil {
 						return s.finish(abort, send)
 					}
+				} else {
+					// Fewer than coalesceBytes came within coalesceWait:
+					// read what is there, and eagerly until a
+					// transaction says the stream is behind again.
+					co.set(false)
 				}
 				continue
 			}
@@ -320,30 +340,39 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 					}
 				}
 			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
-				if err != nil {
-					return fatalError{fmt.Errorf("parsing XLogData: %w", err)}
+				// XLogData: WAL start, WAL end, send time (µs since 2000
+				// on the server's clock), then the pgoutput message.
+				if len(msg.Data) < 25 {
+					return fatalError{fmt.Errorf("parsing XLogData: %d bytes, want at least 25", len(msg.Data))}
 				}
-				if len(xld.WALData) > 0 {
-					switch xld.WALData[0] {
+				walStart := pglogrepl.LSN(binary.BigEndian.Uint64(msg.Data[1:9]))
+				walData := msg.Data[25:]
+				if len(walData) > 0 {
+					switch walData[0] {
 					case 'B':
 						s.inTx = true
+						if len(walData) >= 17 {
+							commitTime = int64(binary.BigEndian.Uint64(walData[9:17]))
+						}
 					case 'C':
 						s.inTx = false
-						resume = xld.WALStart // the commit's end LSN
+						resume = walStart // the commit's end LSN
 					}
 				}
+				if s.inTx && co.observe(int64(binary.BigEndian.Uint64(msg.Data[17:25]))-commitTime) {
+					s.coalesceStarts.Add(1)
+				}
 				var data []byte
-				if n := len(xld.WALData); n > slabSize/4 {
-					data = append([]byte(nil), xld.WALData...)
+				if n := len(walData); n > slabSize/4 {
+					data = append([]byte(nil), walData...)
 				} else {
 					if cap(slab)-len(slab) < n {
 						slab = make([]byte, 0, slabSize)
 					}
-					slab = append(slab, xld.WALData...)
+					slab = append(slab, walData...)
 					data = slab[len(slab)-n : len(slab) : len(slab)]
 				}
-				batch = append(batch, Event{Kind: Data, LSN: xld.WALStart, Data: data})
+				batch = append(batch, Event{Kind: Data, LSN: walStart, Data: data})
 			}
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)
@@ -355,8 +384,19 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 }
 
 const (
-	maxBatch = 1024    // events per downstream send
-	slabSize = 8 << 10 // bytes of message data per allocation
+	maxBatch   = 1024     // events per downstream send
+	slabSize   = 8 << 10  // bytes of message data per allocation
+	readBuffer = 64 << 10 // bytes per read from the socket
+
+	// While the server sends transactions behindMicros or more after
+	// their commit, the stream is catching up and coalesces reads (see
+	// coalescer): the socket wakes it once coalesceBytes are queued, or
+	// after coalesceWait. Below caughtUpMicros it reads eagerly again, each
+	// message as it comes.
+	behindMicros   = 100_000
+	caughtUpMicros = 20_000
+	coalesceBytes  = 32 << 10
+	coalesceWait   = 2 * time.Millisecond
 )
 
 // pastDeadline makes reads return at once unless data is buffered.
