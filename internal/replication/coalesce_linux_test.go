@@ -2,7 +2,9 @@ package replication
 
 import (
 	"bytes"
+	"crypto/tls"
 	"net"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +13,7 @@ import (
 // readable polls conn's socket for input for up to ms milliseconds.
 func readable(t *testing.T, conn net.Conn, ms int) bool {
 	t.Helper()
-	raw, err := conn.(*net.TCPConn).SyscallConn()
+	raw, err := conn.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,22 +34,7 @@ func readable(t *testing.T, conn net.Conn, ms int) bool {
 // so not waking the reader) while fewer than coalesceBytes are queued,
 // and on set(false) making the queued bytes readable again at once.
 func TestCoalescerHoldsReadinessUntilEnoughBytesAreQueued(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-
+	client, server := tcpPair(t)
 	co := newCoalescer(server)
 	if !co.set(true) || !co.on {
 		t.Fatal("set(true) did not turn coalescing on (SO_RCVLOWAT refused?)")
@@ -78,5 +65,79 @@ func TestCoalescerHoldsReadinessUntilEnoughBytesAreQueued(t *testing.T) {
 	}
 	if !readable(t, server, 1000) {
 		t.Fatalf("socket not readable with %d bytes queued while coalescing", coalesceBytes)
+	}
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
+}
+
+// Under sslmode=require pgconn's connection is a *tls.Conn: the coalescer
+// reaches the TCP socket beneath it. A connection without a socket (a
+// pipe) leaves reads eager and set does nothing.
+func TestCoalescerFindsTheSocketUnderTLSAndIgnoresConnectionsWithoutOne(t *testing.T) {
+	client, _ := tcpPair(t)
+	co := newCoalescer(tls.Client(client, &tls.Config{ServerName: "localhost"}))
+	if co.raw == nil || !co.set(true) {
+		t.Fatal("coalescing not available on a TLS connection over TCP")
+	}
+	p1, p2 := net.Pipe()
+	defer p1.Close()
+	defer p2.Close()
+	co = newCoalescer(p1)
+	if co.set(true) || co.on {
+		t.Fatal("set(true) on a pipe reported coalescing on")
+	}
+}
+
+// Linux ignores SO_RCVLOWAT when it reports a Unix-domain socket readable,
+// and a read returns what is queued: a stream connected through one
+// (host=/var/run/postgresql) reads eagerly, as without coalescing, and
+// never waits for bytes that are not coming.
+func TestCoalescerOnAUnixSocketLeavesReadsEager(t *testing.T) {
+	path := t.TempDir() + "/s"
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+
+	newCoalescer(server).set(true)
+	if _, err := client.Write(bytes.Repeat([]byte("x"), 100)); err != nil {
+		t.Fatal(err)
+	}
+	if !readable(t, server, 1000) {
+		t.Fatal("a Unix-domain socket with 100 bytes queued is not readable while coalescing")
+	}
+	buf := make([]byte, 1024)
+	if n, err := server.Read(buf); err != nil || n != 100 {
+		t.Fatalf("read %d bytes (%v), want the 100 queued", n, err)
 	}
 }

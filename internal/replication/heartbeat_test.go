@@ -340,3 +340,25 @@ func TestIntegrationHeartbeatIntervalZeroOrNegativeWritesNothing(t *testing.T) {
 		t.Fatalf("%d heartbeats written with the heartbeat disabled, want none", n)
 	}
 }
+
+// A standby (a stream that is not connected: another instance holds the
+// slot, or the connection is down) writes no heartbeats; they would only
+// add WAL for the active instance to read.
+func TestIntegrationHeartbeatIsNotWrittenWhileTheStreamIsNotConnected(t *testing.T) {
+	s := newStreamed(t) // its slot exists, so heartbeats written now would reach the stream later
+	const interval = 50 * time.Millisecond
+	stop := s.startHeartbeat(t, interval)
+	time.Sleep(10 * interval)
+	stop()
+
+	s.start(t)
+	conn := pgtest.Connect(t, s.ob.URL)
+	if n := s.waitRow(t, s.insert(t, conn)); n != 0 {
+		t.Fatalf("%d heartbeats written in 10 intervals before the stream connected, want none", n)
+	}
+	// The same heartbeat writes once the stream is connected and idle.
+	s.startHeartbeat(t, interval)
+	if !pgtest.WaitFor(10*time.Second, func() bool { return s.heartbeatCount() > 0 }) {
+		t.Fatal("no heartbeat within 10s of a connected, idle stream")
+	}
+}
