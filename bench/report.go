@@ -397,6 +397,11 @@ func (r *report) markdown(png string) string {
 	p("Written by `go run ./bench` (%s) on %s; the run took %s. Every figure below was measured in that one run, "+
 		"on this machine, side by side; nothing is carried over from elsewhere. Re-run it to refresh this file.\n\n",
 		mode, r.Machine.Date, r.Elapsed.Round(time.Second))
+	if r.Quick {
+		p("A `-quick` run is a smoke test, not a verdict: catch-up runs once per system, and a paced run lasts %s, so "+
+			"at 2,000 messages/s in 100-row transactions a p99 is decided by the slowest one or two of its transactions. "+
+			"Judge the targets on a full run.\n\n", r.P.PacedDur)
+	}
 	if png != "" {
 		p("![throughput and latency](%s)\n\n", png)
 	}
