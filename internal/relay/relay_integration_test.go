@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // started is a relay running in the test's process.
 type started struct {
+	r      *Relay
 	cancel context.CancelFunc
 	done   chan error
 	logs   *syncBuffer
@@ -63,7 +64,7 @@ func startRelay(t *testing.T, cfgPath string) *started {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &started{cancel: cancel, done: make(chan error, 1), logs: logs}
+	s := &started{r: r, cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() {
 		err := r.Run(ctx)
 		r.Close()

@@ -244,6 +244,7 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 	// deadline is in the past, so a read only returns messages already
 	// buffered; when it times out the batch is sent.
 	var batch []Event
+	var batchBytes int
 	var slab []byte
 	polling := false
 	// resume moves only when the events before it went downstream: a new
@@ -257,7 +258,7 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 			return err
 		}
 		s.resume = resume
-		batch, slab = nil, nil // owned downstream now
+		batch, slab, batchBytes = nil, nil, 0 // owned downstream now
 		return nil
 	}
 	for {
@@ -267,7 +268,7 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 				return err
 			}
 		}
-		if len(batch) >= maxBatch {
+		if len(batch) >= maxBatch || batchBytes >= maxBatchBytes {
 			if err := flush(); err != nil {
 				return s.finish(abort, send)
 			}
@@ -373,6 +374,7 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 					data = slab[len(slab)-n : len(slab) : len(slab)]
 				}
 				batch = append(batch, Event{Kind: Data, LSN: walStart, Data: data})
+				batchBytes += len(data)
 			}
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)
@@ -384,9 +386,15 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first b
 }
 
 const (
-	maxBatch   = 1024     // events per downstream send
-	slabSize   = 8 << 10  // bytes of message data per allocation
-	readBuffer = 64 << 10 // bytes per read from the socket
+	// A downstream send carries at most maxBatch events, and stops taking
+	// more once it holds maxBatchBytes of message data: what the stream
+	// has read but the pipeline not yet admitted to the window is bounded
+	// by the output channel's capacity times that (plus one message
+	// larger than it).
+	maxBatch      = 1024
+	maxBatchBytes = 256 << 10
+	slabSize      = 8 << 10  // bytes of message data per allocation
+	readBuffer    = 64 << 10 // bytes per read from the socket
 
 	// While the server sends transactions behindMicros or more after
 	// their commit, the stream is catching up and coalesces reads (see
