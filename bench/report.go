@@ -588,6 +588,10 @@ func (r *report) markdown(png string) string {
 		"read a backlog; it differs from *tuned* only while a backlog lasts (the paced runs bring at most 200 rows per " +
 		"100 ms), so it runs in catch-up only. The table has sent_at timestamptz " +
 		"NULL and a partial index on (created_at) WHERE sent_at IS NULL. Publishing is a no-op that records latency.\n")
+	p("- Before each run the bench calls sync(2), and each run's files (sink output, Kafka log, pg_recvlogical's " +
+		"output) are removed after it: with fsync=off PostgreSQL leaves its pages dirty, and on ext4 an fdatasync can " +
+		"wait for other files' dirty data, so writeback left by earlier runs would otherwise land in a later run's " +
+		"fsyncs (seen as 40–130 ms p99 spikes of the file sink at 2,000 msgs/s).\n")
 	p("- Relay CPU is user + system time of the relay's own process (/proc/PID/stat) over the measured window; " +
 		"PostgreSQL CPU is the whole server's (postmaster, its children, and reaped children). Peak RSS is VmHWM.\n")
 	if r.KafkaMem {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -183,6 +185,10 @@ func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 	r := &runResult{System: s.Name, Workload: w}
 	n := newNames(shortName(s.Name), w)
 	b.logf("%s / %s: starting (table %s)", s.Name, w, n.Table)
+	// Write back what earlier runs left dirty (PostgreSQL's pages under
+	// fsync=off, output files) now, so that it does not land in this run's
+	// fsyncs: on ext4 an fdatasync may wait for other files' dirty data.
+	syscall.Sync()
 	var err error
 	switch s.Kind {
 	case "ceiling":
@@ -376,6 +382,9 @@ func (b *bench) runCeiling(ctx context.Context, wl workload, n names, r *runResu
 		r.CtxSwitches = ctxSwitches(rl.cmd.Process.Pid)
 		r.ServerCPU, r.OtherCores = b.since(snap, r.RelayCPU)
 		_, r.PeakRSSMB, err = rl.stop()
+		if f := b.ceilingFile(n); f != "" {
+			os.Remove(f)
+		}
 		return err
 	}
 	rl, err := startRecvlogical(bin, b.cluster.Port, n, -1, "")

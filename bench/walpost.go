@@ -228,7 +228,7 @@ type walpostRun struct {
 	dir, cfg string
 	port     int
 	sink     string
-	close    func() // stops what the run started besides the relay (its Kafka broker)
+	close    func() // stops what the run started besides the relay (its Kafka broker) and removes its files
 }
 
 func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walpostRun, error) {
@@ -260,7 +260,10 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 		closeKafka()
 		return nil, err
 	}
-	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink, close: closeKafka}, nil
+	// The run's files (sink output, Kafka log) go with it: left behind,
+	// their writeback would slow later runs' fsyncs.
+	closeAll := func() { closeKafka(); os.RemoveAll(dir) }
+	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink, close: closeAll}, nil
 }
 
 func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
