@@ -71,12 +71,19 @@ func TestCoalescerHoldsReadinessUntilEnoughBytesAreQueued(t *testing.T) {
 // tcpPair returns both ends of a loopback TCP connection.
 func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return connPair(t, "tcp", "127.0.0.1:0")
+}
+
+// connPair returns both ends of a connection through a listener on
+// network and address, closed when the test ends.
+func connPair(t *testing.T, network, address string) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,23 +119,7 @@ func TestCoalescerFindsTheSocketUnderTLSAndIgnoresConnectionsWithoutOne(t *testi
 // (host=/var/run/postgresql) reads eagerly, as without coalescing, and
 // never waits for bytes that are not coming.
 func TestCoalescerOnAUnixSocketLeavesReadsEager(t *testing.T) {
-	path := t.TempDir() + "/s"
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-
+	client, server := connPair(t, "unix", t.TempDir()+"/s")
 	newCoalescer(server).set(true)
 	if _, err := client.Write(bytes.Repeat([]byte("x"), 100)); err != nil {
 		t.Fatal(err)
