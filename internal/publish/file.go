@@ -47,7 +47,7 @@ type FileSink struct {
 	buf   []byte
 }
 
-func openFile(cfg *config.Sink, log zerolog.Logger) (Sink, error) {
+func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	var fc FileConfig
 	if err := cfg.Decode(&fc); err != nil {
 		return nil, err
@@ -56,12 +56,14 @@ func openFile(cfg *config.Sink, log zerolog.Logger) (Sink, error) {
 		return nil, errors.New("path: empty (the JSON-lines file to append to)")
 	}
 	fsync := fc.Fsync == nil || *fc.Fsync
-	s, err := OpenFileSink(cfg.Name, fc.Path, fsync)
-	if err != nil {
-		return nil, err
-	}
-	log.Info().Str("path", fc.Path).Int64("size", s.size).Bool("fsync", fsync).Msg("file sink open")
-	return s, nil
+	return func(ctx context.Context) (Sink, error) {
+		s, err := OpenFileSink(cfg.Name, fc.Path, fsync)
+		if err != nil {
+			return nil, err
+		}
+		log.Info().Str("path", fc.Path).Int64("size", s.size).Bool("fsync", fsync).Msg("file sink open")
+		return s, nil
+	}, nil
 }
 
 // OpenFileSink opens (creating it if needed) the file at path, cutting a
@@ -159,12 +161,12 @@ type WriterSink struct {
 // NewWriterSink returns a sink writing JSON lines to w.
 func NewWriterSink(name string, w io.Writer) *WriterSink { return &WriterSink{name: name, w: w} }
 
-func openStdout(cfg *config.Sink, log zerolog.Logger) (Sink, error) {
+func openStdout(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	var none struct{}
 	if err := cfg.Decode(&none); err != nil {
 		return nil, err
 	}
-	return NewWriterSink(cfg.Name, os.Stdout), nil
+	return func(context.Context) (Sink, error) { return NewWriterSink(cfg.Name, os.Stdout), nil }, nil
 }
 
 // Name implements Sink.
@@ -197,13 +199,15 @@ func (s *WriterSink) Close() error { return nil }
 // walpost→discard row); it is never what a deployment wants.
 type DiscardSink struct{ name string }
 
-func openDiscard(cfg *config.Sink, log zerolog.Logger) (Sink, error) {
+func openDiscard(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	var none struct{}
 	if err := cfg.Decode(&none); err != nil {
 		return nil, err
 	}
-	log.Warn().Msg("discard sink: messages are acknowledged and dropped (for benchmarks only)")
-	return DiscardSink{cfg.Name}, nil
+	return func(context.Context) (Sink, error) {
+		log.Warn().Msg("discard sink: messages are acknowledged and dropped (for benchmarks only)")
+		return DiscardSink{cfg.Name}, nil
+	}, nil
 }
 
 // Name implements Sink.

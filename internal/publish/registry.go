@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,18 +12,29 @@ import (
 	"github.com/walpost/walpost/internal/config"
 )
 
-// Factory opens a sink of one kind from its configuration. It decodes the
-// kind's own settings with cfg.Decode (strict: unknown keys are errors) and
-// names the offending field in errors. log already carries the sink's name.
-type Factory func(cfg *config.Sink, log zerolog.Logger) (Sink, error)
+// Factory prepares a sink of one kind from its configuration: it decodes
+// the kind's own settings with cfg.Decode (strict: unknown keys are
+// errors), validates them, naming the offending field in errors, and
+// returns the Opener that opens the sink. A Factory does no I/O that a
+// second relay could notice: no file is created, opened or repaired, no
+// connection made. A standby relay that waits for the slot calls it at
+// start (so that a configuration error shows at once); the relay calls the
+// Opener only once it holds the slot, and again each time it takes the
+// slot back. log already carries the sink's name.
+type Factory func(cfg *config.Sink, log zerolog.Logger) (Opener, error)
+
+// Opener opens a configured sink. Each call returns a new Sink, which the
+// caller closes. It may do I/O (open a file, build a client) and returns
+// promptly when ctx ends.
+type Opener func(ctx context.Context) (Sink, error)
 
 var (
 	regMu     sync.Mutex
 	factories = map[string]Factory{}
 )
 
-// Register makes a sink kind available to Open. Sink packages call it from
-// init; cmd/cdc imports them.
+// Register makes a sink kind available to Prepare. Sink packages call it
+// from init; cmd/cdc imports them.
 func Register(kind string, f Factory) {
 	regMu.Lock()
 	defer regMu.Unlock()
@@ -45,17 +57,51 @@ func Kinds() []string {
 	return ks
 }
 
-// Open opens the sink configured as sinks[index].
-func Open(index int, cfg *config.Sink, log zerolog.Logger) (Sink, error) {
+// Prepare validates the sink configured as sinks[index] and returns its
+// Opener (see Factory). It does no I/O.
+func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	regMu.Lock()
 	f, ok := factories[cfg.Kind]
 	regMu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("sinks[%d].kind: unknown kind %q (one of %s)", index, cfg.Kind, strings.Join(Kinds(), ", "))
 	}
-	s, err := f(cfg, log.With().Str("sink", cfg.Name).Logger())
+	open, err := f(cfg, log.With().Str("sink", cfg.Name).Logger())
 	if err != nil {
 		return nil, fmt.Errorf("sinks[%d] (%s): %w", index, cfg.Name, err)
 	}
-	return s, nil
+	return func(ctx context.Context) (Sink, error) {
+		s, err := open(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: %w", cfg.Name, err)
+		}
+		return s, nil
+	}, nil
+}
+
+// Open prepares and opens the sink configured as sinks[index]: Prepare,
+// then its Opener.
+func Open(ctx context.Context, index int, cfg *config.Sink, log zerolog.Logger) (Sink, error) {
+	open, err := Prepare(index, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx)
+}
+
+// FactoryOf makes a Factory of a constructor that does no I/O (it builds
+// clients, but connects only at the first Publish): Prepare runs it once
+// to validate the settings and closes what it built; each Opener call runs
+// it again.
+func FactoryOf(newSink func(cfg *config.Sink, log zerolog.Logger) (Sink, error)) Factory {
+	return func(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
+		s, err := newSink(cfg, zerolog.Nop())
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Close(); err != nil {
+			return nil, err
+		}
+		return func(context.Context) (Sink, error) { return newSink(cfg, log) }, nil
+	}
 }

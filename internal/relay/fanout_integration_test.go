@@ -38,18 +38,20 @@ type gateSink struct {
 }
 
 func init() {
-	publish.Register("testgate", func(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
+	publish.Register("testgate", func(cfg *config.Sink, log zerolog.Logger) (publish.Opener, error) {
 		var c struct {
 			Path string `yaml:"path"`
 		}
 		if err := cfg.Decode(&c); err != nil {
 			return nil, err
 		}
-		f, err := publish.OpenFileSink(cfg.Name, c.Path, false)
-		if err != nil {
-			return nil, err
-		}
-		return &gateSink{path: c.Path, file: f}, nil
+		return func(context.Context) (publish.Sink, error) {
+			f, err := publish.OpenFileSink(cfg.Name, c.Path, false)
+			if err != nil {
+				return nil, err
+			}
+			return &gateSink{path: c.Path, file: f}, nil
+		}, nil
 	})
 }
 

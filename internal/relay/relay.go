@@ -63,7 +63,7 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 		r.metrics = NewMetrics(nil)
 	}
 	for i := range cfg.Sinks {
-		s, err := publish.Open(i, &cfg.Sinks[i], log)
+		s, err := publish.Open(context.Background(), i, &cfg.Sinks[i], log)
 		if err != nil {
 			r.Close()
 			return nil, err

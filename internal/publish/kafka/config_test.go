@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestRegistryPrefixesTheSink(t *testing.T) {
-	_, err := publish.Open(3, sinkConfig(t, "name: events\nkind: kafka\ntopic: t\n"), zerolog.Nop())
+	_, err := publish.Open(context.Background(), 3, sinkConfig(t, "name: events\nkind: kafka\ntopic: t\n"), zerolog.Nop())
 	if err == nil || err.Error() != "sinks[3] (events): brokers: empty (list at least one, e.g. [\"127.0.0.1:9092\"])" {
 		t.Fatalf("got %v", err)
 	}

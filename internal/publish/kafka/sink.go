@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	publish.Register("kafka", New)
+	publish.Register("kafka", publish.FactoryOf(New))
 }
 
 // Header keys that carry the message's identity.

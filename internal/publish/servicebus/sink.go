@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	publish.Register("servicebus", New)
+	publish.Register("servicebus", publish.FactoryOf(New))
 }
 
 // Names the sink gives to message properties.

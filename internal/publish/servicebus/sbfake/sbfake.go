@@ -23,7 +23,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,6 +37,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/walpost/walpost/internal/tcpproxy"
 )
 
 // rheaVersion is the version of rhea that package-lock.json pins.
@@ -49,7 +50,7 @@ type Broker struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	control string // base URL of the control API
-	proxy   *proxy
+	proxy   *tcpproxy.Proxy
 	stderr  *lockedBuffer
 }
 
@@ -155,11 +156,11 @@ func Start(tb testing.TB) *Broker {
 			tb.Fatalf("sbfake: node exited before announcing its ports; stderr:\n%s", b.stderr.String())
 		}
 		b.control = fmt.Sprintf("http://127.0.0.1:%d", p.Control)
-		b.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", p.AMQP))
+		b.proxy, err = tcpproxy.New(fmt.Sprintf("127.0.0.1:%d", p.AMQP))
 		if err != nil {
 			tb.Fatalf("sbfake: %v", err)
 		}
-		tb.Cleanup(b.proxy.close)
+		tb.Cleanup(b.proxy.Close)
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("sbfake: node did not announce its ports within 30s; stderr:\n%s", b.stderr.String())
 	}
@@ -214,7 +215,7 @@ func install() error {
 }
 
 // Addr returns the host:port that clients connect to (the proxy's).
-func (b *Broker) Addr() string { return b.proxy.addr }
+func (b *Broker) Addr() string { return b.proxy.Addr() }
 
 // ConnectionString returns a connection string for the SDK: plain AMQP to
 // Addr, as for the Service Bus emulator (UseDevelopmentEmulator=true makes
@@ -267,12 +268,12 @@ func (b *Broker) Stats(tb testing.TB, queue string) Stats {
 // restore listens on the same address again.
 func (b *Broker) Outage(tb testing.TB) (restore func()) {
 	tb.Helper()
-	b.proxy.cut()
+	b.proxy.Cut()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			if err := b.proxy.restore(); err != nil {
-				tb.Errorf("sbfake: restoring the proxy on %s: %v", b.proxy.addr, err)
+			if err := b.proxy.Restore(); err != nil {
+				tb.Errorf("sbfake: restoring the proxy on %s: %v", b.proxy.Addr(), err)
 			}
 		})
 	}
@@ -335,5 +336,3 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
-
-var errProxyClosed = errors.New("sbfake: proxy closed")

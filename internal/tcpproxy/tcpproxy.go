@@ -1,15 +1,24 @@
-package sbfake
+// Package tcpproxy is a TCP forwarder for fault tests: it forwards
+// connections from a local address to a server, and a test can cut it
+// (listener closed, every connection reset: clients see refusals and
+// resets, as when the server dies) and restore it on the same address,
+// without touching the server (which may be shared by the whole machine).
+//
+// A Proxy is safe for concurrent use.
+package tcpproxy
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
 )
 
-// proxy forwards TCP connections from addr to the stand-in, and can be cut
-// (listener closed, every connection closed: clients see refusals and
-// resets) and restored on the same address.
-type proxy struct {
+// ErrClosed is returned by Restore after Close.
+var ErrClosed = errors.New("tcpproxy: closed")
+
+// Proxy forwards TCP connections from Addr to a target.
+type Proxy struct {
 	addr   string
 	target string
 
@@ -20,8 +29,10 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
-func newProxy(target string) (*proxy, error) {
-	p := &proxy{target: target, conns: map[net.Conn]struct{}{}}
+// New listens on a free port of 127.0.0.1 and forwards every connection to
+// target (host:port).
+func New(target string) (*Proxy, error) {
+	p := &Proxy{target: target, conns: map[net.Conn]struct{}{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -33,7 +44,7 @@ func newProxy(target string) (*proxy, error) {
 	return p, nil
 }
 
-func (p *proxy) accept(ln net.Listener) {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
 		c, err := ln.Accept()
@@ -62,7 +73,7 @@ func (p *proxy) accept(ln net.Listener) {
 }
 
 // pipe copies from src to dst; when either side ends, both are closed.
-func (p *proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	io.Copy(dst, src)
 	p.mu.Lock()
@@ -73,8 +84,12 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	dst.Close()
 }
 
-// cut closes the listener and every connection.
-func (p *proxy) cut() {
+// Addr is the host:port clients connect to.
+func (p *Proxy) Addr() string { return p.addr }
+
+// Cut closes the listener (new connections are refused) and resets every
+// connection through the proxy.
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ln != nil {
@@ -90,12 +105,12 @@ func (p *proxy) cut() {
 	clear(p.conns)
 }
 
-// restore listens on the proxy's address again.
-func (p *proxy) restore() error {
+// Restore listens on the proxy's address again.
+func (p *Proxy) Restore() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return errProxyClosed
+		return ErrClosed
 	}
 	if p.ln != nil {
 		return nil
@@ -110,10 +125,11 @@ func (p *proxy) restore() error {
 	return nil
 }
 
-func (p *proxy) close() {
+// Close cuts the proxy for good and waits for its goroutines.
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.cut()
+	p.Cut()
 	p.wg.Wait()
 }
