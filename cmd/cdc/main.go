@@ -3,8 +3,9 @@
 // every sink acknowledged.
 //
 //	cdc run    --config cdc.yaml   relay until SIGINT/SIGTERM (graceful drain)
-//	cdc init   --config cdc.yaml   create the outbox table (if missing), publication and slot
+//	cdc init   --config cdc.yaml   create the outbox table (if missing), publication, slot and state tables
 //	cdc status --config cdc.yaml   slot, confirmed LSN, lag, active or not
+//	cdc skip   --config cdc.yaml --lsn X   park the one bad row a relay stops at
 //	cdc version
 //
 // Exit codes: 0 after a clean stop, 1 on a runtime error, 2 on a usage or
@@ -31,18 +32,18 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/pgconnect"
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
-	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/internal/store"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -55,9 +56,12 @@ func main() {
 const usage = `usage: cdc <command> [--config cdc.yaml]
 
 commands:
-  run      relay outbox messages until SIGINT/SIGTERM
-  init     create the outbox table (if missing), the publication and the slot
+  run      relay outbox messages until SIGINT/SIGTERM (creates nothing: run init first)
+  init     create the outbox table (if missing), the publication, the slot,
+           and the progress and dead-letter tables
   status   show the slot: confirmed LSN, lag in bytes, active or not
+  skip     --lsn X: park in the dead-letter table the one row that a relay
+           with on_invalid: stop stops at, so that the next run goes past it
   version  print the version
 
 The config file defaults to $CDC_CONFIG, then ./cdc.yaml. ${VAR} in the file
@@ -78,6 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defPath = "cdc.yaml"
 	}
 	path := fs.String("config", defPath, "configuration file")
+	skipLSN := fs.String("lsn", "", "skip: the LSN of the row the relay stops at (from its error)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -89,6 +94,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "run", "init", "status":
+	case "skip":
+		if *skipLSN == "" {
+			fmt.Fprintln(stderr, "cdc skip: --lsn is required (the LSN named in the relay's error)")
+			return 2
+		}
+		if _, err := pglogrepl.ParseLSN(*skipLSN); err != nil {
+			fmt.Fprintf(stderr, "cdc skip: --lsn %q is not an LSN like 0/16B3748\n", *skipLSN)
+			return 2
+		}
 	default:
 		fmt.Fprintf(stderr, "cdc: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -110,6 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer r.Close()
+		r.ConfigPath = *path
 		err = runRelay(ctx, cfg, log, reg, r)
 		if err != nil {
 			log.Error().Err(err).Msg("cdc run failed")
@@ -120,6 +135,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = initCmd(ctx, cfg, log, stdout)
 	case "status":
 		err = statusCmd(ctx, cfg, stdout)
+	case "skip":
+		lsn, _ := pglogrepl.ParseLSN(*skipLSN)
+		err = skipCmd(ctx, cfg, lsn, stdout)
 	}
 	if err != nil {
 		log.Error().Err(err).Msg("cdc " + cmd + " failed")
@@ -164,7 +182,27 @@ func runRelay(ctx context.Context, cfg *config.Config, log zerolog.Logger, reg *
 		log.Info().Str("listen", srv.Addr).Msg("http: " + paths)
 	}
 	log.Info().Int("procs", runtime.GOMAXPROCS(0)).Str("version", versionString()).Str("slot", cfg.Postgres.Slot).Str("table", cfg.Postgres.Table).Int("sinks", len(cfg.Sinks)).Msg("starting")
+	warnInsecure(cfg, log)
 	return r.Run(ctx)
+}
+
+// warnInsecure logs, at start, settings that expose the relay's traffic or
+// internals: Postgres TLS that does not verify the server to a remote
+// host, and profiling endpoints on a non-loopback address.
+func warnInsecure(cfg *config.Config, log zerolog.Logger) {
+	if pc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL); err == nil {
+		if why := pgconnect.Unverified(pc); why != "" {
+			log.Warn().Str("postgres", pgconnect.Describe(pc)).
+				Msgf("postgres.url: %s: a machine between the relay and %s can read and alter the outbox stream; use sslmode=verify-full (with sslrootcert) for a remote server", why, pc.Host)
+		}
+	}
+	if cfg.HTTP.Pprof && cfg.HTTP.Listen != "" {
+		host, _, err := net.SplitHostPort(cfg.HTTP.Listen)
+		if err != nil || !pgconnect.IsLocal(host) {
+			log.Warn().Str("listen", cfg.HTTP.Listen).
+				Msg("http.pprof is on and http.listen is not a loopback address: anyone who reaches the port can profile the process and read its memory; listen on 127.0.0.1 or turn pprof off")
+		}
+	}
 }
 
 func serveHTTP(c config.HTTP, reg *prometheus.Registry, r *relay.Relay) (*http.Server, error) {
@@ -194,52 +232,28 @@ func serveHTTP(c config.HTTP, reg *prometheus.Registry, r *relay.Relay) (*http.S
 	return srv, nil
 }
 
-func isDefaultLayout(c config.Columns) bool {
-	return c == config.Columns{ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"}
+func initCmd(ctx context.Context, cfg *config.Config, log zerolog.Logger, stdout io.Writer) error {
+	return relay.Setup(ctx, cfg, func(line string) { fmt.Fprintln(stdout, line) })
 }
 
-func initCmd(ctx context.Context, cfg *config.Config, log zerolog.Logger, stdout io.Writer) error {
-	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
-	if err != nil {
-		return fmt.Errorf("connecting to postgres.url: %w", err)
-	}
-	defer conn.Close(context.Background())
-	t := relay.TargetOf(cfg)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
-		if !isDefaultLayout(cfg.Columns) {
-			return fmt.Errorf("table %s does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)", cfg.Postgres.Table)
-		}
-		if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
-			return fmt.Errorf("creating table %s: %w", cfg.Postgres.Table, err)
-		}
-		fmt.Fprintf(stdout, "table %s: created\n", cfg.Postgres.Table)
-	} else {
-		fmt.Fprintf(stdout, "table %s: exists\n", cfg.Postgres.Table)
-	}
-	if err := replication.CheckServer(ctx, conn, t); err != nil {
-		return err
-	}
-	created, err := replication.EnsurePublication(ctx, conn, t)
+func skipCmd(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, stdout io.Writer) error {
+	sk, err := relay.Skip(ctx, cfg, lsn)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "publication %s: %s\n", t.Publication, map[bool]string{true: "created", false: "exists"}[created])
-	info, created, err := replication.EnsureSlot(ctx, conn, t.Slot)
-	if err != nil {
-		return err
+	id := sk.ID
+	if id == "" {
+		id = "(no readable id)"
 	}
-	fmt.Fprintf(stdout, "slot %s: %s (confirmed %s)\n", t.Slot, map[bool]string{true: "created", false: "exists"}[created], info.ConfirmedFlush)
+	fmt.Fprintf(stdout, "parked message %s (lsn %s, commit %s) in %s: %v\nthe next cdc run goes past it; the row is kept there for repair\n",
+		id, sk.LSN, sk.CommitLSN, cfg.Postgres.DeadLetterTable, sk.Err)
 	return nil
 }
 
 func statusCmd(ctx context.Context, cfg *config.Config, stdout io.Writer) error {
-	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
-		return fmt.Errorf("connecting to postgres.url: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
@@ -260,7 +274,7 @@ func statusCmd(ctx context.Context, cfg *config.Config, stdout io.Writer) error 
 	fmt.Fprintf(stdout, "current WAL:   %s\n", info.CurrentWAL)
 	fmt.Fprintf(stdout, "lag:           %d bytes (current WAL - confirmed)\n", info.LagBytes)
 	fmt.Fprintf(stdout, "retained WAL:  %d bytes (current WAL - restart LSN)\n", info.RetainedBytes)
-	progress, err := relay.SinkProgress(ctx, conn, cfg)
+	progress, err := store.LoadProgress(ctx, conn, store.TablesOf(cfg))
 	if err != nil {
 		return fmt.Errorf("reading sink progress: %w", err)
 	}
@@ -285,7 +299,7 @@ func statusCmd(ctx context.Context, cfg *config.Config, stdout io.Writer) error 
 	if len(cfg.Sinks) > 1 && slowest != "" && info.LagBytes > 0 {
 		fmt.Fprintf(stdout, "slowest sink:  %s (the slot advances at its pace)\n", slowest)
 	}
-	parked, err := relay.DeadLetterCounts(ctx, conn, cfg)
+	parked, err := store.DeadLetterCounts(ctx, conn, store.TablesOf(cfg))
 	if err != nil {
 		return fmt.Errorf("reading the dead-letter table: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 	"github.com/walpost/walpost/internal/relaytest"
+	"github.com/walpost/walpost/internal/store"
 )
 
 // bigMsg is a message whose payload is over the test broker's 4 KiB
@@ -80,7 +81,7 @@ func TestIntegrationRefusedMessageIsParkedForThatSinkAndTheRestFlows(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts, err := DeadLetterCounts(context.Background(), conn, cfg); err != nil || len(counts) != 1 || counts["kafka"] != 1 {
+	if counts, err := store.DeadLetterCounts(context.Background(), conn, store.TablesOf(cfg)); err != nil || len(counts) != 1 || counts["kafka"] != 1 {
 		t.Fatalf("DeadLetterCounts = %v, %v; want kafka: 1", counts, err)
 	}
 	end := relaytest.ParseLSN(t, lines[len(lines)-1].CommitLSN)
@@ -138,42 +139,5 @@ func TestIntegrationRefusedMessageStopsTheRelayByDefault(t *testing.T) {
 	}
 	if c := relaytest.SlotConfirmed(t, conn, ob.Slot); c > pos {
 		t.Fatalf("slot confirmed %s, past %s before the refused message's transaction", c, pos)
-	}
-}
-
-// TestIntegrationDeadLetterTableFromAnEarlierVersionGetsTheSinkColumn: a
-// table made without the sink column is brought up to date at start; its
-// rows stay, for every sink (”).
-func TestIntegrationDeadLetterTableFromAnEarlierVersionGetsTheSinkColumn(t *testing.T) {
-	url := pgtest.URL(t)
-	ob := relaytest.NewOutbox(t, url)
-	out := filepath.Join(t.TempDir(), "out.jsonl")
-	cfgPath := ob.Config(t, fileSink(out), "relay: {on_refused: dead_letter}")
-	dlq := relaytest.WithDeadLetterTable(t, url, cfgPath)
-	pgtest.Exec(t, url, `CREATE TABLE `+dlq+` (
-    slot       text        NOT NULL,
-    lsn        pg_lsn      NOT NULL,
-    commit_lsn pg_lsn      NOT NULL,
-    message_id text,
-    error      text        NOT NULL,
-    row_data   jsonb       NOT NULL,
-    parked_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (slot, lsn)
-)`)
-	pgtest.Exec(t, url, `INSERT INTO `+dlq+` (slot, lsn, commit_lsn, message_id, error, row_data) VALUES ('s', '0/10', '0/20', 'old', 'bad', '{}')`)
-	prepare(t, cfgPath)
-	prepare(t, cfgPath) // a second start finds it up to date
-	conn := pgtest.Connect(t, url)
-	var sink, id string
-	if err := conn.QueryRow(context.Background(), "SELECT sink, message_id FROM "+dlq).Scan(&sink, &id); err != nil || sink != "" || id != "old" {
-		t.Fatalf("old row: sink %q id %q (%v)", sink, id, err)
-	}
-	// The same message may now be parked once per sink.
-	pgtest.Exec(t, url, `INSERT INTO `+dlq+` (slot, lsn, sink, commit_lsn, message_id, error, row_data) VALUES ('s', '0/10', 'kafka', '0/20', 'old', 'refused', '{}')`)
-	var cols string
-	if err := conn.QueryRow(context.Background(), `SELECT string_agg(a.attname, ',' ORDER BY k.i)
-		FROM pg_constraint c, unnest(c.conkey) WITH ORDINALITY k(attnum, i), pg_attribute a
-		WHERE c.conrelid = $1::regclass AND c.contype = 'p' AND a.attrelid = c.conrelid AND a.attnum = k.attnum`, dlq).Scan(&cols); err != nil || cols != "slot,lsn,sink" {
-		t.Fatalf("primary key (%s), %v; want (slot,lsn,sink)", cols, err)
 	}
 }

@@ -10,10 +10,24 @@
 // ever comes from the Tracker, which only moves past a transaction once
 // every sink acknowledged every message of it.
 //
+// A run is a sequence of cycles. A cycle checks the server (read-only:
+// `cdc run` creates nothing), acquires the slot (a standby waits here, with
+// no sink open), and only then reads what it needs to know of the slot's
+// state (its confirmed position, each sink's progress), opens the sinks
+// and streams. A cycle ends, and the next one starts after a backoff,
+// when the server cannot be reached at start, when another process took
+// the slot while the stream reconnected (the sinks are closed before the
+// relay waits for the slot again), or on a protocol error (malformed
+// bytes: the next cycle reconnects from the confirmed position). Any other
+// error ends the run.
+//
 // Shutdown: when the context passed to Run ends, the stream stops reading
 // and closes its channel; the pipeline hands on what it had and closes the
 // sinks' channels; the runners publish what is left (bounded by
-// ShutdownTimeout) and the stream sends the final confirmed position.
+// ShutdownTimeout) and the stream sends the final confirmed position. A
+// row that cannot be mapped under relay.on_invalid: stop, and a protocol
+// error, take the same path: everything before them is delivered and
+// confirmed first.
 //
 // A Relay is used once: New, Run, then Close.
 package relay
@@ -26,49 +40,51 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
 )
 
 // Relay is one configured relay.
 type Relay struct {
 	cfg     *config.Config
 	log     zerolog.Logger
-	sinks   []publish.Sink
+	openers []publish.Opener
 	target  replication.Target
+	tables  store.Tables
 	metrics *Metrics
 
-	progress *progressStore
-	loaded   map[string]Position
+	// ConfigPath names the configuration file in the instructions the
+	// relay gives an operator (e.g. the cdc skip command line).
+	ConfigPath string
 
-	mu      sync.Mutex
-	tracker *checkpoint.Tracker
-	window  *publish.Window
-	stream  *replication.Stream
-	ready   bool
+	mu     sync.Mutex
+	stream *replication.Stream
+	window *publish.Window
+	ready  bool
 }
 
-// New opens the sinks. It does not connect to Postgres (Run does). On
-// error the sinks opened so far are closed.
+// New validates the sinks' settings. It does no I/O: no sink is opened
+// and nothing connects until Run holds the slot.
 func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, error) {
-	r := &Relay{cfg: cfg, log: log, target: TargetOf(cfg), metrics: metrics}
+	r := &Relay{cfg: cfg, log: log, target: TargetOf(cfg), tables: store.TablesOf(cfg), metrics: metrics, ConfigPath: "cdc.yaml"}
 	if r.metrics == nil {
 		r.metrics = NewMetrics(nil)
 	}
 	for i := range cfg.Sinks {
-		s, err := publish.Open(context.Background(), i, &cfg.Sinks[i], log)
+		open, err := publish.Prepare(i, &cfg.Sinks[i], log)
 		if err != nil {
-			r.Close()
 			return nil, err
 		}
-		r.sinks = append(r.sinks, s)
+		r.openers = append(r.openers, open)
 	}
 	return r, nil
 }
@@ -86,76 +102,21 @@ func TargetOf(cfg *config.Config) replication.Target {
 	}
 }
 
-// Close closes the sinks, in reverse order.
-func (r *Relay) Close() error {
-	var errs []error
-	for i := len(r.sinks) - 1; i >= 0; i-- {
-		if err := r.sinks[i].Close(); err != nil {
-			errs = append(errs, fmt.Errorf("closing sink %s: %w", r.sinks[i].Name(), err))
-		}
-	}
-	r.sinks = nil
-	return errors.Join(errs...)
-}
-
-// Prepare checks the server and creates the publication and slot when
-// missing. It returns the slot's state.
-func (r *Relay) Prepare(ctx context.Context) (replication.SlotInfo, error) {
-	conn, err := pgx.Connect(ctx, r.cfg.Postgres.URL)
-	if err != nil {
-		return replication.SlotInfo{}, fmt.Errorf("connecting to postgres.url: %w", err)
-	}
-	defer conn.Close(context.Background())
-	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
-		return replication.SlotInfo{}, err
-	}
-	if created, err := replication.EnsurePublication(ctx, conn, r.target); err != nil {
-		return replication.SlotInfo{}, err
-	} else if created {
-		r.log.Info().Str("publication", r.target.Publication).Msg("publication created")
-	}
-	info, created, err := replication.EnsureSlot(ctx, conn, r.target.Slot)
-	if err != nil {
-		return info, err
-	}
-	if created {
-		r.log.Info().Str("slot", r.target.Slot).Str("lsn", info.ConfirmedFlush.String()).Msg("replication slot created")
-	}
-	r.loaded, err = loadProgress(ctx, conn, quoteTable(r.cfg.Postgres.ProgressTable), r.target.Slot)
-	if err != nil {
-		return info, err
-	}
-	if r.cfg.Relay.OnInvalid == "dead_letter" || r.cfg.Relay.OnRefused == "dead_letter" {
-		if err := r.deadLetter().ensure(ctx, conn); err != nil {
-			return info, err
-		}
-	}
-	return info, nil
-}
-
-// SinkProgress reads the per-sink positions saved for the slot (nil when
-// the progress table is disabled or does not exist yet).
-func SinkProgress(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (map[string]Position, error) {
-	table := quoteTable(cfg.Postgres.ProgressTable)
-	if table == "" {
-		return nil, nil
-	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || !exists {
-		return nil, err
-	}
-	return readProgress(ctx, conn, table, cfg.Postgres.Slot)
-}
-
-func (r *Relay) deadLetter() *deadLetter {
-	return &deadLetter{url: r.cfg.Postgres.URL, table: quoteTable(r.cfg.Postgres.DeadLetterTable), slot: r.cfg.Postgres.Slot}
-}
+// Close releases what New made (nothing today: sinks are opened and
+// closed by Run).
+func (r *Relay) Close() error { return nil }
 
 // Ready reports whether the relay is streaming (for /readyz).
 func (r *Relay) Ready() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ready && r.stream != nil && r.stream.Connected()
+}
+
+func (r *Relay) setStream(s *replication.Stream, w *publish.Window, ready bool) {
+	r.mu.Lock()
+	r.stream, r.window, r.ready = s, w, ready
+	r.mu.Unlock()
 }
 
 func mapping(cfg *config.Config) decoder.Mapping {
@@ -170,18 +131,172 @@ func mapping(cfg *config.Config) decoder.Mapping {
 		Key: opt(cfg.Columns.Key), Payload: cfg.Columns.Payload, Headers: opt(cfg.Columns.Headers)}
 }
 
-// Run prepares the server, then relays until ctx ends (graceful: returns
-// nil once drained and confirmed) or a stage fails (returns its error).
+// restart marks a cycle's error after which the relay starts a new cycle
+// (after a backoff) instead of stopping.
+type restart struct{ error }
+
+func (e restart) Unwrap() error { return e.error }
+
+// Run relays until ctx ends (graceful: returns nil once drained and
+// confirmed) or a stage fails for good (returns its error). See the
+// package documentation for the cycles it runs.
 func (r *Relay) Run(ctx context.Context) error {
-	info, err := r.Prepare(ctx)
+	backoff := replication.NewBackoff(replication.BackoffStart, r.cfg.Postgres.ReconnectBackoff.D())
+	for {
+		streamed, err := r.cycle(ctx)
+		var re restart
+		if !errors.As(err, &re) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := backoff.Next()
+		switch {
+		case errors.Is(err, replication.ErrSlotLost):
+			wait = 0 // wait for the slot at once, as a standby
+			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
+		case streamed:
+			backoff.Reset()
+			wait = backoff.Next()
+			fallthrough
+		default:
+			r.log.Warn().Err(err).Dur("retry_in", wait).Msg("relay restarting")
+		}
+		if !replication.Sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// cycle runs one cycle: check, acquire, read the slot's state, open the
+// sinks, stream. streamed reports whether it got as far as streaming.
+func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
+	cfg := r.cfg
+	r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot).Msg("connecting")
+	if err := r.check(ctx); err != nil {
+		return false, err
+	}
+	tracker := checkpoint.New(0)
+	drained := make(chan struct{}) // closed once every sink drained after the stream stopped
+	stream := replication.NewStream(replication.StreamOptions{
+		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
+		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
+		Drained: drained, Log: r.log,
+	}, tracker)
+	r.setStream(stream, nil, false)
+	if err := stream.Acquire(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, err
+	}
+	// The slot is ours: what the relay knows of its state, it reads now.
+	st, err := r.readState(ctx)
+	if err != nil {
+		stream.Release()
+		return false, err
+	}
+	tracker.Progress(st.confirmed)
+	sinks, err := r.openSinks(ctx)
+	if err != nil {
+		stream.Release()
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, restart{err}
+	}
+	defer r.closeSinks(sinks)
+	return true, r.streamCycle(ctx, stream, tracker, drained, sinks, st.progress)
+}
+
+// check verifies, read-only, what the relay needs of the server. Failing
+// to connect is worth another cycle (the server may be starting); a
+// failed check is not.
+func (r *Relay) check(ctx context.Context) error {
+	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // stopped before it started
+			return nil
 		}
+		if errors.Is(err, pgconnect.ErrURL) {
+			return err
+		}
+		return restart{err}
+	}
+	defer conn.Close(context.Background())
+	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
 		return err
 	}
+	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
+		return err
+	}
+	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
+		return err
+	}
+	return store.Check(ctx, conn, r.tables, r.cfg.Relay.OnInvalid == "dead_letter" || r.cfg.Relay.OnRefused == "dead_letter")
+}
+
+// slotState is what a relay holding the slot reads of it.
+type slotState struct {
+	confirmed pglogrepl.LSN
+	progress  map[string]store.Position
+}
+
+func (r *Relay) readState(ctx context.Context) (slotState, error) {
+	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
+	if err != nil {
+		return slotState{}, restart{err}
+	}
+	defer conn.Close(context.Background())
+	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
+	if err != nil {
+		return slotState{}, err
+	}
+	progress, err := store.LoadProgress(ctx, conn, r.tables)
+	if err != nil {
+		return slotState{}, restart{err}
+	}
+	for name, p := range progress {
+		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).
+			Msg("sink progress loaded; messages up to it are not sent to this sink again")
+	}
+	return slotState{confirmed: info.ConfirmedFlush, progress: progress}, nil
+}
+
+// sinkOpenTimeout bounds opening the sinks while the slot is held but not
+// yet read (the server ends a replication connection that stays silent
+// for wal_sender_timeout, 60 s by default).
+const sinkOpenTimeout = 30 * time.Second
+
+func (r *Relay) openSinks(ctx context.Context) ([]publish.Sink, error) {
+	ctx, cancel := context.WithTimeout(ctx, sinkOpenTimeout)
+	defer cancel()
+	sinks := make([]publish.Sink, 0, len(r.openers))
+	for _, open := range r.openers {
+		s, err := open(ctx)
+		if err != nil {
+			r.closeSinks(sinks)
+			return nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	return sinks, nil
+}
+
+// closeSinks closes sinks in reverse order, logging failures.
+func (r *Relay) closeSinks(sinks []publish.Sink) {
+	for i := len(sinks) - 1; i >= 0; i-- {
+		if err := sinks[i].Close(); err != nil {
+			r.log.Warn().Err(err).Str("sink", sinks[i].Name()).Msg("closing sink")
+		}
+	}
+}
+
+// streamCycle runs the pipeline on a held slot until ctx ends or a stage fails.
+func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tracker *checkpoint.Tracker, drained chan struct{},
+	sinks []publish.Sink, loaded map[string]store.Position) error {
 	cfg := r.cfg
-	tracker := checkpoint.New(info.ConfirmedFlush)
 	window := publish.NewWindow(cfg.Relay.WindowMessages, cfg.Relay.WindowBytes)
 
 	g, gctx := errgroup.WithContext(context.Background())
@@ -196,24 +311,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	})
 	defer drainTimer()
 
-	drained := make(chan struct{})
-	progress := &progressStore{url: cfg.Postgres.URL, table: quoteTable(cfg.Postgres.ProgressTable), slot: cfg.Postgres.Slot,
-		log: r.log, pos: map[string]Position{}}
-	for name, p := range r.loaded {
-		progress.pos[name] = p
-		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).
-			Msg("sink progress loaded; messages up to it are not sent to this sink again")
-	}
-	r.progress = progress
+	progress := store.NewProgress(cfg.Postgres.URL, r.tables, loaded, r.log)
 	g.Go(func() error { return progress.Run(readCtx, 250*time.Millisecond, drained) })
-	stream := replication.NewStream(replication.StreamOptions{
-		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
-		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
-		Drained: drained, Log: r.log,
-	}, tracker)
-	r.mu.Lock()
-	r.tracker, r.window, r.stream, r.ready = tracker, window, stream, true
-	r.mu.Unlock()
+	r.setStream(stream, window, true)
+	defer r.setStream(stream, window, false)
 	r.metrics.watch(tracker, window, stream)
 
 	// Batches the stream read but the pipeline has not taken: at most
@@ -222,7 +323,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// 16 MiB. Fewer slots slow a catch-up (the stream and the pipeline
 	// take turns more often): 8 cost ~15% of its rate.
 	events := make(chan []replication.Event, 64)
-	sinkChans := make([]chan []publish.Delivery, len(r.sinks))
+	sinkChans := make([]chan []publish.Delivery, len(sinks))
 	for i := range sinkChans {
 		sinkChans[i] = make(chan []publish.Delivery, 256)
 	}
@@ -233,18 +334,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		p := &pipeline{dec: decoder.New(mapping(cfg)), tracker: tracker, window: window,
-			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log}
-		if cfg.Relay.OnInvalid == "dead_letter" {
-			p.dead = r.deadLetter()
-			defer p.dead.close()
-		}
+			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log,
+			parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == "dead_letter"}
+		defer p.parked.Close()
 		for _, s := range cfg.Sinks {
-			p.skip = append(p.skip, r.loaded[s.Name])
+			p.skip = append(p.skip, loaded[s.Name])
 		}
 		err := p.run(gctx, events) // closes the sinks' channels
-		var de *decoder.Error
-		if errors.As(err, &de) {
-			// Bad input: deliver and confirm everything before it, then stop.
+		var stop *stopAtRow
+		if errors.As(err, &stop) || errors.Is(err, decoder.ErrProtocol) {
+			// Deliver and confirm everything before it, then stop.
 			stopReading()
 			for range events {
 			}
@@ -256,59 +355,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	})
 	var runners sync.WaitGroup
-	for i, s := range r.sinks {
+	for i, s := range sinks {
 		runners.Add(1)
+		runner, done := r.runner(s, sinkChans[i], tracker, window, progress)
+		defer done()
 		sinkName := s.Name()
-		published := r.metrics.published.WithLabelValues(sinkName)
-		latency := r.metrics.latency.WithLabelValues(sinkName)
-		sinkLog := r.log.With().Str("sink", sinkName).Logger()
-		// settle records that the sink is done with batch: the tracker may
-		// confirm it, the window frees it, the sink's progress moves.
-		settle := func(batch []publish.Delivery, sent bool) {
-			now := time.Now()
-			var bytes int64
-			txns := make([]*checkpoint.Txn, len(batch))
-			for i, d := range batch {
-				bytes += int64(d.Msg.Size())
-				txns[i] = d.Tag.(*checkpoint.Txn)
-				if sent {
-					latency.Observe(now.Sub(d.Msg.CommitTime).Seconds())
-				}
-			}
-			tracker.AckAll(txns)
-			window.Release(len(batch), bytes)
-			last := batch[len(batch)-1].Msg
-			progress.Acked(sinkName, Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
-			if sent {
-				published.Add(float64(len(batch)))
-			}
-		}
-		var refusedFn func(context.Context, publish.Delivery, error) error
-		if cfg.Relay.OnRefused == "dead_letter" {
-			dead := r.deadLetter()
-			defer dead.close() // after g.Wait: the runner has returned
-			refused := r.metrics.refused.WithLabelValues(sinkName)
-			refusedFn = func(ctx context.Context, d publish.Delivery, cause error) error {
-				if err := dead.parkRefused(ctx, sinkName, d.Msg, cause); err != nil {
-					return fmt.Errorf("%w; the refusal: %v", err, cause)
-				}
-				refused.Inc()
-				sinkLog.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Str("commit_lsn", d.Msg.CommitLSN.String()).
-					Str("type", d.Msg.Type).Str("error", cause.Error()).
-					Msg("message refused by the sink for good; parked in the dead-letter table; going on")
-				settle([]publish.Delivery{d}, false)
-				return nil
-			}
-		}
-		runner := publish.NewRunner(s, sinkChans[i], publish.RunnerOptions{
-			BatchSize:       cfg.Relay.BatchSize,
-			MaxBackoff:      cfg.Relay.RetryBackoff.D(),
-			Ack:             func(batch []publish.Delivery) { settle(batch, true) },
-			Failing:         func(f bool) { r.metrics.setFailing(sinkName, f) },
-			Refused:         refusedFn,
-			RefusedAttempts: cfg.Relay.RefusedAttempts,
-			Log:             sinkLog,
-		})
 		g.Go(func() error {
 			defer runners.Done()
 			err := runner.Run(sinkCtx)
@@ -325,12 +376,108 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	go func() { runners.Wait(); close(drained) }()
 
-	err = g.Wait()
-	r.mu.Lock()
-	r.ready = false
-	r.mu.Unlock()
+	err := g.Wait()
 	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
+	var stop *stopAtRow
+	switch {
+	case errors.As(err, &stop):
+		return r.explainStop(stop, tracker.Confirmed())
+	case errors.Is(err, decoder.ErrProtocol):
+		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, tracker.Confirmed())}
+	case errors.Is(err, replication.ErrSlotLost):
+		return restart{err}
+	}
 	return err
+}
+
+// runner builds the runner of one sink; done releases what it holds once
+// the run is over.
+func (r *Relay) runner(s publish.Sink, in chan []publish.Delivery, tracker *checkpoint.Tracker, window *publish.Window,
+	progress *store.Progress) (runner *publish.Runner, done func()) {
+	cfg := r.cfg
+	sinkName := s.Name()
+	published := r.metrics.published.WithLabelValues(sinkName)
+	latency := r.metrics.latency.WithLabelValues(sinkName)
+	sinkLog := r.log.With().Str("sink", sinkName).Logger()
+	// settle records that the sink is done with batch: the tracker may
+	// confirm it, the window frees it, the sink's progress moves.
+	settle := func(batch []publish.Delivery, sent bool) {
+		now := time.Now()
+		var bytes int64
+		txns := make([]*checkpoint.Txn, len(batch))
+		for i, d := range batch {
+			bytes += int64(d.Msg.Size())
+			txns[i] = d.Tag.(*checkpoint.Txn)
+			if sent {
+				latency.Observe(now.Sub(d.Msg.CommitTime).Seconds())
+			}
+		}
+		tracker.AckAll(txns)
+		window.Release(len(batch), bytes)
+		last := batch[len(batch)-1].Msg
+		progress.Acked(sinkName, store.Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
+		if sent {
+			published.Add(float64(len(batch)))
+		}
+	}
+	done = func() {}
+	var refusedFn func(context.Context, publish.Delivery, error) error
+	if cfg.Relay.OnRefused == "dead_letter" {
+		dead := store.NewDeadLetter(cfg.Postgres.URL, r.tables)
+		done = dead.Close
+		refused := r.metrics.refused.WithLabelValues(sinkName)
+		refusedFn = func(ctx context.Context, d publish.Delivery, cause error) error {
+			if err := dead.ParkRefused(ctx, sinkName, d.Msg, cause); err != nil {
+				return fmt.Errorf("%w; the refusal: %v", err, cause)
+			}
+			refused.Inc()
+			sinkLog.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Str("commit_lsn", d.Msg.CommitLSN.String()).
+				Str("type", d.Msg.Type).Str("error", cause.Error()).
+				Msg("message refused by the sink for good; parked in the dead-letter table; going on")
+			settle([]publish.Delivery{d}, false)
+			return nil
+		}
+	}
+	return publish.NewRunner(s, in, publish.RunnerOptions{
+		BatchSize:       cfg.Relay.BatchSize,
+		MaxBackoff:      cfg.Relay.RetryBackoff.D(),
+		Ack:             func(batch []publish.Delivery) { settle(batch, true) },
+		Failing:         func(f bool) { r.metrics.setFailing(sinkName, f) },
+		Refused:         refusedFn,
+		RefusedAttempts: cfg.Relay.RefusedAttempts,
+		Log:             sinkLog,
+	}), done
+}
+
+// stopAtRow is the pipeline's error for a row it cannot map and may not
+// park: everything before it is delivered and confirmed, nothing after.
+type stopAtRow struct{ err *decoder.Error }
+
+func (e *stopAtRow) Error() string { return e.err.Error() }
+func (e *stopAtRow) Unwrap() error { return e.err }
+
+// explainStop tells the operator where the slot stands (read from the
+// server: the slot's own confirmed position) and the ways past the row.
+func (r *Relay) explainStop(stop *stopAtRow, tracked pglogrepl.LSN) error {
+	cfg := r.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	slotAt := tracked.String() + " (as last sent to the server)"
+	if conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL); err == nil {
+		if info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err == nil && info.Exists {
+			slotAt = info.ConfirmedFlush.String()
+		}
+		conn.Close(context.Background())
+	}
+	de := stop.err
+	if de.Table {
+		return fmt.Errorf("%w; the slot %s is confirmed up to %s, before this message's transaction: after fixing the table or columns:, restart and the rows are delivered",
+			de, cfg.Postgres.Slot, slotAt)
+	}
+	return fmt.Errorf("%w; relay.on_invalid is stop: everything before this message was delivered, nothing after it, and slot %s is confirmed up to %s. "+
+		"A restart stops here again. To go past this one message, stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
+		"(it parks the message in %s and the next run goes on after it); or set relay.on_invalid: dead_letter to park such rows and go on",
+		de, cfg.Postgres.Slot, slotAt, r.ConfigPath, de.LSN, cfg.Postgres.DeadLetterTable)
 }
 
 // pipeline is the stage between the stream and the sinks. It alone writes
@@ -344,8 +491,9 @@ type pipeline struct {
 	routes  []config.Sink
 	metrics *Metrics
 	log     zerolog.Logger
-	skip    []Position  // per sink: what it acknowledged before a restart
-	dead    *deadLetter // nil: stop on a bad row
+	skip    []store.Position  // per sink: what it acknowledged before a restart
+	parked  *store.DeadLetter // rows parked by on_invalid: dead_letter or cdc skip
+	park    bool              // relay.on_invalid: dead_letter
 	txn     *checkpoint.Txn
 	targets []int
 }
@@ -411,13 +559,20 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 		case de.Table:
 			// Parking would take every row of the table: stop whatever
 			// relay.on_invalid says.
-			return fmt.Errorf("%w; the slot stays before this message's transaction (confirmed %s): after the fix, restart and the rows are delivered",
-				err, p.tracker.Confirmed())
-		case p.dead == nil:
-			return fmt.Errorf("%w; the slot stays before this message's transaction (confirmed %s): fix the row's producer, then remove or repair the row's transaction effect and restart — walpost will not skip it silently",
-				err, p.tracker.Confirmed())
+			return &stopAtRow{de}
+		case !p.park:
+			parked, lerr := p.parked.Parked(ctx, de.LSN)
+			if lerr != nil {
+				return fmt.Errorf("%w (and looking it up in the dead-letter table failed: %v)", de, lerr)
+			}
+			if !parked {
+				return &stopAtRow{de}
+			}
+			p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("error", de.Err.Error()).
+				Msg("bad outbox row parked by cdc skip; going past it")
+			return nil
 		}
-		if err := p.dead.park(ctx, de); err != nil {
+		if err := p.parked.Park(ctx, de, ""); err != nil {
 			return err
 		}
 		p.metrics.deadLettered.Inc()

@@ -39,7 +39,7 @@ func BenchmarkCatchUp(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer r.Close()
-			if _, err := r.Prepare(context.Background()); err != nil {
+			if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
 				b.Fatal(err)
 			}
 			pad := "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdef"

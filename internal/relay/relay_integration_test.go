@@ -57,6 +57,9 @@ func startRelay(t *testing.T, cfgPath string) *started {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
 	logs := &syncBuffer{}
 	log := zerolog.New(io.MultiWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)
 	r, err := New(cfg, log, nil)
@@ -88,19 +91,14 @@ func startRelay(t *testing.T, cfgPath string) *started {
 	return s
 }
 
-// prepare creates the publication and slot as 'cdc init' does.
+// prepare creates the publication, slot and tables as 'cdc init' does.
 func prepare(t *testing.T, cfgPath string) {
 	t.Helper()
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(cfg, zerolog.Nop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := r.Prepare(context.Background()); err != nil {
+	if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -408,9 +406,7 @@ func TestIntegrationStartupErrorsSayWhatToDo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer r.Close()
-		_, err = r.Prepare(ctx)
-		return err
+		return r.check(ctx)
 	}
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 
@@ -423,6 +419,7 @@ func TestIntegrationStartupErrorsSayWhatToDo(t *testing.T) {
 	})
 	t.Run("slot of another plugin", func(t *testing.T) {
 		ob := relaytest.NewOutbox(t, url)
+		pgtest.Exec(t, url, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", ob.Publication, ob.Table))
 		pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'test_decoding')", ob.Slot))
 		err := run(ob.Config(t, fileSink(out), ""))
 		if !errors.Is(err, replication.ErrSlotPlugin) || !strings.Contains(err.Error(), "test_decoding") {

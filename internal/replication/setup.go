@@ -96,33 +96,47 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	return nil
 }
 
-// EnsurePublication creates the publication (FOR TABLE outbox WITH
-// (publish = 'insert')) when missing, and checks an existing one covers
-// the table's inserts. created is true when it was made now.
-func EnsurePublication(ctx context.Context, conn *pgx.Conn, t Target) (created bool, err error) {
+// ErrPublicationMissing is wrapped by CheckPublication's error for a
+// publication that does not exist.
+var ErrPublicationMissing = errors.New("replication: publication missing")
+
+// CheckPublication checks that the publication exists and publishes the
+// table's inserts. It creates nothing (`cdc run`).
+func CheckPublication(ctx context.Context, conn *pgx.Conn, t Target) error {
 	var pubinsert bool
-	err = conn.QueryRow(ctx, "SELECT pubinsert FROM pg_publication WHERE pubname = $1", t.Publication).Scan(&pubinsert)
+	err := conn.QueryRow(ctx, "SELECT pubinsert FROM pg_publication WHERE pubname = $1", t.Publication).Scan(&pubinsert)
 	if errors.Is(err, pgx.ErrNoRows) {
-		sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-			pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			return false, explain(fmt.Errorf("creating publication %q: %w", t.Publication, err))
-		}
-		return true, nil
+		return fmt.Errorf("%w: publication %q does not exist; run 'cdc init' (as the outbox table's owner) to create it", ErrPublicationMissing, t.Publication)
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading publication %q: %w", t.Publication, err)
+		return fmt.Errorf("reading publication %q: %w", t.Publication, err)
 	}
 	var covered bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)",
 		t.Publication, t.Schema, t.Table).Scan(&covered); err != nil {
-		return false, fmt.Errorf("reading tables of publication %q: %w", t.Publication, err)
+		return fmt.Errorf("reading tables of publication %q: %w", t.Publication, err)
 	}
 	if !covered || !pubinsert {
-		return false, fmt.Errorf("%w: publication %q exists but does not publish inserts of %s.%s; run ALTER PUBLICATION %s ADD TABLE %s and make sure publish includes 'insert', or choose another postgres.publication",
-			ErrPublicationMiss, t.Publication, t.Schema, t.Table, t.Publication, t.QualifiedTable())
+		return fmt.Errorf("%w: publication %q exists but does not publish inserts of %s.%s; run ALTER PUBLICATION %s ADD TABLE %s and make sure publish includes 'insert', or choose another postgres.publication",
+			ErrPublicationMiss, t.Publication, t.Schema, t.Table, pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
 	}
-	return false, nil
+	return nil
+}
+
+// EnsurePublication creates the publication (FOR TABLE outbox WITH
+// (publish = 'insert')) when missing, and checks an existing one covers
+// the table's inserts. created is true when it was made now (`cdc init`).
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, t Target) (created bool, err error) {
+	err = CheckPublication(ctx, conn, t)
+	if !errors.Is(err, ErrPublicationMissing) {
+		return false, err
+	}
+	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+		pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return false, explain(fmt.Errorf("creating publication %q: %w", t.Publication, err))
+	}
+	return true, nil
 }
 
 // SlotInfo is what pg_replication_slots says of a slot.
@@ -183,38 +197,49 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	return s, nil
 }
 
-// EnsureSlot creates the pgoutput slot when missing and checks an existing
-// one uses pgoutput in this database. It returns the slot's state.
-func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (info SlotInfo, created bool, err error) {
-	info, err = ReadSlot(ctx, conn, slot)
+// CheckSlot checks that the slot exists, uses pgoutput and belongs to this
+// database, and returns its state. It creates nothing (`cdc run`).
+func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
+	info, err := ReadSlot(ctx, conn, slot)
 	if err != nil {
-		return info, false, err
+		return info, err
 	}
 	if !info.Exists {
-		if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "42710" { // made meanwhile by another instance
-				info, err = ReadSlot(ctx, conn, slot)
-				return info, false, err
-			}
-			return info, false, explain(fmt.Errorf("creating replication slot %q: %w", slot, err))
-		}
-		info, err = ReadSlot(ctx, conn, slot)
-		return info, true, err
+		return info, fmt.Errorf("%w: slot %q; run 'cdc init' (as a role with REPLICATION) to create it", ErrSlotMissing, slot)
 	}
 	if info.Plugin != "pgoutput" {
-		return info, false, fmt.Errorf("%w: slot %q exists with plugin %q; walpost needs pgoutput: drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, or set postgres.slot to another name",
+		return info, fmt.Errorf("%w: slot %q exists with plugin %q; walpost needs pgoutput: drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, or set postgres.slot to another name",
 			ErrSlotPlugin, slot, info.Plugin, slot)
 	}
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		return info, false, err
+		return info, err
 	}
 	if info.Database != db {
-		return info, false, fmt.Errorf("%w: slot %q belongs to database %q, not %q; set postgres.slot to another name",
+		return info, fmt.Errorf("%w: slot %q belongs to database %q, not %q; set postgres.slot to another name",
 			ErrSlotDatabase, slot, info.Database, db)
 	}
-	return info, false, nil
+	return info, nil
+}
+
+// EnsureSlot creates the pgoutput slot when missing and checks an existing
+// one uses pgoutput in this database (`cdc init`). It returns the slot's
+// state.
+func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (info SlotInfo, created bool, err error) {
+	info, err = CheckSlot(ctx, conn, slot)
+	if !errors.Is(err, ErrSlotMissing) {
+		return info, false, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // 42710: made meanwhile by another instance
+			return info, false, explain(fmt.Errorf("creating replication slot %q: %w", slot, err))
+		}
+	} else {
+		created = true
+	}
+	info, err = CheckSlot(ctx, conn, slot)
+	return info, created, err
 }
 
 // explain adds what to do to server errors a user can fix.

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/pgconnect"
 )
 
 // EventKind is the kind of an Event.
@@ -70,13 +73,16 @@ type StreamOptions struct {
 // Stream owns the replication connection: it alone reads from it and alone
 // sends standby status updates. It reconnects with backoff when the
 // connection is lost, resuming after the last transaction it received in
-// full, and waits while another process holds the slot.
+// full.
 type Stream struct {
 	opt          StreamOptions
 	cp           Confirmer
 	lastReceived atomic.Int64 // unix nanos of the last message from the server
 	serverWAL    atomic.Uint64
 	connected    atomic.Bool
+	// held is the connection Acquire started replication on, for Run's
+	// first session.
+	held *pgconn.PgConn
 	// resume is where a new connection starts: the end of the last commit
 	// received in full (or a later point outside any transaction).
 	resume   pglogrepl.LSN
@@ -108,42 +114,163 @@ func (s *Stream) ServerWAL() pglogrepl.LSN { return pglogrepl.LSN(s.serverWAL.Lo
 // Connected reports whether the stream is streaming now.
 func (s *Stream) Connected() bool { return s.connected.Load() }
 
-// ErrSlotMissing is returned when the slot does not exist.
-var ErrSlotMissing = errors.New("replication: slot does not exist")
+// Sentinel errors of the stream.
+var (
+	// ErrSlotMissing is returned when the slot does not exist.
+	ErrSlotMissing = errors.New("replication: slot does not exist")
+	// ErrSlotLost is returned by Run when, reconnecting, it finds the slot
+	// held by another process: another instance took over while this one
+	// was disconnected. The relay must stop using its sinks and wait for
+	// the slot again (Acquire) before it writes anything.
+	ErrSlotLost = errors.New("replication: the slot was taken by another process while the stream reconnected")
+)
+
+// Backoff bounds. A reconnect waits Backoff.Start (jittered) after a
+// connection that streamed, doubling up to StreamOptions.MaxBackoff while
+// attempts keep failing; a slot held by another process is tried again
+// every SlotPoll (jittered), however long it stays held.
+const (
+	BackoffStart = 250 * time.Millisecond
+	SlotPoll     = time.Second
+)
+
+// Backoff is an exponential backoff with jitter that Reset returns to its
+// start: after a connection that worked, the next fault waits little
+// again. The zero value is not usable; use NewBackoff. Not safe for
+// concurrent use.
+type Backoff struct {
+	start, max, next time.Duration
+}
+
+// NewBackoff returns a backoff from start to max.
+func NewBackoff(start, max time.Duration) *Backoff {
+	return &Backoff{start: start, max: max, next: start}
+}
+
+// Next returns the wait before the next attempt (half to all of the
+// current step) and doubles the step up to max.
+func (b *Backoff) Next() time.Duration {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(b.next*2, b.max)
+	return d
+}
+
+// Reset returns the step to its start.
+func (b *Backoff) Reset() { b.next = b.start }
+
+// Sleep waits d or until ctx ends; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func jitter(d time.Duration) time.Duration { return d*3/4 + rand.N(d/2+1) }
+
+// Acquire connects and starts replication on the slot, waiting while
+// another process holds it (a hot standby) and retrying while the server
+// cannot be reached, with backoff. It returns nil once the stream holds
+// the slot: Run then streams on that connection. It returns ctx's error
+// when ctx ends first, and a fatal error (the slot is missing, the role
+// may not replicate) at once.
+func (s *Stream) Acquire(ctx context.Context) error {
+	backoff := NewBackoff(BackoffStart, s.opt.MaxBackoff)
+	waiting := false
+	for {
+		conn, err := s.connect(ctx)
+		if err == nil {
+			s.held = conn
+			if waiting {
+				s.opt.Log.Info().Str("slot", s.opt.Slot).Msg("the slot is free: taking over")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if isFatal(err) {
+			return err
+		}
+		var wait time.Duration
+		if errors.Is(err, errSlotActive) {
+			wait = jitter(SlotPoll)
+			if !waiting {
+				s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).
+					Msg("slot is held by another process (another walpost instance?); waiting for it as a standby: no sink is opened until it is free")
+			}
+			waiting = true
+			backoff.Reset()
+		} else {
+			wait = backoff.Next()
+			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("cannot start replication; retrying")
+		}
+		if !Sleep(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+}
+
+// Release closes the connection Acquire left for Run, when Run will not
+// be called.
+func (s *Stream) Release() {
+	if s.held != nil {
+		s.held.Close(context.Background())
+		s.held = nil
+	}
+}
 
 // Run streams into out until ctx ends, then closes out, waits for
 // opt.Drained (or abort), sends a final status with the confirmed position
 // and returns. abort ends the wait early (the relay failed). Run returns
-// nil after a stop through ctx, or the error that made it give up.
+// nil after a stop through ctx, ErrSlotLost when another process took the
+// slot while it reconnected, or the error that made it give up. Without
+// Acquire first, its first session connects like a reconnect.
 func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 	var once sync.Once
 	s.closeOut = func() { once.Do(func() { close(out) }) }
 	defer s.closeOut()
-	backoff := 250 * time.Millisecond
+	backoff := NewBackoff(BackoffStart, s.opt.MaxBackoff)
 	first := true
 	for {
-		err := s.session(ctx, abort, out, first)
-		first = false
-		if err == nil || ctx.Err() != nil {
+		conn := s.held
+		s.held = nil
+		var err error
+		if conn == nil {
+			conn, err = s.connect(ctx)
+		}
+		if err == nil {
+			// A connection that streamed resets the backoff: the next
+			// fault waits little again.
+			backoff.Reset()
+			err = s.session(ctx, abort, out, conn, first)
+			first = false
+			if err == nil {
+				return nil // ctx ended; the final status is sent
+			}
+		}
+		if ctx.Err() != nil {
 			return nil
 		}
 		if isFatal(err) {
 			return err
 		}
-		if errors.Is(err, errSlotActive) {
+		wait := backoff.Next()
+		switch {
+		case errors.Is(err, errSlotActive) && !first:
+			return fmt.Errorf("%w: %v", ErrSlotLost, err)
+		case errors.Is(err, errSlotActive):
+			wait = jitter(SlotPoll)
 			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Msg("slot is held by another process (another walpost instance?); waiting for it")
-		} else {
-			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", backoff).Msg("replication connection lost; reconnecting")
+		default:
+			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
+		if !Sleep(ctx, wait) {
 			return nil
-		}
-		backoff = min(backoff*2, s.opt.MaxBackoff)
-		if errors.Is(err, errSlotActive) {
-			backoff = min(backoff, 5*time.Second)
 		}
 	}
 }
@@ -159,49 +286,54 @@ func isFatal(err error) bool {
 	return errors.As(err, &f)
 }
 
-// session runs one connection. It returns nil when ctx ended and the final
-// status was sent.
-func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, first bool) error {
-	cfg, err := pgconn.ParseConfig(s.opt.URL)
+// connect opens a replication connection and starts replication on the
+// slot at s.resume (0: the slot's confirmed position).
+func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconnect.ReplicationConfig(s.opt.URL)
 	if err != nil {
-		return fatalError{fmt.Errorf("postgres.url: %w", err)}
+		return nil, fatalError{fmt.Errorf("postgres.url: %w", err)}
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "walpost"
 	// Read up to readBuffer bytes per system call: while the stream is
 	// behind, the socket holds many messages at each wake-up.
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
 	}
-	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := pgconn.ConnectConfig(connectCtx, cfg)
-	cancel()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connecting for replication: %w", err)
+		return nil, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
 	}
-	defer conn.Close(context.Background())
-
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
-		fmt.Sprintf("publication_names '%s'", s.opt.Publication),
+		"publication_names " + quoteLiteral(pgx.Identifier{s.opt.Publication}.Sanitize()),
 	}}
 	if serverVersion(conn) >= 140000 {
 		opts.PluginArgs = append(opts.PluginArgs, "messages 'true'")
 	}
 	if err := pglogrepl.StartReplication(ctx, conn, s.opt.Slot, s.resume, opts); err != nil {
+		conn.Close(context.Background())
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			switch pgErr.Code {
 			case "55006": // object_in_use
-				return fmt.Errorf("%w: %s", errSlotActive, pgErr.Message)
+				return nil, fmt.Errorf("%w: %s", errSlotActive, pgErr.Message)
 			case "42704": // undefined_object
-				return fatalError{fmt.Errorf("%w: %s; run 'cdc init' (or the relay creates it at start)", ErrSlotMissing, pgErr.Message)}
+				return nil, fatalError{fmt.Errorf("%w: %s; run 'cdc init'", ErrSlotMissing, pgErr.Message)}
 			case "42501", "28000", "28P01":
-				return fatalError{fmt.Errorf("starting replication on slot %q: %w", s.opt.Slot, err)}
+				return nil, fatalError{fmt.Errorf("starting replication on slot %q: %w", s.opt.Slot, err)}
 			}
 		}
-		return fmt.Errorf("starting replication on slot %q: %w", s.opt.Slot, err)
+		return nil, fmt.Errorf("starting replication on slot %q: %w", s.opt.Slot, err)
 	}
+	return conn, nil
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// session streams on conn, which it closes. It returns nil when ctx ended
+// and the final status was sent.
+func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, conn *pgconn.PgConn, first bool) error {
+	defer conn.Close(context.Background())
 	s.connected.Store(true)
 	defer s.connected.Store(false)
 	s.opt.Log.Info().Str("slot", s.opt.Slot).Str("lsn", s.resume.String()).Str("confirmed", s.cp.Confirmed().String()).Msg("streaming")

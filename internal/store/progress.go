@@ -1,16 +1,18 @@
-package relay
+package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/pgconnect"
 )
 
 // Position is a point in the stream: messages are totally ordered by
@@ -24,60 +26,18 @@ func (p Position) Covers(commit, lsn pglogrepl.LSN) bool {
 	return commit < p.CommitLSN || commit == p.CommitLSN && lsn <= p.LSN
 }
 
-// progressStore persists each sink's position: the last message it
-// acknowledged. The slot is confirmed at the slowest sink's pace; after a
-// restart the stream starts there, and the pipeline does not send a sink
-// the messages its position covers, so only sinks that were behind get
-// duplicates. The store is an optimisation for duplicates only: a position
-// written late costs re-sends, never a loss, because it is only ever set to
-// what the sink acknowledged.
-//
-// progressStore is safe for concurrent use: Acked from the sink runners,
-// Run from one goroutine.
-type progressStore struct {
-	url   string
-	table string // quoted, schema-qualified; "" disables persistence
-	slot  string
-	log   zerolog.Logger
-
-	mu    sync.Mutex
-	pos   map[string]Position
-	dirty bool
-}
-
-const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
-    slot       text        NOT NULL,
-    sink       text        NOT NULL,
-    commit_lsn pg_lsn      NOT NULL,
-    lsn        pg_lsn      NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (slot, sink)
-)`
-
-func quoteTable(t string) string {
-	if t == "" || t == "-" {
-		return ""
-	}
-	return pgx.Identifier(strings.Split(t, ".")).Sanitize()
-}
-
-// loadProgress creates the table when missing and reads the slot's
-// positions.
-func loadProgress(ctx context.Context, conn *pgx.Conn, table, slot string) (map[string]Position, error) {
-	if table == "" {
+// LoadProgress reads the positions saved for t.Slot: empty when progress
+// is disabled, nil (and no error) when the table does not exist.
+func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Position, error) {
+	if t.Progress == "" {
 		return map[string]Position{}, nil
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(progressDDL, table)); err != nil {
-		return nil, fmt.Errorf("creating progress table %s (postgres.progress_table; \"-\" disables per-sink progress): %w", table, err)
+	if ok, err := tableExists(ctx, conn, t.Progress); err != nil || !ok {
+		return nil, err
 	}
-	return readProgress(ctx, conn, table, slot)
-}
-
-// readProgress reads the positions saved for slot in table.
-func readProgress(ctx context.Context, conn *pgx.Conn, table, slot string) (map[string]Position, error) {
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", table), slot)
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", t.Progress), t.Slot)
 	if err != nil {
-		return nil, fmt.Errorf("reading progress table %s: %w", table, err)
+		return nil, fmt.Errorf("reading progress table %s: %w", t.Progress, err)
 	}
 	defer rows.Close()
 	pos := map[string]Position{}
@@ -94,10 +54,33 @@ func readProgress(ctx context.Context, conn *pgx.Conn, table, slot string) (map[
 	return pos, rows.Err()
 }
 
+// Progress keeps each sink's position in memory and writes the changed
+// ones to the progress table every interval.
+//
+// Progress is safe for concurrent use: Acked from the sink runners, Run
+// from one goroutine.
+type Progress struct {
+	url string
+	t   Tables
+	log zerolog.Logger
+
+	mu    sync.Mutex
+	pos   map[string]Position
+	dirty bool
+}
+
+// NewProgress returns a store starting from loaded (LoadProgress's result).
+func NewProgress(url string, t Tables, loaded map[string]Position, log zerolog.Logger) *Progress {
+	return &Progress{url: url, t: t, log: log, pos: maps.Clone(loaded)}
+}
+
 // Acked records that sink acknowledged everything up to p.
-func (s *progressStore) Acked(sink string, p Position) {
+func (s *Progress) Acked(sink string, p Position) {
 	s.mu.Lock()
 	if old := s.pos[sink]; !old.Covers(p.CommitLSN, p.LSN) {
+		if s.pos == nil {
+			s.pos = map[string]Position{}
+		}
 		s.pos[sink] = p
 		s.dirty = true
 	}
@@ -106,8 +89,8 @@ func (s *progressStore) Acked(sink string, p Position) {
 
 // Run writes changed positions every interval until ctx ends, then once
 // more after final is closed (the sinks drained).
-func (s *progressStore) Run(ctx context.Context, interval time.Duration, final <-chan struct{}) error {
-	if s.table == "" {
+func (s *Progress) Run(ctx context.Context, interval time.Duration, final <-chan struct{}) error {
+	if s.t.Progress == "" {
 		return nil
 	}
 	var conn *pgx.Conn
@@ -122,10 +105,7 @@ func (s *progressStore) Run(ctx context.Context, interval time.Duration, final <
 			s.mu.Unlock()
 			return
 		}
-		batch := make(map[string]Position, len(s.pos))
-		for k, v := range s.pos {
-			batch[k] = v
-		}
+		batch := maps.Clone(s.pos)
 		s.dirty = false
 		s.mu.Unlock()
 		if err := s.write(ctx, &conn, batch); err != nil {
@@ -151,9 +131,9 @@ func (s *progressStore) Run(ctx context.Context, interval time.Duration, final <
 	}
 }
 
-func (s *progressStore) write(ctx context.Context, conn **pgx.Conn, batch map[string]Position) error {
+func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]Position) error {
 	if *conn == nil {
-		c, err := pgx.Connect(ctx, s.url)
+		c, err := pgconnect.Connect(ctx, s.url)
 		if err != nil {
 			return err
 		}
@@ -169,8 +149,8 @@ func (s *progressStore) write(ctx context.Context, conn **pgx.Conn, batch map[st
 	}
 	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, updated_at)
 		SELECT $1, s, c::pg_lsn, l::pg_lsn, now() FROM unnest($2::text[], $3::text[], $4::text[]) AS u(s, c, l)
-		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, updated_at = now()`, s.table),
-		s.slot, sinks, commits, lsns)
+		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, updated_at = now()`, s.t.Progress),
+		s.t.Slot, sinks, commits, lsns)
 	if err != nil {
 		(*conn).Close(context.Background())
 		*conn = nil

@@ -1,0 +1,141 @@
+// Package pgconnect makes walpost's PostgreSQL connections: every
+// connection, ordinary or replication, is parsed from postgres.url here, so
+// that all of them share the same connect timeout, the same way of naming
+// the server in logs, and the same rule that the URL (which may hold a
+// password) is never repeated in an error.
+//
+// A server that accepts TCP but never answers would otherwise hang a
+// connection attempt forever: unless the URL sets connect_timeout (or the
+// environment PGCONNECT_TIMEOUT), every attempt gives up after
+// DefaultConnectTimeout, covering TCP, TLS and authentication.
+package pgconnect
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultConnectTimeout bounds a connection attempt when the URL sets no
+// connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
+
+// ErrURL is wrapped by errors about postgres.url itself.
+var ErrURL = errors.New("pgconnect: postgres.url is not valid")
+
+// Config parses url for an ordinary connection.
+func Config(url string) (*pgx.ConnConfig, error) {
+	c, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, parseError(err)
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	return c, nil
+}
+
+// ReplicationConfig parses url for a logical replication connection
+// (replication=database, application_name=walpost).
+func ReplicationConfig(url string) (*pgconn.Config, error) {
+	c, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return nil, parseError(err)
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	c.RuntimeParams["replication"] = "database"
+	c.RuntimeParams["application_name"] = "walpost"
+	return c, nil
+}
+
+// parseError keeps what went wrong but never the connection string: pgx's
+// parse errors quote it (redacting only what they recognise as a password).
+func parseError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%w (the URL is not repeated: it may hold a password)", ErrURL)
+	}
+	// Error() is "cannot parse `<string>`: <msg>" plus " (<inner>)"; msg is
+	// one of pgconn's fixed texts ("invalid sslmode", "failed to parse as
+	// URL").
+	text := pe.Error()
+	if inner := pe.Unwrap(); inner != nil {
+		text = strings.TrimSuffix(text, " ("+inner.Error()+")")
+	}
+	what := "malformed"
+	if i := strings.LastIndex(text, "`: "); i >= 0 {
+		what = text[i+3:]
+	}
+	return fmt.Errorf("%w: %s (the URL is not repeated: it may hold a password)", ErrURL, what)
+}
+
+// Connect opens an ordinary connection.
+func Connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	c, err := Config(url)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", Describe(&c.Config), err)
+	}
+	return conn, nil
+}
+
+// Describe names the server and role of c for logs and errors: host, port,
+// database and user, never the password.
+func Describe(c *pgconn.Config) string {
+	return fmt.Sprintf("host=%s port=%d database=%s user=%s", c.Host, c.Port, c.Database, c.User)
+}
+
+// DescribeURL is Describe of url parsed, or a note that it does not parse.
+func DescribeURL(url string) string {
+	c, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return "(postgres.url does not parse)"
+	}
+	return Describe(c)
+}
+
+// Unverified reports why a connection to c could be read or altered by a
+// machine in the middle, or "" when it cannot: TLS that does not verify
+// the server's certificate and name (any sslmode but verify-full), to a
+// host that is not the local machine.
+func Unverified(c *pgconn.Config) string {
+	if IsLocal(c.Host) {
+		return ""
+	}
+	switch {
+	case c.TLSConfig == nil:
+		return "TLS is off (sslmode=disable or allow)"
+	case c.TLSConfig.InsecureSkipVerify || len(c.Fallbacks) > 0 && c.Fallbacks[len(c.Fallbacks)-1].TLSConfig == nil:
+		return "the server's certificate is not verified (sslmode=prefer, require or verify-ca)"
+	}
+	return verifiesName(c.TLSConfig)
+}
+
+func verifiesName(t *tls.Config) string {
+	if t.ServerName == "" {
+		return "the server's name is not checked against its certificate"
+	}
+	return ""
+}
+
+// IsLocal reports whether host is this machine: a Unix socket directory or
+// a loopback name or address.
+func IsLocal(host string) bool {
+	if strings.HasPrefix(host, "/") || host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

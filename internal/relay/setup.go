@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
+	"github.com/walpost/walpost/outbox"
+)
+
+// Setup creates what the relay needs on the server and is missing (`cdc
+// init`): the outbox table (default layout only), the publication, the
+// slot, and the progress and dead-letter tables. It reports each object
+// with report("table public.outbox: created"). It needs a role that may
+// create them (the table's owner for the publication, REPLICATION for the
+// slot); `cdc run` then only checks that they exist (see sql/roles.sql).
+func Setup(ctx context.Context, cfg *config.Config, report func(string)) error {
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	t := TargetOf(cfg)
+	if err := ensureTable(ctx, conn, cfg, t, report); err != nil {
+		return err
+	}
+	if err := replication.CheckServer(ctx, conn, t); err != nil {
+		return err
+	}
+	created, err := replication.EnsurePublication(ctx, conn, t)
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("publication %s: %s", t.Publication, createdOrExists(created)))
+	info, created, err := replication.EnsureSlot(ctx, conn, t.Slot)
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("slot %s: %s (confirmed %s)", t.Slot, createdOrExists(created), info.ConfirmedFlush))
+	results, err := store.Setup(ctx, conn, store.TablesOf(cfg))
+	for _, res := range results {
+		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
+	}
+	return err
+}
+
+func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t replication.Target, report func(string)) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up table %s: %w", cfg.Postgres.Table, err)
+	}
+	if exists {
+		report(fmt.Sprintf("table %s: exists", cfg.Postgres.Table))
+		return nil
+	}
+	if !isDefaultLayout(cfg.Columns) {
+		return errors.New("table " + cfg.Postgres.Table + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)")
+	}
+	if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
+		return fmt.Errorf("creating table %s: %w", cfg.Postgres.Table, err)
+	}
+	report(fmt.Sprintf("table %s: created", cfg.Postgres.Table))
+	return nil
+}
+
+func isDefaultLayout(c config.Columns) bool {
+	return c == config.Columns{ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"}
+}
+
+func createdOrExists(created bool) string {
+	if created {
+		return "created"
+	}
+	return "exists"
+}

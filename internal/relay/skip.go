@@ -1,0 +1,125 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// Errors of Skip.
+var (
+	ErrSkipActive   = errors.New("relay: the slot is in use")
+	ErrSkipNotFound = errors.New("relay: no message to skip")
+	ErrSkipOther    = errors.New("relay: the relay does not stop at that LSN")
+)
+
+// Skipped is the message Skip parked.
+type Skipped struct {
+	ID             string
+	LSN, CommitLSN pglogrepl.LSN
+	Err            error
+}
+
+// skipPeeks are the upto_nchanges limits Skip peeks with, in turn: the
+// row a relay stops at is in the first transaction after the slot's
+// confirmed position, so the first, small peek finds it unless transactions
+// without a bad row come first.
+var skipPeeks = []any{1, 10_000, 1_000_000, nil}
+
+// Skip parks in the dead-letter table the one message that a relay with
+// relay.on_invalid: stop stops at, so that the next run goes past it (`cdc
+// skip`). It reads the slot's pending changes without consuming them
+// (pg_logical_slot_peek_binary_changes, so no relay may hold the slot),
+// decodes them as the relay does, and finds the first row that cannot be
+// mapped. It parks that row only if it is at lsn; any other lsn is refused
+// with the one the relay stops at, and so is a row that fails because the
+// table does not fit the mapping (every row would: fix the config).
+func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, error) {
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return Skipped{}, err
+	}
+	defer conn.Close(context.Background())
+	info, err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot)
+	if err != nil {
+		return Skipped{}, err
+	}
+	if info.Active {
+		return Skipped{}, fmt.Errorf("%w: slot %s is held by process %d (a running relay); stop every relay on it first, then run cdc skip again", ErrSkipActive, cfg.Postgres.Slot, info.ActivePID)
+	}
+	de, err := firstInvalid(ctx, conn, cfg)
+	if err != nil {
+		return Skipped{}, err
+	}
+	if de == nil {
+		return Skipped{}, fmt.Errorf("%w: every message after the slot's confirmed position %s maps; nothing to skip", ErrSkipNotFound, info.ConfirmedFlush)
+	}
+	if de.Table {
+		return Skipped{}, fmt.Errorf("%w: %v: the table does not fit the mapping, so every row would fail alike; fix columns: or the table instead (skipping one row cannot help)", ErrSkipOther, de)
+	}
+	if de.LSN != lsn {
+		return Skipped{}, fmt.Errorf("%w: the first message the relay cannot map is at LSN %s (%v), not %s; cdc skip parks only the message the relay stops at",
+			ErrSkipOther, de.LSN, de, lsn)
+	}
+	dead := store.NewDeadLetter(cfg.Postgres.URL, store.TablesOf(cfg))
+	defer dead.Close()
+	if err := dead.Park(ctx, de, store.SkippedPrefix+de.Err.Error()); err != nil {
+		return Skipped{}, err
+	}
+	return Skipped{ID: de.ID, LSN: de.LSN, CommitLSN: de.CommitLSN, Err: de.Err}, nil
+}
+
+// firstInvalid returns the first row after the slot's confirmed position
+// that the decoder cannot map, or nil.
+func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (*decoder.Error, error) {
+	for _, limit := range skipPeeks {
+		dec := decoder.New(mapping(cfg))
+		n := 0
+		rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
+			'proto_version', '1', 'publication_names', $3)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
+		if err != nil {
+			return nil, fmt.Errorf("reading the slot's pending changes: %w", err)
+		}
+		var found *decoder.Error
+		for rows.Next() && found == nil {
+			n++
+			var lsnText string
+			var data []byte
+			if err := rows.Scan(&lsnText, &data); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			at, _ := pglogrepl.ParseLSN(lsnText)
+			if _, err := dec.Decode(at, data); err != nil {
+				if !errors.As(err, &found) {
+					rows.Close()
+					return nil, fmt.Errorf("decoding the slot's pending changes at %s: %w", at, err)
+				}
+			}
+		}
+		rows.Close()
+		if found != nil {
+			return found, nil
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("reading the slot's pending changes: %w", err)
+		}
+		if limit != nil && n < limit.(int) {
+			return nil, nil // everything pending was read
+		}
+	}
+	return nil, nil
+}
+
+// quotePublication quotes a publication name for pgoutput's
+// publication_names option, a list of identifiers.
+func quotePublication(name string) string { return pgx.Identifier{name}.Sanitize() }

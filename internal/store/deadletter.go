@@ -1,0 +1,146 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/publish"
+)
+
+// DeadLetter parks rows that cannot be mapped (relay.on_invalid:
+// dead_letter) and messages a sink refuses (relay.on_refused:
+// dead_letter). A row or message is parked synchronously, before the
+// relay goes on: its transaction can only be confirmed once it is in the
+// table, so a crash decodes or refuses it again and parks it again (the
+// primary key makes that a no-op).
+//
+// A DeadLetter is used by one goroutine: the pipeline's, or one sink
+// runner's; each has its own. It connects on first use.
+type DeadLetter struct {
+	url  string
+	t    Tables
+	conn *pgx.Conn
+}
+
+// NewDeadLetter returns a dead-letter writer for t.
+func NewDeadLetter(url string, t Tables) *DeadLetter { return &DeadLetter{url: url, t: t} }
+
+// SkippedPrefix starts the error recorded for a row parked by `cdc skip`.
+const SkippedPrefix = "parked by cdc skip: "
+
+// Park parks a row that cannot be mapped, for every sink. errText is
+// recorded as its error (e.Err's text when empty).
+func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string) error {
+	row, err := json.Marshal(e.Row)
+	if err != nil {
+		return err
+	}
+	var id *string
+	if e.ID != "" {
+		id = &e.ID
+	}
+	if errText == "" {
+		errText = e.Err.Error()
+	}
+	if err := d.insert(ctx, e.LSN.String(), "", e.CommitLSN.String(), id, errText, row); err != nil {
+		return fmt.Errorf("dead-letter: parking %v: %w", e, err)
+	}
+	return nil
+}
+
+// ParkRefused parks a message that sink refused for good with cause.
+func (d *DeadLetter) ParkRefused(ctx context.Context, sink string, m *decoder.Message, cause error) error {
+	row := bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
+	if err := d.insert(ctx, m.LSN.String(), sink, m.CommitLSN.String(), &m.ID, cause.Error(), row); err != nil {
+		return fmt.Errorf("dead-letter: parking message %s (lsn %s) refused by sink %s: %w", m.ID, m.LSN, sink, err)
+	}
+	return nil
+}
+
+// Parked reports whether the row at lsn is parked for every sink (by
+// relay.on_invalid: dead_letter or by `cdc skip`). A missing table parks
+// nothing.
+func (d *DeadLetter) Parked(ctx context.Context, lsn pglogrepl.LSN) (bool, error) {
+	if err := d.connect(ctx); err != nil {
+		return false, err
+	}
+	if ok, err := tableExists(ctx, d.conn, d.t.DeadLetter); err != nil || !ok {
+		return false, err
+	}
+	var parked bool
+	err := d.conn.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE slot = $1 AND lsn = $2::pg_lsn AND sink = '')", d.t.DeadLetter),
+		d.t.Slot, lsn.String()).Scan(&parked)
+	if err != nil {
+		d.reset()
+		return false, fmt.Errorf("dead-letter: looking up lsn %s in %s: %w", lsn, d.t.DeadLetter, err)
+	}
+	return parked, nil
+}
+
+func (d *DeadLetter) connect(ctx context.Context) error {
+	if d.conn != nil {
+		return nil
+	}
+	c, err := pgconnect.Connect(ctx, d.url)
+	if err != nil {
+		return err
+	}
+	d.conn = c
+	return nil
+}
+
+func (d *DeadLetter) reset() {
+	if d.conn != nil {
+		d.conn.Close(context.Background())
+		d.conn = nil
+	}
+}
+
+func (d *DeadLetter) insert(ctx context.Context, lsn, sink, commitLSN string, id *string, errText string, row []byte) error {
+	if err := d.connect(ctx); err != nil {
+		return err
+	}
+	_, err := d.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, lsn, sink, commit_lsn, message_id, error, row_data)
+		VALUES ($1, $2::pg_lsn, $3, $4::pg_lsn, $5, $6, $7) ON CONFLICT (slot, lsn, sink) DO NOTHING`, d.t.DeadLetter),
+		d.t.Slot, lsn, sink, commitLSN, id, errText, row)
+	if err != nil {
+		d.reset()
+		return err
+	}
+	return nil
+}
+
+// Close closes the connection, if any.
+func (d *DeadLetter) Close() { d.reset() }
+
+// DeadLetterCounts returns how many messages are parked for the slot, per
+// sink ("" for rows that could not be mapped); nil when the dead-letter
+// table does not exist.
+func DeadLetterCounts(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]int, error) {
+	if ok, err := tableExists(ctx, conn, t.DeadLetter); err != nil || !ok {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, count(*) FROM %s WHERE slot = $1 GROUP BY 1", t.DeadLetter), t.Slot)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		counts[s] = n
+	}
+	return counts, rows.Err()
+}
+

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/config"
+)
+
+// Tables names a slot's state tables.
+type Tables struct {
+	Slot string
+	// Progress and DeadLetter are quoted, schema-qualified names; Progress
+	// is "" when per-sink progress is disabled (progress_table: "-").
+	Progress, DeadLetter string
+}
+
+// TablesOf returns the tables cfg names.
+func TablesOf(cfg *config.Config) Tables {
+	return Tables{Slot: cfg.Postgres.Slot, Progress: quote(cfg.Postgres.ProgressTable), DeadLetter: quote(cfg.Postgres.DeadLetterTable)}
+}
+
+func quote(t string) string {
+	if t == "" || t == "-" {
+		return ""
+	}
+	return pgx.Identifier(strings.Split(t, ".")).Sanitize()
+}
+
+const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
+    slot       text        NOT NULL,
+    sink       text        NOT NULL,
+    commit_lsn pg_lsn      NOT NULL,
+    lsn        pg_lsn      NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot, sink)
+)`
+
+// deadLetterDDL is the dead-letter table. sink is '' for a row that cannot
+// be mapped (parked for every sink), or the name of the sink that refused
+// the message; row_data is then the message as the file sink writes it
+// (id, type, key, payload, headers, lsn, ...).
+const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
+    slot       text        NOT NULL,
+    lsn        pg_lsn      NOT NULL,
+    sink       text        NOT NULL DEFAULT '',
+    commit_lsn pg_lsn      NOT NULL,
+    message_id text,
+    error      text        NOT NULL,
+    row_data   jsonb       NOT NULL,
+    parked_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot, lsn, sink)
+)`
+
+// Result says what Setup did with one table.
+type Result struct {
+	Table   string
+	Created bool
+}
+
+// Setup creates the tables that are missing.
+func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
+	var out []Result
+	for _, x := range []struct{ table, ddl, field string }{
+		{t.Progress, progressDDL, "postgres.progress_table"},
+		{t.DeadLetter, deadLetterDDL, "postgres.dead_letter_table"},
+	} {
+		if x.table == "" {
+			continue
+		}
+		exists, err := tableExists(ctx, conn, x.table)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", x.field, err)
+		}
+		if !exists {
+			if _, err := conn.Exec(ctx, fmt.Sprintf(x.ddl, x.table)); err != nil {
+				return out, fmt.Errorf("%s: creating %s: %w", x.field, x.table, err)
+			}
+		}
+		out = append(out, Result{Table: x.table, Created: !exists})
+	}
+	return out, nil
+}
+
+// ErrMissing and ErrGrant are wrapped by Check's errors.
+var (
+	ErrMissing = errors.New("store: table missing")
+	ErrGrant   = errors.New("store: privilege missing")
+)
+
+// Check verifies that the tables exist and that the current role may use
+// them as the relay does: SELECT, INSERT and UPDATE on the progress table,
+// SELECT and INSERT on the dead-letter table. A missing dead-letter table
+// is an error only when deadLetter is set (a dead_letter policy is on);
+// without it, `cdc skip` has nowhere to park and the relay has nothing to
+// look up.
+func Check(ctx context.Context, conn *pgx.Conn, t Tables, deadLetter bool) error {
+	if t.Progress != "" {
+		if err := checkTable(ctx, conn, t.Progress, "postgres.progress_table", []string{"SELECT", "INSERT", "UPDATE"}, true,
+			` (or set postgres.progress_table: "-" to keep no per-sink progress)`); err != nil {
+			return err
+		}
+	}
+	return checkTable(ctx, conn, t.DeadLetter, "postgres.dead_letter_table", []string{"SELECT", "INSERT"}, deadLetter, "")
+}
+
+func checkTable(ctx context.Context, conn *pgx.Conn, table, field string, privs []string, required bool, alt string) error {
+	exists, err := tableExists(ctx, conn, table)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if !exists {
+		if !required {
+			return nil
+		}
+		return fmt.Errorf("%w: %s: table %s does not exist; run 'cdc init' (as a role that may create it)%s", ErrMissing, field, table, alt)
+	}
+	var missing []string
+	for _, p := range privs {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1, $2)", table, p).Scan(&ok); err != nil {
+			return fmt.Errorf("%s: checking privileges on %s: %w", field, table, err)
+		}
+		if !ok {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		var role string
+		if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s: role %q lacks %s on %s; run GRANT %s ON %s TO %s (see sql/roles.sql)",
+			ErrGrant, field, role, strings.Join(missing, ", "), table, strings.Join(privs, ", "), table, pgx.Identifier{role}.Sanitize())
+	}
+	return nil
+}
+
+func tableExists(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+		return false, fmt.Errorf("looking up %s: %w", table, err)
+	}
+	return exists, nil
+}
