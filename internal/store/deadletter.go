@@ -143,4 +143,3 @@ func DeadLetterCounts(ctx context.Context, conn *pgx.Conn, t Tables) (map[string
 	}
 	return counts, rows.Err()
 }
-

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/sqlident"
 )
 
 // Tables names a slot's state tables.
@@ -17,18 +18,23 @@ type Tables struct {
 	// Progress and DeadLetter are quoted, schema-qualified names; Progress
 	// is "" when per-sink progress is disabled (progress_table: "-").
 	Progress, DeadLetter string
+	// ProgressName and DeadLetterName are the names as configured, for
+	// messages.
+	ProgressName, DeadLetterName string
 }
 
 // TablesOf returns the tables cfg names.
 func TablesOf(cfg *config.Config) Tables {
-	return Tables{Slot: cfg.Postgres.Slot, Progress: quote(cfg.Postgres.ProgressTable), DeadLetter: quote(cfg.Postgres.DeadLetterTable)}
+	return Tables{Slot: cfg.Postgres.Slot,
+		Progress: quote(cfg.Postgres.ProgressTable), ProgressName: cfg.Postgres.ProgressTable,
+		DeadLetter: quote(cfg.Postgres.DeadLetterTable), DeadLetterName: cfg.Postgres.DeadLetterTable}
 }
 
 func quote(t string) string {
 	if t == "" || t == "-" {
 		return ""
 	}
-	return pgx.Identifier(strings.Split(t, ".")).Sanitize()
+	return sqlident.Readable(strings.Split(t, ".")...)
 }
 
 const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
@@ -40,7 +46,7 @@ const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
     PRIMARY KEY (slot, sink)
 )`
 
-// deadLetterDDL is the dead-letter table. sink is '' for a row that cannot
+// deadLetterDDL is the dead-letter table. sink is ” for a row that cannot
 // be mapped (parked for every sink), or the name of the sink that refused
 // the message; row_data is then the message as the file sink writes it
 // (id, type, key, payload, headers, lsn, ...).
@@ -100,15 +106,15 @@ var (
 // look up.
 func Check(ctx context.Context, conn *pgx.Conn, t Tables, deadLetter bool) error {
 	if t.Progress != "" {
-		if err := checkTable(ctx, conn, t.Progress, "postgres.progress_table", []string{"SELECT", "INSERT", "UPDATE"}, true,
+		if err := checkTable(ctx, conn, t.Progress, t.ProgressName, "postgres.progress_table", []string{"SELECT", "INSERT", "UPDATE"}, true,
 			` (or set postgres.progress_table: "-" to keep no per-sink progress)`); err != nil {
 			return err
 		}
 	}
-	return checkTable(ctx, conn, t.DeadLetter, "postgres.dead_letter_table", []string{"SELECT", "INSERT"}, deadLetter, "")
+	return checkTable(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", []string{"SELECT", "INSERT"}, deadLetter, "")
 }
 
-func checkTable(ctx context.Context, conn *pgx.Conn, table, field string, privs []string, required bool, alt string) error {
+func checkTable(ctx context.Context, conn *pgx.Conn, table, name, field string, privs []string, required bool, alt string) error {
 	exists, err := tableExists(ctx, conn, table)
 	if err != nil {
 		return fmt.Errorf("%s: %w", field, err)
@@ -117,7 +123,7 @@ func checkTable(ctx context.Context, conn *pgx.Conn, table, field string, privs 
 		if !required {
 			return nil
 		}
-		return fmt.Errorf("%w: %s: table %s does not exist; run 'cdc init' (as a role that may create it)%s", ErrMissing, field, table, alt)
+		return fmt.Errorf("%w: %s: table %s does not exist; run 'cdc init' (as a role that may create it)%s", ErrMissing, field, name, alt)
 	}
 	var missing []string
 	for _, p := range privs {
@@ -134,8 +140,8 @@ func checkTable(ctx context.Context, conn *pgx.Conn, table, field string, privs 
 		if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s: role %q lacks %s on %s; run GRANT %s ON %s TO %s (see sql/roles.sql)",
-			ErrGrant, field, role, strings.Join(missing, ", "), table, strings.Join(privs, ", "), table, pgx.Identifier{role}.Sanitize())
+		return fmt.Errorf("%w: %s: role %s lacks %s on %s; run GRANT %s ON %s TO %s (see sql/roles.sql)",
+			ErrGrant, field, role, strings.Join(missing, ", "), name, strings.Join(privs, ", "), table, sqlident.Readable(role))
 	}
 	return nil
 }

@@ -1,0 +1,77 @@
+package pgconnect
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConnectTimeoutDefaultsUnlessTheURLSetsOne(t *testing.T) {
+	c, err := Config("postgres://u@db.example.com/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ConnectTimeout != DefaultConnectTimeout {
+		t.Errorf("no connect_timeout: %v, want %v", c.ConnectTimeout, DefaultConnectTimeout)
+	}
+	c, err = Config("postgres://u@db.example.com/app?connect_timeout=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ConnectTimeout != 3*time.Second {
+		t.Errorf("connect_timeout=3: %v", c.ConnectTimeout)
+	}
+	rc, err := ReplicationConfig("host=db.example.com user=u dbname=app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.ConnectTimeout != DefaultConnectTimeout || rc.RuntimeParams["replication"] != "database" {
+		t.Errorf("replication config: timeout %v, params %v", rc.ConnectTimeout, rc.RuntimeParams)
+	}
+	if got := Describe(rc); got != "host=db.example.com port=5432 database=app user=u" {
+		t.Errorf("Describe = %q", got)
+	}
+}
+
+func TestParseErrorsNeverRepeatTheURL(t *testing.T) {
+	const secret = "Sup3r$ecret"
+	for _, url := range []string{
+		"postgres://u:" + secret + "@h/db%zz",
+		"postgres://u:" + secret + "@h:notaport/db",
+		"postgres://u:" + secret + "@h/db?sslmode=bogus",
+		"host=h password=" + secret + " sslmode=bogus",
+		"host=h password='" + secret,
+		"postgres://u:" + secret + "@[::1/db",
+	} {
+		_, err := Config(url)
+		if err == nil {
+			t.Errorf("%q: no error", url)
+			continue
+		}
+		if !errors.Is(err, ErrURL) || strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "h/db") {
+			t.Errorf("%q: %v", url, err)
+		}
+	}
+}
+
+func TestUnverifiedFlagsRemoteServersWithoutVerifyFull(t *testing.T) {
+	for url, flagged := range map[string]bool{
+		"postgres://u@db.example.com/app":                                        true,
+		"postgres://u@db.example.com/app?sslmode=require":                        true,
+		"postgres://u@db.example.com/app?sslmode=disable":                        true,
+		"postgres://u@127.0.0.1/app?sslmode=disable":                             false,
+		"postgres://u@localhost/app":                                             false,
+		"host=/var/run/postgresql user=u":                                        false,
+		"postgres://u@[::1]/app?sslmode=disable":                                 false,
+		"postgres://u@db.example.com/app?sslmode=verify-full&sslrootcert=system": false,
+	} {
+		c, err := ReplicationConfig(url)
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if got := Unverified(c) != ""; got != flagged {
+			t.Errorf("%s: flagged %v (%q), want %v", url, got, Unverified(c), flagged)
+		}
+	}
+}

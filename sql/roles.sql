@@ -1,0 +1,34 @@
+-- The least privileges of a walpost relay role: what `cdc run` (and
+-- `cdc status`, `cdc skip`) need, nothing more. `cdc init` runs once as a
+-- role that may create objects (the outbox table's owner, with REPLICATION:
+-- it creates the publication, the slot, and the two state tables below);
+-- the relay then runs as this role and creates nothing.
+--
+-- Run as a superuser (or a role with CREATEROLE), after `cdc init`. The
+-- names are walpost's defaults: change walpost_relay, the password and the
+-- table names to yours (postgres.table, postgres.progress_table,
+-- postgres.dead_letter_table). A password from this file belongs in a
+-- secret store, not in cdc.yaml: reference it there as ${PGPASSWORD} or
+-- similar.
+
+-- REPLICATION: START_REPLICATION on the slot. LOGIN: connect.
+CREATE ROLE walpost_relay WITH LOGIN REPLICATION PASSWORD 'change-me';
+
+-- The schema holding the tables below.
+GRANT USAGE ON SCHEMA public TO walpost_relay;
+
+-- The outbox: the startup check reads its columns; logical replication
+-- itself needs no table privilege.
+GRANT SELECT ON public.outbox TO walpost_relay;
+
+-- Per-sink progress: read at takeover, written as sinks acknowledge.
+GRANT SELECT, INSERT, UPDATE ON public.walpost_sink_progress TO walpost_relay;
+
+-- Dead letters: rows parked by relay.on_invalid / relay.on_refused:
+-- dead_letter or by `cdc skip`, read back to go past a skipped row.
+GRANT SELECT, INSERT ON public.walpost_dead_letter TO walpost_relay;
+
+-- pg_hba.conf must let the role connect to the database (a logical
+-- replication connection matches the database's name, not the
+-- "replication" keyword), e.g.:
+--   hostssl app walpost_relay 10.0.0.0/8 scram-sha-256
