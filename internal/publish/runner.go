@@ -23,22 +23,26 @@ type RunnerOptions struct {
 	// BatchSize is the most deliveries per Publish call (default 1000).
 	BatchSize int
 	// MaxBackoff caps the wait between attempts of a failed batch
-	// (default 30s); attempts start at 100ms and double, with jitter.
+	// (default 30s); attempts start at 100ms and double, with jitter, and
+	// start at 100ms again after an attempt that made progress.
 	MaxBackoff time.Duration
-	// Ack is called, from the runner's goroutine, with each batch once the
-	// sink has published it.
+	// Ack is called, from the runner's goroutine, with the deliveries the
+	// sink has made durable: in channel order, each delivery once, each
+	// call the next contiguous run of them. A delivery the sink reports
+	// durable (Partial) after one that is not yet waits for it.
 	Ack func(batch []Delivery)
-	// Failing, if set, is called with true when a batch starts failing and
-	// with false when it went through again (for metrics and status).
+	// Failing, if set, is called with true when a Publish call fails and
+	// the runner retries, and with false when a Publish call goes through
+	// again (for metrics and status). It is called on changes only.
 	Failing func(bool)
 	// Refused, if set, takes over a message the sink refuses for good
-	// (IsRejected). The runner then publishes the refused batch one
-	// message at a time, acking each that goes through; a message that is
-	// refused alone RefusedAttempts times in a row is handed to Refused,
-	// which must store it durably and account for it (the runner does not
-	// Ack it), and the runner goes on with the next. An error from Refused
-	// stops the runner. When nil, a refusal stops the runner like any
-	// Permanent error.
+	// (IsRejected). The runner then publishes the refused batch's messages
+	// that are not durable yet one at a time, acking each that goes
+	// through; a message that is refused alone RefusedAttempts times in a
+	// row is handed to Refused, which must store it durably and account
+	// for it (the runner does not Ack it), and the runner goes on with the
+	// next. An error from Refused stops the runner. When nil, a refusal
+	// stops the runner like any Permanent error.
 	Refused func(ctx context.Context, d Delivery, err error) error
 	// RefusedAttempts is how often a message is tried alone before it
 	// goes to Refused (default 3).
@@ -46,11 +50,27 @@ type RunnerOptions struct {
 	Log             zerolog.Logger
 }
 
+// minBackoff is the wait before the first retry of a batch, and again
+// after an attempt that made progress.
+const minBackoff = 100 * time.Millisecond
+
 // Runner feeds one sink from a channel of delivery slices: it takes
 // whatever is waiting (up to BatchSize deliveries) as one batch, publishes
-// it, retries it whole on a retryable error with exponential backoff and
+// it, retries it on a retryable error with exponential backoff and
 // jitter, forever, and acks it. One batch at a time, in channel order: a
 // sink sees messages in WAL order, and a retry never reorders them.
+//
+// A retry sends the messages of the batch that are not durable yet: all
+// of them, unless the sink reported some durable with Partial. Those are
+// not sent again; the rest keep their relative order, which keeps a
+// sink's order argument (a sink reports per partition or entity a prefix
+// of its messages, so a retry sends each partition's or entity's
+// remainder in order, after what it stored). Acks follow WAL order: the
+// runner acks the longest durable prefix of the batch after each attempt
+// (so a Permanent error still confirms what was stored), and never acks a
+// delivery twice. The backoff starts at 100ms for each batch and again
+// after any attempt that made some message durable, so it grows only
+// while the sink makes no progress.
 //
 // A Runner is used by one goroutine.
 type Runner struct {
@@ -59,6 +79,17 @@ type Runner struct {
 	opt     RunnerOptions
 	pending []Delivery // received, not yet in a batch
 	closed  bool
+	failing bool // opt.Failing was last called with true
+
+	// sleep waits d or until ctx ends (ctx.Err()); tests replace it.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	// The batch being published.
+	batch   []Delivery
+	durable []bool // durable[i]: the sink has made batch[i] durable
+	settled int    // batch[:settled] was acked or handed to Refused
+	msgs    []*decoder.Message
+	idx     []int // idx[j]: the index in batch of msgs[j]
 }
 
 // NewRunner returns a runner feeding sink from in. The runner owns the
@@ -73,14 +104,29 @@ func NewRunner(sink Sink, in <-chan []Delivery, opt RunnerOptions) *Runner {
 	if opt.RefusedAttempts <= 0 {
 		opt.RefusedAttempts = 3
 	}
-	return &Runner{sink: sink, in: in, opt: opt}
+	return &Runner{sink: sink, in: in, opt: opt, sleep: sleep}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Run publishes until in is closed and drained (then it returns nil), ctx
 // ends (ctx.Err()), or the sink returns a Permanent error (that error; a
-// Rejected one only when opt.Refused is nil).
+// Rejected one only when opt.Refused is nil). Before it returns an error
+// it acks what the sink reported durable of the batch.
 func (r *Runner) Run(ctx context.Context) error {
-	msgs := make([]*decoder.Message, 0, r.opt.BatchSize)
+	r.msgs = make([]*decoder.Message, 0, r.opt.BatchSize)
+	r.idx = make([]int, 0, r.opt.BatchSize)
+	r.durable = make([]bool, 0, r.opt.BatchSize)
 	for {
 		if len(r.pending) == 0 {
 			if r.closed {
@@ -117,58 +163,64 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 		n := min(len(r.pending), r.opt.BatchSize)
-		batch := r.pending[:n:n]
-		msgs = msgs[:0]
-		for _, d := range batch {
-			msgs = append(msgs, d.Msg)
+		r.batch, r.settled = r.pending[:n:n], 0
+		r.durable = r.durable[:n]
+		clear(r.durable)
+		err := r.publish(ctx, 0, n)
+		if err != nil && r.opt.Refused != nil && IsRejected(err) {
+			err = r.oneByOne(ctx, err)
 		}
-		err := r.publish(ctx, msgs)
-		switch {
-		case err == nil:
-			r.opt.Ack(batch)
-		case r.opt.Refused != nil && IsRejected(err):
-			if err := r.oneByOne(ctx, batch, msgs, err); err != nil {
-				return err
-			}
-		default:
+		clear(r.msgs[:n]) // drop references to payloads
+		r.batch = nil
+		if err != nil {
 			return err
 		}
-		clear(msgs)
 		r.pending = r.pending[n:]
 	}
 }
 
-// oneByOne publishes a batch that was refused (first) one message at a
-// time, in order, acking each message that goes through and handing each
-// that is refused RefusedAttempts times to opt.Refused.
-func (r *Runner) oneByOne(ctx context.Context, batch []Delivery, msgs []*decoder.Message, first error) error {
-	r.opt.Log.Warn().Err(first).Int("batch", len(batch)).
-		Msg("the sink refuses a message of this batch; publishing the batch one message at a time to find it")
+// oneByOne publishes the messages of a batch that was refused (first) and
+// are not durable yet one at a time, in order, acking each message that
+// goes through and handing each that is refused RefusedAttempts times to
+// opt.Refused.
+func (r *Runner) oneByOne(ctx context.Context, first error) error {
+	left := 0
+	for i := r.settled; i < len(r.batch); i++ {
+		if !r.durable[i] {
+			left++
+		}
+	}
+	r.opt.Log.Warn().Err(first).Int("batch", len(r.batch)).Int("not_durable", left).
+		Msg("the sink refuses a message of this batch; publishing its messages not yet durable one at a time to find it")
 	refused := 0
 	defer func() {
-		if refused == 0 && len(batch) > 1 {
-			r.opt.Log.Warn().Int("batch", len(batch)).Msg("the sink refused the batch but took each of its messages alone: " +
+		if refused == 0 && left > 1 {
+			r.opt.Log.Warn().Int("batch", len(r.batch)).Msg("the sink refused the batch but took each of its messages alone: " +
 				"the sink's batch limit (batch_bytes, max_batch_bytes) is likely above what the destination accepts; lower it")
 		}
 	}()
-	for i := range batch {
-		err := r.publish(ctx, msgs[i:i+1])
+	for i := r.settled; i < len(r.batch); i++ {
+		if r.durable[i] {
+			continue // acked already: everything before it is settled
+		}
+		// Here r.settled == i: every earlier message is acked or refused.
+		err := r.publish(ctx, i, i+1)
 		for attempt := 2; attempt <= r.opt.RefusedAttempts && IsRejected(err); attempt++ {
-			select {
-			case <-time.After(time.Duration(attempt-1) * 100 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := r.sleep(ctx, time.Duration(attempt-1)*minBackoff); err != nil {
+				return err
 			}
-			err = r.publish(ctx, msgs[i:i+1])
+			err = r.publish(ctx, i, i+1)
 		}
 		switch {
 		case err == nil:
-			r.opt.Ack(batch[i : i+1])
+			// publish acked it, and the durable messages after it.
 		case IsRejected(err):
 			refused++
-			if err := r.opt.Refused(ctx, batch[i], err); err != nil {
+			if err := r.opt.Refused(ctx, r.batch[i], err); err != nil {
 				return err
 			}
+			r.settled = i + 1
+			r.ackDurable()
 		default:
 			return err
 		}
@@ -176,17 +228,32 @@ func (r *Runner) oneByOne(ctx context.Context, batch []Delivery, msgs []*decoder
 	return nil
 }
 
-func (r *Runner) publish(ctx context.Context, msgs []*decoder.Message) error {
-	backoff := 100 * time.Millisecond
+// publish publishes the messages of batch[lo:hi] that are not durable,
+// retrying with backoff until every one of them is durable (nil), the
+// sink returns a Permanent error (that error) or ctx ends (ctx.Err()).
+// After every attempt it records what the sink made durable and acks the
+// batch's durable prefix.
+func (r *Runner) publish(ctx context.Context, lo, hi int) error {
+	backoff := minBackoff
 	for attempt := 1; ; attempt++ {
-		err := r.sink.Publish(ctx, msgs)
-		if err == nil {
+		r.msgs, r.idx = r.msgs[:0], r.idx[:0]
+		for i := lo; i < hi; i++ {
+			if !r.durable[i] {
+				r.msgs = append(r.msgs, r.batch[i].Msg)
+				r.idx = append(r.idx, i)
+			}
+		}
+		if len(r.msgs) == 0 {
+			return nil
+		}
+		err := r.sink.Publish(ctx, r.msgs)
+		progress := r.record(err)
+		r.ackDurable()
+		if err == nil || progress == len(r.msgs) {
 			if attempt > 1 {
 				r.opt.Log.Info().Int("attempts", attempt).Msg("sink recovered; batch published")
-				if r.opt.Failing != nil {
-					r.opt.Failing(false)
-				}
 			}
+			r.setFailing(false)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -195,18 +262,71 @@ func (r *Runner) publish(ctx context.Context, msgs []*decoder.Message) error {
 		if IsPermanent(err) {
 			return err
 		}
-		if attempt == 1 && r.opt.Failing != nil {
-			r.opt.Failing(true)
+		r.setFailing(true)
+		if progress > 0 {
+			backoff = minBackoff
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		r.opt.Log.Warn().Err(err).Int("attempt", attempt).Int("batch", len(msgs)).
-			Str("first_msg_id", msgs[0].ID).Str("lsn", msgs[0].LSN.String()).Dur("retry_in", wait).
-			Msg("publish failed; retrying (the slot is not confirmed past this batch)")
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return ctx.Err()
+		ev := r.opt.Log.Warn().Err(err).Int("attempt", attempt).Int("batch", len(r.msgs))
+		if progress > 0 {
+			ev = ev.Int("durable", progress)
+		}
+		ev.Str("first_msg_id", r.msgs[0].ID).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in", wait).
+			Msg("publish failed; retrying the messages not yet durable (the slot is not confirmed past them)")
+		if err := r.sleep(ctx, wait); err != nil {
+			return err
 		}
 		backoff = min(backoff*2, r.opt.MaxBackoff)
 	}
+}
+
+// record marks as durable what the Publish call of r.msgs made durable,
+// by err: all of them for nil, those done for a Partial error. It returns
+// how many it marked. A Partial error whose done does not match the call
+// counts as no progress (the messages are sent again).
+func (r *Runner) record(err error) int {
+	if err == nil {
+		for _, i := range r.idx {
+			r.durable[i] = true
+		}
+		return len(r.idx)
+	}
+	done, ok := DoneOf(err)
+	if !ok {
+		return 0
+	}
+	if len(done) != len(r.idx) {
+		r.opt.Log.Error().Int("batch", len(r.idx)).Int("reported", len(done)).
+			Msg("the sink reported durable messages for a call of another size; ignoring the report (a bug in the sink)")
+		return 0
+	}
+	n := 0
+	for j, d := range done {
+		if d && !r.durable[r.idx[j]] {
+			r.durable[r.idx[j]] = true
+			n++
+		}
+	}
+	return n
+}
+
+// ackDurable acks the durable deliveries that follow the settled prefix
+// of the batch, up to the first that is not durable.
+func (r *Runner) ackDurable() {
+	end := r.settled
+	for end < len(r.batch) && r.durable[end] {
+		end++
+	}
+	if end > r.settled {
+		r.opt.Ack(r.batch[r.settled:end:end])
+		r.settled = end
+	}
+}
+
+// setFailing reports a change of the sink's state to opt.Failing.
+func (r *Runner) setFailing(f bool) {
+	if f != r.failing && r.opt.Failing != nil {
+		r.opt.Failing(f)
+	}
+	r.failing = f
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -243,3 +244,355 @@ func TestRunnerStopsOnRefusalWithoutRefusedAndOnOtherPermanentErrors(t *testing.
 		t.Fatalf("delivered %v", s.got)
 	}
 }
+
+// scripted is a sink whose every call is answered by a script: next gets
+// the ids of the call and returns which of them the sink stores and the
+// error to return (nil stores all). What it stores is durable; storing a
+// message twice is a resend of a durable message.
+type scripted struct {
+	t      *testing.T
+	next   func(call int, ids []string) (done []bool, err error)
+	calls  [][]string
+	stored map[string]int
+}
+
+func (s *scripted) Name() string { return "scripted" }
+func (s *scripted) Close() error { return nil }
+func (s *scripted) Publish(ctx context.Context, msgs []*decoder.Message) error {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+		if s.stored[m.ID] > 0 {
+			s.t.Errorf("call %d sends %s, which the sink reported durable", len(s.calls)+1, m.ID)
+		}
+	}
+	s.calls = append(s.calls, ids)
+	done, err := s.next(len(s.calls), ids)
+	for i, id := range ids {
+		if err == nil || done != nil && done[i] {
+			s.stored[id]++
+		}
+	}
+	if err != nil && done != nil {
+		return Partial(err, done)
+	}
+	return err
+}
+
+// bools parses "x.x" into {true, false, true}.
+func bools(s string) []bool {
+	b := make([]bool, len(s))
+	for i := range s {
+		b[i] = s[i] == 'x'
+	}
+	return b
+}
+
+// ackLog records the Ack calls of a runner as "0,1,2" strings, and
+// refusals as "refused 3".
+type ackLog struct {
+	t      *testing.T
+	events []string
+	seen   map[int]bool
+}
+
+func (a *ackLog) ack(b []Delivery) {
+	var s []string
+	for _, d := range b {
+		n := d.Tag.(int)
+		if a.seen[n] {
+			a.t.Errorf("delivery %d acked twice", n)
+		}
+		a.seen[n] = true
+		s = append(s, fmt.Sprint(n))
+	}
+	a.events = append(a.events, strings.Join(s, ","))
+}
+
+func newAckLog(t *testing.T) *ackLog { return &ackLog{t: t, seen: map[int]bool{}} }
+
+// runOne runs a runner over one batch of n deliveries (ids "0".."n-1")
+// with waits recorded instead of slept.
+func runOne(t *testing.T, s Sink, n int, opt RunnerOptions) (waits []time.Duration, err error) {
+	in := make(chan []Delivery, 1)
+	var ds []Delivery
+	for i := range n {
+		ds = append(ds, Delivery{Msg: &decoder.Message{ID: fmt.Sprint(i)}, Tag: i})
+	}
+	in <- ds
+	close(in)
+	if opt.BatchSize == 0 {
+		opt.BatchSize = n
+	}
+	opt.Log = zerolog.Nop()
+	r := NewRunner(s, in, opt)
+	r.sleep = func(ctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		return ctx.Err()
+	}
+	err = r.Run(context.Background())
+	return waits, err
+}
+
+func TestRunnerResendsOnlyWhatIsNotDurableAndHoldsBackAcksBehindAGap(t *testing.T) {
+	s := &scripted{t: t, stored: map[string]int{}, next: func(call int, ids []string) ([]bool, error) {
+		switch call {
+		case 1:
+			return bools("x.xx.x"), errors.New("partition 1 not leader")
+		case 2:
+			return bools("x."), errors.New("throttled")
+		case 3:
+			return nil, errors.New("connection reset") // nothing durable: all again
+		}
+		return nil, nil
+	}}
+	acks := newAckLog(t)
+	var failing []bool
+	_, err := runOne(t, s, 6, RunnerOptions{Ack: acks.ack, Failing: func(f bool) { failing = append(failing, f) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCalls := [][]string{{"0", "1", "2", "3", "4", "5"}, {"1", "4"}, {"4"}, {"4"}}
+	if !slices.EqualFunc(s.calls, wantCalls, slices.Equal) {
+		t.Errorf("calls %v, want %v", s.calls, wantCalls)
+	}
+	// 0 at once; 2 and 3 are durable after call 1 but wait for 1; 5 for 4.
+	if want := []string{"0", "1,2,3", "4,5"}; !slices.Equal(acks.events, want) {
+		t.Errorf("acks %q, want %q", acks.events, want)
+	}
+	for id, n := range s.stored {
+		if n != 1 {
+			t.Errorf("message %s stored %d times", id, n)
+		}
+	}
+	if !slices.Equal(failing, []bool{true, false}) {
+		t.Errorf("Failing calls %v, want [true false]", failing)
+	}
+}
+
+func TestRunnerIgnoresAReportOfTheWrongSize(t *testing.T) {
+	calls := 0
+	s := &funcSink{publish: func(ctx context.Context, msgs []*decoder.Message) error {
+		calls++
+		if calls == 1 {
+			return Partial(errors.New("broken sink"), bools("xx"))
+		}
+		if len(msgs) != 3 {
+			t.Errorf("retry of %d messages after a report that did not fit the call, want all 3", len(msgs))
+		}
+		return nil
+	}}
+	acks := newAckLog(t)
+	if _, err := runOne(t, s, 3, RunnerOptions{Ack: acks.ack}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(acks.events, []string{"0,1,2"}) {
+		t.Errorf("acks %q", acks.events)
+	}
+}
+
+func TestRunnerAcksTheDurablePrefixBeforeStoppingOnAPermanentError(t *testing.T) {
+	for _, wrap := range []struct {
+		name string
+		mark func(error, []bool) error
+	}{
+		{"PartialOfPermanent", func(err error, done []bool) error { return Partial(Permanent(err), done) }},
+		{"PermanentOfPartial", func(err error, done []bool) error { return Permanent(Partial(err, done)) }},
+		{"Wrapped", func(err error, done []bool) error {
+			return fmt.Errorf("context: %w", Partial(Permanent(err), done))
+		}},
+	} {
+		t.Run(wrap.name, func(t *testing.T) {
+			s := &funcSink{publish: func(ctx context.Context, msgs []*decoder.Message) error {
+				return wrap.mark(errors.New("not authorized for topic b"), bools("xx.x"))
+			}}
+			acks := newAckLog(t)
+			_, err := runOne(t, s, 4, RunnerOptions{Ack: acks.ack})
+			if !IsPermanent(err) || IsRejected(err) {
+				t.Fatalf("err = %v, want the permanent error", err)
+			}
+			if done, ok := DoneOf(err); !ok || !slices.Equal(done, bools("xx.x")) {
+				t.Errorf("DoneOf(%v) = %v, %v", err, done, ok)
+			}
+			if !slices.Equal(acks.events, []string{"0,1"}) {
+				t.Errorf("acks %q, want [0,1]: 3 is durable but behind 2", acks.events)
+			}
+		})
+	}
+}
+
+func TestRunnerLooksForARefusedMessageOnlyAmongTheNotDurable(t *testing.T) {
+	s := &scripted{t: t, stored: map[string]int{}, next: func(call int, ids []string) ([]bool, error) {
+		if call == 1 {
+			return bools("x.x..x"), Rejected(errors.New("message 3 too large"))
+		}
+		if slices.Contains(ids, "3") {
+			return nil, Rejected(errors.New("message 3 too large"))
+		}
+		return nil, nil
+	}}
+	acks := newAckLog(t)
+	_, err := runOne(t, s, 6, RunnerOptions{Ack: acks.ack, RefusedAttempts: 2,
+		Refused: func(ctx context.Context, d Delivery, err error) error {
+			acks.events = append(acks.events, fmt.Sprint("refused ", d.Tag))
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCalls := [][]string{{"0", "1", "2", "3", "4", "5"}, {"1"}, {"3"}, {"3"}, {"4"}}
+	if !slices.EqualFunc(s.calls, wantCalls, slices.Equal) {
+		t.Errorf("calls %v, want %v", s.calls, wantCalls)
+	}
+	if want := []string{"0", "1,2", "refused 3", "4,5"}; !slices.Equal(acks.events, want) {
+		t.Errorf("events %q, want %q", acks.events, want)
+	}
+}
+
+// TestRunnerKeepsPerKeyOrderWithRandomPartialFailures drives the runner
+// with a sink that, like Kafka, stores each key's share of a call up to a
+// random failure point (a per-partition prefix) and reports it: every
+// message is stored once, per key in publish order, and acked once, in
+// order, only after it was stored.
+func TestRunnerKeepsPerKeyOrderWithRandomPartialFailures(t *testing.T) {
+	const n, keys = 2000, 5
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var stored []string
+	storedSet := map[string]bool{}
+	calls, partial := 0, 0
+	s := &funcSink{publish: func(ctx context.Context, msgs []*decoder.Message) error {
+		calls++
+		if rnd.IntN(3) > 0 {
+			for _, m := range msgs {
+				stored = append(stored, m.ID)
+				storedSet[m.ID] = true
+			}
+			return nil
+		}
+		// Per key, a random share of the call's messages is stored.
+		fail := map[string]bool{}
+		for k := range keys {
+			fail[fmt.Sprint(k)] = rnd.IntN(2) == 0
+		}
+		done := make([]bool, len(msgs))
+		for i, m := range msgs {
+			if storedSet[m.ID] {
+				t.Fatalf("message %s sent again after it was reported durable", m.ID)
+			}
+			if !fail[m.Key] && rnd.IntN(20) == 0 {
+				fail[m.Key] = true // fails from here on for this key
+			}
+			if !fail[m.Key] {
+				done[i] = true
+				stored = append(stored, m.ID)
+				storedSet[m.ID] = true
+			}
+		}
+		if slices.Contains(done, true) {
+			partial++
+		}
+		return Partial(errors.New("some partitions failed"), done)
+	}}
+	in := make(chan []Delivery, n)
+	var all []*decoder.Message
+	for i := range n {
+		m := &decoder.Message{ID: fmt.Sprint(i), Key: fmt.Sprint(rnd.IntN(keys)), HasKey: true}
+		all = append(all, m)
+		in <- []Delivery{{Msg: m, Tag: i}}
+	}
+	close(in)
+	next := 0
+	r := NewRunner(s, in, RunnerOptions{BatchSize: 97, Log: zerolog.Nop(), Ack: func(b []Delivery) {
+		for _, d := range b {
+			if d.Tag.(int) != next {
+				t.Fatalf("acked %d, want %d", d.Tag, next)
+			}
+			if !storedSet[d.Msg.ID] {
+				t.Fatalf("acked %s before the sink stored it", d.Msg.ID)
+			}
+			next++
+		}
+	}})
+	r.sleep = func(context.Context, time.Duration) error { return nil }
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if next != n || len(stored) != n {
+		t.Fatalf("%d acked, %d stored, want %d each", next, len(stored), n)
+	}
+	last := map[string]int{}
+	for _, id := range stored {
+		var i int
+		fmt.Sscan(id, &i)
+		k := all[i].Key
+		if p, ok := last[k]; ok && p > i {
+			t.Fatalf("key %s: message %d stored after %d", k, i, p)
+		}
+		last[k] = i
+	}
+	t.Logf("%d calls, %d of them partial", calls, partial)
+	if partial < 10 {
+		t.Fatalf("only %d partial calls: the test did not exercise partial failures", partial)
+	}
+}
+
+// TestRunnerBackoffStartsAgainAfterProgress: the wait before a retry
+// doubles while attempts make no progress, and is back at its minimum
+// after an attempt that made a message durable, and for a later batch
+// after a success.
+func TestRunnerBackoffStartsAgainAfterProgress(t *testing.T) {
+	// Batch one (ids 0-3): three failures, then a partial one, then a
+	// failure, then success. Batch two (ids 4-7): one failure.
+	s := &scripted{t: t, stored: map[string]int{}, next: func(call int, ids []string) ([]bool, error) {
+		switch call {
+		case 1, 2, 3:
+			return nil, errors.New("down")
+		case 4:
+			return bools("x..."), errors.New("throttled")
+		case 5:
+			return nil, errors.New("down")
+		case 7:
+			return nil, errors.New("down again")
+		}
+		return nil, nil
+	}}
+	in := make(chan []Delivery, 2)
+	for b := range 2 {
+		var ds []Delivery
+		for i := b * 4; i < b*4+4; i++ {
+			ds = append(ds, Delivery{Msg: &decoder.Message{ID: fmt.Sprint(i)}, Tag: i})
+		}
+		in <- ds
+	}
+	close(in)
+	var waits []time.Duration
+	r := NewRunner(s, in, RunnerOptions{BatchSize: 4, Log: zerolog.Nop(), Ack: func([]Delivery) {}})
+	r.sleep = func(ctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		return nil
+	}
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The wait before a retry is jittered within [backoff/2, backoff].
+	backoffs := []time.Duration{100, 200, 400, 100, 200, 100} // ms
+	if len(waits) != len(backoffs) {
+		t.Fatalf("waits %v, want %d of them", waits, len(backoffs))
+	}
+	for i, b := range backoffs {
+		b *= time.Millisecond
+		if waits[i] < b/2 || waits[i] > b {
+			t.Errorf("wait %d is %s, want within [%s, %s] (all waits: %v)", i+1, waits[i], b/2, b, waits)
+		}
+	}
+}
+
+type funcSink struct {
+	publish func(context.Context, []*decoder.Message) error
+}
+
+func (s *funcSink) Name() string { return "func" }
+func (s *funcSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+	return s.publish(ctx, msgs)
+}
+func (s *funcSink) Close() error { return nil }

@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/walpost/walpost/internal/decoder"
 )
@@ -21,12 +22,19 @@ type Sink interface {
 	// broker with the configured acks). msgs is never empty and must not be
 	// retained or modified after Publish returns.
 	//
-	// On error, any prefix of msgs may have been delivered. The relay then
-	// retries the whole batch (so duplicates are possible, and order is
-	// kept) unless the error is marked with Permanent, which stops the
-	// relay, or Rejected, which stops it or parks the refused message
-	// (relay.on_refused). Publish must return promptly with ctx.Err() when
-	// ctx ends.
+	// On error, some of msgs may have been delivered. The sink may report
+	// which of them are durable by marking the error with Partial: the
+	// runner will not send those again. It retries the others (all of msgs
+	// without Partial) in their order in msgs, so duplicates are possible
+	// (a message stored whose acknowledgement was lost) and reordering is
+	// not, as long as what the sink reports durable is, per unit of order
+	// at the destination (a partition, an entity, a file), a prefix of
+	// that unit's share of msgs. An error marked with Permanent stops the
+	// relay, one marked with Rejected stops it or parks the refused
+	// message (relay.on_refused); either may also be Partial, and the
+	// runner then confirms the durable messages first and looks for the
+	// refused one among the others only. Publish must return promptly with
+	// ctx.Err() when ctx ends.
 	Publish(ctx context.Context, msgs []*decoder.Message) error
 
 	// Close releases the sink's resources. Publish is not called after it.
@@ -42,8 +50,8 @@ func (e permanentError) Unwrap() error { return e.err }
 // Permanent marks err as not retryable: the destination will not accept
 // the batch however often it is sent (not authorized, unknown topic, a
 // setting it rejects). The relay stops with the error instead of
-// retrying, and confirms nothing past the batch. When one message alone
-// is the cause, use Rejected.
+// retrying, and confirms nothing past the batch's durable prefix (see
+// Partial). When one message alone is the cause, use Rejected.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -85,4 +93,44 @@ func Rejected(err error) error {
 func IsRejected(err error) bool {
 	var r rejectedError
 	return errors.As(err, &r)
+}
+
+// partialError reports which messages of a failed Publish call are
+// durable.
+type partialError struct {
+	err  error
+	done []bool
+}
+
+func (e *partialError) Error() string { return e.err.Error() }
+func (e *partialError) Unwrap() error { return e.err }
+
+// Partial marks err, returned by Publish for msgs, with which of msgs are
+// durable at the destination all the same: done[i] reports msgs[i], and
+// done has one entry per message of the call. The relay confirms the
+// durable messages (in WAL order: a durable message waits for those
+// before it) and does not send them again; it retries the others. Report
+// only what the destination acknowledged; a message not reported is sent
+// again, so when in doubt leave it out.
+//
+// Partial composes with Permanent and Rejected in either order, and with
+// wrapping (fmt.Errorf with %w): DoneOf, IsPermanent and IsRejected see
+// through each other. Partial returns err itself when err is nil or done
+// marks no message. The sink must not modify done after returning it.
+func Partial(err error, done []bool) error {
+	if err == nil || !slices.Contains(done, true) {
+		return err
+	}
+	return &partialError{err: err, done: done}
+}
+
+// DoneOf returns the durable messages that err (or an error it wraps)
+// reports with Partial, and whether it reports any. done[i] refers to the
+// i-th message of the Publish call that returned err.
+func DoneOf(err error) (done []bool, ok bool) {
+	var p *partialError
+	if errors.As(err, &p) {
+		return p.done, true
+	}
+	return nil, false
 }

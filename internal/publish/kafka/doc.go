@@ -34,6 +34,11 @@
 // the slot may be confirmed past messages that a broker failure then
 // loses. The sink logs a warning for it.
 //
+// tls.insecure_skip_verify turns off the check of the brokers'
+// certificates: the connection is encrypted, but to whoever answers, so a
+// man-in-the-middle can read and alter messages and credentials. The sink
+// logs a warning for it when it opens; give tls.ca_file instead.
+//
 // # Mapping
 //
 //   - Record key: the outbox key; the message id when the key is NULL
@@ -62,8 +67,9 @@
 // keeps WAL order per key — duplicates possible, reordering not — because:
 //
 //  1. The relay makes one Publish call at a time per sink, with the
-//     messages in WAL order, and a failed batch is retried whole before
-//     anything after it is sent (the sink also serializes Publish itself).
+//     messages in WAL order, and the messages of a failed batch that were
+//     not acknowledged are retried, in their order, before anything after
+//     the batch is sent (the sink also serializes Publish itself).
 //  2. Within a call, the messages go out in groups, one WriteMessages call
 //     per group, each group only after the one before was acknowledged. A
 //     group is cut small enough (batch_size messages; batch_bytes in all,
@@ -73,12 +79,23 @@
 //     succeed after an earlier request of the same partition failed.
 //  3. kafka-go's own retries are off (MaxAttempts 1): they would resend a
 //     failed request after a later one of the same call had succeeded.
+//  4. When a group fails, Publish reports with publish.Partial what Kafka
+//     acknowledged: every earlier group, and the messages of the failed
+//     group whose partition's request succeeded (kafka-go's WriteErrors
+//     holds nil for them). Per partition that is a prefix of the call's
+//     messages for it: where a partition's request of the group failed,
+//     none of its messages in the group was appended (by 2) and none in
+//     a later group was sent. The relay sends only the rest again, in
+//     order, so each partition gets its remainder after its acknowledged
+//     prefix.
 //
 // Hence within a partition the sequence of first successful writes is WAL
-// order. A retry re-sends messages that may have been stored already, so
-// receivers see duplicates (the inbox drops them), never a message before
-// one that preceded it in the WAL. One caveat is Kafka's own: adding
-// partitions to a topic moves keys to other partitions.
+// order. A retry re-sends only messages whose request failed or whose
+// answer was lost (a timeout, a connection reset); the latter may have
+// been stored, so receivers can see duplicates (the inbox drops them),
+// never a message before one that preceded it in the WAL. One caveat is
+// Kafka's own: adding partitions to a topic moves keys to other
+// partitions.
 //
 // When the context of a Publish ends, Publish returns at once, but a
 // produce request already sent may still complete. A retry queues behind
@@ -89,8 +106,8 @@
 // Publish decides by error type and Kafka error code, never by text
 // (classify):
 //
-//   - Transient, returned as is so that the relay retries the batch with
-//     backoff: retriable Kafka codes (NotLeaderForPartition,
+//   - Transient, returned so that the relay retries what Kafka did not
+//     acknowledge, with backoff: retriable Kafka codes (NotLeaderForPartition,
 //     LeaderNotAvailable, NotEnoughReplicas, RequestTimedOut, ...),
 //     network errors (refused, reset, timeouts), an ended context, and
 //     anything not known to be permanent. After a transient error the
@@ -109,11 +126,19 @@
 //   - Of those, the ones a message causes by itself are marked with
 //     publish.Rejected instead: MessageSizeTooLarge (from the broker, or
 //     a message over batch_bytes) and an illegal expanded topic name. With
-//     relay.on_refused: dead_letter the relay then publishes the batch one
-//     message at a time and parks the message that is refused alone; the
-//     others stop the relay whatever on_refused says.
+//     relay.on_refused: dead_letter the relay then publishes the batch's
+//     messages that Kafka did not acknowledge one at a time and parks the
+//     message that is refused alone; the others stop the relay whatever
+//     on_refused says.
 //
 // Every error names the message it concerns (id and LSN), its topic, how
 // many messages of the call were not acknowledged, and, for permanent
-// ones, what to do.
+// ones, what to do; and is marked with publish.Partial when Kafka
+// acknowledged some of the call's messages, transient or not, so that
+// the relay confirms those and sends only the others again.
+//
+// The sink keeps no backoff of its own: kafka-go's (WriteBackoffMin and
+// WriteBackoffMax) applies between the attempts of one write, and there
+// is one. The relay's backoff starts again at its minimum after any
+// attempt that made progress.
 package kafka

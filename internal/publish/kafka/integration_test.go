@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	kafka "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -292,12 +294,13 @@ func TestIntegrationAutoCreateCreatesMissingTopic(t *testing.T) {
 	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, msgs, got, nil)
 }
 
-// TestIntegrationPartialFailureIsRetriedWholeWithoutReordering: one
+// TestIntegrationPartialFailureResendsOnlyTheFailedPartition: one
 // partition answers NOT_LEADER_FOR_PARTITION twice while the others store
-// their share. The error is transient and says how much was not
-// acknowledged; the runner's retry of the whole batch duplicates what was
-// stored, and per key the first appearances keep publish order.
-func TestIntegrationPartialFailureIsRetriedWholeWithoutReordering(t *testing.T) {
+// their share. The error is transient, says how much was not
+// acknowledged and reports (publish.Partial) the other partitions'
+// messages as durable; the retry sends only the failed partition's, so
+// nothing is stored twice, and per key the order is publish order.
+func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 	const topic = "partial"
 	fk := startKafka(t, kfake.SeedTopics(4, topic))
 	s := newSink(t, fk.addrs, topic)
@@ -320,8 +323,22 @@ func TestIntegrationPartialFailureIsRetriedWholeWithoutReordering(t *testing.T) 
 		t.Errorf("error %q does not say how many messages were not acknowledged", err)
 	}
 	t.Logf("first attempt: %v", err)
+	done, ok := publish.DoneOf(err)
+	if !ok || len(done) != len(batch) {
+		t.Fatalf("DoneOf(%v) = %d entries, %v; want one per message of the call", err, len(done), ok)
+	}
+	var rest []*decoder.Message
+	for i, m := range batch {
+		if !done[i] {
+			rest = append(rest, m)
+		}
+	}
+	if len(rest) == 0 || len(rest) == len(batch) {
+		t.Fatalf("%d of %d messages not durable: the test did not exercise a partial write", len(rest), len(batch))
+	}
 
-	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, batch); err != nil {
+	// The runner's retry: only what is not durable, until it all is.
+	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, rest); err != nil {
 		t.Fatal(err)
 	}
 	if fault.Hits() != 2 {
@@ -336,14 +353,115 @@ func TestIntegrationPartialFailureIsRetriedWholeWithoutReordering(t *testing.T) 
 	for _, r := range fk.readAll(t, topic) {
 		got = append(got, asMessage(r))
 	}
-	dupOK := map[string]bool{}
-	for _, m := range batch {
-		dupOK[m.ID] = true
-	}
 	want := append(append(append([]*decoder.Message{}, before...), batch...), after...)
-	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, dupOK)
-	if len(got) <= len(want) {
-		t.Errorf("read %d records for %d messages: the partitions that did not fail should hold duplicates, so the test did not exercise a partial write", len(got), len(want))
+	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, nil)
+	t.Logf("%d messages of the 200 re-sent after the partition failed; a whole-batch retry would have re-sent 200 (%d duplicates)",
+		len(rest), len(batch)-len(rest))
+}
+
+// failNthProduce makes the broker answer the nth produce request (from
+// now on, counting from 1) with NOT_LEADER_FOR_PARTITION for each of its
+// partitions, without storing anything of it.
+func failNthProduce(fk *fakeKafka, n int32) {
+	var seen atomic.Int32
+	fk.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if seen.Add(1) != n {
+			return nil, nil, false // the broker answers
+		}
+		preq := req.(*kmsg.ProduceRequest)
+		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range preq.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// wholeRetry hides the sink's publish.Partial reports, as the runner
+// before them did: every retry sends the whole batch.
+type wholeRetry struct{ publish.Sink }
+
+func (w wholeRetry) Publish(ctx context.Context, msgs []*decoder.Message) error {
+	if err := w.Sink.Publish(ctx, msgs); err != nil {
+		return fmt.Errorf("%s", err) // transient; the report is gone
+	}
+	return nil
+}
+
+// TestIntegrationRetryResendsOnlyTheRequestsThatFailed: a call of 50
+// messages goes out as five produce requests of 10, one after another;
+// the third fails once. The relay's runner acknowledges the first 20 at
+// once and re-sends only the 30 from the failed request on, so the
+// partition holds each message once. Without the report (the runner
+// retrying the whole batch) it held 20 duplicates.
+func TestIntegrationRetryResendsOnlyTheRequestsThatFailed(t *testing.T) {
+	g := sinktest.NewGen(33)
+	run := func(t *testing.T, whole bool) (stored int) {
+		topic := uniqueTopic("requests")
+		fk := startKafka(t, kfake.SeedTopics(1, topic))
+		var s publish.Sink = newSink(t, fk.addrs, topic, "batch_size: 10")
+		if whole {
+			s = wholeRetry{s}
+		}
+		msgs := g.Interleave(50, sinktest.Keys(3)...)
+		failNthProduce(fk, 3)
+		in := make(chan []publish.Delivery, 1)
+		ds := make([]publish.Delivery, len(msgs))
+		for i, m := range msgs {
+			ds[i] = publish.Delivery{Msg: m, Tag: i}
+		}
+		in <- ds
+		close(in)
+		var acks [][]publish.Delivery
+		r := publish.NewRunner(s, in, publish.RunnerOptions{
+			BatchSize: len(msgs),
+			Ack:       func(b []publish.Delivery) { acks = append(acks, b) },
+			Log:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		})
+		ctx := ctxFor(t, 20*time.Second)
+		if err := r.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := 0
+		for _, b := range acks {
+			for _, d := range b {
+				if d.Tag.(int) != next {
+					t.Fatalf("ack of %d, want %d", d.Tag, next)
+				}
+				next++
+			}
+		}
+		if next != len(msgs) {
+			t.Fatalf("%d of %d acked", next, len(msgs))
+		}
+		if !whole && (len(acks) != 2 || len(acks[0]) != 20) {
+			t.Errorf("acks of %d batches (first of %d), want the 20 acknowledged before the failure at once, then the rest", len(acks), len(acks[0]))
+		}
+		var got []*decoder.Message
+		for _, r := range fk.readAll(t, topic) {
+			got = append(got, asMessage(r))
+		}
+		dupOK := map[string]bool{}
+		if whole {
+			for _, m := range msgs {
+				dupOK[m.ID] = true
+			}
+		}
+		sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, CommitTime: time.Millisecond}, msgs, got, dupOK)
+		return len(got)
+	}
+	if n := run(t, false); n != 50 {
+		t.Errorf("the partition holds %d records for 50 messages, want each once", n)
+	}
+	if n := run(t, true); n != 70 {
+		t.Errorf("retrying the whole batch stored %d records, want 70 (the 20 acknowledged ones again): the fault did not hit the third request", n)
 	}
 }
 

@@ -136,6 +136,10 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	if acks == kafka.RequireNone {
 		log.Warn().Msg("kafka sink with acks: none: Publish cannot know that Kafka stored a message, so a broker failure can lose messages the slot has already confirmed")
 	}
+	if tc != nil && tc.InsecureSkipVerify {
+		log.Warn().Msg("kafka sink with tls.insecure_skip_verify: the brokers' certificates are not verified, " +
+			"so a man-in-the-middle can read and alter messages (and credentials); set tls.ca_file instead")
+	}
 	if kc.SASL != nil && kc.SASL.Mechanism == "PLAIN" && tc == nil {
 		log.Warn().Msg("kafka sink with SASL PLAIN but without TLS: the password crosses the network in clear text")
 	}
@@ -171,7 +175,10 @@ func (s *Sink) Name() string { return s.name }
 // batch_size and batch_bytes allow, one request per partition at a time:
 // a later group of requests only once every request of the group before
 // it was acknowledged. On the first failure Publish returns; Permanent
-// (see classify) when no retry can help. After a transient failure the
+// (see classify) when no retry can help; and marked with publish.Partial
+// to report the messages Kafka acknowledged (the groups before the failed
+// one, and the messages of partitions whose request in it succeeded), so
+// that the retry sends only the others. After a transient failure the
 // cached cluster metadata is dropped, so that the retry finds moved
 // leaders. When ctx ends Publish returns at once with an error wrapping
 // ctx.Err(); a request already sent may still complete.
@@ -202,7 +209,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 	for start := 0; start < len(km); {
 		end, err := s.chunkEnd(msgs, km, start)
 		if err != nil {
-			return err
+			// The groups before this one were acknowledged.
+			return publish.Partial(err, acked(len(msgs), start, nil))
 		}
 		// kafka-go gives every partition's batch room for BatchSize
 		// messages up front (about 150 bytes each), whatever the call
@@ -216,11 +224,34 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 		// in this goroutine.
 		s.writer.BatchSize = end - start
 		if err := s.writer.WriteMessages(ctx, km[start:end]...); err != nil {
-			return s.failed(ctx, err, msgs[start:end], km[start:end], start, len(msgs))
+			// The groups before this one were acknowledged, and of this
+			// one the partitions whose request succeeded.
+			var werrs kafka.WriteErrors
+			if !errors.As(err, &werrs) || len(werrs) != end-start {
+				werrs = nil
+			}
+			return publish.Partial(s.failed(ctx, err, msgs[start:end], km[start:end], start, len(msgs)),
+				acked(len(msgs), start, werrs))
 		}
 		start = end
 	}
 	return nil
+}
+
+// acked returns which of a call's n messages Kafka acknowledged when the
+// group starting at start failed: every message before start, and each of
+// the group's for which werrs (the group's WriteErrors, or nil) holds nil.
+// kafka-go sets a message's entry to its produce request's error, so nil
+// means the request holding it succeeded.
+func acked(n, start int, werrs kafka.WriteErrors) []bool {
+	done := make([]bool, n)
+	for i := range start {
+		done[i] = true
+	}
+	for i, e := range werrs {
+		done[start+i] = e == nil
+	}
+	return done
 }
 
 // record maps an outbox message to a Kafka record: key = ordering key,

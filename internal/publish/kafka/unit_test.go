@@ -1,9 +1,11 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	kafka "github.com/segmentio/kafka-go"
 
 	"github.com/walpost/walpost/internal/decoder"
@@ -225,6 +228,45 @@ func TestKgoSizeMatchesKafkaGo(t *testing.T) {
 		var tooLarge kafka.MessageTooLargeError
 		if got := errors.As(err, &tooLarge); got != (limit < n) {
 			t.Errorf("BatchBytes %d for a message of %d by kgoSize: too large %v (%v)", limit, n, got, err)
+		}
+	}
+}
+
+// TestInsecureSkipVerifyWarnsAtOpen: opening a sink that does not verify
+// the brokers' certificates logs one warning that says what it risks;
+// with verification on there is none.
+func TestInsecureSkipVerifyWarnsAtOpen(t *testing.T) {
+	open := func(tls string) []map[string]any {
+		var buf bytes.Buffer
+		doc := "name: events\nkind: kafka\nbrokers: [127.0.0.1:1]\ntopic: t\ntls: " + tls
+		s, err := New(sinkConfig(t, doc), zerolog.New(&buf))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		s.Close()
+		var lines []map[string]any
+		for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+			var m map[string]any
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			lines = append(lines, m)
+		}
+		return lines
+	}
+	var warnings []string
+	for _, l := range open("{enabled: true, insecure_skip_verify: true}") {
+		if l["level"] == "warn" {
+			warnings = append(warnings, fmt.Sprint(l["message"]))
+		}
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "tls.insecure_skip_verify") ||
+		!strings.Contains(warnings[0], "not verified") || !strings.Contains(warnings[0], "man-in-the-middle can read and alter messages") {
+		t.Errorf("warnings %q, want one about tls.insecure_skip_verify and what it risks", warnings)
+	}
+	for _, l := range open("{enabled: true}") {
+		if l["level"] == "warn" {
+			t.Errorf("warning with certificate verification on: %v", l)
 		}
 	}
 }

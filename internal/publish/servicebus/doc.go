@@ -39,7 +39,12 @@
 // at 2m; walpost's are shorter (500ms, 10s) because the relay retries a
 // failed batch itself, forever, with its own backoff, and reports the sink
 // as failing meanwhile: the SDK's retries only need to cover short blips,
-// such as a link the service detached while idle.
+// such as a link the service detached while idle. The SDK's retry state
+// is per operation: each SendMessageBatch call starts again at
+// retry_delay (azservicebus v1.11, internal/utils.Retry counts attempts
+// within the call), so no backoff carries over from one batch or call to
+// the next; the relay's own starts again at its minimum after any attempt
+// that made progress.
 //
 // # Mapping
 //
@@ -108,8 +113,9 @@
 // SessionId — duplicates possible, reordering not — because:
 //
 //  1. The relay makes one Publish call at a time per sink, with the
-//     messages in WAL order, and a failed batch is retried whole before
-//     anything after it is sent (the sink also serializes Publish itself).
+//     messages in WAL order, and the messages of a failed call that were
+//     not acknowledged are retried, in their order, before anything after
+//     the call is sent (the sink also serializes Publish itself).
 //  2. Within a call, the batches of one entity go out one at a time: a
 //     batch is sent only after Service Bus acknowledged the one before it,
 //     so everything an earlier batch holds was stored before a later batch
@@ -117,11 +123,19 @@
 //     not sent.
 //  3. The SDK's own retries resend the same batch before returning, never
 //     a later one.
+//  4. When a batch fails, Publish reports with publish.Partial every
+//     message of every batch that Service Bus acknowledged: per entity,
+//     the batches before the failed one, a prefix of the entity's
+//     messages of the call (by 2). The relay sends only the rest again,
+//     in order, so each entity gets its remainder after its acknowledged
+//     prefix.
 //
 // Hence per entity the sequence of first stored copies is WAL order. A
-// retry re-sends messages that may have been stored already, so receivers
-// see duplicates (duplicate detection or the inbox drops them), never a
-// message before one that preceded it in the WAL. Batches are not
+// retry re-sends only messages of the failed batch and after it; that
+// batch may have been stored (an acknowledgement lost to a timeout or a
+// reset connection), so receivers can see duplicates (duplicate detection
+// or the inbox drops them), never a message before one that preceded it
+// in the WAL. Batches are not
 // pipelined within an entity: with two batches in flight, a throttled
 // first batch and an accepted second one would reorder on retry. Different
 // entities (an entity template) are independent and are sent to in
@@ -140,8 +154,8 @@
 //
 // Publish decides by error type and code, never by text (classify):
 //
-//   - Transient, returned as is so that the relay retries the batch with
-//     backoff: throttling (com.microsoft:server-busy), service timeouts,
+//   - Transient, returned so that the relay retries what Service Bus did
+//     not acknowledge, with backoff: throttling (com.microsoft:server-busy), service timeouts,
 //     connection loss (azservicebus.CodeConnectionLost), link and
 //     connection errors, network errors, an entity that is full
 //     (amqp:resource-limit-exceeded: receivers must catch up), an ended
@@ -159,8 +173,9 @@
 //   - Of those, the ones a message causes by itself are marked with
 //     publish.Rejected instead: one message too large for the entity, and
 //     an illegal entity name or session id from its type or key. With
-//     relay.on_refused: dead_letter the relay parks such a message and
-//     goes on. A batch the service refuses as too large stays Permanent:
+//     relay.on_refused: dead_letter the relay publishes the call's
+//     messages that were not acknowledged one at a time, parks the one
+//     refused alone and goes on. A batch the service refuses as too large stays Permanent:
 //     max_batch_bytes is above the entity's limit.
 //
 // After a transient failure that is not the service's own answer on a
@@ -172,7 +187,10 @@
 //
 // Every error names the message it concerns (id and LSN; for a batch its
 // first and last message), the entity, how many of the call's messages
-// the entity did not acknowledge, and, for permanent ones, what to do.
+// the entity did not acknowledge, and, for permanent ones, what to do;
+// and is marked with publish.Partial when Service Bus acknowledged some
+// of the call's messages, so that the relay confirms those and sends only
+// the others again.
 //
 // # Testing
 //

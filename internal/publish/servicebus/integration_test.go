@@ -2,10 +2,12 @@ package servicebus
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,6 +330,170 @@ func TestIntegrationThrottlingIsRetried(t *testing.T) {
 		t.Fatalf("with max_retries 3 the SDK should ride out two server-busy answers: %v", err)
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true}, append(first, second...), tg.readAll(t, tg.queue), nil)
+}
+
+// wholeRetry hides the sink's publish.Partial reports, as the runner
+// before them did: every retry sends the whole batch.
+type wholeRetry struct{ publish.Sink }
+
+func (w wholeRetry) Publish(ctx context.Context, msgs []*decoder.Message) error {
+	if err := w.Sink.Publish(ctx, msgs); err != nil {
+		return fmt.Errorf("%s", err) // transient; the report is gone
+	}
+	return nil
+}
+
+// TestIntegrationThrottledBatchAloneIsResent: a call of 60 messages goes
+// out as several batches of at most 4 KiB, one after another; the third
+// is throttled once (and the SDK does not retry). The relay's runner
+// acknowledges the batches Service Bus stored at once and re-sends only
+// the throttled batch and those after it, so the queue holds each message
+// once. Without the report (the runner retrying the whole call) the
+// stored batches came twice.
+func TestIntegrationThrottledBatchAloneIsResent(t *testing.T) {
+	parallel(t)
+	needFake(t, "injects a server-busy answer at a given batch")
+	g := sinktest.NewGen(52)
+	run := func(t *testing.T, whole bool) (stored, ackedFirst int) {
+		tg := newTarget(t, sbfake0)
+		s := newSink(t, tg, "queue: "+tg.queue, "sessions: true", "max_retries: 0", "max_batch_bytes: 4096")
+		batches := 0
+		s.beforeSend = func(string) {
+			if batches++; batches == 3 {
+				tg.fake.Fail(t, tg.queue, 1, string(condServerBusy), "throttled (sbfake)")
+			}
+		}
+		var sink publish.Sink = s
+		if whole {
+			sink = wholeRetry{s}
+		}
+		msgs := g.Interleave(60, sinktest.Keys(4)...)
+		in := make(chan []publish.Delivery, 1)
+		ds := make([]publish.Delivery, len(msgs))
+		for i, m := range msgs {
+			ds[i] = publish.Delivery{Msg: m, Tag: i}
+		}
+		in <- ds
+		close(in)
+		var acks [][]publish.Delivery
+		r := publish.NewRunner(sink, in, publish.RunnerOptions{
+			BatchSize: len(msgs),
+			Ack:       func(b []publish.Delivery) { acks = append(acks, b) },
+			Log:       testLogger(t),
+		})
+		if err := r.Run(ctxFor(t, 30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		next := 0
+		for _, b := range acks {
+			for _, d := range b {
+				if d.Tag.(int) != next {
+					t.Fatalf("ack of %d, want %d", d.Tag, next)
+				}
+				next++
+			}
+		}
+		if next != len(msgs) {
+			t.Fatalf("%d of %d acked", next, len(msgs))
+		}
+		got := tg.readAll(t, tg.queue)
+		dupOK := map[string]bool{}
+		if whole {
+			markAll(dupOK, msgs)
+		}
+		sinktest.CheckDelivered(t, conformanceFeatures(), msgs, got, dupOK)
+		if st := tg.fake.Stats(t, tg.queue); st.Rejected != 1 {
+			t.Errorf("stand-in rejected %d transfers, want the one throttled", st.Rejected)
+		}
+		return len(got), len(acks[0])
+	}
+	var stored, before int
+	t.Run("Partial", func(t *testing.T) {
+		stored, before = run(t, false)
+		if before == 0 || before >= 60 {
+			t.Fatalf("first ack of %d messages, want the batches stored before the throttled one", before)
+		}
+		if stored != 60 {
+			t.Errorf("queue holds %d messages for 60, want each once", stored)
+		}
+		t.Logf("%d messages acknowledged before the throttled batch; %d stored for 60", before, stored)
+	})
+	t.Run("Whole", func(t *testing.T) {
+		n, _ := run(t, true)
+		if n != 60+before {
+			t.Errorf("retrying the whole call stored %d messages, want %d (the %d stored before the throttled batch again)", n, 60+before, before)
+		}
+		t.Logf("retrying the whole call: %d stored for 60", n)
+	})
+}
+
+// TestIntegrationPartialReportCoversEveryEntity: with an entity template
+// the entities are sent to in parallel; when one entity throttles its
+// second batch, the error reports every message the other entities
+// stored and the first batch of the throttled one, and the retry of the
+// rest leaves each queue holding each of its messages once, in order.
+func TestIntegrationPartialReportCoversEveryEntity(t *testing.T) {
+	parallel(t)
+	needFake(t, "creates a queue per type and injects a server-busy answer")
+	tg := newTarget(t, sbfake0)
+	for _, typ := range sinktest.Types {
+		tg.fake.CreateQueue(t, "walpost."+typ, sbfake0)
+	}
+	s := newSink(t, tg, `entity: "walpost.{type}"`, "sessions: true", "max_retries: 0", "max_batch_bytes: 4096")
+	throttled := "walpost." + sinktest.Types[1]
+	var batches atomic.Int32
+	s.beforeSend = func(entity string) {
+		if entity == throttled && batches.Add(1) == 2 {
+			tg.fake.Fail(t, throttled, 1, string(condServerBusy), "throttled (sbfake)")
+		}
+	}
+	msgs := sinktest.NewGen(53).Interleave(90, sinktest.Keys(4)...)
+	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
+	requireTransient(t, err)
+	done, ok := publish.DoneOf(err)
+	if !ok || len(done) != len(msgs) {
+		t.Fatalf("DoneOf(%v) = %d entries, %v; want one per message of the call", err, len(done), ok)
+	}
+	var rest []*decoder.Message
+	firstBatch := true
+	for i, m := range msgs {
+		switch {
+		case "walpost."+m.Type != throttled:
+			if !done[i] {
+				t.Errorf("message %s to %s not reported durable: its entity did not fail", m.ID, m.Type)
+			}
+		case done[i] && !firstBatch:
+			t.Errorf("message %s reported durable after one of its entity that was not: not a prefix", m.ID)
+		case !done[i]:
+			firstBatch = false
+		}
+		if !done[i] {
+			rest = append(rest, m)
+		}
+	}
+	if len(rest) == 0 || len(rest) == 30 {
+		t.Fatalf("%d messages not durable; want the throttled entity's after its first batch", len(rest))
+	}
+	if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, rest); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range sinktest.Types {
+		var want []*decoder.Message
+		for _, m := range msgs {
+			if m.Type == typ {
+				want = append(want, m)
+			}
+		}
+		if !sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true}, want, tg.readAll(t, "walpost."+typ), nil) {
+			t.Errorf("queue walpost.%s", typ)
+		}
+	}
+}
+
+func markAll(set map[string]bool, msgs []*decoder.Message) {
+	for _, m := range msgs {
+		set[m.ID] = true
+	}
 }
 
 // TestIntegrationTemplateSendsEachTypeToItsEntity: entity "walpost.{type}"

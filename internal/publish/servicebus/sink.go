@@ -65,6 +65,10 @@ type Sink struct {
 	maxBatchBytes uint64
 	timeout       time.Duration
 	newClient     func() (*azservicebus.Client, error)
+	// beforeSend, if set, is called before each batch is sent, with its
+	// entity, from the goroutine sending to that entity (entities run in
+	// parallel): a test's hook to inject a fault at a given batch.
+	beforeSend func(entity string)
 
 	mu      sync.Mutex // serializes Publish; guards client, entity's cache, senders and uses
 	client  *azservicebus.Client
@@ -175,6 +179,10 @@ type group struct {
 	sender *azservicebus.Sender
 	msgs   []*decoder.Message
 	sbMsgs []*azservicebus.Message
+	idx    []int // idx[i]: the index of msgs[i] in the call
+	// acked is how many of msgs (a prefix) Service Bus acknowledged; set
+	// by send.
+	acked int
 }
 
 // Publish sends msgs, in order, and returns nil only when Service Bus has
@@ -189,12 +197,14 @@ type group struct {
 // entities are served in parallel. On the first failure of an entity its
 // later batches are not sent, and Publish returns an error naming the
 // batch's first message (id and LSN) and the entity; Permanent (see
-// classify) when no retry can help; after a transient failure the next
-// call starts from a new connection (see needsReset). When ctx ends, or
-// the call takes
-// longer than timeout, Publish returns promptly with an error wrapping
-// ctx.Err() (context.DeadlineExceeded for the timeout); a batch already
-// sent may still be stored.
+// classify) when no retry can help; marked with publish.Partial to report
+// every message of every batch Service Bus acknowledged (of each entity,
+// the batches before its failed one), so that the retry sends only the
+// others. After a transient failure the next call starts from a new
+// connection (see needsReset). When ctx ends, or the call takes longer
+// than timeout, Publish returns promptly with an error wrapping ctx.Err()
+// (context.DeadlineExceeded for the timeout); a batch already sent may
+// still be stored, and is not reported.
 func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -212,10 +222,19 @@ func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 	defer cancel()
 
 	err = s.sendGroups(ctx, groups, len(msgs))
-	if err != nil && needsReset(err) {
+	if err == nil {
+		return nil
+	}
+	if needsReset(err) {
 		s.reset()
 	}
-	return err
+	done := make([]bool, len(msgs))
+	for _, g := range groups {
+		for _, i := range g.idx[:g.acked] {
+			done[i] = true
+		}
+	}
+	return publish.Partial(err, done)
 }
 
 // sendGroups sends each group, the groups in parallel, and returns the
@@ -302,7 +321,7 @@ func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
 	var groups []*group
 	byEntity := map[string]*group{}
 	s.uses++
-	for _, m := range msgs {
+	for i, m := range msgs {
 		name, err := s.entity.Expand(m)
 		if err != nil {
 			return nil, publish.Rejected(fmt.Errorf("servicebus: message %s (lsn %s, type %q): entity %q from %s %q: %w",
@@ -324,6 +343,7 @@ func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
 		}
 		g.msgs = append(g.msgs, m)
 		g.sbMsgs = append(g.sbMsgs, toMessage(m, s.sessions))
+		g.idx = append(g.idx, i)
 	}
 	return groups, nil
 }
@@ -403,8 +423,9 @@ func (s *Sink) sender(entity string) (*azservicebus.Sender, error) {
 	return snd, nil
 }
 
-// send sends g's messages in batches, one batch at a time. total is the
-// size of the Publish call, for error messages.
+// send sends g's messages in batches, one batch at a time, and counts in
+// g.acked those Service Bus acknowledged. total is the size of the
+// Publish call, for error messages.
 func (s *Sink) send(ctx context.Context, g *group, total int) error {
 	opts := &azservicebus.MessageBatchOptions{MaxBytes: s.maxBatchBytes}
 	var batch *azservicebus.MessageBatch
@@ -419,9 +440,13 @@ func (s *Sink) send(ctx context.Context, g *group, total int) error {
 		return nil
 	}
 	flush := func(end int) error {
+		if s.beforeSend != nil {
+			s.beforeSend(g.entity)
+		}
 		if err := g.sender.SendMessageBatch(ctx, batch, nil); err != nil {
 			return s.failed(ctx, err, g, start, end, total)
 		}
+		g.acked = end
 		return nil
 	}
 	if err := newBatch(0); err != nil {

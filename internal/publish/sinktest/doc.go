@@ -27,11 +27,14 @@
 //   - LargeBatchesAllDelivered: 5,000 messages in batches of 1,000, and one
 //     payload of Features.MaxPayload bytes when set.
 //
-// The suite emulates the relay's runner: a batch that fails with an error
-// not marked publish.Permanent is retried whole, with backoff (Retry and
-// PublishWithRetry). That is what makes "duplicates possible, reordering
-// not" the property to check: the order of first appearances of the
-// message ids per ordering key must equal the publish order.
+// The suite emulates the relay's runner: after an error not marked
+// publish.Permanent it publishes again, with backoff, the messages of the
+// batch that the sink did not report durable with publish.Partial (all of
+// them without it), in batch order (Retry and PublishWithRetry). That is
+// what makes "duplicates possible, reordering not" the property to check:
+// the order of first appearances of the message ids per ordering key must
+// equal the publish order. A sink that reports a message durable that the
+// destination did not store loses it, and the check fails.
 //
 // Messages come from a Gen: valid UUIDv7 ids, JSON payloads, increasing
 // LSNs, millisecond commit times. ReadJSONLines parses the JSON-lines form

@@ -9,9 +9,12 @@ import (
 	"github.com/walpost/walpost/internal/publish"
 )
 
-// Retry publishes a batch the way the relay's runner does: the whole batch
-// again after every error that is not publish.Permanent, with exponential
-// backoff, until it succeeds, a Permanent error comes back or ctx ends.
+// Retry publishes a batch the way the relay's runner does: after every
+// error that is not publish.Permanent it publishes again, with exponential
+// backoff, the messages that are not durable yet (the whole batch, less
+// what the sink reported durable with publish.Partial, in batch order),
+// until they all are, a Permanent error comes back or ctx ends. A Partial
+// report that does not match the call is an error.
 //
 // The zero value is ready to use. A Retry is safe for concurrent use if
 // OnError is.
@@ -26,10 +29,11 @@ type Retry struct {
 	OnError func(attempt int, err error)
 }
 
-// Publish delivers msgs to sink, retrying the whole batch. It returns nil
-// once one attempt returned nil; a Permanent error at once; and otherwise,
-// when ctx ends, an error wrapping ctx.Err() and naming the last attempt's
-// error.
+// Publish delivers msgs to sink, retrying what is not durable. It returns
+// nil once every message is durable (an attempt returned nil, or reported
+// the rest durable); a Permanent error at once; an error when the sink
+// reports a Partial done of the wrong length; and otherwise, when ctx
+// ends, an error wrapping ctx.Err() and naming the last attempt's error.
 func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*decoder.Message) error {
 	attemptTimeout := r.AttemptTimeout
 	if attemptTimeout <= 0 {
@@ -43,12 +47,29 @@ func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*decoder.M
 	if maxBackoff <= 0 {
 		maxBackoff = 500 * time.Millisecond
 	}
+	rest := msgs
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		err := sink.Publish(actx, msgs)
+		err := sink.Publish(actx, rest)
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if done, ok := publish.DoneOf(err); ok {
+			if len(done) != len(rest) {
+				return fmt.Errorf("sinktest: the sink reported %d messages durable or not (publish.Partial) for a call of %d: %w",
+					len(done), len(rest), err)
+			}
+			var left []*decoder.Message
+			for i, m := range rest {
+				if !done[i] {
+					left = append(left, m)
+				}
+			}
+			if len(left) == 0 {
+				return nil
+			}
+			rest = left
 		}
 		if publish.IsPermanent(err) {
 			return err
@@ -61,15 +82,16 @@ func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*decoder.M
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("sinktest: giving up publishing %d messages (first %s) after %d attempts, the last failing with %v: %w",
-				len(msgs), msgs[0].ID, attempt, err, ctx.Err())
+				len(rest), rest[0].ID, attempt, err, ctx.Err())
 		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
-// PublishWithRetry is Retry{}.Publish: it retries the whole batch after
-// every error that is not publish.Permanent until it succeeds or ctx ends.
+// PublishWithRetry is Retry{}.Publish: after every error that is not
+// publish.Permanent it retries what the sink did not report durable,
+// until everything is or ctx ends.
 func PublishWithRetry(ctx context.Context, sink publish.Sink, msgs []*decoder.Message) error {
 	return Retry{}.Publish(ctx, sink, msgs)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,11 +19,14 @@ import (
 )
 
 // memSink keeps messages in memory. While down it delivers the first half
-// of a batch and then fails, so that retries produce duplicates.
+// of a batch and then fails, so that retries produce duplicates; with
+// partial it reports that half durable (publish.Partial), and retries
+// send only the rest.
 type memSink struct {
-	mu   sync.Mutex
-	msgs []*decoder.Message
-	down atomic.Bool
+	mu      sync.Mutex
+	msgs    []*decoder.Message
+	down    atomic.Bool
+	partial bool
 }
 
 func (s *memSink) Name() string { return "mem" }
@@ -38,7 +42,15 @@ func (s *memSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 			c := *m
 			s.msgs = append(s.msgs, &c)
 		}
-		return fmt.Errorf("mem: message %s (lsn %s): destination down", msgs[len(msgs)/2].ID, msgs[len(msgs)/2].LSN)
+		err := fmt.Errorf("mem: message %s (lsn %s): destination down", msgs[len(msgs)/2].ID, msgs[len(msgs)/2].LSN)
+		if s.partial {
+			done := make([]bool, len(msgs))
+			for i := range len(msgs) / 2 {
+				done[i] = true
+			}
+			err = publish.Partial(err, done)
+		}
+		return err
 	}
 	for _, m := range msgs {
 		c := *m
@@ -57,9 +69,14 @@ func (s *memSink) read(testing.TB) []*decoder.Message {
 }
 
 func TestConformanceOfInMemorySink(t *testing.T) {
+	t.Run("Whole", func(t *testing.T) { runMemSink(t, false) })
+	t.Run("Partial", func(t *testing.T) { runMemSink(t, true) })
+}
+
+func runMemSink(t *testing.T, partial bool) {
 	Run(t, Harness{
 		Open: func(t *testing.T) *Target {
-			s := &memSink{}
+			s := &memSink{partial: partial}
 			return &Target{
 				Sink: s,
 				Read: s.read,
@@ -288,5 +305,45 @@ func TestGenMakesValidMessages(t *testing.T) {
 	}
 	if big := g.SizedMessage("k", 5000); len(big.Payload) != 5000 || !json.Valid(big.Payload) {
 		t.Fatalf("SizedMessage gave %d bytes", len(big.Payload))
+	}
+}
+
+func TestRetrySendsOnlyWhatThePartialErrorLeftOut(t *testing.T) {
+	g := NewGen(12)
+	msgs := g.Interleave(5, "k")
+	var calls [][]string
+	s := &funcSink{publish: func(ctx context.Context, b []*decoder.Message) error {
+		var ids []string
+		for _, m := range b {
+			ids = append(ids, m.ID)
+		}
+		calls = append(calls, ids)
+		switch len(calls) {
+		case 1:
+			return publish.Partial(errors.New("throttled"), []bool{true, false, true, false, false})
+		case 2:
+			return publish.Partial(publish.Permanent(errors.New("not authorized")), []bool{true, false, false})
+		}
+		return nil
+	}}
+	err := Retry{MinBackoff: time.Millisecond}.Publish(context.Background(), s, msgs)
+	if !publish.IsPermanent(err) {
+		t.Fatalf("got %v, want the Permanent error", err)
+	}
+	want := [][]string{
+		{msgs[0].ID, msgs[1].ID, msgs[2].ID, msgs[3].ID, msgs[4].ID},
+		{msgs[1].ID, msgs[3].ID, msgs[4].ID},
+	}
+	if len(calls) != 2 || !slices.Equal(calls[0], want[0]) || !slices.Equal(calls[1], want[1]) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+
+	// A report that does not fit the call is the sink's bug.
+	s.publish = func(context.Context, []*decoder.Message) error {
+		return publish.Partial(errors.New("throttled"), []bool{true})
+	}
+	err = Retry{MinBackoff: time.Millisecond}.Publish(context.Background(), s, msgs)
+	if err == nil || !strings.Contains(err.Error(), "for a call of 5") {
+		t.Fatalf("got %v, want an error about the report's length", err)
 	}
 }
