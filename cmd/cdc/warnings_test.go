@@ -1,0 +1,41 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+)
+
+// TestRunWarnsAboutInsecureSettings: at start `cdc run` warns when the
+// Postgres connection does not verify a remote server (any sslmode but
+// verify-full) and when pprof is served on a non-loopback address; a
+// loopback server and address draw no warning.
+func TestRunWarnsAboutInsecureSettings(t *testing.T) {
+	dir := t.TempDir()
+	start := func(name, url, listen string) string {
+		p := filepath.Join(dir, name)
+		writeFile(t, p, fmt.Sprintf("postgres: {url: '%s'}\nsinks: [{name: out, kind: discard}]\nhttp: {listen: '%s', pprof: true}\n", url, listen))
+		c := startCDC(t, "run", "--config", p)
+		if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(c.stderr.String(), `"message":"connecting"`) }) {
+			t.Fatalf("%s: cdc run did not start:\n%s", name, c.stderr.String())
+		}
+		c.kill9(t)
+		return c.stderr.String()
+	}
+	port1, _ := pgtest.FreePort()
+	logs := start("insecure.yaml", "postgres://u@192.0.2.1:5432/app?sslmode=require&connect_timeout=1", fmt.Sprintf("0.0.0.0:%d", port1))
+	for _, want := range []string{"sslmode=verify-full", "http.pprof is on and http.listen is not a loopback address"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no warning with %q:\n%s", want, logs)
+		}
+	}
+	port2, _ := pgtest.FreePort()
+	logs = start("local.yaml", "postgres://u@127.0.0.1:1/app?sslmode=disable&connect_timeout=1", fmt.Sprintf("127.0.0.1:%d", port2))
+	if strings.Contains(logs, "sslmode=verify-full") || strings.Contains(logs, "http.pprof is on") {
+		t.Errorf("warnings for a loopback server and listener:\n%s", logs)
+	}
+}
