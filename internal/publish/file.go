@@ -3,11 +3,16 @@ package publish
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
@@ -22,29 +27,76 @@ func init() {
 	Register("discard", openDiscard)
 }
 
+// ErrForeignFile is returned (wrapped) when the file at a file sink's path
+// holds something other than the sink's JSON lines. The sink neither
+// appends to such a file nor cuts it.
+var ErrForeignFile = errors.New("publish: not a JSON-lines file of the file sink")
+
 // FileConfig is the file sink's settings.
 type FileConfig struct {
-	// Path of the JSON-lines file; parent directories are created.
+	// Path of the JSON-lines file; missing parent directories are created.
+	// The last component must not be a symbolic link.
 	Path string `yaml:"path"`
 	// Fsync, default true: a message counts as acknowledged only once it
 	// is on disk. false acks after write(2), which survives a crash of the
 	// relay but not of the machine.
 	Fsync *bool `yaml:"fsync"`
+	// Mode is the permission bits, in octal ("0640"), that the file gets
+	// when the sink creates it; default "0600". Directories the sink creates
+	// get the same bits plus x wherever r is set ("0640" gives 0750; the
+	// default gives 0700). The bits are applied as given, the umask does
+	// not narrow them; they must include 0600 (the relay reads and writes
+	// the file). An existing file or directory keeps its mode.
+	Mode string `yaml:"mode"`
+}
+
+// FileOptions are OpenFileSinkContext's settings.
+type FileOptions struct {
+	// Fsync: acknowledge a batch only once fdatasync returned (see
+	// FileConfig.Fsync).
+	Fsync bool
+	// Mode of the file if the sink creates it; 0 means 0600. Directories
+	// it creates get dirMode(Mode). See FileConfig.Mode.
+	Mode os.FileMode
+	// Log receives the warnings of opening (waiting for the lock, a torn
+	// line cut); the zero Logger logs nothing.
+	Log zerolog.Logger
 }
 
 // FileSink appends messages as JSON lines to a file (format: AppendJSONLine)
-// and fsyncs before it acknowledges them. On open, a torn last line left by
-// a crash is cut back, so the file always holds whole lines; a failed write
-// is cut back the same way before the batch is retried.
+// and fdatasyncs before it acknowledges them.
 //
-// Publish must not be called concurrently (the Runner never does).
+// The file is opened with O_APPEND, so every write lands at the end of the
+// file as it is at that moment, never at an offset remembered from earlier.
+// The sink holds an exclusive flock(2) on the file from open to Close, so
+// that two relays on one path (a hot standby that just took over the slot
+// and the instance that held it) never write it at once: opening waits,
+// logging once, until the other process lets go or ctx ends. The lock is
+// advisory: it keeps walpost instances apart, not other programs.
+//
+// On open, under the lock, the sink checks that the file is its own: empty,
+// or with a first and a last complete line in AppendJSONLine's format. A
+// torn last line left by a crash (bytes after the last newline that begin
+// like a message line, or are all zero bytes) is cut off; any other file
+// is refused with ErrForeignFile and left untouched. Lines in the middle
+// are not read, so opening does not depend on the file's size. A failed
+// write is cut back the same way (only the bytes this sink appended) before
+// the batch is retried.
+//
+// Publish and Close must not be called concurrently (the Runner never
+// does).
 type FileSink struct {
-	name  string
-	path  string
-	f     *os.File
-	size  int64 // bytes of whole lines in the file
-	fsync bool
-	buf   []byte
+	name   string
+	path   string
+	f      *os.File
+	fd     int
+	size   int64 // end of the file after the last successful write (or open)
+	cutTo  int64 // ≥ 0: a failed write's bytes beyond cutTo are still to cut
+	fsync  bool
+	buf    []byte
+	closed bool
+	// testWrite, when set, replaces the write to f (tests inject failures).
+	testWrite func(b []byte) (int, error)
 }
 
 func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
@@ -55,9 +107,17 @@ func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	if fc.Path == "" {
 		return nil, errors.New("path: empty (the JSON-lines file to append to)")
 	}
+	mode := os.FileMode(0o600)
+	if fc.Mode != "" {
+		m, err := parseFileMode(fc.Mode)
+		if err != nil {
+			return nil, err
+		}
+		mode = m
+	}
 	fsync := fc.Fsync == nil || *fc.Fsync
 	return func(ctx context.Context) (Sink, error) {
-		s, err := OpenFileSink(cfg.Name, fc.Path, fsync)
+		s, err := OpenFileSinkContext(ctx, cfg.Name, fc.Path, FileOptions{Fsync: fsync, Mode: mode, Log: log})
 		if err != nil {
 			return nil, err
 		}
@@ -66,89 +126,459 @@ func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	}, nil
 }
 
-// OpenFileSink opens (creating it if needed) the file at path, cutting a
-// torn last line.
-func OpenFileSink(name, path string, fsync bool) (*FileSink, error) {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("path: %w", err)
-		}
+// parseFileMode parses the mode: setting, octal permission bits.
+func parseFileMode(s string) (os.FileMode, error) {
+	digits := strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O")
+	m, err := strconv.ParseUint(digits, 8, 32)
+	if err != nil || digits == "" || digits[0] == '+' || digits[0] == '-' {
+		return 0, fmt.Errorf("mode: %q is not an octal file mode like \"0640\"", s)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("path: %w", err)
+	if m > 0o777 {
+		return 0, fmt.Errorf("mode: %q is out of range 0..0777 (permission bits only, like \"0640\")", s)
 	}
-	size, err := wholeLines(f)
-	if err == nil {
-		err = f.Truncate(size)
+	if m&0o600 != 0o600 {
+		return 0, fmt.Errorf("mode: %q does not let the relay read and write the file; give at least 0600, like \"0640\"", s)
 	}
-	if err == nil {
-		_, err = f.Seek(size, io.SeekStart)
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("path: recovering %s: %w", path, err)
-	}
-	return &FileSink{name: name, path: path, f: f, size: size, fsync: fsync}, nil
+	return os.FileMode(m), nil
 }
 
-// wholeLines returns the length of the file up to and including its last
-// newline.
-func wholeLines(f *os.File) (int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
+// dirMode is the mode of a directory created for a file of mode m: m plus
+// x wherever r is set.
+func dirMode(m os.FileMode) os.FileMode { return m | (m&0o444)>>2 }
+
+// OpenFileSink opens the file at path as OpenFileSinkContext does, with
+// the default mode, no logs, and no end to the wait for the lock.
+func OpenFileSink(name, path string, fsync bool) (*FileSink, error) {
+	return OpenFileSinkContext(context.Background(), name, path, FileOptions{Fsync: fsync})
+}
+
+// lockPoll is how often opening retries the lock held by another process.
+const lockPoll = 100 * time.Millisecond
+
+// OpenFileSinkContext opens the file at path for appending, creating it
+// and its parent directories if needed (see FileOptions.Mode), takes its
+// lock, waiting while another process holds it, checks that it is the
+// sink's JSON-lines file and cuts a torn last line (see FileSink). It
+// returns an error wrapping ctx's when ctx ends first, wrapping
+// ErrForeignFile when the file is not the sink's; it never modifies a file
+// it refuses.
+func OpenFileSinkContext(ctx context.Context, name, path string, opts FileOptions) (*FileSink, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	end := st.Size()
-	buf := make([]byte, 64<<10)
-	for end > 0 {
-		n := int64(len(buf))
-		if n > end {
-			n = end
+	mode := opts.Mode
+	if mode == 0 {
+		mode = 0o600
+	}
+	for {
+		f, err := openAppend(path, mode, opts.Fsync)
+		if err != nil {
+			return nil, err
 		}
-		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+		s, retry, err := lockAndCheck(ctx, f, name, path, opts)
+		if err != nil || !retry {
+			if err != nil {
+				f.Close()
+			}
+			return s, err
+		}
+		// The path names another file by now (it was moved away or
+		// replaced while this process waited for the lock): open that.
+		f.Close()
+	}
+}
+
+// lockAndCheck takes f's lock, checks that f is still the file at path
+// (retry when not) and repairs its tail.
+func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts FileOptions) (s *FileSink, retry bool, err error) {
+	fd := int(f.Fd())
+	if err := lockFile(ctx, fd, path, opts.Log); err != nil {
+		return nil, false, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, fmt.Errorf("path: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("path: %s is not a regular file (%s); give the path of a file", path, fi.Mode().Type())
+	}
+	at, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !os.SameFile(fi, at) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("path: %w", err)
+	}
+	size := fi.Size()
+	keep, why, err := checkTail(f, size)
+	if err != nil {
+		return nil, false, fmt.Errorf("path: reading %s: %w", path, err)
+	}
+	if why != "" {
+		return nil, false, fmt.Errorf("path: %s: %w (%s); move it away or point path: elsewhere", path, ErrForeignFile, why)
+	}
+	if keep < size {
+		if err := f.Truncate(keep); err != nil {
+			return nil, false, fmt.Errorf("path: cutting the torn last line of %s: %w", path, err)
+		}
+		opts.Log.Warn().Str("path", path).Int64("bytes", size-keep).Int64("size", keep).
+			Msg("file sink: cut a torn last line (left by a crash in the middle of a write)")
+	}
+	return &FileSink{name: name, path: path, f: f, fd: fd, size: keep, cutTo: -1, fsync: opts.Fsync}, false, nil
+}
+
+// openAppend opens path read-write in append mode without following a
+// symbolic link, or creates it (and its directories) with mode.
+func openAppend(path string, mode os.FileMode, syncDirs bool) (*os.File, error) {
+	const flags = os.O_RDWR | os.O_APPEND | unix.O_NOFOLLOW
+	for {
+		f, err := os.OpenFile(path, flags, 0)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, openError(path, err)
+		}
+		dir := filepath.Dir(path)
+		if err := mkdirs(dir, dirMode(mode), syncDirs); err != nil {
+			return nil, fmt.Errorf("path: %w", err)
+		}
+		f, err = os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL, mode)
+		if errors.Is(err, fs.ErrExist) {
+			continue // created meanwhile (or a symlink): open what is there
+		}
+		if err != nil {
+			return nil, openError(path, err)
+		}
+		if err := f.Chmod(mode); err != nil { // the umask narrowed it
+			f.Close()
+			return nil, fmt.Errorf("path: %w", err)
+		}
+		if syncDirs {
+			if err := syncDir(dir); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("path: %w", err)
+			}
+		}
+		return f, nil
+	}
+}
+
+func openError(path string, err error) error {
+	if errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("path: %s is a symbolic link; give the path of the real file (the file sink does not follow a link at the last component)", path)
+	}
+	return fmt.Errorf("path: %w", err)
+}
+
+// mkdirs creates dir and its missing parents with mode perm (not narrowed
+// by the umask), fsyncing each parent whose entries changed when sync.
+func mkdirs(dir string, perm os.FileMode, sync bool) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: unix.ENOTDIR}
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirs(parent, perm, sync); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, perm); err != nil {
+		if fi, serr := os.Stat(dir); serr == nil && fi.IsDir() {
+			return nil // created meanwhile
+		}
+		return err
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		return err
+	}
+	if sync {
+		return syncDir(parent)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, making the entries created in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// lockFile takes an exclusive flock on fd, retrying every lockPoll while
+// another process holds it, until ctx ends.
+func lockFile(ctx context.Context, fd int, path string, log zerolog.Logger) error {
+	var tick *time.Ticker
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			if tick != nil {
+				tick.Stop()
+				log.Info().Str("path", path).Msg("file sink: the other process let go of the file; lock taken")
+			}
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			return fmt.Errorf("path: locking %s: %w", path, err)
+		}
+		if tick == nil {
+			log.Warn().Str("path", path).
+				Msg("file sink: the file is locked by another process (another relay writing it); waiting until it lets go")
+			tick = time.NewTicker(lockPoll)
+		}
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return fmt.Errorf("path: waiting for another process to unlock %s: %w", path, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// lineStart is how every line of AppendJSONLine's format begins.
+const lineStart = `{"id":"`
+
+// checkTail reads the file r of the given size and returns how much of it
+// to keep: up to and including its last newline. why is non-empty when the
+// file is not the sink's: its first or last complete line is not a message
+// line, or what follows the last newline is not the start of one.
+func checkTail(r io.ReaderAt, size int64) (keep int64, why string, err error) {
+	nl, err := lastIndexByte(r, size, '\n')
+	if err != nil {
+		return 0, "", err
+	}
+	keep = nl + 1
+	if keep > 0 {
+		first, err := indexByte(r, keep, '\n')
+		if err != nil {
+			return 0, "", err
+		}
+		ok, err := isMessageLine(r, 0, first)
+		if err != nil || !ok {
+			return 0, "its first line is not a message line " + lineStart + `…","lsn":"…","commit_lsn":"…"}`, err
+		}
+		if first != nl {
+			prev, err := lastIndexByte(r, nl, '\n')
+			if err != nil {
+				return 0, "", err
+			}
+			ok, err := isMessageLine(r, prev+1, nl-prev-1)
+			if err != nil || !ok {
+				return 0, fmt.Sprintf("its last complete line, at byte %d, is not a message line", prev+1), err
+			}
+		}
+	}
+	if keep < size {
+		ok, err := isTornLine(r, keep, size-keep)
+		if err != nil || !ok {
+			return 0, fmt.Sprintf("the %d bytes after its last newline are not the start of a message line", size-keep), err
+		}
+	}
+	return keep, "", nil
+}
+
+// isMessageLine reports whether the n bytes at off are one JSON object of
+// AppendJSONLine's format: it begins with lineStart and has string fields
+// id, lsn and commit_lsn.
+func isMessageLine(r io.ReaderAt, off, n int64) (bool, error) {
+	if n < int64(len(lineStart)) {
+		return false, nil
+	}
+	head := make([]byte, len(lineStart))
+	if _, err := r.ReadAt(head, off); err != nil {
+		return false, err
+	}
+	if string(head) != lineStart {
+		return false, nil
+	}
+	var line struct {
+		ID        *string `json:"id"`
+		LSN       *string `json:"lsn"`
+		CommitLSN *string `json:"commit_lsn"`
+	}
+	dec := json.NewDecoder(io.NewSectionReader(r, off, n))
+	if err := dec.Decode(&line); err != nil {
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &syntax) || errors.As(err, &typ) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	return dec.InputOffset() == n && line.ID != nil && line.LSN != nil && line.CommitLSN != nil, nil
+}
+
+// isTornLine reports whether the n bytes at off (with no newline) are what
+// a write cut short leaves: the beginning of a message line, or zero bytes
+// (a file system that had extended the file but not written the data at a
+// power loss).
+func isTornLine(r io.ReaderAt, off, n int64) (bool, error) {
+	head := make([]byte, min(n, int64(len(lineStart))))
+	if _, err := r.ReadAt(head, off); err != nil {
+		return false, err
+	}
+	if strings.HasPrefix(lineStart, string(head)) {
+		return true, nil
+	}
+	buf := make([]byte, min(n, 64<<10))
+	for n > 0 {
+		c := buf[:min(n, int64(len(buf)))]
+		if _, err := r.ReadAt(c, off); err != nil {
+			return false, err
+		}
+		for _, b := range c {
+			if b != 0 {
+				return false, nil
+			}
+		}
+		off += int64(len(c))
+		n -= int64(len(c))
+	}
+	return true, nil
+}
+
+// indexByte returns the offset of the first c in r's first end bytes, or
+// -1.
+func indexByte(r io.ReaderAt, end int64, c byte) (int64, error) {
+	buf := make([]byte, min(end, 64<<10))
+	for off := int64(0); off < end; {
+		b := buf[:min(end-off, int64(len(buf)))]
+		if _, err := r.ReadAt(b, off); err != nil {
 			return 0, err
 		}
-		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
-			return end - n + int64(i) + 1, nil
+		if i := bytes.IndexByte(b, c); i >= 0 {
+			return off + int64(i), nil
+		}
+		off += int64(len(b))
+	}
+	return -1, nil
+}
+
+// lastIndexByte returns the offset of the last c in r's first end bytes,
+// or -1.
+func lastIndexByte(r io.ReaderAt, end int64, c byte) (int64, error) {
+	buf := make([]byte, min(end, 64<<10))
+	for end > 0 {
+		n := min(end, int64(len(buf)))
+		if _, err := r.ReadAt(buf[:n], end-n); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], c); i >= 0 {
+			return end - n + int64(i), nil
 		}
 		end -= n
 	}
-	return 0, nil
+	return -1, nil
 }
 
 // Name implements Sink.
 func (s *FileSink) Name() string { return s.name }
 
-// Publish implements Sink: it writes the batch and fsyncs.
+// Publish implements Sink: it appends the batch and fdatasyncs (unless
+// Fsync is off). On error it cuts off what it appended, so that the retry
+// appends after whole lines.
 func (s *FileSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s.cutTo >= 0 {
+		if err := s.cut(s.cutTo); err != nil {
+			return fmt.Errorf("file sink %s: cutting back the failed write to %s: %w", s.name, s.path, err)
+		}
 	}
 	s.buf = s.buf[:0]
 	for _, m := range msgs {
 		s.buf = AppendJSONLine(s.buf, m)
 	}
-	_, err := s.f.Write(s.buf)
+	var n int
+	var err error
+	if s.testWrite != nil {
+		n, err = s.testWrite(s.buf)
+	} else {
+		n, err = s.f.Write(s.buf)
+	}
 	if err == nil && s.fsync {
-		err = unix.Fdatasync(int(s.f.Fd()))
+		err = unix.Fdatasync(s.fd)
 	}
 	if err != nil {
-		// Cut back to whole lines so the retry appends after valid data.
-		if terr := s.f.Truncate(s.size); terr == nil {
-			_, _ = s.f.Seek(s.size, io.SeekStart)
-		}
+		s.cutBack(int64(n))
 		return fmt.Errorf("file sink %s: writing %s: %w", s.name, s.path, err)
 	}
-	s.size += int64(len(s.buf))
+	// With O_APPEND the offset is the end of what was just written.
+	if end, serr := s.f.Seek(0, io.SeekCurrent); serr == nil {
+		s.size = end
+	} else {
+		s.size += int64(n)
+	}
 	if cap(s.buf) > 4<<20 {
 		s.buf = nil // do not keep a huge batch's buffer
 	}
 	return nil
 }
 
-// Close implements Sink.
-func (s *FileSink) Close() error { return s.f.Close() }
+// cutBack removes the n bytes a failed write appended (they are at the
+// end: O_APPEND, and the lock keeps other relays out), never cutting below
+// s.size, the end of the last successful write, unless the file shrank
+// under it. When the cut fails, the next Publish retries it before writing.
+func (s *FileSink) cutBack(n int64) {
+	s.cutTo = s.size
+	fi, err := s.f.Stat()
+	if err != nil {
+		return
+	}
+	end := fi.Size()
+	floor := s.size
+	if end < s.size {
+		floor = 0 // truncated by someone else (copytruncate): s.size no longer applies
+	}
+	s.cutTo = max(end-n, floor)
+	_ = s.cut(s.cutTo)
+}
+
+// cut truncates the file to size if it is longer, and clears the pending
+// cut.
+func (s *FileSink) cut(size int64) error {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() > size {
+		if err := s.f.Truncate(size); err != nil {
+			return err
+		}
+	}
+	s.size = min(size, fi.Size())
+	s.cutTo = -1
+	return nil
+}
+
+// Close implements Sink: it releases the lock and closes the file. A
+// second call returns os.ErrClosed.
+func (s *FileSink) Close() error {
+	if s.closed {
+		return os.ErrClosed
+	}
+	s.closed = true
+	// Closing the descriptor would release the lock too; unlocking first
+	// also releases it if a child process briefly shares the descriptor.
+	_ = unix.Flock(s.fd, unix.LOCK_UN)
+	return s.f.Close()
+}
 
 // WriterSink writes JSON lines to an io.Writer (stdout) and acknowledges
 // after the write returns. Publish must not be called concurrently.

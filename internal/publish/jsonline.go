@@ -18,9 +18,10 @@ import (
 // key is null when the outbox key is NULL; headers is {} when the headers
 // column is NULL, with keys sorted. A payload that is not JSON (a bytea
 // column holding other bytes) is written as a base64 string and the line
-// gets "payload_encoding":"base64". A JSON payload spread over several
-// lines (a json column keeps the text as written) is compacted so that
-// every message is exactly one line.
+// gets "payload_encoding":"base64"; so is a payload marked JSON that is
+// not valid UTF-8, which JSON text must be. A JSON payload spread over
+// several lines (a json column keeps the text as written) is compacted so
+// that every message is exactly one line.
 func AppendJSONLine(b []byte, m *decoder.Message) []byte {
 	b = append(b, `{"id":`...)
 	b = appendString(b, m.ID)
@@ -34,7 +35,10 @@ func AppendJSONLine(b []byte, m *decoder.Message) []byte {
 	}
 	b = append(b, `,"payload":`...)
 	switch {
-	case !m.PayloadJSON:
+	case !m.PayloadJSON || !utf8.Valid(m.Payload):
+		// JSON text is UTF-8 (RFC 8259): JSON-shaped bytes that are not
+		// (the decoder never marks them JSON) would make the line
+		// unreadable to strict parsers.
 		b = append(b, '"')
 		b = base64.StdEncoding.AppendEncode(b, m.Payload)
 		b = append(b, `","payload_encoding":"base64"`...)
