@@ -522,7 +522,7 @@ func (r *report) markdown(png string) string {
 	if r.has(wBigTx) {
 		p("## One transaction of %s rows\n\n", commas(int64(r.P.BigN)))
 		p("Committed before the system starts; memory is the relay process's VmHWM read just before SIGTERM " +
-			"(DESIGN.md invariant 5: bounded by the in-flight window, not by the transaction).\n\n")
+			"(docs/design.md, invariant 5: bounded by the in-flight window, not by the transaction).\n\n")
 		p("| system | seconds | msgs/s | × ceiling | peak RSS MB | relay CPU s / 100k | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		bc := r.value("ceiling", wBigTx, rate)
 		for _, s := range r.Systems {

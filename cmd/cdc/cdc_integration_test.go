@@ -39,8 +39,14 @@ type proc struct {
 
 func startCDC(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startCDCEnv(t, nil, args...)
+}
+
+// startCDCEnv starts cdc with extra environment variables (KEY=value).
+func startCDCEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "WALPOST_CDC_MAIN=1")
+	cmd.Env = append(append(os.Environ(), "WALPOST_CDC_MAIN=1"), env...)
 	p := &proc{cmd: cmd, stdout: &lockedWriter{w: &bytes.Buffer{}}, stderr: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan struct{})}
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr

@@ -1,6 +1,6 @@
 // Package checkpoint decides how far the replication slot may be confirmed.
 //
-// Invariant (DESIGN.md, 1): the confirmed LSN never passes the commit of a
+// Invariant (docs/design.md, 1): the confirmed LSN never passes the commit of a
 // transaction that has an outbox message not yet acknowledged by every sink
 // it routes to.
 //

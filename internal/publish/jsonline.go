@@ -11,7 +11,7 @@ import (
 )
 
 // AppendJSONLine appends m as one line of the file and stdout sinks'
-// format (DESIGN.md), newline included:
+// format (docs/design.md, "Contracts"), newline included:
 //
 //	{"id":"…","type":"…","key":"…","payload":<the JSON payload>,"headers":{…},"lsn":"0/16B3748","commit_lsn":"0/16B37A0"}
 //

@@ -9,7 +9,7 @@ import (
 // yet acknowledged, by count and by bytes. It gives the relay its
 // back-pressure: when the window is full the pipeline stops reading the
 // replication stream, TCP flow control stops the server, and memory stays
-// bounded whatever the size of a transaction (DESIGN.md invariant 5).
+// bounded whatever the size of a transaction (docs/design.md, invariant 5).
 //
 // Acquire is called by one goroutine (the pipeline); Release by any. A
 // Window is safe for concurrent use under that rule.

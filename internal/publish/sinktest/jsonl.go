@@ -14,7 +14,7 @@ import (
 	"github.com/walpost/walpost/internal/decoder"
 )
 
-// jsonLine is one line of the file and stdout sinks (DESIGN.md):
+// jsonLine is one line of the file and stdout sinks (docs/design.md):
 // {"id":…,"type":…,"key":…,"payload":<JSON>,"headers":{…},"lsn":"0/16B3748","commit_lsn":"0/16B37A0"}
 type jsonLine struct {
 	ID        string            `json:"id"`
