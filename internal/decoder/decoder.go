@@ -1,13 +1,19 @@
 package decoder
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
@@ -68,6 +74,14 @@ type Event struct {
 // Error is a row the decoder cannot map to a message: bad input, not a
 // protocol failure. It names the row's position and, when it could be read,
 // its id.
+//
+// Nothing in an Error is altered to make it printable: Error() and ID are
+// valid UTF-8 (a value that is not is quoted with Go escapes, \xff, in
+// the text, and an id that is not valid UTF-8 is not an ID), and Row keeps
+// the values' bytes exactly as sent; its JSON encoding (RowValues.MarshalJSON,
+// which encoding/json uses) writes a value that is not valid UTF-8 as
+// {"base64": "..."} instead of letting encoding/json replace its bytes
+// with U+FFFD.
 type Error struct {
 	LSN       pglogrepl.LSN
 	CommitLSN pglogrepl.LSN
@@ -75,8 +89,8 @@ type Error struct {
 	Err       error
 	// Row holds the mapped columns' values as sent (text format), by
 	// column name; NULL columns are absent. It lets a dead-letter policy
-	// park the row for repair.
-	Row map[string]string
+	// park the row for repair: marshal it with encoding/json.
+	Row RowValues
 	// Table is set when the table's columns do not fit the mapping (a
 	// mapped column missing or of an unusable type): every row of the
 	// table fails alike until the config or the table is fixed, so such
@@ -92,6 +106,48 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// RowValues is an outbox row's mapped columns, by column name: each value as
+// the server sent it, in text format, byte for byte. Values need not be
+// valid UTF-8 (a SQL_ASCII database stores any bytes in text).
+type RowValues map[string]string
+
+// MarshalJSON encodes the row as a JSON object with sorted keys. A value
+// that is valid UTF-8 is a JSON string; a value that is not is an object
+// {"base64": "<the bytes in standard base64>"}, so the encoding is
+// lossless and a reader tells the two apart by the JSON type. Keys are the
+// mapping's column names (from the config, valid UTF-8); a key that is not
+// valid UTF-8 is an error rather than a silently altered name.
+func (r RowValues) MarshalJSON() ([]byte, error) {
+	if r == nil {
+		return []byte("null"), nil
+	}
+	b := []byte{'{'}
+	for i, k := range slices.Sorted(maps.Keys(r)) {
+		if !utf8.ValidString(k) {
+			return nil, fmt.Errorf("decoder: row column name %q is not valid UTF-8", k)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		if v := r[k]; utf8.ValidString(v) {
+			b = appendJSONString(b, v)
+		} else {
+			b = append(b, `{"base64":"`...)
+			b = base64.StdEncoding.AppendEncode(b, []byte(v))
+			b = append(b, `"}`...)
+		}
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s, valid UTF-8, as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
 
 // ErrProtocol is wrapped by errors for bytes that are not valid pgoutput.
 var ErrProtocol = errors.New("decoder: malformed pgoutput message")
@@ -161,7 +217,7 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 	case 'I':
 		return d.insert(walStart, data)
 	case 'B':
-		m, err := parse[*pglogrepl.BeginMessage](data)
+		m, err := parse[*pglogrepl.BeginMessage](walStart, data)
 		if err != nil {
 			return Event{}, err
 		}
@@ -170,21 +226,21 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 		d.tx.commitTime = m.CommitTime.UTC()
 		return Event{Kind: Begin, LSN: walStart, CommitLSN: m.FinalLSN}, nil
 	case 'C':
-		m, err := parse[*pglogrepl.CommitMessage](data)
+		m, err := parse[*pglogrepl.CommitMessage](walStart, data)
 		if err != nil {
 			return Event{}, err
 		}
 		d.tx.open = false
 		return Event{Kind: Commit, LSN: m.TransactionEndLSN, CommitLSN: m.CommitLSN}, nil
 	case 'R':
-		m, err := parse[*pglogrepl.RelationMessage](data)
+		m, err := parse[*pglogrepl.RelationMessage](walStart, data)
 		if err != nil {
 			return Event{}, err
 		}
 		d.rels[m.RelationID] = d.relation(m)
 		return Event{Kind: Skip}, nil
 	case 'M':
-		m, err := parse[*pglogrepl.LogicalDecodingMessage](data)
+		m, err := parse[*pglogrepl.LogicalDecodingMessage](walStart, data)
 		if err != nil {
 			return Event{}, err
 		}
@@ -199,17 +255,110 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 	}
 }
 
-func parse[T pglogrepl.Message](data []byte) (T, error) {
-	var zero T
+// kindNames names the message kinds Decode parses, for errors.
+var kindNames = map[byte]string{'B': "Begin", 'C': "Commit", 'R': "Relation", 'M': "logical decoding Message", 'I': "Insert"}
+
+// parse parses a Begin, Commit, Relation or logical decoding Message with
+// pglogrepl. Its parsers index past the end of some truncated messages, so
+// the framing of the variable-length ones is checked first and any panic
+// left is recovered: malformed bytes are an error wrapping ErrProtocol,
+// never a crash.
+func parse[T pglogrepl.Message](lsn pglogrepl.LSN, data []byte) (t T, err error) {
+	kind := kindNames[data[0]]
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			t, err = zero, fmt.Errorf("%w: %s at %s: %v", ErrProtocol, kind, lsn, r)
+		}
+	}()
+	if err := checkFraming(data); err != nil {
+		return t, fmt.Errorf("%w: %s at %s: %v", ErrProtocol, kind, lsn, err)
+	}
 	m, err := pglogrepl.Parse(data)
 	if err != nil {
-		return zero, fmt.Errorf("%w: %c: %v", ErrProtocol, data[0], err)
+		return t, fmt.Errorf("%w: %s at %s: %v", ErrProtocol, kind, lsn, err)
 	}
 	t, ok := m.(T)
 	if !ok {
-		return zero, fmt.Errorf("%w: %c parsed as %T", ErrProtocol, data[0], m)
+		return t, fmt.Errorf("%w: %s at %s parsed as %T", ErrProtocol, kind, lsn, m)
 	}
 	return t, nil
+}
+
+// checkFraming checks that the fields of a message fit in data, following
+// the protocol's message formats.
+func checkFraming(data []byte) error {
+	r := reader{b: data, p: 1}
+	switch data[0] {
+	case 'B':
+		r.skip(8 + 8 + 4) // final LSN, commit time, xid
+	case 'C':
+		r.skip(1 + 8 + 8 + 8) // flags, commit LSN, end LSN, commit time
+	case 'R':
+		r.skip(4) // relation id
+		r.cstring()
+		r.cstring()
+		r.skip(1) // replica identity
+		n := r.uint16()
+		for i := 0; i < n && r.err == nil; i++ {
+			r.skip(1) // flags
+			r.cstring()
+			r.skip(4 + 4) // type oid, type modifier
+		}
+	case 'M':
+		r.skip(1 + 8) // flags, LSN
+		r.cstring()   // prefix
+		r.skip(r.uint32())
+	}
+	return r.err
+}
+
+// reader walks a message's fields, remembering the first that does not fit.
+type reader struct {
+	b   []byte
+	p   int
+	err error
+}
+
+func (r *reader) skip(n int) {
+	if r.err == nil && (n < 0 || n > len(r.b)-r.p) {
+		r.err = fmt.Errorf("truncated: %d bytes, a field at offset %d needs %d", len(r.b), r.p, n)
+	}
+	if r.err == nil {
+		r.p += n
+	}
+}
+
+func (r *reader) cstring() {
+	if r.err != nil {
+		return
+	}
+	i := bytes.IndexByte(r.b[r.p:], 0)
+	if i < 0 {
+		r.err = fmt.Errorf("truncated: %d bytes, the string at offset %d has no terminating zero", len(r.b), r.p)
+		return
+	}
+	r.p += i + 1
+}
+
+func (r *reader) uint16() int {
+	r.skip(2)
+	if r.err != nil {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(r.b[r.p-2:]))
+}
+
+func (r *reader) uint32() int {
+	r.skip(4)
+	if r.err != nil {
+		return 0
+	}
+	v := binary.BigEndian.Uint32(r.b[r.p-4:])
+	if uint64(v) > uint64(len(r.b)) {
+		return -1 // past any message: skip reports it
+	}
+	return int(v)
 }
 
 func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
@@ -218,13 +367,13 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 		return r
 	}
 	r.outbox = true
-	names := [5]string{d.m.ID, d.m.Type, d.m.Key, d.m.Payload, d.m.Headers}
+	names := d.names()
 	var have []string
 	for i := range r.idx {
 		r.idx[i] = -1
 	}
 	for ci, c := range m.Columns {
-		have = append(have, c.Name)
+		have = append(have, printable(c.Name))
 		for role, n := range names {
 			if n != "" && c.Name == n {
 				r.idx[role] = ci
@@ -244,73 +393,93 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 	return r
 }
 
-func checkTypes(r *relation, names [5]string) error {
-	allowed := map[int][]uint32{
-		colID:      {oidUUID, oidText, oidVarchar},
-		colType:    {oidText, oidVarchar, oidBPChar},
-		colKey:     {oidText, oidVarchar, oidBPChar, oidUUID},
-		colPayload: {oidJSONB, oidJSON, oidText, oidVarchar, oidBytea},
-		colHeaders: {oidJSONB, oidJSON},
+// names returns the mapped column names by role ("" for none).
+func (d *Decoder) names() [5]string {
+	return [5]string{d.m.ID, d.m.Type, d.m.Key, d.m.Payload, d.m.Headers}
+}
+
+// accepted lists, by role, the column types the decoder maps, in the order
+// errors name them.
+var accepted = [5][]uint32{
+	colID:      {oidUUID, oidText, oidVarchar},
+	colType:    {oidText, oidVarchar, oidBPChar},
+	colKey:     {oidText, oidVarchar, oidBPChar, oidUUID},
+	colPayload: {oidJSONB, oidJSON, oidText, oidVarchar, oidBytea},
+	colHeaders: {oidJSONB, oidJSON},
+}
+
+// typeNames names the types of accepted.
+var typeNames = map[uint32]string{
+	oidBytea: "bytea", oidText: "text", oidJSON: "json", oidVarchar: "varchar",
+	oidBPChar: "char(n)", oidJSONB: "jsonb", oidUUID: "uuid",
+}
+
+// acceptedNames returns the names of the types accepted for role, for
+// errors: "jsonb, json".
+func acceptedNames(role int) string {
+	names := make([]string, len(accepted[role]))
+	for i, o := range accepted[role] {
+		names[i] = typeNames[o]
 	}
+	return strings.Join(names, ", ")
+}
+
+func checkTypes(r *relation, names [5]string) error {
 	for role := range r.idx {
-		if r.idx[role] < 0 {
-			continue
-		}
-		ok := false
-		for _, o := range allowed[role] {
-			ok = ok || r.oid[role] == o
-		}
-		if !ok {
-			return fmt.Errorf("%s: column %q has type oid %d; it must be one of %s", roleNames[role], names[role], r.oid[role], typeNames[role])
+		if r.idx[role] >= 0 && !slices.Contains(accepted[role], r.oid[role]) {
+			return fmt.Errorf("%s: column %q has type oid %d; it must be one of %s", roleNames[role], names[role], r.oid[role], acceptedNames(role))
 		}
 	}
 	return nil
 }
 
-var typeNames = [5]string{"uuid, text", "text", "text, uuid", "jsonb, json, text, bytea", "jsonb, json"}
-
 // insert decodes 'I' relid(4) 'N' tupledata by hand: pglogrepl's TupleData
-// allocates and copies every column, and this is the hot path.
+// allocates and copies every column, and this is the hot path. It checks
+// every length against data: no input makes it index out of range.
 func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	if len(data) < 8 {
-		return Event{}, fmt.Errorf("%w: short insert at %s", ErrProtocol, lsn)
+		return Event{}, fmt.Errorf("%w: short Insert at %s (%d bytes)", ErrProtocol, lsn, len(data))
 	}
-	rel, ok := d.rels[binary.BigEndian.Uint32(data[1:5])]
+	relID := binary.BigEndian.Uint32(data[1:5])
+	rel, ok := d.rels[relID]
 	if !ok {
-		return Event{}, fmt.Errorf("%w: insert at %s for relation %d without a Relation message", ErrProtocol, lsn, binary.BigEndian.Uint32(data[1:5]))
+		return Event{}, fmt.Errorf("%w: Insert at %s for relation %d without a Relation message", ErrProtocol, lsn, relID)
 	}
 	if !rel.outbox {
 		return Event{Kind: Skip}, nil
 	}
 	if data[5] != 'N' {
-		return Event{}, fmt.Errorf("%w: insert at %s: tuple tag %q", ErrProtocol, lsn, data[5])
+		return Event{}, fmt.Errorf("%w: Insert at %s: tuple tag %q", ErrProtocol, lsn, data[5])
+	}
+	n := int(binary.BigEndian.Uint16(data[6:8]))
+	if n != rel.ncols {
+		return Event{}, fmt.Errorf("%w: Insert at %s has %d columns, its Relation message %d", ErrProtocol, lsn, n, rel.ncols)
 	}
 	var vals [5][]byte
 	var nulls [5]bool
-	n := int(binary.BigEndian.Uint16(data[6:8]))
 	p := 8
 	for ci := 0; ci < n; ci++ {
 		if p >= len(data) {
-			return Event{}, fmt.Errorf("%w: insert at %s truncated", ErrProtocol, lsn)
+			return Event{}, fmt.Errorf("%w: Insert at %s truncated", ErrProtocol, lsn)
 		}
 		kind := data[p]
 		p++
 		var v []byte
 		switch kind {
 		case 'n', 'u':
-		case 't', 'b':
-			if p+4 > len(data) {
-				return Event{}, fmt.Errorf("%w: insert at %s truncated", ErrProtocol, lsn)
+		case 't': // 'b' (binary) only comes with the binary option, never asked for
+			if len(data)-p < 4 {
+				return Event{}, fmt.Errorf("%w: Insert at %s truncated", ErrProtocol, lsn)
 			}
-			l := int(binary.BigEndian.Uint32(data[p : p+4]))
+			l := binary.BigEndian.Uint32(data[p : p+4])
 			p += 4
-			if l < 0 || p+l > len(data) {
-				return Event{}, fmt.Errorf("%w: insert at %s truncated", ErrProtocol, lsn)
+			if uint64(l) > uint64(len(data)-p) {
+				return Event{}, fmt.Errorf("%w: Insert at %s truncated", ErrProtocol, lsn)
 			}
-			v = data[p : p+l]
-			p += l
+			v = data[p : p+int(l)]
+			p += int(l)
 		default:
-			return Event{}, fmt.Errorf("%w: insert at %s: column kind %q", ErrProtocol, lsn, kind)
+			return Event{}, fmt.Errorf("%w: Insert at %s: column kind %q", ErrProtocol, lsn, kind)
 		}
 		for role, idx := range rel.idx {
 			if idx == ci {
@@ -327,20 +496,28 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 }
 
 func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5]bool) (*Message, error) {
+	names := d.names()
 	id := ""
-	if rel.idx[colID] >= 0 && vals[colID] != nil {
+	if rel.idx[colID] >= 0 && vals[colID] != nil && utf8.Valid(vals[colID]) {
 		id = string(vals[colID])
 	}
 	table := false
 	fail := func(format string, args ...any) (*Message, error) {
-		row := map[string]string{}
-		names := [5]string{d.m.ID, d.m.Type, d.m.Key, d.m.Payload, d.m.Headers}
+		row := RowValues{}
 		for role, v := range vals {
 			if v != nil && !nulls[role] && names[role] != "" {
 				row[names[role]] = string(v)
 			}
 		}
 		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: fmt.Errorf(format, args...), Row: row, Table: table}
+	}
+	// text returns the error for a text value of role that is not valid
+	// UTF-8: raw bytes would reach the sinks, or be replaced by U+FFFD.
+	text := func(role int, v []byte) error {
+		if utf8.Valid(v) {
+			return nil
+		}
+		return invalidUTF8(roleNames[role], names[role], v)
 	}
 	if len(rel.missing) > 0 {
 		table = true
@@ -352,7 +529,10 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 		return fail("table %s: %v", rel.name, rel.bad)
 	}
 	if !d.tx.open {
-		return nil, fmt.Errorf("%w: insert at %s outside a transaction", ErrProtocol, lsn)
+		return nil, fmt.Errorf("%w: Insert at %s outside a transaction", ErrProtocol, lsn)
+	}
+	if err := text(colID, vals[colID]); err != nil {
+		return fail("%v", err)
 	}
 	if id == "" {
 		return fail("%s is NULL or empty", roleNames[colID])
@@ -366,11 +546,17 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 	if nulls[colType] || len(vals[colType]) == 0 {
 		return fail("type is NULL or empty")
 	}
+	if err := text(colType, vals[colType]); err != nil {
+		return fail("%v", err)
+	}
 	m.Type = string(vals[colType])
 	if rel.oid[colType] == oidBPChar {
 		m.Type = strings.TrimRight(m.Type, " ")
 	}
 	if rel.idx[colKey] >= 0 && !nulls[colKey] && vals[colKey] != nil {
+		if err := text(colKey, vals[colKey]); err != nil {
+			return fail("%v", err)
+		}
 		m.Key, m.HasKey = string(vals[colKey]), true
 	}
 	if nulls[colPayload] || vals[colPayload] == nil {
@@ -378,20 +564,34 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 	}
 	switch rel.oid[colPayload] {
 	case oidJSONB:
+		// Valid JSON by construction, but in a SQL_ASCII database its
+		// strings may hold any bytes.
+		if err := text(colPayload, vals[colPayload]); err != nil {
+			return fail("%v", err)
+		}
 		m.Payload, m.PayloadJSON = clone(vals[colPayload]), true
 	case oidBytea:
 		b, err := unhexBytea(vals[colPayload])
 		if err != nil {
 			return fail("payload: %v", err)
 		}
-		m.Payload, m.PayloadJSON = b, json.Valid(b)
+		// Bytes, published as JSON only when they are JSON text.
+		m.Payload, m.PayloadJSON = b, utf8.Valid(b) && json.Valid(b)
 	default:
+		if err := text(colPayload, vals[colPayload]); err != nil {
+			return fail("%v", err)
+		}
 		if !json.Valid(vals[colPayload]) {
 			return fail("payload is not valid JSON (%s)", excerpt(vals[colPayload]))
 		}
 		m.Payload, m.PayloadJSON = clone(vals[colPayload]), true
 	}
 	if rel.idx[colHeaders] >= 0 && !nulls[colHeaders] && vals[colHeaders] != nil {
+		// encoding/json would replace invalid UTF-8 in keys and values
+		// with U+FFFD: check the text it parses.
+		if err := text(colHeaders, vals[colHeaders]); err != nil {
+			return fail("%v", err)
+		}
 		h, err := parseHeaders(vals[colHeaders])
 		if err != nil {
 			return fail("headers: %v", err)
@@ -401,8 +601,29 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 	return m, nil
 }
 
+// invalidUTF8 is the error for a value of column col (playing role) that
+// is not valid UTF-8; it names the first invalid byte and where it is.
+func invalidUTF8(role, col string, v []byte) error {
+	off := 0
+	for off < len(v) {
+		r, size := utf8.DecodeRune(v[off:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		off += size
+	}
+	b := byte(0)
+	if off < len(v) {
+		b = v[off]
+	}
+	return fmt.Errorf("%s: column %q is not valid UTF-8 (byte 0x%02x at offset %d); the database encoding is likely SQL_ASCII: fix the producer or convert the text",
+		role, col, b, off)
+}
+
 // parseHeaders reads a JSON object. String values are kept; other values
-// are kept as their JSON text, so nothing is dropped.
+// are kept as their JSON text, so nothing is dropped. b must be valid
+// UTF-8; a \u escape that stands for no character (an unpaired UTF-16
+// surrogate, which encoding/json would replace with U+FFFD) is an error.
 func parseHeaders(b []byte) (map[string]string, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
@@ -410,6 +631,9 @@ func parseHeaders(b []byte) (map[string]string, error) {
 	}
 	if raw == nil {
 		return nil, nil
+	}
+	if err := checkSurrogates(b); err != nil {
+		return nil, err
 	}
 	h := make(map[string]string, len(raw))
 	for k, v := range raw {
@@ -423,6 +647,47 @@ func parseHeaders(b []byte) (map[string]string, error) {
 	return h, nil
 }
 
+// checkSurrogates reports a \uXXXX escape in the valid JSON text b that is
+// half of a UTF-16 surrogate pair without its other half.
+func checkSurrogates(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		// Valid JSON: a backslash is inside a string and starts an escape.
+		if i+1 < len(b) && b[i+1] != 'u' {
+			i++
+			continue
+		}
+		hi, ok := hex4(b, i+2)
+		if !ok {
+			return nil // not valid JSON after all: not this check's business
+		}
+		switch {
+		case hi >= 0xD800 && hi < 0xDC00:
+			lo, ok := hex4(b, i+8)
+			if !ok || i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' || lo < 0xDC00 || lo >= 0xE000 {
+				return fmt.Errorf(`\u%04x at offset %d is an unpaired UTF-16 surrogate: it stands for no character; fix the producer`, hi, i)
+			}
+			i += 11
+		case hi >= 0xDC00 && hi < 0xE000:
+			return fmt.Errorf(`\u%04x at offset %d is an unpaired UTF-16 surrogate: it stands for no character; fix the producer`, hi, i)
+		default:
+			i += 5
+		}
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || len(b)-i < 4 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[i:i+4]), 16, 16)
+	return rune(v), err == nil
+}
+
 // unhexBytea decodes bytea's text output (hex format, "\x0a1b...").
 func unhexBytea(v []byte) ([]byte, error) {
 	if len(v) < 2 || v[0] != '\\' || v[1] != 'x' {
@@ -433,6 +698,15 @@ func unhexBytea(v []byte) ([]byte, error) {
 		return nil, fmt.Errorf("bytea: %v", err)
 	}
 	return out, nil
+}
+
+// printable returns s, or s quoted with Go escapes when it is not valid
+// UTF-8, for error texts.
+func printable(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }

@@ -19,11 +19,22 @@
 //
 // Validation. A row whose id is not a UUID, whose type is empty, whose
 // payload is NULL or (for json and text columns) not valid JSON, whose
-// headers are not a JSON object, or whose table lacks a mapped column,
-// yields an *Error naming the row's id (when readable) and LSN. jsonb
-// payloads are valid JSON by construction and are not re-checked; bytea
-// payloads are published as raw bytes and marked PayloadJSON only when they
-// happen to be JSON.
+// headers are not a JSON object, whose text (id, type, key, headers, or a
+// json, jsonb, text or varchar payload) is not valid UTF-8 (a SQL_ASCII
+// database lets any bytes into text), or whose table lacks a mapped
+// column, yields an *Error naming the row's id (when readable) and LSN.
+// jsonb payloads are valid JSON by construction and are checked as UTF-8
+// only; bytea payloads are bytes: published as they are and marked
+// PayloadJSON only when they happen to be JSON text (valid JSON and valid
+// UTF-8). An *Error alters nothing: its Row keeps the bytes as sent and
+// encodes to JSON without loss (see Error).
+//
+// Malformed bytes. Input that is not valid pgoutput (truncated, fields
+// that do not fit the message, an Insert with another number of columns
+// than its Relation message, a column in binary format) yields an error
+// wrapping ErrProtocol naming the message kind and its LSN; no input makes
+// Decode panic. FuzzDecode checks that, and that every message and error
+// it returns is valid UTF-8.
 //
 // Relation messages are cached by relation id and replaced when the server
 // sends one again (after ALTER TABLE, or on a new connection). A mapped

@@ -17,12 +17,13 @@ type Message struct {
 	// Key is the ordering key; HasKey is false when the column is NULL.
 	Key    string
 	HasKey bool
-	// Payload is the body as stored. PayloadJSON says it is valid JSON
-	// (always so for json, jsonb and text columns; for bytea only when the
-	// bytes happen to be JSON).
+	// Payload is the body as stored. PayloadJSON says it is valid JSON in
+	// valid UTF-8 (always so for json, jsonb, text and varchar columns; for
+	// bytea only when the bytes happen to be JSON text).
 	Payload     []byte
 	PayloadJSON bool
 	// Headers are the entries of the headers column (nil when NULL).
+	// ID, Type, Key and Headers are valid UTF-8.
 	Headers map[string]string
 	// LSN is the position of the INSERT in the WAL.
 	LSN pglogrepl.LSN
