@@ -1,16 +1,3 @@
-// Package config loads and validates walpost's YAML configuration.
-//
-// Loading happens in three steps: ${VAR} references in the file are replaced
-// by environment variables (${VAR:-default} gives a default; a reference to an
-// unset variable without a default is an error, so a typo does not silently
-// become an empty password); the YAML is decoded strictly (an unknown key is
-// an error that names it and its line); then CDC_* environment variables
-// override the main settings, defaults are filled in and Validate checks
-// every field, naming the field in its error (`sinks[1].path: empty`).
-//
-// Sink settings beyond name, kind and route belong to the sink kind: each
-// Sink keeps its YAML node, and the sink's constructor decodes it strictly
-// into its own struct with Sink.Decode.
 package config
 
 import (
@@ -18,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,6 +24,10 @@ type Config struct {
 	Sinks    []Sink   `yaml:"sinks"`
 	HTTP     HTTP     `yaml:"http"`
 	Log      Log      `yaml:"log"`
+
+	// src is where each setting's value came from, by field path, for
+	// errors (Validate); empty for a Config not made by Parse.
+	src map[string]source
 }
 
 // Postgres says where the outbox is and how it is replicated.
@@ -129,17 +120,6 @@ type Relay struct {
 	RetryBackoff Duration `yaml:"retry_backoff"`
 }
 
-// Sink is one destination. Kind-specific settings are decoded by the sink
-// with Decode.
-type Sink struct {
-	Name  string `yaml:"name"`
-	Kind  string `yaml:"kind"`
-	Route Route  `yaml:"route"`
-	// Line is where the sink is defined in the file (0 when not from a file).
-	Line int `yaml:"-"`
-	node *yaml.Node
-}
-
 // Route selects the messages a sink receives by type, with path.Match globs.
 // An empty Include means every type.
 type Route struct {
@@ -192,7 +172,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (use e.g. 500ms, 10s, 1m)", n.Line, s)
+		return fmt.Errorf("%q is not a duration (use e.g. 500ms, 10s, 1m) (line %d)", s, n.Line)
 	}
 	*d = Duration(v)
 	return nil
@@ -200,53 +180,6 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// UnmarshalYAML keeps the node so that the sink kind can decode its own
-// settings.
-func (s *Sink) UnmarshalYAML(n *yaml.Node) error {
-	var common struct {
-		Name  string `yaml:"name"`
-		Kind  string `yaml:"kind"`
-		Route Route  `yaml:"route"`
-	}
-	// Decode loosely here: the kind's own decode is strict over all keys.
-	if err := n.Decode(&common); err != nil {
-		return err
-	}
-	s.Name, s.Kind, s.Route, s.Line = common.Name, common.Kind, common.Route, n.Line
-	s.node = n
-	return nil
-}
-
-// Decode decodes the sink's kind-specific settings into v strictly: a key
-// that is neither name, kind, route nor a field of v is an error naming it.
-func (s *Sink) Decode(v any) error {
-	if s.node == nil {
-		return nil
-	}
-	rest := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: s.node.Line}
-	for i := 0; i+1 < len(s.node.Content); i += 2 {
-		switch s.node.Content[i].Value {
-		case "name", "kind", "route":
-			continue
-		}
-		rest.Content = append(rest.Content, s.node.Content[i], s.node.Content[i+1])
-	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	if err := enc.Encode(rest); err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(&buf)
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return cleanYAMLError(err)
-	}
-	return nil
-}
 
 // Load reads, expands, decodes, overrides from the environment, defaults and
 // validates the file at path.
@@ -262,17 +195,30 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
-// Parse is Load on bytes, with lookup standing for the environment.
+// Parse is Load on bytes, with lookup standing for the environment. Its
+// errors are *Error values (see the package doc for the steps).
 func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
-	expanded, err := Expand(string(b), lookup)
-	if err != nil {
+	var root yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		e := syntaxError(err)
+		if bytes.Contains(b, []byte("${")) {
+			e.Msg += ` (a ${VAR} inside [ ] or { } must be quoted: '${VAR}')`
+		}
+		return nil, e
+	}
+	if expandedSize(&root, maxVisits, map[*yaml.Node]bool{}) > maxVisits {
+		// Checked for the whole file, so that the sinks' own decoding,
+		// later and repeated, is bounded too.
+		return nil, &Error{Msg: fmt.Sprintf("the file has more than %d values, counting each use of an alias (an alias bomb?)", maxVisits)}
+	}
+	refs := map[*yaml.Node]expansion{}
+	if err := expandTree(&root, "", lookup, refs); err != nil {
 		return nil, err
 	}
-	var c Config
-	dec := yaml.NewDecoder(strings.NewReader(expanded))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, cleanYAMLError(err)
+	c := &Config{src: map[string]source{}}
+	d := &decoder{refs: refs, src: c.src}
+	if err := d.decode(&root, reflect.ValueOf(c).Elem(), ""); err != nil {
+		return nil, err
 	}
 	if err := c.applyEnv(lookup); err != nil {
 		return nil, err
@@ -281,50 +227,41 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return c, nil
 }
 
-var refRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// Expand replaces ${VAR} and ${VAR:-default} in s. A reference to an unset
-// variable without a default is an error; "$$" is not special and a lone "$"
-// is kept as is (passwords may contain one).
-func Expand(s string, lookup func(string) (string, bool)) (string, error) {
-	var missing []string
-	out := refRE.ReplaceAllStringFunc(s, func(ref string) string {
-		m := refRE.FindStringSubmatch(ref)
-		if v, ok := lookup(m[1]); ok {
-			return v
-		}
-		if m[2] != "" {
-			return m[3]
-		}
-		missing = append(missing, m[1])
-		return ref
-	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("environment variable %s is not set (referenced as ${%s}; use ${%s:-default} for a default)",
-			missing[0], missing[0], missing[0])
+// syntaxError rewords the YAML parser's "yaml: line 3: …" as "not valid
+// YAML: … (line 3)".
+func syntaxError(err error) *Error {
+	msg := err.Error()
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{Msg: "not valid YAML: " + m[2], Line: line}
 	}
-	return out, nil
+	return &Error{Msg: "not valid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 }
 
 // Env overrides: variable -> setter.
 var envVars = []struct {
-	name string
-	set  func(c *Config, v string) error
+	name, field string
+	set         func(c *Config, v string) error
 }{
-	{"CDC_POSTGRES_URL", func(c *Config, v string) error { c.Postgres.URL = v; return nil }},
-	{"CDC_POSTGRES_TABLE", func(c *Config, v string) error { c.Postgres.Table = v; return nil }},
-	{"CDC_POSTGRES_PUBLICATION", func(c *Config, v string) error { c.Postgres.Publication = v; return nil }},
-	{"CDC_POSTGRES_SLOT", func(c *Config, v string) error { c.Postgres.Slot = v; return nil }},
-	{"CDC_HTTP_LISTEN", func(c *Config, v string) error { c.HTTP.Listen = v; return nil }},
-	{"CDC_LOG_LEVEL", func(c *Config, v string) error { c.Log.Level = v; return nil }},
-	{"CDC_LOG_FORMAT", func(c *Config, v string) error { c.Log.Format = v; return nil }},
-	{"CDC_RELAY_WINDOW_MESSAGES", func(c *Config, v string) error {
+	{"CDC_POSTGRES_URL", "postgres.url", func(c *Config, v string) error { c.Postgres.URL = v; return nil }},
+	{"CDC_POSTGRES_TABLE", "postgres.table", func(c *Config, v string) error { c.Postgres.Table = v; return nil }},
+	{"CDC_POSTGRES_PUBLICATION", "postgres.publication", func(c *Config, v string) error { c.Postgres.Publication = v; return nil }},
+	{"CDC_POSTGRES_SLOT", "postgres.slot", func(c *Config, v string) error { c.Postgres.Slot = v; return nil }},
+	{"CDC_HTTP_LISTEN", "http.listen", func(c *Config, v string) error { c.HTTP.Listen = v; return nil }},
+	{"CDC_LOG_LEVEL", "log.level", func(c *Config, v string) error { c.Log.Level = v; return nil }},
+	{"CDC_LOG_FORMAT", "log.format", func(c *Config, v string) error { c.Log.Format = v; return nil }},
+	{"CDC_RELAY_WINDOW_MESSAGES", "relay.window_messages", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", v)
+		}
 		c.Relay.WindowMessages = n
-		return err
+		return nil
 	}},
 }
 
@@ -341,7 +278,10 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	for _, e := range envVars {
 		if v, ok := lookup(e.name); ok && v != "" {
 			if err := e.set(c, v); err != nil {
-				return fmt.Errorf("%s=%q: %v", e.name, v, err)
+				return &Error{Field: e.field, Msg: err.Error(), Env: e.name}
+			}
+			if c.src != nil {
+				c.src[e.field] = source{env: e.name}
 			}
 		}
 	}
@@ -410,110 +350,6 @@ func def(s *string, v string) {
 	}
 }
 
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
-
-// Validate checks every field and names the first bad one.
-func (c *Config) Validate() error {
-	p := c.Postgres
-	if p.URL == "" {
-		return errors.New("postgres.url: empty (set it, or CDC_POSTGRES_URL)")
-	}
-	if strings.Contains(p.URL, "://") {
-		if _, err := url.Parse(p.URL); err != nil {
-			return fmt.Errorf("postgres.url: %v", err)
-		}
-	}
-	parts := strings.Split(p.Table, ".")
-	if len(parts) != 2 || !identRE.MatchString(parts[0]) || !identRE.MatchString(parts[1]) {
-		return fmt.Errorf("postgres.table: %q is not schema.table with lower-case SQL identifiers", p.Table)
-	}
-	if pt := strings.Split(p.ProgressTable, "."); p.ProgressTable != "-" && (len(pt) != 2 || !identRE.MatchString(pt[0]) || !identRE.MatchString(pt[1])) {
-		return fmt.Errorf("postgres.progress_table: %q is not schema.table with lower-case SQL identifiers (or \"-\" to disable)", p.ProgressTable)
-	}
-	for field, v := range map[string]string{"postgres.publication": p.Publication, "postgres.slot": p.Slot} {
-		if !identRE.MatchString(v) {
-			return fmt.Errorf("%s: %q must be a lower-case SQL identifier (letters, digits, _; at most 63)", field, v)
-		}
-	}
-	if p.StatusInterval.D() < 100*time.Millisecond {
-		return fmt.Errorf("postgres.status_interval: %v is under 100ms", p.StatusInterval.D())
-	}
-	if p.HeartbeatInterval.D() < 0 {
-		return fmt.Errorf("postgres.heartbeat_interval: negative")
-	}
-	cols := map[string]string{}
-	for field, v := range map[string]string{"columns.id": c.Columns.ID, "columns.type": c.Columns.Type,
-		"columns.key": c.Columns.Key, "columns.payload": c.Columns.Payload, "columns.headers": c.Columns.Headers} {
-		if v == "-" && (field == "columns.key" || field == "columns.headers") {
-			continue // "-" means the table has no such column
-		}
-		if !identRE.MatchString(v) {
-			return fmt.Errorf("%s: %q is not a lower-case column name (use \"-\" for key or headers when the table has none)", field, v)
-		}
-		if other, dup := cols[v]; dup {
-			return fmt.Errorf("%s: column %q is already mapped by %s", field, v, other)
-		}
-		cols[v] = field
-	}
-	r := c.Relay
-	if r.WindowMessages < 1 || r.WindowMessages > 10_000_000 {
-		return fmt.Errorf("relay.window_messages: %d is outside 1..10000000", r.WindowMessages)
-	}
-	if r.WindowBytes < 1<<16 {
-		return fmt.Errorf("relay.window_bytes: %d is under 65536", r.WindowBytes)
-	}
-	if *r.Procs < 0 || *r.Procs > 1024 {
-		return fmt.Errorf("relay.procs: %d is outside 0..1024 (0: every core)", *r.Procs)
-	}
-	if r.OnInvalid != "stop" && r.OnInvalid != "dead_letter" {
-		return fmt.Errorf("relay.on_invalid: %q is not stop or dead_letter", r.OnInvalid)
-	}
-	if r.OnRefused != "stop" && r.OnRefused != "dead_letter" {
-		return fmt.Errorf("relay.on_refused: %q is not stop or dead_letter", r.OnRefused)
-	}
-	if r.RefusedAttempts < 1 || r.RefusedAttempts > 100 {
-		return fmt.Errorf("relay.refused_attempts: %d is outside 1..100", r.RefusedAttempts)
-	}
-	if dt := strings.Split(p.DeadLetterTable, "."); len(dt) != 2 || !identRE.MatchString(dt[0]) || !identRE.MatchString(dt[1]) {
-		return fmt.Errorf("postgres.dead_letter_table: %q is not schema.table with lower-case SQL identifiers", p.DeadLetterTable)
-	}
-	if r.BatchSize < 1 || r.BatchSize > 100_000 {
-		return fmt.Errorf("relay.batch_size: %d is outside 1..100000", r.BatchSize)
-	}
-	if len(c.Sinks) == 0 {
-		return errors.New("sinks: none configured (add at least one, e.g. {name: out, kind: stdout})")
-	}
-	names := map[string]int{}
-	for i, s := range c.Sinks {
-		if s.Name == "" {
-			return fmt.Errorf("sinks[%d].name: empty", i)
-		}
-		if j, dup := names[s.Name]; dup {
-			return fmt.Errorf("sinks[%d].name: %q is also the name of sinks[%d]", i, s.Name, j)
-		}
-		names[s.Name] = i
-		if s.Kind == "" {
-			return fmt.Errorf("sinks[%d].kind: empty (one of %s)", i, strings.Join(Kinds(), ", "))
-		}
-		for _, p := range append(append([]string{}, s.Route.Include...), s.Route.Exclude...) {
-			if _, err := path.Match(p, ""); err != nil {
-				return fmt.Errorf("sinks[%d].route: bad pattern %q: %v", i, p, err)
-			}
-		}
-	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
-	}
-	switch c.Log.Format {
-	case "json", "console":
-	default:
-		return fmt.Errorf("log.format: %q is not json or console", c.Log.Format)
-	}
-	return nil
-}
-
 // kinds is filled by RegisterKind so that errors can list the known kinds.
 var kinds []string
 
@@ -522,13 +358,3 @@ func RegisterKind(name string) { kinds = append(kinds, name) }
 
 // Kinds returns the registered sink kinds.
 func Kinds() []string { return append([]string(nil), kinds...) }
-
-var yamlFieldRE = regexp.MustCompile(`field (\S+) not found in type \S+`)
-
-// cleanYAMLError turns "field foo not found in type config.Postgres" into
-// "unknown key foo".
-func cleanYAMLError(err error) error {
-	msg := yamlFieldRE.ReplaceAllString(err.Error(), "unknown key \"$1\" (check its spelling and indentation)")
-	msg = strings.TrimPrefix(msg, "yaml: ")
-	return errors.New(msg)
-}

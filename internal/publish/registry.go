@@ -68,7 +68,7 @@ func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	}
 	open, err := f(cfg, log.With().Str("sink", cfg.Name).Logger())
 	if err != nil {
-		return nil, fmt.Errorf("sinks[%d] (%s): %w", index, cfg.Name, err)
+		return nil, cfg.WrapError(index, err)
 	}
 	return func(ctx context.Context) (Sink, error) {
 		s, err := open(ctx)

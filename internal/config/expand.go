@@ -1,0 +1,105 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+var refRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// Expand replaces ${VAR} and ${VAR:-default} in s, one value. A reference
+// to an unset variable without a default is an error; "$$" is not special
+// and a lone "$" is kept as is (passwords may contain one). The result is
+// not read again: a "${" that a variable's value brings in stays as it is.
+func Expand(s string, lookup func(string) (string, bool)) (string, error) {
+	out, _, err := expand(s, lookup)
+	return out, err
+}
+
+// expansion records what a scalar's value was made from.
+type expansion struct {
+	vars   []string // the variables referenced, in order
+	values []string // what each of them gave (its value or its default)
+}
+
+func expand(s string, lookup func(string) (string, bool)) (string, expansion, error) {
+	var x expansion
+	var missing string
+	out := refRE.ReplaceAllStringFunc(s, func(ref string) string {
+		m := refRE.FindStringSubmatch(ref)
+		v, ok := lookup(m[1])
+		switch {
+		case ok:
+		case m[2] != "":
+			v = m[3]
+		default:
+			if missing == "" {
+				missing = m[1]
+			}
+			return ref
+		}
+		x.vars = append(x.vars, m[1])
+		x.values = append(x.values, v)
+		return v
+	})
+	if missing != "" {
+		return "", x, fmt.Errorf("environment variable %s is not set (referenced as ${%s}; use ${%s:-default} for a default)",
+			missing, missing, missing)
+	}
+	return out, x, nil
+}
+
+// expandTree expands the references in every scalar value below n (not in
+// keys) and records in refs what each expanded node was made from. An
+// expanded node is tagged !!str: its value is the text it expands to,
+// never YAML to be resolved (see the package doc for how the decoder types
+// it). Aliases are not followed: their anchor is expanded where it stands.
+func expandTree(n *yaml.Node, path string, lookup func(string) (string, bool), refs map[*yaml.Node]expansion) error {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if err := expandTree(c, path, lookup, refs); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := expandTree(c, fmt.Sprintf("%s[%d]", path, i), lookup, refs); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			p := path
+			if !isMerge(k) {
+				p = joinPath(path, k.Value)
+			}
+			if err := expandTree(n.Content[i+1], p, lookup, refs); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "${") {
+			return nil
+		}
+		v, x, err := expand(n.Value, lookup)
+		if err != nil {
+			return &Error{Field: path, Msg: err.Error(), Line: n.Line}
+		}
+		if len(x.vars) == 0 {
+			return nil
+		}
+		n.Value, n.Tag = v, "!!str"
+		refs[n] = x
+	}
+	return nil
+}
+
+// isMerge reports whether a mapping key is YAML's merge key "<<".
+func isMerge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.Value == "<<" && (k.Tag == "" || k.Tag == "!" || k.ShortTag() == "!!merge")
+}

@@ -1,0 +1,40 @@
+package config
+
+import (
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/redact"
+)
+
+// Secrets returns every secret value the configuration holds, for a
+// redact.Set: the password of postgres.url as written and decoded (and
+// what else redact.URL would hide in it), the password pgconn would use
+// (which may come from PGPASSWORD or a password file), the whole URL when
+// pgconn cannot parse it, and from each sink every value under a key that
+// redact.IsSecretKey (sasl.password, connection_string with its
+// SharedAccessKey, token, …) and the password of any URL among its other
+// values. Each value appears once; empty ones are left out.
+func (c *Config) Secrets() []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(ss ...string) {
+		for _, s := range ss {
+			if s != "" && !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	if u := c.Postgres.URL; u != "" {
+		add(redact.URLSecrets(u)...)
+		if pc, err := pgconn.ParseConfig(u); err == nil {
+			add(pc.Password)
+		} else {
+			add(u)
+		}
+	}
+	for i := range c.Sinks {
+		add(c.Sinks[i].secrets()...)
+	}
+	return out
+}

@@ -1,0 +1,314 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/redact"
+)
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
+
+// Validate checks every setting and returns the first error, an *Error
+// naming the setting. The order is fixed: the settings in the order the
+// file's sections are documented (postgres, columns, relay, sinks, http,
+// log), each section's in the order of its struct's fields, then the
+// checks across settings (two columns of one name, two sinks of one name).
+// It checks postgres.url with pgconn.ParseConfig, which reads the files the
+// URL names (sslrootcert, sslcert, sslkey, a service file) and PG*
+// environment variables, as connecting will.
+func (c *Config) Validate() error {
+	for _, check := range []func() error{
+		c.validatePostgres, c.validateColumns, c.validateRelay, c.validateSinks, c.validateLog,
+		c.validateColumnsDistinct, c.validateSinkNamesDistinct,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fail returns an *Error about field, with where its value came from: its
+// line (or, for a setting not in the file, the line of the nearest
+// mapping that is) or its CDC_* variable.
+func (c *Config) fail(field, format string, args ...any) error {
+	e := &Error{Field: field, Msg: fmt.Sprintf(format, args...)}
+	for p := field; ; p = parentPath(p) {
+		if s, ok := c.src[p]; ok {
+			e.Line, e.Env = s.line, s.env
+			break
+		}
+		if p == "" {
+			break
+		}
+	}
+	return e
+}
+
+// q quotes a setting's value for an error, unless it was expanded from
+// ${VAR} references, which may hold a secret: then it names the variables.
+// (A CDC_* override is quoted: those that are not postgres.url hold no
+// secret, and postgres.url is never quoted.)
+func (c *Config) q(field, v string) string {
+	if s := c.src[field]; len(s.x.vars) > 0 {
+		return fromVars(s.x.vars)
+	}
+	return quote(v)
+}
+
+func (c *Config) validatePostgres() error {
+	p := c.Postgres
+	if err := c.validateURL(); err != nil {
+		return err
+	}
+	if err := c.validateTable("postgres.table", p.Table, ""); err != nil {
+		return err
+	}
+	for _, f := range []struct{ field, v string }{{"postgres.publication", p.Publication}, {"postgres.slot", p.Slot}} {
+		if !identRE.MatchString(f.v) {
+			return c.fail(f.field, "%s must be a lower-case SQL identifier (letters, digits, _; at most 63)", c.q(f.field, f.v))
+		}
+	}
+	if p.StatusInterval.D() < 100*time.Millisecond {
+		return c.fail("postgres.status_interval", "%v is under 100ms", p.StatusInterval.D())
+	}
+	if p.HeartbeatInterval != nil && p.HeartbeatInterval.D() < 0 {
+		return c.fail("postgres.heartbeat_interval", "%v is negative (0 disables the heartbeat)", p.HeartbeatInterval.D())
+	}
+	if p.ProgressTable != "-" {
+		if err := c.validateTable("postgres.progress_table", p.ProgressTable, ` (or "-" to disable)`); err != nil {
+			return err
+		}
+	}
+	return c.validateTable("postgres.dead_letter_table", p.DeadLetterTable, "")
+}
+
+func (c *Config) validateTable(field, v, hint string) error {
+	parts := strings.Split(v, ".")
+	if len(parts) != 2 || !identRE.MatchString(parts[0]) || !identRE.MatchString(parts[1]) {
+		return c.fail(field, "%s is not schema.table with lower-case SQL identifiers%s", c.q(field, v), hint)
+	}
+	return nil
+}
+
+// placeholderRE matches a bare word: not a URL, not key=value pairs, and
+// nothing that could hold a password. See validateURL.
+var placeholderRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// validateURL checks postgres.url with pgconn.ParseConfig, as connecting
+// will. Its error never repeats the URL or a piece of it that could be
+// the password. A bare word (no "://", no "=") is let through unchecked:
+// the tests of cmd/cdc use `url: x` as a placeholder in configurations
+// that never connect; connecting fails on it.
+func (c *Config) validateURL() error {
+	const field = "postgres.url"
+	u := c.Postgres.URL
+	if u == "" {
+		return c.fail(field, "empty (set it, or CDC_POSTGRES_URL)")
+	}
+	if placeholderRE.MatchString(u) {
+		return nil
+	}
+	pc, err := pgconn.ParseConfig(u)
+	if err == nil {
+		// libpq ends the userinfo at the first '@': the rest of a password
+		// with a raw '@' becomes the host, and would be shown by every
+		// failed connection.
+		hosts := []string{pc.Host}
+		for _, f := range pc.Fallbacks {
+			hosts = append(hosts, f.Host)
+		}
+		for _, h := range hosts {
+			if strings.Contains(h, "@") {
+				return c.fail(field, "the host holds an '@' (write an '@' in the user name or password as %%40); the URL is not repeated here because it may hold a password")
+			}
+		}
+		return nil
+	}
+	form, hint := "connection URL", "check its %-escapes, host:port list, ?key=value parameters and sslmode"
+	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		form, hint = "connection string", "write a postgres:// URL or host=… dbname=… pairs; check quotes, ports and sslmode"
+	}
+	why := parseReason(err)
+	if why == "" || c.mayQuoteSecret(why) {
+		why = hint
+	}
+	return c.fail(field, "not a valid %s (%s); the URL is not repeated here because it may hold a password", form, why)
+}
+
+// parseReason returns pgconn's reason for refusing a connection string,
+// without the (best-effort redacted) string that pgconn's error quotes,
+// or "" when it cannot be separated.
+func parseReason(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	// Error() is "cannot parse `<redacted>`: msg" or "…: msg (inner)";
+	// the same error without msg and inner gives the prefix to cut.
+	prefix := pgconn.NewParseConfigError(pe.ConnString, "", nil).Error()
+	msg, ok := strings.CutPrefix(pe.Error(), prefix)
+	if !ok {
+		return ""
+	}
+	inner := pe.Unwrap()
+	if inner == nil {
+		return msg
+	}
+	msg, ok = strings.CutSuffix(msg, " ("+inner.Error()+")")
+	if !ok {
+		return ""
+	}
+	var ue *url.Error
+	if errors.As(inner, &ue) {
+		inner = ue.Err // net/url quotes the URL; its cause does not
+	}
+	switch msg {
+	case "failed to parse as URL", "failed to parse as keyword/value":
+		return inner.Error()
+	}
+	return msg + ": " + inner.Error()
+}
+
+// mayQuoteSecret reports whether text, about to be shown in an error
+// about postgres.url, could hold a piece of the password: any of the parts
+// of the URL that redact.URL hides, or of the environment variables that
+// went into it, appearing whole (when shorter than 4 bytes) or by any 4
+// bytes of it.
+func (c *Config) mayQuoteSecret(text string) bool {
+	const window = 4
+	suspects := redact.URLSecrets(c.Postgres.URL)
+	s := c.src["postgres.url"]
+	suspects = append(suspects, s.x.values...)
+	if s.env != "" {
+		suspects = append(suspects, c.Postgres.URL)
+	}
+	for _, v := range suspects {
+		if len(v) < window {
+			if v != "" && strings.Contains(text, v) {
+				return true
+			}
+			continue
+		}
+		for i := 0; i+window <= len(v); i++ {
+			if strings.Contains(text, v[i:i+window]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (c *Config) validateColumns() error {
+	for _, f := range c.columnFields() {
+		if f.v == "-" && (f.field == "columns.key" || f.field == "columns.headers") {
+			continue // "-" means the table has no such column
+		}
+		if !identRE.MatchString(f.v) {
+			return c.fail(f.field, "%s is not a lower-case column name (use \"-\" for key or headers when the table has none)", c.q(f.field, f.v))
+		}
+	}
+	return nil
+}
+
+func (c *Config) columnFields() []struct{ field, v string } {
+	col := c.Columns
+	return []struct{ field, v string }{{"columns.id", col.ID}, {"columns.type", col.Type},
+		{"columns.key", col.Key}, {"columns.payload", col.Payload}, {"columns.headers", col.Headers}}
+}
+
+func (c *Config) validateColumnsDistinct() error {
+	seen := map[string]string{}
+	for _, f := range c.columnFields() {
+		if f.v == "-" {
+			continue
+		}
+		if other, dup := seen[f.v]; dup {
+			return c.fail(f.field, "column %s is already mapped by %s", c.q(f.field, f.v), other)
+		}
+		seen[f.v] = f.field
+	}
+	return nil
+}
+
+func (c *Config) validateRelay() error {
+	r := c.Relay
+	switch {
+	case r.WindowMessages < 1 || r.WindowMessages > 10_000_000:
+		return c.fail("relay.window_messages", "%d is outside 1..10000000", r.WindowMessages)
+	case r.WindowBytes < 1<<16:
+		return c.fail("relay.window_bytes", "%d is under 65536", r.WindowBytes)
+	case r.BatchSize < 1 || r.BatchSize > 100_000:
+		return c.fail("relay.batch_size", "%d is outside 1..100000", r.BatchSize)
+	case r.Procs != nil && (*r.Procs < 0 || *r.Procs > 1024):
+		return c.fail("relay.procs", "%d is outside 0..1024 (0: every core)", *r.Procs)
+	case r.OnInvalid != "stop" && r.OnInvalid != "dead_letter":
+		return c.fail("relay.on_invalid", "%s is not stop or dead_letter", c.q("relay.on_invalid", r.OnInvalid))
+	case r.OnRefused != "stop" && r.OnRefused != "dead_letter":
+		return c.fail("relay.on_refused", "%s is not stop or dead_letter", c.q("relay.on_refused", r.OnRefused))
+	case r.RefusedAttempts < 1 || r.RefusedAttempts > 100:
+		return c.fail("relay.refused_attempts", "%d is outside 1..100", r.RefusedAttempts)
+	}
+	return nil
+}
+
+func (c *Config) validateSinks() error {
+	if len(c.Sinks) == 0 {
+		return c.fail("sinks", "none configured (add at least one, e.g. {name: out, kind: stdout})")
+	}
+	for i, s := range c.Sinks {
+		at := fmt.Sprintf("sinks[%d]", i)
+		if s.Name == "" {
+			return c.fail(at+".name", "empty")
+		}
+		if s.Kind == "" {
+			return c.fail(at+".kind", "empty (one of %s)", strings.Join(Kinds(), ", "))
+		}
+		for _, list := range []struct {
+			key      string
+			patterns []string
+		}{{"include", s.Route.Include}, {"exclude", s.Route.Exclude}} {
+			for j, p := range list.patterns {
+				if _, err := path.Match(p, ""); err != nil {
+					field := fmt.Sprintf("%s.route.%s[%d]", at, list.key, j)
+					return c.fail(field, "%s is not a glob pattern (%v)", c.q(field, p), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateSinkNamesDistinct() error {
+	names := map[string]int{}
+	for i, s := range c.Sinks {
+		field := fmt.Sprintf("sinks[%d].name", i)
+		if j, dup := names[s.Name]; dup {
+			return c.fail(field, "%s is also the name of sinks[%d]", c.q(field, s.Name), j)
+		}
+		names[s.Name] = i
+	}
+	return nil
+}
+
+func (c *Config) validateLog() error {
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return c.fail("log.level", "%s is not one of debug, info, warn, error", c.q("log.level", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		return c.fail("log.format", "%s is not json or console", c.q("log.format", c.Log.Format))
+	}
+	return nil
+}
