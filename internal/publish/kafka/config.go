@@ -272,6 +272,9 @@ func (s *saslConfig) validate() error {
 	if s.Password == "" {
 		return errors.New("sasl.password: empty (use ${VAR} to take it from the environment)")
 	}
+	if _, err := s.mechanism(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -290,7 +293,12 @@ func (s *saslConfig) mechanism() (sasl.Mechanism, error) {
 		}
 		m, err := scram.Mechanism(algo, s.Username, s.Password)
 		if err != nil {
-			return nil, fmt.Errorf("sasl: %w", err)
+			// The SCRAM library's error quotes the username or password
+			// it could not prepare: say which, without either.
+			if _, uerr := scram.Mechanism(algo, s.Username, "password"); uerr != nil {
+				return nil, errors.New("sasl.username: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?)")
+			}
+			return nil, errors.New("sasl.password: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?); the password is not repeated here")
 		}
 		return m, nil
 	}

@@ -3,6 +3,7 @@ package servicebus
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,10 +176,14 @@ func (c *sbConfig) retryOptions() azservicebus.RetryOptions {
 }
 
 // checkConnectionString checks the form of a connection string without
-// repeating it (it holds a secret): key=value pairs separated by ';', an
-// Endpoint with the sb:// scheme, and a key name with a key or a shared
-// access signature.
+// repeating it or any part of it that could hold the key: key=value pairs
+// separated by ';' with no spaces around keys and values (the SDK trims
+// none), an Endpoint with the sb:// scheme, and a key name with a key or
+// a shared access signature. A string written with ',' instead of ';' is
+// one pair whose "Endpoint" runs on into the key: it is refused before the
+// Endpoint is shown.
 func checkConnectionString(cs string) error {
+	const pairsHint = "(copy it whole from the portal or `az servicebus namespace authorization-rule keys list`; it is not repeated here because it holds a secret)"
 	keys := map[string]string{}
 	for _, part := range strings.Split(cs, ";") {
 		if strings.TrimSpace(part) == "" {
@@ -186,20 +191,50 @@ func checkConnectionString(cs string) error {
 		}
 		k, v, ok := strings.Cut(part, "=")
 		if !ok {
-			return errors.New("connection_string: not a list of key=value pairs separated by ';' (copy it whole from the portal or `az servicebus namespace authorization-rule keys list`)")
+			return errors.New("connection_string: not a list of key=value pairs separated by ';' " + pairsHint)
 		}
-		keys[strings.ToLower(strings.TrimSpace(k))] = v
+		key := strings.ToLower(strings.TrimSpace(k))
+		switch key {
+		case "endpoint", "sharedaccesskeyname", "sharedaccesskey", "sharedaccesssignature", "entitypath", "usedevelopmentemulator":
+		default:
+			continue // the SDK ignores other keys
+		}
+		if strings.TrimSpace(k) != k || strings.TrimSpace(v) != v {
+			return fmt.Errorf("connection_string: spaces around the %s key or its value (remove them: the SDK does not) %s", connStringKeyName[key], pairsHint)
+		}
+		if _, dup := keys[key]; dup {
+			return fmt.Errorf("connection_string: %s is given twice %s", connStringKeyName[key], pairsHint)
+		}
+		keys[key] = v
 	}
 	ep := keys["endpoint"]
 	switch {
 	case ep == "":
 		return errors.New("connection_string: no Endpoint (Endpoint=sb://NAMESPACE.servicebus.windows.net/;…)")
+	case strings.ContainsAny(ep, ",= \t"):
+		return errors.New("connection_string: the Endpoint value runs on into other pairs (are they separated by ',' instead of ';'?) " + pairsHint)
 	case !strings.HasPrefix(strings.ToLower(ep), "sb://"):
 		return fmt.Errorf("connection_string: Endpoint %q does not start with sb://", ep)
 	case keys["sharedaccesssignature"] == "" && (keys["sharedaccesskeyname"] == "" || keys["sharedaccesskey"] == ""):
 		return errors.New("connection_string: needs SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature")
 	}
+	if v, ok := keys["usedevelopmentemulator"]; ok {
+		emulator, err := strconv.ParseBool(v)
+		if err != nil {
+			// The SDK's own error would quote the value.
+			return errors.New("connection_string: UseDevelopmentEmulator is not true or false")
+		}
+		if emulator && !strings.HasPrefix(ep, "sb://") {
+			return errors.New("connection_string: with UseDevelopmentEmulator=true the Endpoint must start with sb:// in lower case")
+		}
+	}
 	return nil
+}
+
+// connStringKeyName spells the keys of a connection string for errors.
+var connStringKeyName = map[string]string{
+	"endpoint": "Endpoint", "sharedaccesskeyname": "SharedAccessKeyName", "sharedaccesskey": "SharedAccessKey",
+	"sharedaccesssignature": "SharedAccessSignature", "entitypath": "EntityPath", "usedevelopmentemulator": "UseDevelopmentEmulator",
 }
 
 // checkNamespace checks that ns is a bare fully qualified host name.
