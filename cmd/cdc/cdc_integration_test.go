@@ -289,10 +289,10 @@ func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
 func TestConfigErrorsNameTheField(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct{ yaml, want string }{
-		{"postgres: {url: x, slott: s}\nsinks: [{name: a, kind: stdout}]\n", `unknown key "slott"`},
-		{"postgres: {url: x}\nsinks: [{name: a, kind: file}]\n", "path: empty"},
-		{"postgres: {url: x}\nsinks: [{name: a, kind: stdout}, {name: a, kind: stdout}]\n", "sinks[1].name"},
-		{"postgres: {url: x}\nsinks: [{name: a, kind: carrier-pigeon}]\n", `sinks[0].kind: unknown kind "carrier-pigeon"`},
+		{"postgres: {url: 'postgres://x', slott: s}\nsinks: [{name: a, kind: stdout}]\n", `unknown key "slott"`},
+		{"postgres: {url: 'postgres://x'}\nsinks: [{name: a, kind: file}]\n", "path: empty"},
+		{"postgres: {url: 'postgres://x'}\nsinks: [{name: a, kind: stdout}, {name: a, kind: stdout}]\n", "sinks[1].name"},
+		{"postgres: {url: 'postgres://x'}\nsinks: [{name: a, kind: carrier-pigeon}]\n", `sinks[0].kind: unknown kind "carrier-pigeon"`},
 		{"postgres: {url: '${NO_SUCH_VAR_FOR_WALPOST}'}\nsinks: [{name: a, kind: stdout}]\n", "NO_SUCH_VAR_FOR_WALPOST is not set"},
 	}
 	for i, c := range cases {

@@ -39,8 +39,10 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/publish"
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -111,6 +113,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "cdc:", err)
 		return 2
+	}
+	// A second line of defence behind every error's own care: nothing
+	// written to stdout or stderr (logs, errors, cdc status) carries a
+	// secret of the config. The stdout sink writes os.Stdout itself.
+	secrets := redact.NewSet(cfg.Secrets()...)
+	stdout, stderr = secrets.Writer(stdout), secrets.Writer(stderr)
+	// Every command checks every sink's settings (no I/O): a mistake is a
+	// configuration error whatever the command.
+	for i := range cfg.Sinks {
+		if _, err := publish.Prepare(i, &cfg.Sinks[i], zerolog.Nop()); err != nil {
+			fmt.Fprintf(stderr, "cdc: config %s: %v\n", *path, err)
+			return 2
+		}
 	}
 	log := newLogger(cfg.Log, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

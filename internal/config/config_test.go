@@ -61,20 +61,20 @@ sinks: [{name: out, kind: stdout}]
 
 func TestErrorsNameTheField(t *testing.T) {
 	cases := []struct{ yaml, want string }{
-		{"postgres: {url: x, tabel: t}\nsinks: [{name: a, kind: stdout}]", `unknown key "tabel"`},
+		{"postgres: {url: 'postgres://x', tabel: t}\nsinks: [{name: a, kind: stdout}]", `unknown key "tabel"`},
 		{"postgres: {}\nsinks: [{name: a, kind: stdout}]", "postgres.url: empty"},
-		{"postgres: {url: x, slot: My-Slot}\nsinks: [{name: a, kind: stdout}]", "postgres.slot"},
-		{"postgres: {url: x, table: outbox.a.b}\nsinks: [{name: a, kind: stdout}]", "postgres.table"},
-		{"postgres: {url: x, status_interval: soon}\nsinks: [{name: a, kind: stdout}]", `"soon" is not a duration`},
-		{"postgres: {url: x}\nsinks: []", "sinks: none configured"},
-		{"postgres: {url: x}\nsinks: [{kind: stdout}]", "sinks[0].name: empty"},
-		{"postgres: {url: x}\nsinks: [{name: a}]", "sinks[0].kind: empty"},
-		{"postgres: {url: x}\nsinks: [{name: a, kind: stdout, route: {include: ['[']}}]", "sinks[0].route"},
-		{"postgres: {url: x}\ncolumns: {id: id, type: id}\nsinks: [{name: a, kind: stdout}]", "columns.type"},
-		{"postgres: {url: x}\nrelay: {batch_size: -1}\nsinks: [{name: a, kind: stdout}]", "relay.batch_size"},
-		{"postgres: {url: x}\nlog: {level: loud}\nsinks: [{name: a, kind: stdout}]", "log.level"},
-		{"postgres: {url: x}\nrelay: {on_refused: skip}\nsinks: [{name: a, kind: stdout}]", `relay.on_refused: "skip" is not stop or dead_letter`},
-		{"postgres: {url: x}\nrelay: {refused_attempts: 1000}\nsinks: [{name: a, kind: stdout}]", "relay.refused_attempts: 1000 is outside 1..100"},
+		{"postgres: {url: 'postgres://x', slot: My-Slot}\nsinks: [{name: a, kind: stdout}]", "postgres.slot"},
+		{"postgres: {url: 'postgres://x', table: outbox.a.b}\nsinks: [{name: a, kind: stdout}]", "postgres.table"},
+		{"postgres: {url: 'postgres://x', status_interval: soon}\nsinks: [{name: a, kind: stdout}]", `"soon" is not a duration`},
+		{"postgres: {url: 'postgres://x'}\nsinks: []", "sinks: none configured"},
+		{"postgres: {url: 'postgres://x'}\nsinks: [{kind: stdout}]", "sinks[0].name: empty"},
+		{"postgres: {url: 'postgres://x'}\nsinks: [{name: a}]", "sinks[0].kind: empty"},
+		{"postgres: {url: 'postgres://x'}\nsinks: [{name: a, kind: stdout, route: {include: ['[']}}]", "sinks[0].route"},
+		{"postgres: {url: 'postgres://x'}\ncolumns: {id: id, type: id}\nsinks: [{name: a, kind: stdout}]", "columns.type"},
+		{"postgres: {url: 'postgres://x'}\nrelay: {batch_size: -1}\nsinks: [{name: a, kind: stdout}]", "relay.batch_size"},
+		{"postgres: {url: 'postgres://x'}\nlog: {level: loud}\nsinks: [{name: a, kind: stdout}]", "log.level"},
+		{"postgres: {url: 'postgres://x'}\nrelay: {on_refused: skip}\nsinks: [{name: a, kind: stdout}]", `relay.on_refused: "skip" is not stop or dead_letter`},
+		{"postgres: {url: 'postgres://x'}\nrelay: {refused_attempts: 1000}\nsinks: [{name: a, kind: stdout}]", "relay.refused_attempts: 1000 is outside 1..100"},
 		{"postgres: {url: '${MISSING}'}\nsinks: [{name: a, kind: stdout}]", "MISSING is not set"},
 	}
 	for _, c := range cases {

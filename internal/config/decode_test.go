@@ -13,7 +13,7 @@ import (
 // by its YAML path, say what is wrong in words (no Go types, no "yaml:"
 // prefix), and end with the line.
 func TestErrorsAreFieldWhatIsWrongAndLine(t *testing.T) {
-	const head = "postgres:\n  url: x\n"
+	const head = "postgres:\n  url: postgres://x\n"
 	const sink = "sinks: [{name: a, kind: stdout}]\n"
 	for _, c := range []struct{ yaml, want string }{
 		{head + "  tabel: t\n" + sink,
@@ -35,7 +35,7 @@ func TestErrorsAreFieldWhatIsWrongAndLine(t *testing.T) {
 		{head + "sinks: [{name: [a], kind: stdout}]\n", `sinks[0].name: want a single value, got a list (line 3)`},
 		{"[1, 2]\n", `the file is not a mapping of settings (postgres: …, sinks: …) (line 1)`},
 		{"postgres: {url: x\n", `not valid YAML: did not find expected ',' or '}' (line 1)`},
-		{"postgres: &p {<<: *p, url: x}\n" + sink, `postgres: alias *p refers to a value that contains it (line 1)`},
+		{"postgres: &p {<<: *p, url: 'postgres://x'}\n" + sink, `postgres: alias *p refers to a value that contains it (line 1)`},
 	} {
 		_, err := Parse([]byte(c.yaml), env(nil))
 		switch {
@@ -52,7 +52,7 @@ func TestErrorsAreFieldWhatIsWrongAndLine(t *testing.T) {
 func TestMergeKeysAndAliases(t *testing.T) {
 	y := `
 defaults: &d {kind: file, fsync: false}
-postgres: {url: x}
+postgres: {url: 'postgres://x'}
 sinks:
   - <<: *d
     name: a
@@ -63,12 +63,12 @@ sinks:
 	if err == nil || !strings.Contains(err.Error(), `defaults: unknown key "defaults"`) {
 		t.Fatalf("a top-level key that is not a setting: %v", err)
 	}
-	c, err := Parse([]byte(strings.Replace(y, "defaults: &d {kind: file, fsync: false}\npostgres: {url: x}", "postgres: {url: x, x: &d {kind: file, fsync: false}}", 1)), env(nil))
+	c, err := Parse([]byte(strings.Replace(y, "defaults: &d {kind: file, fsync: false}\npostgres: {url: 'postgres://x'}", "postgres: {url: 'postgres://x', x: &d {kind: file, fsync: false}}", 1)), env(nil))
 	if err == nil || !strings.Contains(err.Error(), "postgres.x: unknown key") {
 		t.Fatalf("err = %v", err)
 	}
 	// Anchors inside sinks are fine: only the kind decodes its keys.
-	y = "postgres: {url: x}\nsinks:\n  - &d {name: a, kind: file, path: /tmp/a, fsync: false}\n  - {<<: *d, name: b, path: /tmp/b}\n"
+	y = "postgres: {url: 'postgres://x'}\nsinks:\n  - &d {name: a, kind: file, path: /tmp/a, fsync: false}\n  - {<<: *d, name: b, path: /tmp/b}\n"
 	if c, err = Parse([]byte(y), env(nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ sinks:
 // through nested merges end in an error, quickly.
 func TestAliasBombIsRefused(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("postgres: {url: x}\nsinks:\n  - &a0 {name: a, kind: stdout}\n")
+	b.WriteString("postgres: {url: 'postgres://x'}\nsinks:\n  - &a0 {name: a, kind: stdout}\n")
 	for i := 1; i <= 12; i++ {
 		fmt.Fprintf(&b, "  - &a%d {<<: [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]}\n", i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
 	}
@@ -95,7 +95,7 @@ func TestAliasBombIsRefused(t *testing.T) {
 	}
 	// The same under a key only the sink kind decodes.
 	b.Reset()
-	b.WriteString("postgres: {url: x}\nx0: &a0 [a, b, c, d, e, f, g, h, i, j]\nsinks:\n")
+	b.WriteString("postgres: {url: 'postgres://x'}\nx0: &a0 [a, b, c, d, e, f, g, h, i, j]\nsinks:\n")
 	for i := 1; i <= 9; i++ {
 		fmt.Fprintf(&b, "  - {name: s%d, kind: stdout, extra: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]}\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
 	}
@@ -110,7 +110,7 @@ func TestAliasBombIsRefused(t *testing.T) {
 // file's, and its errors name sinks[i].
 func TestSinkDecodeNamesTheSinkFieldAndLine(t *testing.T) {
 	y := `postgres:
-  url: x
+  url: postgres://x
 sinks:
   - name: out
     kind: stdout
@@ -174,7 +174,7 @@ func TestSinkFromYAMLUnmarshal(t *testing.T) {
 // order is reported, every time (it used to depend on map iteration).
 func TestValidationOrderIsFixed(t *testing.T) {
 	y := `postgres:
-  url: x
+  url: postgres://x
   slot: Bad-Slot
   publication: Bad-Pub
 columns: {id: id, type: id, key: BAD}
@@ -234,7 +234,7 @@ type common struct {
 // TestSinkDecodeSupportsTheTypesSinksUse: pointers, slices, maps, nested
 // structs, inline structs, interfaces, durations and yaml.Unmarshaler.
 func TestSinkDecodeSupportsTheTypesSinksUse(t *testing.T) {
-	y := `postgres: {url: x}
+	y := `postgres: {url: 'postgres://x'}
 sinks:
   - name: s
     kind: custom
@@ -290,7 +290,7 @@ func (p *picky) UnmarshalYAML(n *yaml.Node) error { return fmt.Errorf("%q is not
 // TestUnmarshalerErrorsDoNotRepeatExpandedValues: a yaml.Unmarshaler's
 // error may quote the value; a value from ${VAR} is cut out of it.
 func TestUnmarshalerErrorsDoNotRepeatExpandedValues(t *testing.T) {
-	c, err := Parse([]byte("postgres: {url: x}\nsinks:\n  - {name: a, kind: k, mode: \"${PW}\", other: lit}\n"), env(map[string]string{"PW": "hunter22"}))
+	c, err := Parse([]byte("postgres: {url: 'postgres://x'}\nsinks:\n  - {name: a, kind: k, mode: \"${PW}\", other: lit}\n"), env(map[string]string{"PW": "hunter22"}))
 	if err != nil {
 		t.Fatal(err)
 	}

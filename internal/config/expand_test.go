@@ -119,11 +119,11 @@ func TestUnsetVariableNamesTheFieldAndLine(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant  %s", err, want)
 	}
-	_, err = Parse([]byte("postgres: {url: x}\nsinks:\n  - name: a\n    kind: kafka\n    brokers: [h:1, '${B}']\n"), env(nil))
+	_, err = Parse([]byte("postgres: {url: 'postgres://x'}\nsinks:\n  - name: a\n    kind: kafka\n    brokers: [h:1, '${B}']\n"), env(nil))
 	if err == nil || !strings.HasPrefix(err.Error(), "sinks[0].brokers[1]: environment variable B is not set") || !strings.HasSuffix(err.Error(), "(line 5)") {
 		t.Fatalf("err = %v", err)
 	}
-	_, err = Parse([]byte("postgres: {url: x}\n${KEY}: 1\nsinks: [{name: out, kind: stdout}]\n"), env(map[string]string{"KEY": "relay"}))
+	_, err = Parse([]byte("postgres: {url: 'postgres://x'}\n${KEY}: 1\nsinks: [{name: out, kind: stdout}]\n"), env(map[string]string{"KEY": "relay"}))
 	if err == nil || !strings.Contains(err.Error(), `unknown key "${KEY}"`) {
 		t.Fatalf("a key was expanded: %v", err)
 	}
@@ -142,7 +142,7 @@ func TestUnquotedReferenceInAFlowCollectionSaysToQuoteIt(t *testing.T) {
 }
 
 func TestEnvOverridesWinAndAreNamedInErrors(t *testing.T) {
-	y := "postgres: {url: x, slot: file_slot}\nsinks: [{name: out, kind: stdout}]\n"
+	y := "postgres: {url: 'postgres://x', slot: file_slot}\nsinks: [{name: out, kind: stdout}]\n"
 	c, err := Parse([]byte(y), env(map[string]string{"CDC_POSTGRES_SLOT": "env_slot", "CDC_RELAY_WINDOW_MESSAGES": "7"}))
 	if err != nil || c.Postgres.Slot != "env_slot" || c.Relay.WindowMessages != 7 {
 		t.Fatalf("got %+v, %v", c, err)

@@ -50,7 +50,7 @@ func TestURLErrorsNeverRepeatThePassword(t *testing.T) {
 		}{
 			{"in the file", "postgres:\n  url: " + strconv.Quote(url) + "\n" + sinkLine, nil},
 			{"from ${PW}", "postgres:\n  url: " + strconv.Quote(strings.ReplaceAll(tmpl, "PW", "${PW}")) + "\n" + sinkLine, map[string]string{"PW": pw}},
-			{"from CDC_POSTGRES_URL", "postgres: {url: x}\n" + sinkLine, map[string]string{"CDC_POSTGRES_URL": url}},
+			{"from CDC_POSTGRES_URL", "postgres: {url: 'postgres://x'}\n" + sinkLine, map[string]string{"CDC_POSTGRES_URL": url}},
 		} {
 			_, err := Parse([]byte(how.yaml), env(how.env))
 			if err == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/redact"
 )
 
 func init() {
@@ -117,7 +118,8 @@ func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
 		newClient = func() (*azservicebus.Client, error) {
 			client, err := azservicebus.NewClientFromConnectionString(c.ConnectionString, opts)
 			if err != nil {
-				return nil, fmt.Errorf("connection_string: %w", err)
+				// The SDK's parse errors may quote the string (and so the key).
+				return nil, fmt.Errorf("connection_string: %s", redact.NewSet(redact.ConnectionStringSecrets(c.ConnectionString)...).Redact(err.Error()))
 			}
 			return client, nil
 		}
