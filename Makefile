@@ -5,7 +5,19 @@
 
 GO ?= go
 
-.PHONY: build demo test vet bench bench-quick
+# Build and test with the patched Go toolchain named in go.mod: the go
+# command fetches it from the module proxy the first time (about 10 s).
+# Machines that set GOTOOLCHAIN=local would otherwise ignore go.mod's line.
+export GOTOOLCHAIN := go1.27.3
+
+# Packages whose tests also run under the race detector (the pipeline's
+# concurrent stages); the others run once without it.
+RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish/...
+# package:target of every fuzz target; `make test` runs each for FUZZTIME.
+FUZZ_TARGETS := internal/config:FuzzLoad internal/decoder:FuzzDecode internal/publish:FuzzFileTailRepair internal/publish:FuzzJSONLine
+FUZZTIME ?= 5s
+
+.PHONY: build demo test vet race fuzz bench bench-quick
 
 build:
 	$(GO) build -o bin/cdc ./cmd/cdc
@@ -18,7 +30,18 @@ vet:
 	$(GO) vet ./...
 
 test: vet
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/internal/(relay|replication|checkpoint|publish)(/|$$)')
+	$(MAKE) race fuzz
+
+race:
+	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($(FUZZTIME)) ./$$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZTIME) ./$$pkg; \
+	done
 
 # Benchmarks (not part of the tests): see BENCHMARKS.md.
 bench:
