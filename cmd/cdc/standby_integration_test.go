@@ -2,12 +2,16 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -123,4 +127,62 @@ func parseLines(t *testing.T, s string) []relaytest.Line {
 		out = append(out, l)
 	}
 	return out
+}
+
+// TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits: the
+// active relay's WAL sender is terminated and another process takes the
+// slot before the relay reconnects (as a standby would after a network
+// cut). The relay must not go on writing with its sinks open: it closes
+// them and waits for the slot as a standby, then takes it back, reopens
+// its sinks and delivers what was committed meanwhile.
+func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+	p := startCDC(t, "run", "--config", cfg)
+	first := relaytest.NewMsg("t", "k", 1)
+	ob.InsertTx(t, conn, first)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+
+	var holder *pgconn.PgConn
+	for attempt := 0; holder == nil; attempt++ {
+		if attempt == 20 {
+			t.Fatal("could not take the slot from the relay in 20 attempts")
+		}
+		conn.Exec(ctx, "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1", ob.Slot)
+		// Take the slot before the relay's reconnect (125-250 ms later).
+		deadline := time.Now().Add(100 * time.Millisecond)
+		for holder == nil && time.Now().Before(deadline) {
+			c, err := pgconn.Connect(ctx, url+"&replication=database")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = pglogrepl.StartReplication(ctx, c, ob.Slot, 0, pglogrepl.StartReplicationOptions{
+				PluginArgs: []string{"proto_version '1'", "publication_names '" + ob.Publication + "'"}})
+			if err != nil {
+				c.Close(ctx)
+				continue
+			}
+			holder = c
+		}
+	}
+	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "sinks closed; waiting for the slot again") }) {
+		holder.Close(ctx)
+		t.Fatalf("the relay did not close its sinks when it lost the slot:\n%s", p.stderr.String())
+	}
+	second := relaytest.NewMsg("t", "k", 2)
+	ob.InsertTx(t, conn, second)
+	time.Sleep(500 * time.Millisecond)
+	if n := relaytest.CountLines(out); n != 1 {
+		t.Fatalf("the relay wrote %d lines while another process held the slot", n)
+	}
+	holder.Close(ctx)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, second}, 30*time.Second, p.stderr.String)
+	if n := strings.Count(p.stderr.String(), "file sink open"); n != 2 {
+		t.Fatalf("the file sink was opened %d times, want 2 (before and after the slot was lost)", n)
+	}
 }
