@@ -92,7 +92,7 @@ func TestIntegrationMalformedProtocolBytesReconnect(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	sink := fmt.Sprintf("  - {name: out, kind: file, path: %s}", out)
 	cdcInit(t, ob.Config(t, sink, ""))
-	pgAddr := strings.TrimPrefix(strings.SplitN(strings.TrimPrefix(url, "postgres://"), "/", 2)[0], "postgres@")
+	pgAddr := serverAddr(url)
 	proxy := newCorruptingProxy(t, pgAddr)
 	relayOB := ob
 	relayOB.URL = strings.Replace(url, pgAddr, proxy.ln.Addr().String(), 1)

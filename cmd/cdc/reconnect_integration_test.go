@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,11 +16,7 @@ import (
 // double, so that after a few faults over a relay's life every short
 // disconnect cost 15-30 s.
 func TestIntegrationReconnectStaysFastAfterManyFaults(t *testing.T) {
-	url := pgtest.URL(t)
-	ob := relaytest.NewOutbox(t, url)
-	out := filepath.Join(t.TempDir(), "out.jsonl")
-	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
-	cdcInit(t, cfg)
+	url, ob, out, cfg := fileOutbox(t, "")
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
 	p := startCDC(t, "run", "--config", cfg)

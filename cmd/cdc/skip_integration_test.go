@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
 )
@@ -72,12 +69,8 @@ func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
 		t.Fatalf("skip of another LSN: exit %d: %s", code, msg)
 	}
 	// Not while a relay holds the slot.
-	holder, err := pgconn.Connect(ctx, url+"&replication=database")
+	holder, err := holdSlot(t, url, ob)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pglogrepl.StartReplication(ctx, holder, ob.Slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + ob.Publication + "'"}}); err != nil {
 		t.Fatal(err)
 	}
 	if code, msg := skip(badLSN); code != 1 || !strings.Contains(msg, "stop every relay") {

@@ -89,19 +89,7 @@ func testHotStandby(t *testing.T, kind string) {
 	prod.Stop()
 	committed := prod.Committed(t, conn)
 	var r relaytest.DeliveryReport
-	if !pgtest.WaitFor(60*time.Second, func() bool {
-		lines := delivered(active, standby)
-		ids := map[string]bool{}
-		for _, l := range lines {
-			ids[l.ID] = true
-		}
-		for id := range committed {
-			if !ids[id] {
-				return false
-			}
-		}
-		return true
-	}) {
+	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, delivered(active, standby)) }) {
 		t.Logf("standby:\n%s", standby.stderr.String())
 	}
 	r = relaytest.CheckDelivered(t, kind, committed, delivered(active, standby))
@@ -136,11 +124,7 @@ func parseLines(t *testing.T, s string) []relaytest.Line {
 // them and waits for the slot as a standby, then takes it back, reopens
 // its sinks and delivers what was committed meanwhile.
 func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.T) {
-	url := pgtest.URL(t)
-	ob := relaytest.NewOutbox(t, url)
-	out := filepath.Join(t.TempDir(), "out.jsonl")
-	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
-	cdcInit(t, cfg)
+	url, ob, out, cfg := fileOutbox(t, "")
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
 	p := startCDC(t, "run", "--config", cfg)
@@ -157,17 +141,7 @@ func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.
 		// Take the slot before the relay's reconnect (125-250 ms later).
 		deadline := time.Now().Add(100 * time.Millisecond)
 		for holder == nil && time.Now().Before(deadline) {
-			c, err := pgconn.Connect(ctx, url+"&replication=database")
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = pglogrepl.StartReplication(ctx, c, ob.Slot, 0, pglogrepl.StartReplicationOptions{
-				PluginArgs: []string{"proto_version '1'", "publication_names '" + ob.Publication + "'"}})
-			if err != nil {
-				c.Close(ctx)
-				continue
-			}
-			holder = c
+			holder, _ = holdSlot(t, url, ob)
 		}
 	}
 	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "sinks closed; waiting for the slot again") }) {
@@ -185,4 +159,45 @@ func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.
 	if n := strings.Count(p.stderr.String(), "file sink open"); n != 2 {
 		t.Fatalf("the file sink was opened %d times, want 2 (before and after the slot was lost)", n)
 	}
+}
+
+// fileOutbox makes a test's outbox and a config with one file sink (and
+// extra top-level YAML), runs cdc init, and returns the database URL, the
+// outbox, the sink's path and the config's path.
+func fileOutbox(t *testing.T, extra string) (url string, ob relaytest.Outbox, out, cfg string) {
+	t.Helper()
+	url = pgtest.URL(t)
+	ob = relaytest.NewOutbox(t, url)
+	out = filepath.Join(t.TempDir(), "out.jsonl")
+	cfg = ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), extra)
+	cdcInit(t, cfg)
+	return url, ob, out, cfg
+}
+
+// holdSlot starts replication on ob's slot from a connection of the
+// test's own, as another relay would; the caller closes it. It fails when
+// the slot is held already.
+func holdSlot(t *testing.T, url string, ob relaytest.Outbox) (*pgconn.PgConn, error) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgconn.Connect(ctx, url+"&replication=database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pglogrepl.StartReplication(ctx, c, ob.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + ob.Publication + "'"}})
+	if err != nil {
+		c.Close(ctx)
+		return nil, err
+	}
+	return c, nil
+}
+
+// serverAddr returns the host:port of a postgres:// URL.
+func serverAddr(url string) string {
+	hostPart := strings.SplitN(strings.TrimPrefix(url, "postgres://"), "/", 2)[0]
+	if i := strings.LastIndex(hostPart, "@"); i >= 0 {
+		hostPart = hostPart[i+1:]
+	}
+	return hostPart
 }

@@ -111,7 +111,7 @@ func TestIntegrationRunStartsBeforePostgres(t *testing.T) {
 	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
 	cdcInit(t, cfg)
 
-	pgAddr := strings.TrimPrefix(strings.SplitN(strings.TrimPrefix(url, "postgres://"), "/", 2)[0], "postgres@")
+	pgAddr := serverAddr(url)
 	proxy, err := tcpproxy.New(pgAddr)
 	if err != nil {
 		t.Fatal(err)

@@ -157,20 +157,9 @@ func TestIntegrationTorture(t *testing.T) {
 		}
 		return lines
 	}
-	all := func(lines []relaytest.Line) bool {
-		seen := map[string]bool{}
-		for _, l := range lines {
-			seen[l.ID] = true
-		}
-		for id := range committed {
-			if !seen[id] {
-				return false
-			}
-		}
-		return true
-	}
 	if !pgtest.WaitFor(120*time.Second, func() bool {
-		return all(relaytest.ReadLines(t, out)) && kc.PartitionInfos("torture") != nil && all(kafkaLines())
+		return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) && kc.PartitionInfos("torture") != nil &&
+			relaytest.AllDelivered(committed, kafkaLines())
 	}) {
 		t.Logf("relays:\n%s", logs())
 	}
@@ -198,10 +187,18 @@ func TestIntegrationTorture(t *testing.T) {
 		}
 	}
 	var report []string
-	for i, f := range faults {
-		report = append(report, fmt.Sprintf("%s: %d", f.kind, perFault[i]))
+	for _, kind := range kinds {
+		n, dups, worst := 0, 0, 0
+		for i, f := range faults {
+			if f.kind == kind {
+				n, dups, worst = n+1, dups+perFault[i], max(worst, perFault[i])
+			}
+		}
+		if n > 0 {
+			report = append(report, fmt.Sprintf("%s ×%d: %d (worst %d)", kind, n, dups, worst))
+		}
 	}
-	t.Logf("%d transactions tried (%d failed), %d messages committed; %d faults; duplicates: file %d, kafka %d; per fault (file): %s",
+	t.Logf("%d transactions tried (%d failed), %d messages committed; %d faults; duplicates: file %d, kafka %d; file duplicates by fault: %s",
 		tries, failed, len(committed), len(faults), fr.Duplicates, kr.Duplicates, strings.Join(report, ", "))
 }
 

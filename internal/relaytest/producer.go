@@ -192,3 +192,17 @@ func CheckDelivered(t testing.TB, sink string, committed map[string]Seq, lines [
 	}
 	return r
 }
+
+// AllDelivered reports whether every committed message is among lines.
+func AllDelivered(committed map[string]Seq, lines []Line) bool {
+	seen := make(map[string]bool, len(lines))
+	for _, l := range lines {
+		seen[l.ID] = true
+	}
+	for id := range committed {
+		if !seen[id] {
+			return false
+		}
+	}
+	return true
+}
