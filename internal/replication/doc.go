@@ -1,11 +1,12 @@
 // Package replication owns the logical replication connection.
 //
-// Setup (CheckServer, EnsurePublication, EnsureSlot) runs on an ordinary
-// connection and turns every precondition into an error that says what to
-// do: wal_level must be logical, the role needs REPLICATION (or superuser)
-// and SELECT on the outbox, the table and mapped columns must exist, the
-// publication must publish the table's inserts, and the slot must use
-// pgoutput in this database.
+// Setup runs on an ordinary connection: CheckServer, CheckPublication and
+// CheckSlot for `cdc run` (which creates nothing), EnsurePublication and
+// EnsureSlot for `cdc init`. They turn every precondition into an error
+// that says what to do: wal_level must be logical, the role needs
+// REPLICATION (or superuser) and SELECT on the outbox, the table and mapped
+// columns must exist, the publication must publish the table's inserts,
+// and the slot must use pgoutput in this database.
 //
 // Stream runs START_REPLICATION (pgoutput, proto_version 1, messages on
 // PG14+) on a replication=database connection. It is the only goroutine
@@ -41,14 +42,23 @@
 // the primary's clock: replay lag or clock skew over 100 ms keeps
 // coalescing on, which costs at most 2 ms after each quiet gap.
 //
-// Reconnects. A lost connection is re-established with exponential backoff
-// and jitter. The new START_REPLICATION begins at the end of the last
-// transaction received in full (the server skips transactions whose commit
-// starts before it), so messages already in the pipeline are not sent
-// again; a transaction cut off in the middle is sent again whole, after a
-// Reset event. A slot held by another process (SQLSTATE 55006) is waited
-// for, which makes a second walpost instance a hot standby. A missing slot,
-// a failed authentication and server errors inside the stream are fatal.
+// Acquire and reconnects. Acquire connects and starts replication before
+// Run, waiting while another process holds the slot (SQLSTATE 55006,
+// polled every SlotPoll: a second walpost instance is a hot standby) and
+// retrying while the server cannot be reached; the relay opens its sinks
+// only once it returns. A connection lost while streaming is
+// re-established with exponential backoff and jitter, which returns to
+// its start once a connection streamed (so a relay that lived through
+// many faults still reconnects at once). The new START_REPLICATION begins
+// at the end of the last transaction received in full (the server skips
+// transactions whose commit starts before it), so messages already in the
+// pipeline are not sent again; a transaction cut off in the middle is sent
+// again whole, after a Reset event. If the slot is held by another process
+// when the stream reconnects, another instance took over: Run returns
+// ErrSlotLost, and the relay closes its sinks before it waits for the slot
+// again. A missing slot, a failed authentication and server errors inside
+// the stream are fatal. Every connection is made through pgconnect: a
+// default connect timeout, and the URL never repeated in an error.
 //
 // Shutdown. When the run context ends, the stream stops reading, closes its
 // output so the pipeline drains, waits for the relay's Drained signal (or

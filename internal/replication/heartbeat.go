@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/pgconnect"
 )
 
 // RunHeartbeat keeps the slot moving while the outbox is idle and other
@@ -43,7 +44,7 @@ func RunHeartbeat(ctx context.Context, url string, interval time.Duration, s *St
 			continue
 		}
 		if conn == nil {
-			c, err := pgx.Connect(ctx, url)
+			c, err := pgconnect.Connect(ctx, url)
 			if err != nil {
 				log.Warn().Err(err).Msg("heartbeat: cannot connect")
 				continue
