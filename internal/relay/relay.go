@@ -151,16 +151,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if streamed {
+			backoff.Reset()
+		}
 		wait := backoff.Next()
-		switch {
-		case errors.Is(err, replication.ErrSlotLost):
+		if errors.Is(err, replication.ErrSlotLost) {
 			wait = 0 // wait for the slot at once, as a standby
 			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
-		case streamed:
-			backoff.Reset()
-			wait = backoff.Next()
-			fallthrough
-		default:
+		} else {
 			r.log.Warn().Err(err).Dur("retry_in", wait).Msg("relay restarting")
 		}
 		if !replication.Sleep(ctx, wait) {
@@ -199,12 +197,20 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}
 	tracker.Progress(st.confirmed)
 	sinks, err := r.openSinks(ctx)
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
 		stream.Release()
-		if ctx.Err() != nil {
-			return false, nil
-		}
+		return false, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		// A sink waited too long (the file sink's lock, held by an
+		// instance that lost the slot but has not noticed yet): let go
+		// of the slot and try again.
+		stream.Release()
 		return false, restart{err}
+	default:
+		stream.Release()
+		return false, err
 	}
 	defer r.closeSinks(sinks)
 	return true, r.streamCycle(ctx, stream, tracker, drained, sinks, st.progress)
