@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Postgres type OIDs the decoder knows.
@@ -66,7 +68,7 @@ const (
 // Event is what one pgoutput message means to the relay.
 type Event struct {
 	Kind      Kind
-	Msg       *Message
+	Msg       *message.Message
 	LSN       pglogrepl.LSN
 	CommitLSN pglogrepl.LSN
 }
@@ -495,14 +497,14 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	return Event{Kind: Row, Msg: msg, LSN: lsn, CommitLSN: d.tx.commitLSN}, nil
 }
 
-func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5]bool) (*Message, error) {
+func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5]bool) (*message.Message, error) {
 	names := d.names()
 	id := ""
 	if rel.idx[colID] >= 0 && vals[colID] != nil && utf8.Valid(vals[colID]) {
 		id = string(vals[colID])
 	}
 	table := false
-	fail := func(format string, args ...any) (*Message, error) {
+	fail := func(format string, args ...any) (*message.Message, error) {
 		row := RowValues{}
 		for role, v := range vals {
 			if v != nil && !nulls[role] && names[role] != "" {
@@ -542,7 +544,7 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 			return fail("id %q is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", id)
 		}
 	}
-	m := &Message{ID: id, LSN: lsn, CommitLSN: d.tx.commitLSN, CommitTime: d.tx.commitTime}
+	m := &message.Message{ID: id, LSN: lsn, CommitLSN: d.tx.commitLSN, CommitTime: d.tx.commitTime}
 	if nulls[colType] || len(vals[colType]) == 0 {
 		return fail("type is NULL or empty")
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Wire builders for pgoutput protocol v1 messages, written from the
@@ -110,7 +112,7 @@ func TestDecodeTransactionGivesRowsWithTheirLSNs(t *testing.T) {
 	}
 	ev = mustDecode(t, d, 0x120, insertMsg(16384, s(id1), s("order.created"), s("order-7"),
 		s(`{"total": 12}`), s(`{"traceparent": "00-abc-def-01", "n": 3}`), s("2026-12-02")))
-	want := &Message{ID: id1, Type: "order.created", Key: "order-7", HasKey: true,
+	want := &message.Message{ID: id1, Type: "order.created", Key: "order-7", HasKey: true,
 		Payload: []byte(`{"total": 12}`), PayloadJSON: true,
 		Headers: map[string]string{"traceparent": "00-abc-def-01", "n": "3"},
 		LSN:     0x120, CommitLSN: 0x1F0, CommitTime: at}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Fuzz input: one byte choosing the mapping (fuzzMappings), then frames of
@@ -128,7 +130,7 @@ func checkFuzzError(t *testing.T, i int, err error) {
 // the server for what a column's type guarantees (a uuid column's text is
 // a UUID, a jsonb column's is JSON: re-checking jsonb would cost four times
 // the decoding); so does the check: for those it asks valid UTF-8 only.
-func checkFuzzRow(t *testing.T, i int, m *Message, rel *relation, data []byte) {
+func checkFuzzRow(t *testing.T, i int, m *message.Message, rel *relation, data []byte) {
 	if m == nil {
 		t.Fatalf("frame %d: Row without a message", i)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
@@ -16,7 +16,7 @@ import (
 var jsonLineFeatures = sinktest.Features{GlobalOrder: true, NullKey: true, LSN: true,
 	BinaryPayload: true, ReencodesJSON: true, MaxPayload: 1 << 20}
 
-func readFile(t testing.TB, path string) []*decoder.Message {
+func readFile(t testing.TB, path string) []*message.Message {
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestFileSinkConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &sinktest.Target{Sink: s, Read: func(t testing.TB) []*decoder.Message { return readFile(t, path) }}
+		return &sinktest.Target{Sink: s, Read: func(t testing.TB) []*message.Message { return readFile(t, path) }}
 	}})
 }
 
@@ -62,7 +62,7 @@ func TestStdoutSinkConformance(t *testing.T) {
 		w := &downWriter{}
 		return &sinktest.Target{
 			Sink: publish.NewWriterSink("stdout", w),
-			Read: func(t testing.TB) []*decoder.Message {
+			Read: func(t testing.TB) []*message.Message {
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				msgs, err := sinktest.ReadJSONLines(bytes.NewReader(w.buf.Bytes()))

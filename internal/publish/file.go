@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 func init() {
@@ -492,7 +492,7 @@ func (s *FileSink) Name() string { return s.name }
 // Publish implements Sink: it appends the batch and fdatasyncs (unless
 // Fsync is off). On error it cuts off what it appended, so that the retry
 // appends after whole lines.
-func (s *FileSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *FileSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -603,7 +603,7 @@ func openStdout(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 func (s *WriterSink) Name() string { return s.name }
 
 // Publish implements Sink.
-func (s *WriterSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *WriterSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -644,7 +644,7 @@ func openDiscard(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 func (s DiscardSink) Name() string { return s.name }
 
 // Publish implements Sink.
-func (s DiscardSink) Publish(ctx context.Context, msgs []*decoder.Message) error { return ctx.Err() }
+func (s DiscardSink) Publish(ctx context.Context, msgs []*message.Message) error { return ctx.Err() }
 
 // Close implements Sink.
 func (s DiscardSink) Close() error { return nil }

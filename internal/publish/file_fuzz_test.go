@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // FuzzFileTailRepair opens a file sink on arbitrary existing content. The
@@ -64,7 +64,7 @@ func FuzzFileTailRepair(f *testing.F) {
 			}
 		}
 
-		if err := s.Publish(t.Context(), []*decoder.Message{msg("p1", `{"n":1}`), msg("p2", "[\n2]")}); err != nil {
+		if err := s.Publish(t.Context(), []*message.Message{msg("p1", `{"n":1}`), msg("p2", "[\n2]")}); err != nil {
 			t.Fatal(err)
 		}
 		after, _ := os.ReadFile(p)

@@ -18,15 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
-func msg(id string, payload string) *decoder.Message {
-	return &decoder.Message{ID: id, Type: "t", Payload: []byte(payload), PayloadJSON: true, LSN: 0x16B3748, CommitLSN: 0x16B37A0}
+func msg(id string, payload string) *message.Message {
+	return &message.Message{ID: id, Type: "t", Payload: []byte(payload), PayloadJSON: true, LSN: 0x16B3748, CommitLSN: 0x16B37A0}
 }
 
 func TestJSONLineFormat(t *testing.T) {
-	m := &decoder.Message{ID: "0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a31", Type: "order.created", Key: "k\"1", HasKey: true,
+	m := &message.Message{ID: "0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a31", Type: "order.created", Key: "k\"1", HasKey: true,
 		Payload: []byte("{\"a\":\n 1}"), PayloadJSON: true, Headers: map[string]string{"z": "1", "a": "line\nbreak"},
 		LSN: 0x16B3748, CommitLSN: 0x16B37A0}
 	got := string(AppendJSONLine(nil, m))
@@ -34,7 +34,7 @@ func TestJSONLineFormat(t *testing.T) {
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
-	m = &decoder.Message{ID: "x", Type: "t", Payload: []byte{0, 0xff}, LSN: 1, CommitLSN: 2}
+	m = &message.Message{ID: "x", Type: "t", Payload: []byte{0, 0xff}, LSN: 1, CommitLSN: 2}
 	var v map[string]any
 	if err := json.Unmarshal(AppendJSONLine(nil, m), &v); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestFileSinkCutsATornLastLineOnOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := s.Publish(ctx, []*decoder.Message{msg("a", `{"n":1}`), msg("b", `{"n":2}`)}); err != nil {
+	if err := s.Publish(ctx, []*message.Message{msg("a", `{"n":1}`), msg("b", `{"n":2}`)}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -63,7 +63,7 @@ func TestFileSinkCutsATornLastLineOnOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Publish(ctx, []*decoder.Message{msg("c", `{"n":3}`)}); err != nil {
+	if err := s.Publish(ctx, []*message.Message{msg("c", `{"n":3}`)}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -133,7 +133,7 @@ func fileIDs(t testing.TB, path string) string {
 
 func filePublish(t testing.TB, s *FileSink, ids ...string) {
 	t.Helper()
-	var msgs []*decoder.Message
+	var msgs []*message.Message
 	for _, id := range ids {
 		msgs = append(msgs, msg(id, `{"n":1}`))
 	}
@@ -468,7 +468,7 @@ func TestFileSinkFailedWriteIsCutBackToWholeLines(t *testing.T) {
 		n, _ := s.f.Write(b[:len(b)/2])
 		return n, unix.ENOSPC
 	}
-	if err := s.Publish(context.Background(), []*decoder.Message{msg("b", `1`), msg("c", `2`)}); !errors.Is(err, unix.ENOSPC) {
+	if err := s.Publish(context.Background(), []*message.Message{msg("b", `1`), msg("c", `2`)}); !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("err = %v", err)
 	}
 	if got := fileIDs(t, p); got != "a" {
@@ -479,7 +479,7 @@ func TestFileSinkFailedWriteIsCutBackToWholeLines(t *testing.T) {
 		n, _ := s.f.Write(b)
 		return n, unix.EIO
 	}
-	if err := s.Publish(context.Background(), []*decoder.Message{msg("b", `1`)}); !errors.Is(err, unix.EIO) {
+	if err := s.Publish(context.Background(), []*message.Message{msg("b", `1`)}); !errors.Is(err, unix.EIO) {
 		t.Fatalf("err = %v", err)
 	}
 	if got := fileIDs(t, p); got != "a" {
@@ -509,7 +509,7 @@ func TestFileSinkFailedWriteNeverCutsWhatWasThereBefore(t *testing.T) {
 		n, _ := s.f.Write(b[:len(b)-3])
 		return n, unix.EIO
 	}
-	if err := s.Publish(context.Background(), []*decoder.Message{msg("b", `1`)}); err == nil {
+	if err := s.Publish(context.Background(), []*message.Message{msg("b", `1`)}); err == nil {
 		t.Fatal("no error")
 	}
 	if got := fileIDs(t, p); got != "a,x" {

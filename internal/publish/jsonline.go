@@ -7,7 +7,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // AppendJSONLine appends m as one line of the file and stdout sinks'
@@ -22,7 +22,7 @@ import (
 // not valid UTF-8, which JSON text must be. A JSON payload spread over
 // several lines (a json column keeps the text as written) is compacted so
 // that every message is exactly one line.
-func AppendJSONLine(b []byte, m *decoder.Message) []byte {
+func AppendJSONLine(b []byte, m *message.Message) []byte {
 	b = append(b, `{"id":`...)
 	b = appendString(b, m.ID)
 	b = append(b, `,"type":`...)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // FuzzJSONLine checks AppendJSONLine on arbitrary messages: the output is
@@ -26,7 +26,7 @@ func FuzzJSONLine(f *testing.F) {
 	f.Add("x", "t", "", false, []byte{0, 0xff}, 0, "", "", "", "", uint64(1), uint64(2))
 	f.Add("y", "t", "\u2028", true, []byte("[1,\r\n\t\"a\\\"\u00e9\"]"), 1, "k", "\x00\x1f\"", "", "", uint64(1<<32), uint64(1<<63))
 	f.Fuzz(func(t *testing.T, id, typ, key string, hasKey bool, payload []byte, nHeaders int, k1, v1, k2, v2 string, lsn, commitLSN uint64) {
-		m := &decoder.Message{ID: id, Type: typ, Key: key, HasKey: hasKey, Payload: payload, PayloadJSON: json.Valid(payload),
+		m := &message.Message{ID: id, Type: typ, Key: key, HasKey: hasKey, Payload: payload, PayloadJSON: json.Valid(payload),
 			LSN: pglogrepl.LSN(lsn), CommitLSN: pglogrepl.LSN(commitLSN)}
 		if nHeaders&1 != 0 {
 			m.Headers = map[string]string{k1: v1}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Delivery is one message on its way to one sink. Tag is the caller's
 // bookkeeping (the relay's checkpoint entry) handed back on ack.
 type Delivery struct {
-	Msg *decoder.Message
+	Msg *message.Message
 	Tag any
 }
 
@@ -88,7 +88,7 @@ type Runner struct {
 	batch   []Delivery
 	durable []bool // durable[i]: the sink has made batch[i] durable
 	settled int    // batch[:settled] was acked or handed to Refused
-	msgs    []*decoder.Message
+	msgs    []*message.Message
 	idx     []int // idx[j]: the index in batch of msgs[j]
 }
 
@@ -124,7 +124,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Rejected one only when opt.Refused is nil). Before it returns an error
 // it acks what the sink reported durable of the batch.
 func (r *Runner) Run(ctx context.Context) error {
-	r.msgs = make([]*decoder.Message, 0, r.opt.BatchSize)
+	r.msgs = make([]*message.Message, 0, r.opt.BatchSize)
 	r.idx = make([]int, 0, r.opt.BatchSize)
 	r.durable = make([]bool, 0, r.opt.BatchSize)
 	for {

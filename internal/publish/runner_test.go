@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // flaky fails every other Publish call before anything is delivered.
@@ -24,7 +24,7 @@ type flaky struct {
 
 func (f *flaky) Name() string { return "flaky" }
 func (f *flaky) Close() error { return nil }
-func (f *flaky) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (f *flaky) Publish(ctx context.Context, msgs []*message.Message) error {
 	f.calls++
 	if f.perm && len(f.got) >= 3 {
 		return Permanent(errors.New("message too large"))
@@ -45,7 +45,7 @@ func TestRunnerRetriesWholeBatchesInOrderAndAcksOnce(t *testing.T) {
 	for i := 0; i < 50; i += 5 {
 		var ds []Delivery
 		for j := i; j < i+5; j++ {
-			ds = append(ds, Delivery{Msg: &decoder.Message{ID: fmt.Sprint(j)}, Tag: j})
+			ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(j)}, Tag: j})
 		}
 		in <- ds
 	}
@@ -85,7 +85,7 @@ func TestRunnerRetriesWholeBatchesInOrderAndAcksOnce(t *testing.T) {
 func TestRunnerStopsOnPermanentError(t *testing.T) {
 	in := make(chan []Delivery, 10)
 	for i := 0; i < 10; i++ {
-		in <- []Delivery{{Msg: &decoder.Message{ID: fmt.Sprint(i)}}}
+		in <- []Delivery{{Msg: &message.Message{ID: fmt.Sprint(i)}}}
 	}
 	r := NewRunner(&flaky{perm: true, calls: 1}, in, RunnerOptions{BatchSize: 3, Log: zerolog.Nop(), Ack: func([]Delivery) {}})
 	err := r.Run(context.Background())
@@ -128,7 +128,7 @@ type refuser struct {
 
 func (f *refuser) Name() string { return "refuser" }
 func (f *refuser) Close() error { return nil }
-func (f *refuser) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (f *refuser) Publish(ctx context.Context, msgs []*message.Message) error {
 	for _, m := range msgs {
 		if len(msgs) == 1 {
 			f.alone[m.ID]++
@@ -153,7 +153,7 @@ func (f *refuser) Publish(ctx context.Context, msgs []*decoder.Message) error {
 func deliveries(n int) chan []Delivery {
 	in := make(chan []Delivery, n)
 	for i := range n {
-		in <- []Delivery{{Msg: &decoder.Message{ID: fmt.Sprint(i)}, Tag: i}}
+		in <- []Delivery{{Msg: &message.Message{ID: fmt.Sprint(i)}, Tag: i}}
 	}
 	close(in)
 	return in
@@ -258,7 +258,7 @@ type scripted struct {
 
 func (s *scripted) Name() string { return "scripted" }
 func (s *scripted) Close() error { return nil }
-func (s *scripted) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *scripted) Publish(ctx context.Context, msgs []*message.Message) error {
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
@@ -317,7 +317,7 @@ func runOne(t *testing.T, s Sink, n int, opt RunnerOptions) (waits []time.Durati
 	in := make(chan []Delivery, 1)
 	var ds []Delivery
 	for i := range n {
-		ds = append(ds, Delivery{Msg: &decoder.Message{ID: fmt.Sprint(i)}, Tag: i})
+		ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i)}, Tag: i})
 	}
 	in <- ds
 	close(in)
@@ -372,7 +372,7 @@ func TestRunnerResendsOnlyWhatIsNotDurableAndHoldsBackAcksBehindAGap(t *testing.
 
 func TestRunnerIgnoresAReportOfTheWrongSize(t *testing.T) {
 	calls := 0
-	s := &funcSink{publish: func(ctx context.Context, msgs []*decoder.Message) error {
+	s := &funcSink{publish: func(ctx context.Context, msgs []*message.Message) error {
 		calls++
 		if calls == 1 {
 			return Partial(errors.New("broken sink"), bools("xx"))
@@ -403,7 +403,7 @@ func TestRunnerAcksTheDurablePrefixBeforeStoppingOnAPermanentError(t *testing.T)
 		}},
 	} {
 		t.Run(wrap.name, func(t *testing.T) {
-			s := &funcSink{publish: func(ctx context.Context, msgs []*decoder.Message) error {
+			s := &funcSink{publish: func(ctx context.Context, msgs []*message.Message) error {
 				return wrap.mark(errors.New("not authorized for topic b"), bools("xx.x"))
 			}}
 			acks := newAckLog(t)
@@ -460,7 +460,7 @@ func TestRunnerKeepsPerKeyOrderWithRandomPartialFailures(t *testing.T) {
 	var stored []string
 	storedSet := map[string]bool{}
 	calls, partial := 0, 0
-	s := &funcSink{publish: func(ctx context.Context, msgs []*decoder.Message) error {
+	s := &funcSink{publish: func(ctx context.Context, msgs []*message.Message) error {
 		calls++
 		if rnd.IntN(3) > 0 {
 			for _, m := range msgs {
@@ -494,9 +494,9 @@ func TestRunnerKeepsPerKeyOrderWithRandomPartialFailures(t *testing.T) {
 		return Partial(errors.New("some partitions failed"), done)
 	}}
 	in := make(chan []Delivery, n)
-	var all []*decoder.Message
+	var all []*message.Message
 	for i := range n {
-		m := &decoder.Message{ID: fmt.Sprint(i), Key: fmt.Sprint(rnd.IntN(keys)), HasKey: true}
+		m := &message.Message{ID: fmt.Sprint(i), Key: fmt.Sprint(rnd.IntN(keys)), HasKey: true}
 		all = append(all, m)
 		in <- []Delivery{{Msg: m, Tag: i}}
 	}
@@ -560,7 +560,7 @@ func TestRunnerBackoffStartsAgainAfterProgress(t *testing.T) {
 	for b := range 2 {
 		var ds []Delivery
 		for i := b * 4; i < b*4+4; i++ {
-			ds = append(ds, Delivery{Msg: &decoder.Message{ID: fmt.Sprint(i)}, Tag: i})
+			ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i)}, Tag: i})
 		}
 		in <- ds
 	}
@@ -588,11 +588,11 @@ func TestRunnerBackoffStartsAgainAfterProgress(t *testing.T) {
 }
 
 type funcSink struct {
-	publish func(context.Context, []*decoder.Message) error
+	publish func(context.Context, []*message.Message) error
 }
 
 func (s *funcSink) Name() string { return "func" }
-func (s *funcSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *funcSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	return s.publish(ctx, msgs)
 }
 func (s *funcSink) Close() error { return nil }

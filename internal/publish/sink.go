@@ -5,7 +5,7 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Sink is a destination for outbox messages.
@@ -35,7 +35,7 @@ type Sink interface {
 	// runner then confirms the durable messages first and looks for the
 	// refused one among the others only. Publish must return promptly with
 	// ctx.Err() when ctx ends.
-	Publish(ctx context.Context, msgs []*decoder.Message) error
+	Publish(ctx context.Context, msgs []*message.Message) error
 
 	// Close releases the sink's resources. Publish is not called after it.
 	Close() error

@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -57,7 +57,7 @@ func init() {
 
 func (g *gateSink) Name() string { return g.file.Name() }
 func (g *gateSink) Close() error { return g.file.Close() }
-func (g *gateSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (g *gateSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	gates.Lock()
 	open := g.open()
 	gates.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 )
@@ -56,7 +57,7 @@ func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string)
 }
 
 // ParkRefused parks a message that sink refused for good with cause.
-func (d *DeadLetter) ParkRefused(ctx context.Context, sink string, m *decoder.Message, cause error) error {
+func (d *DeadLetter) ParkRefused(ctx context.Context, sink string, m *message.Message, cause error) error {
 	row := bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
 	if err := d.insert(ctx, m.LSN.String(), sink, m.CommitLSN.String(), &m.ID, cause.Error(), row); err != nil {
 		return fmt.Errorf("dead-letter: parking message %s (lsn %s) refused by sink %s: %w", m.ID, m.LSN, sink, err)

@@ -42,7 +42,7 @@
 // # Mapping
 //
 //   - Record key: the outbox key; the message id when the key is NULL
-//     (decoder.Message.OrderingKey), so that every message has a key and
+//     (message.Message.OrderingKey), so that every message has a key and
 //     lands on a partition chosen by its key.
 //   - Partition: murmur2 of the key (kafka.Murmur2Balancer with Consistent
 //     set), the Java client's default partitioner, so a key lands on the

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
@@ -41,8 +41,8 @@ func TestIntegrationConformance(t *testing.T) {
 			s := newSink(t, fk.addrs, topic, "batch_bytes: 2097152")
 			return &sinktest.Target{
 				Sink: s,
-				Read: func(t testing.TB) []*decoder.Message {
-					var msgs []*decoder.Message
+				Read: func(t testing.TB) []*message.Message {
+					var msgs []*message.Message
 					for _, r := range fk.readAll(t, topic) {
 						msgs = append(msgs, asMessage(r))
 					}
@@ -71,8 +71,8 @@ func TestIntegrationConformanceWithSmallCompressedRequests(t *testing.T) {
 			s := newSink(t, fk.addrs, topic, "batch_size: 7", "batch_bytes: 4096", "compression: snappy", "linger: 0s")
 			return &sinktest.Target{
 				Sink: s,
-				Read: func(t testing.TB) []*decoder.Message {
-					var msgs []*decoder.Message
+				Read: func(t testing.TB) []*message.Message {
+					var msgs []*message.Message
 					for _, r := range fk.readAll(t, topic) {
 						msgs = append(msgs, asMessage(r))
 					}
@@ -94,7 +94,7 @@ func TestIntegrationEveryCompressionRoundTrips(t *testing.T) {
 		if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
 			t.Fatalf("%s: %v", codec, err)
 		}
-		var got []*decoder.Message
+		var got []*message.Message
 		for _, r := range fk.readAll(t, codec) {
 			got = append(got, asMessage(r))
 		}
@@ -114,7 +114,7 @@ func TestIntegrationRecordCarriesKeyValueHeadersAndTimestamp(t *testing.T) {
 	fk := startKafka(t, kfake.SeedTopics(6, "walpost.order.created", "walpost.order.paid", "walpost.order.shipped"))
 	s := newSink(t, fk.addrs, "walpost.{type}")
 	g := sinktest.NewGen(21)
-	msgs := []*decoder.Message{g.Message("order-1"), g.NullKeyMessage(), g.Message("order-2"), g.Message("order-1")}
+	msgs := []*message.Message{g.Message("order-1"), g.NullKeyMessage(), g.Message("order-2"), g.Message("order-1")}
 	msgs[2].Headers["id"] = "spoofed" // the message's own id wins
 	msgs[2].Headers["zz-last"], msgs[2].Headers["aa-first"] = "z", "a"
 	msgs[3].Headers = nil
@@ -212,7 +212,7 @@ func TestIntegrationIllegalTopicFromTemplateIsPermanentAndSendsNothing(t *testin
 	ok.Type = "order.created"
 	bad := g.Message("k")
 	bad.Type = "order/created"
-	err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{ok, bad})
+	err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{ok, bad})
 	requirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order/created"`)
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected: the message's own type makes the name illegal", err)
@@ -233,7 +233,7 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	fk := startKafka(t, kfake.SeedTopics(1, "big"), kfake.BrokerConfigs(map[string]string{"message.max.bytes": "4096"}))
 	g := sinktest.NewGen(23)
 	big := g.SizedMessage("k", 10_000)
-	msgs := []*decoder.Message{g.Message("k"), g.Message("k"), big, g.Message("k")}
+	msgs := []*message.Message{g.Message("k"), g.Message("k"), big, g.Message("k")}
 
 	s := newSink(t, fk.addrs, "big")
 	err := s.Publish(ctxFor(t, 10*time.Second), msgs)
@@ -266,7 +266,7 @@ func TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate(t *testing.T) {
 
 	s := newSink(t, fk.addrs, "nowhere")
 	m := g.Message("k")
-	err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+	err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
 	requirePermanent(t, err, m.ID, m.LSN.String(), `"nowhere"`, "auto_create_topics")
 	if publish.IsRejected(err) {
 		t.Errorf("a missing topic is Rejected (%v): parking every message would not fix it", err)
@@ -275,7 +275,7 @@ func TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate(t *testing.T) {
 	s = newSink(t, fk.addrs, "walpost.{type}")
 	a, b := g.Message("k"), g.Message("k")
 	a.Type, b.Type = "order.created", "order.paid"
-	err = s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{a, b})
+	err = s.Publish(ctxFor(t, 10*time.Second), []*message.Message{a, b})
 	requirePermanent(t, err, b.ID, b.LSN.String(), `"walpost.order.paid"`)
 }
 
@@ -287,7 +287,7 @@ func TestIntegrationAutoCreateCreatesMissingTopic(t *testing.T) {
 	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, msgs); err != nil {
 		t.Fatal(err)
 	}
-	var got []*decoder.Message
+	var got []*message.Message
 	for _, r := range fk.readAll(t, "created.on.demand") {
 		got = append(got, asMessage(r))
 	}
@@ -327,7 +327,7 @@ func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 	if !ok || len(done) != len(batch) {
 		t.Fatalf("DoneOf(%v) = %d entries, %v; want one per message of the call", err, len(done), ok)
 	}
-	var rest []*decoder.Message
+	var rest []*message.Message
 	for i, m := range batch {
 		if !done[i] {
 			rest = append(rest, m)
@@ -349,11 +349,11 @@ func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []*decoder.Message
+	var got []*message.Message
 	for _, r := range fk.readAll(t, topic) {
 		got = append(got, asMessage(r))
 	}
-	want := append(append(append([]*decoder.Message{}, before...), batch...), after...)
+	want := append(append(append([]*message.Message{}, before...), batch...), after...)
 	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, nil)
 	t.Logf("%d messages of the 200 re-sent after the partition failed; a whole-batch retry would have re-sent 200 (%d duplicates)",
 		len(rest), len(batch)-len(rest))
@@ -388,7 +388,7 @@ func failNthProduce(fk *fakeKafka, n int32) {
 // before them did: every retry sends the whole batch.
 type wholeRetry struct{ publish.Sink }
 
-func (w wholeRetry) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (w wholeRetry) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := w.Sink.Publish(ctx, msgs); err != nil {
 		return fmt.Errorf("%s", err) // transient; the report is gone
 	}
@@ -444,7 +444,7 @@ func TestIntegrationRetryResendsOnlyTheRequestsThatFailed(t *testing.T) {
 		if !whole && (len(acks) != 2 || len(acks[0]) != 20) {
 			t.Errorf("acks of %d batches (first of %d), want the 20 acknowledged before the failure at once, then the rest", len(acks), len(acks[0]))
 		}
-		var got []*decoder.Message
+		var got []*message.Message
 		for _, r := range fk.readAll(t, topic) {
 			got = append(got, asMessage(r))
 		}
@@ -496,7 +496,7 @@ func TestIntegrationLeaderMoveIsFoundOnRetry(t *testing.T) {
 	if attempts > 2 {
 		t.Errorf("%d failed attempts: the retry should find the new leader at once", attempts)
 	}
-	var got []*decoder.Message
+	var got []*message.Message
 	for _, r := range fk.readAll(t, topic) {
 		got = append(got, asMessage(r))
 	}
@@ -505,7 +505,7 @@ func TestIntegrationLeaderMoveIsFoundOnRetry(t *testing.T) {
 		dupOK[m.ID] = true
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, CommitTime: time.Millisecond},
-		append(append([]*decoder.Message{}, first...), second...), got, dupOK)
+		append(append([]*message.Message{}, first...), second...), got, dupOK)
 }
 
 func TestIntegrationTopicAuthorizationFailureIsPermanent(t *testing.T) {
@@ -513,7 +513,7 @@ func TestIntegrationTopicAuthorizationFailureIsPermanent(t *testing.T) {
 	fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	s := newSink(t, fk.addrs, "secret")
 	m := sinktest.NewGen(28).Message("k")
-	requirePermanent(t, s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m}), m.ID, `"secret"`, "WRITE")
+	requirePermanent(t, s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m}), m.ID, `"secret"`, "WRITE")
 }
 
 func TestIntegrationNotEnoughReplicasIsTransient(t *testing.T) {
@@ -532,7 +532,7 @@ func TestIntegrationSASLAuthenticates(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			fk := startKafka(t, kfake.EnableSASL(), kfake.Superuser(mech, "walpost", "s3cret"), kfake.SeedTopics(1, "auth"))
 			s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: "+mech+", username: walpost, password: s3cret}")
-			if err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{sinktest.NewGen(30).Message("k")}); err != nil {
+			if err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{sinktest.NewGen(30).Message("k")}); err != nil {
 				t.Fatalf("with the right password: %v", err)
 			}
 		})
@@ -559,7 +559,7 @@ func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
 		})
 		s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: PLAIN, username: walpost, password: wrong}")
 		m := g.Message("k")
-		err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+		err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
 		requirePermanent(t, err, m.ID, "sasl.password")
 	})
 	t.Run("UnsupportedMechanism", func(t *testing.T) {
@@ -573,7 +573,7 @@ func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
 		})
 		s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: PLAIN, username: walpost, password: s3cret}")
 		m := g.Message("k")
-		err := s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+		err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
 		requirePermanent(t, err, m.ID, "sasl.mechanism")
 	})
 }

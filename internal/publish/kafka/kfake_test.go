@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 )
 
@@ -36,8 +36,8 @@ func (fk *fakeKafka) readAll(t testing.TB, topic string) []*kgo.Record { return 
 // Kafka carries it: the id and type headers into ID and Type, the other
 // headers into Headers, the record key into Key, the timestamp into
 // CommitTime.
-func asMessage(r *kgo.Record) *decoder.Message {
-	m := &decoder.Message{Key: string(r.Key), HasKey: true, Payload: r.Value, CommitTime: r.Timestamp}
+func asMessage(r *kgo.Record) *message.Message {
+	m := &message.Message{Key: string(r.Key), HasKey: true, Payload: r.Value, CommitTime: r.Timestamp}
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderID:

@@ -12,7 +12,7 @@ import (
 	kafka "github.com/segmentio/kafka-go"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -184,7 +184,7 @@ func (s *Sink) Name() string { return s.name }
 // ctx.Err(); a request already sent may still complete.
 //
 // Every error names the message (id and LSN) and topic it concerns.
-func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(msgs) == 0 {
@@ -258,7 +258,7 @@ func acked(n, start int, werrs kafka.WriteErrors) []bool {
 // value = payload as stored, headers id, type and then msg.Headers in key
 // order (entries named id or type are left out: the message's own id and
 // type win), timestamp = commit time.
-func record(m *decoder.Message, topic string) kafka.Message {
+func record(m *message.Message, topic string) kafka.Message {
 	hs := make([]kafka.Header, 0, 2+len(m.Headers))
 	hs = append(hs, kafka.Header{Key: HeaderID, Value: []byte(m.ID)}, kafka.Header{Key: HeaderType, Value: []byte(m.Type)})
 	if len(m.Headers) > 0 {
@@ -332,7 +332,7 @@ func varintLen(x int) int {
 // can succeed after an earlier one of the same partition failed. A single
 // message over batch_bytes by kafka-go's own measure is a Permanent error
 // naming it.
-func (s *Sink) chunkEnd(msgs []*decoder.Message, km []kafka.Message, start int) (int, error) {
+func (s *Sink) chunkEnd(msgs []*message.Message, km []kafka.Message, start int) (int, error) {
 	size := int64(recordBatchOverhead)
 	end := start
 	for end < len(km) && end-start < s.batchSize {
@@ -355,7 +355,7 @@ func (s *Sink) chunkEnd(msgs []*decoder.Message, km []kafka.Message, start int) 
 // the error concerns, marks it Permanent when classify says so, and after
 // a transient error drops the cached metadata. acked messages of the call
 // (those before msgs) were acknowledged; total is the call's size.
-func (s *Sink) failed(ctx context.Context, err error, msgs []*decoder.Message, km []kafka.Message, acked, total int) error {
+func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, km []kafka.Message, acked, total int) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return fmt.Errorf("kafka: publishing %d messages (first %s, lsn %s) to topic %q: %w",
 			len(msgs), msgs[0].ID, msgs[0].LSN, km[0].Topic, err)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
@@ -97,9 +97,9 @@ func TestIntegrationTLS(t *testing.T) {
 		MinVersion:   tls.VersionTLS12,
 	}))
 	g := sinktest.NewGen(50)
-	publishOne := func(s *Sink) (*decoder.Message, error) {
+	publishOne := func(s *Sink) (*message.Message, error) {
 		m := g.Message("k")
-		return m, s.Publish(ctxFor(t, 10*time.Second), []*decoder.Message{m})
+		return m, s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
 	}
 
 	ok := newSink(t, fk.addrs, "secure", "tls: {enabled: true, ca_file: "+pki.caFile+", cert_file: "+pki.clientCert+", key_file: "+pki.clientKey+"}")

@@ -19,18 +19,18 @@ import (
 	"github.com/rs/zerolog"
 	kafka "github.com/segmentio/kafka-go"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 func TestTopicTemplateExpandsAndChecksEachName(t *testing.T) {
-	msg := func(typ, key string, hasKey bool) *decoder.Message {
-		return &decoder.Message{ID: "0190a0a0-0000-7000-8000-000000000001", Type: typ, Key: key, HasKey: hasKey}
+	msg := func(typ, key string, hasKey bool) *message.Message {
+		return &message.Message{ID: "0190a0a0-0000-7000-8000-000000000001", Type: typ, Key: key, HasKey: hasKey}
 	}
 	for _, tc := range []struct {
 		tmpl    string
-		m       *decoder.Message
+		m       *message.Message
 		want    string
 		illegal bool
 	}{
@@ -173,7 +173,7 @@ func TestRecordMapsKeyValueHeadersAndTime(t *testing.T) {
 // two requests), and a message over batch_bytes alone is Permanent.
 func TestGroupsFitOneRequestPerPartition(t *testing.T) {
 	g := sinktest.NewGen(41)
-	var msgs []*decoder.Message
+	var msgs []*message.Message
 	for i := range 300 {
 		msgs = append(msgs, g.SizedMessage(fmt.Sprint("k", i%7), 200+(i*37)%1500))
 	}
@@ -207,7 +207,7 @@ func TestGroupsFitOneRequestPerPartition(t *testing.T) {
 	t.Logf("%d messages in %d groups", len(msgs), groups)
 
 	big := g.SizedMessage("k", 20<<10)
-	_, err := s.chunkEnd([]*decoder.Message{big}, []kafka.Message{record(big, "t")}, 0)
+	_, err := s.chunkEnd([]*message.Message{big}, []kafka.Message{record(big, "t")}, 0)
 	if !publish.IsRejected(err) || !strings.Contains(err.Error(), big.ID) || !errors.Is(err, kafka.MessageSizeTooLarge) {
 		t.Fatalf("a message over batch_bytes gave %v, want a Rejected MessageSizeTooLarge naming %s", err, big.ID)
 	}

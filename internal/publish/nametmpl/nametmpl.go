@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Rules say which names a broker accepts.
@@ -124,7 +124,7 @@ func (t *Template) Text() string { return t.text }
 // Expand returns m's name, or an error (wrapping Rules.Illegal) when the
 // expanded name is not one the broker accepts; the name is returned either
 // way, for the error message.
-func (t *Template) Expand(m *decoder.Message) (string, error) {
+func (t *Template) Expand(m *message.Message) (string, error) {
 	if t.fixed {
 		return t.text, nil
 	}

@@ -64,7 +64,7 @@
 //   - CorrelationId: the headers column entry correlation_id, else
 //     correlation-id, when one is present and not empty.
 //   - SessionId, with sessions: true: the ordering key, that is the key,
-//     or the id when the key is NULL (decoder.Message.OrderingKey). A key
+//     or the id when the key is NULL (message.Message.OrderingKey). A key
 //     over 128 characters (Service Bus's limit for a session id) is a
 //     Permanent error naming the message.
 //   - Entity: the queue, topic or entity template with {type} replaced by

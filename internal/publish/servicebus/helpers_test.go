@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 )
 
@@ -136,8 +136,8 @@ func (tg *target) peekAll(t testing.TB, queue string) []*azservicebus.ReceivedMe
 
 // readAll returns the messages of queue as the sink's input would look:
 // see asMessage.
-func (tg *target) readAll(t testing.TB, queue string) []*decoder.Message {
-	var out []*decoder.Message
+func (tg *target) readAll(t testing.TB, queue string) []*message.Message {
+	var out []*message.Message
 	for _, rm := range tg.peekAll(t, queue) {
 		out = append(out, asMessage(rm))
 	}
@@ -149,8 +149,8 @@ func (tg *target) readAll(t testing.TB, queue string) []*decoder.Message {
 // Type, SessionId into Key, the body into Payload, the application
 // properties into Headers (less Diagnostic-Id when it repeats the
 // traceparent, since the sink adds it).
-func asMessage(rm *azservicebus.ReceivedMessage) *decoder.Message {
-	m := &decoder.Message{ID: rm.MessageID, Payload: rm.Body}
+func asMessage(rm *azservicebus.ReceivedMessage) *message.Message {
+	m := &message.Message{ID: rm.MessageID, Payload: rm.Body}
 	if rm.Subject != nil {
 		m.Type = *rm.Subject
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 	"github.com/walpost/walpost/internal/publish/sinktest"
@@ -46,7 +46,7 @@ func conformanceHarness(extra ...string) sinktest.Harness {
 			s := newSink(t, tg, "queue: "+tg.queue, append([]string{"sessions: true"}, extra...)...)
 			target := &sinktest.Target{
 				Sink: s,
-				Read: func(t testing.TB) []*decoder.Message { return tg.readAll(t, tg.queue) },
+				Read: func(t testing.TB) []*message.Message { return tg.readAll(t, tg.queue) },
 			}
 			if tg.fake != nil {
 				target.Outage = tg.fake.Outage
@@ -97,7 +97,7 @@ func TestIntegrationMessageCarriesIDSubjectContentTypePropertiesAndSession(t *te
 	binary.Payload, binary.PayloadJSON = []byte{0, 0xff, 'x'}, false
 	empty := g.Message("order-3")
 	empty.Payload = []byte{}
-	msgs := []*decoder.Message{plain, correlated, dashed, ownDiag, nullKey, binary, empty}
+	msgs := []*message.Message{plain, correlated, dashed, ownDiag, nullKey, binary, empty}
 	if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestIntegrationBatchesFillTheEntityLimit(t *testing.T) {
 	tg := newTarget(t, sbfake0)
 	s := newSink(t, tg, "queue: "+tg.queue)
 	g := sinktest.NewGen(43)
-	msgs := make([]*decoder.Message, 1000)
+	msgs := make([]*message.Message, 1000)
 	for i := range msgs {
 		msgs[i] = g.SizedMessage(sinktest.Keys(16)[i%16], 300)
 	}
@@ -233,7 +233,7 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	s := newSink(t, tg, "queue: "+tg.queue)
 	g := sinktest.NewGen(44)
 	before, big, after := g.Message("k"), g.SizedMessage("k", 300<<10), g.Message("k")
-	err := s.Publish(ctxFor(t, 30*time.Second), []*decoder.Message{before, big, after})
+	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{before, big, after})
 	requirePermanent(t, err, big.ID, big.LSN.String(), tg.queue, "max message size")
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected", err)
@@ -257,7 +257,7 @@ func TestIntegrationServiceRefusingABatchAsTooLargeIsPermanent(t *testing.T) {
 	tg := newTarget(t, sbfake.QueueOptions{MaxMessageSize: 64 << 10})
 	s := newSink(t, tg, "queue: "+tg.queue, "max_batch_bytes: 1048576")
 	g := sinktest.NewGen(45)
-	msgs := make([]*decoder.Message, 500)
+	msgs := make([]*message.Message, 500)
 	for i := range msgs {
 		msgs[i] = g.SizedMessage("k", 300)
 	}
@@ -280,7 +280,7 @@ func TestIntegrationEntityNotFoundIsPermanent(t *testing.T) {
 	missing := fmt.Sprintf("walpost-missing-%d", time.Now().UnixNano())
 	s := newSink(t, tg, "queue: "+missing)
 	m := sinktest.NewGen(46).Message("k")
-	err := s.Publish(ctxFor(t, 30*time.Second), []*decoder.Message{m})
+	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{m})
 	requirePermanent(t, err, m.ID, m.LSN.String(), missing, "does not exist")
 	if publish.IsRejected(err) {
 		t.Errorf("a missing entity is Rejected (%v): parking every message would not fix it", err)
@@ -293,7 +293,7 @@ func TestIntegrationUnauthorizedIsPermanent(t *testing.T) {
 	tg := newTarget(t, sbfake.QueueOptions{Unauthorized: true})
 	s := newSink(t, tg, "queue: "+tg.queue)
 	m := sinktest.NewGen(47).Message("k")
-	err := s.Publish(ctxFor(t, 30*time.Second), []*decoder.Message{m})
+	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{m})
 	requirePermanent(t, err, m.ID, tg.queue, "Data Sender")
 	var sbErr *azservicebus.Error
 	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeUnauthorizedAccess {
@@ -336,7 +336,7 @@ func TestIntegrationThrottlingIsRetried(t *testing.T) {
 // before them did: every retry sends the whole batch.
 type wholeRetry struct{ publish.Sink }
 
-func (w wholeRetry) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (w wholeRetry) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := w.Sink.Publish(ctx, msgs); err != nil {
 		return fmt.Errorf("%s", err) // transient; the report is gone
 	}
@@ -454,7 +454,7 @@ func TestIntegrationPartialReportCoversEveryEntity(t *testing.T) {
 	if !ok || len(done) != len(msgs) {
 		t.Fatalf("DoneOf(%v) = %d entries, %v; want one per message of the call", err, len(done), ok)
 	}
-	var rest []*decoder.Message
+	var rest []*message.Message
 	firstBatch := true
 	for i, m := range msgs {
 		switch {
@@ -478,7 +478,7 @@ func TestIntegrationPartialReportCoversEveryEntity(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, typ := range sinktest.Types {
-		var want []*decoder.Message
+		var want []*message.Message
 		for _, m := range msgs {
 			if m.Type == typ {
 				want = append(want, m)
@@ -490,7 +490,7 @@ func TestIntegrationPartialReportCoversEveryEntity(t *testing.T) {
 	}
 }
 
-func markAll(set map[string]bool, msgs []*decoder.Message) {
+func markAll(set map[string]bool, msgs []*message.Message) {
 	for _, m := range msgs {
 		set[m.ID] = true
 	}
@@ -515,7 +515,7 @@ func TestIntegrationTemplateSendsEachTypeToItsEntity(t *testing.T) {
 		}
 	}
 	for _, typ := range sinktest.Types {
-		var want []*decoder.Message
+		var want []*message.Message
 		for _, m := range msgs {
 			if m.Type == typ {
 				want = append(want, m)
@@ -529,7 +529,7 @@ func TestIntegrationTemplateSendsEachTypeToItsEntity(t *testing.T) {
 
 	ok, bad := g.Message("k"), g.Message("k")
 	ok.Type, bad.Type = sinktest.Types[0], "order created"
-	err := s.Publish(ctxFor(t, 30*time.Second), []*decoder.Message{ok, bad})
+	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{ok, bad})
 	requirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order created"`)
 	if !errors.Is(err, errIllegalEntity) {
 		t.Errorf("error %v does not wrap errIllegalEntity", err)

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/redact"
 )
@@ -179,7 +179,7 @@ func (s *Sink) Name() string { return s.name }
 type group struct {
 	entity string
 	sender *azservicebus.Sender
-	msgs   []*decoder.Message
+	msgs   []*message.Message
 	sbMsgs []*azservicebus.Message
 	idx    []int // idx[i]: the index of msgs[i] in the call
 	// acked is how many of msgs (a prefix) Service Bus acknowledged; set
@@ -207,7 +207,7 @@ type group struct {
 // than timeout, Publish returns promptly with an error wrapping ctx.Err()
 // (context.DeadlineExceeded for the timeout); a batch already sent may
 // still be stored, and is not reported.
-func (s *Sink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(msgs) == 0 {
@@ -319,7 +319,7 @@ func (s *Sink) reset() {
 // group splits msgs by entity, keeping their order, maps each to a Service
 // Bus message, and returns a Rejected error for the first message with an
 // illegal entity name or session id.
-func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
+func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 	var groups []*group
 	byEntity := map[string]*group{}
 	s.uses++
@@ -352,7 +352,7 @@ func (s *Sink) group(msgs []*decoder.Message) ([]*group, error) {
 
 // toMessage maps an outbox message to a Service Bus message (see the
 // package doc).
-func toMessage(m *decoder.Message, sessions bool) *azservicebus.Message {
+func toMessage(m *message.Message, sessions bool) *azservicebus.Message {
 	id, subject := m.ID, m.Type
 	contentType := ContentTypeBinary
 	if m.PayloadJSON {

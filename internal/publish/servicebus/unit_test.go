@@ -18,7 +18,7 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/rs/zerolog"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
@@ -124,7 +124,7 @@ func TestEntityTemplateExpandsAndChecksNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &decoder.Message{ID: "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a10", Type: "order.created", Key: "k-1", HasKey: true}
+	m := &message.Message{ID: "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a10", Type: "order.created", Key: "k-1", HasKey: true}
 	if name, err := tmpl.Expand(m); err != nil || name != "walpost.order.created.k-1" {
 		t.Errorf("expand: %q, %v", name, err)
 	}
@@ -193,7 +193,7 @@ func TestSessionIDOverServiceBusLimitIsPermanent(t *testing.T) {
 	}
 	defer s.Close()
 	m := sinktest.NewGen(62).Message(strings.Repeat("k", 129))
-	err = s.Publish(context.Background(), []*decoder.Message{m})
+	err = s.Publish(context.Background(), []*message.Message{m})
 	if !publish.IsPermanent(err) || !strings.Contains(err.Error(), m.ID) || !strings.Contains(err.Error(), "session id") {
 		t.Fatalf("got %v, want a Permanent error naming the message and the session id limit", err)
 	}

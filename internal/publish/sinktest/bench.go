@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -18,9 +18,9 @@ func BenchPublish(b *testing.B, s publish.Sink, batch int) {
 	g := NewGen(99)
 	const batches = 16
 	keys := Keys(16)
-	pool := make([][]*decoder.Message, batches)
+	pool := make([][]*message.Message, batches)
 	for i := range pool {
-		pool[i] = make([]*decoder.Message, batch)
+		pool[i] = make([]*message.Message, batch)
 		for j := range pool[i] {
 			pool[i][j] = g.SizedMessage(keys[(i*batch+j)%16], 300)
 		}

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Reporter is the part of testing.TB the checks use.
@@ -22,7 +22,7 @@ const maxReports = 10
 
 // Diff describes how got differs from want in the fields the destination
 // carries according to f, or returns "" when they match.
-func Diff(f Features, want, got *decoder.Message) string {
+func Diff(f Features, want, got *message.Message) string {
 	var d []string
 	if got.ID != want.ID {
 		d = append(d, fmt.Sprintf("id %q, want %q", got.ID, want.ID))
@@ -52,7 +52,7 @@ func Diff(f Features, want, got *decoder.Message) string {
 	return strings.Join(d, "; ")
 }
 
-func showKey(m *decoder.Message) string {
+func showKey(m *message.Message) string {
 	if !m.HasKey {
 		return "NULL"
 	}
@@ -66,7 +66,7 @@ func showBytes(b []byte) string {
 	return fmt.Sprintf("%q", b)
 }
 
-func samePayload(f Features, want, got *decoder.Message) bool {
+func samePayload(f Features, want, got *message.Message) bool {
 	if bytes.Equal(want.Payload, got.Payload) {
 		return true
 	}
@@ -107,15 +107,15 @@ func sameHeaders(a, b map[string]string) bool {
 //     appearances over all keys differs from it.
 //
 // It returns true when it reported nothing.
-func CheckDelivered(r Reporter, f Features, want, got []*decoder.Message, dupOK map[string]bool) bool {
+func CheckDelivered(r Reporter, f Features, want, got []*message.Message, dupOK map[string]bool) bool {
 	r.Helper()
 	ok := true
-	byID := make(map[string]*decoder.Message, len(want))
+	byID := make(map[string]*message.Message, len(want))
 	for _, m := range want {
 		byID[m.ID] = m
 	}
 	seen := make(map[string]int, len(got))
-	var first []*decoder.Message // first appearances, in destination order
+	var first []*message.Message // first appearances, in destination order
 	diffs, strangers, dups := 0, 0, 0
 	for i, g := range got {
 		w, known := byID[g.ID]
@@ -169,24 +169,24 @@ func CheckDelivered(r Reporter, f Features, want, got []*decoder.Message, dupOK 
 // checkOrder compares the first appearances per ordering key (and in total,
 // for GlobalOrder) against the publish order. Missing and unknown ids were
 // reported already and are left out of the comparison.
-func checkOrder(r Reporter, f Features, want, first []*decoder.Message) bool {
+func checkOrder(r Reporter, f Features, want, first []*message.Message) bool {
 	r.Helper()
 	present := make(map[string]bool, len(first))
 	for _, g := range first {
 		present[g.ID] = true
 	}
-	wantPerKey := map[string][]*decoder.Message{}
-	var wantAll []*decoder.Message
+	wantPerKey := map[string][]*message.Message{}
+	var wantAll []*message.Message
 	for _, w := range want {
 		if present[w.ID] {
 			wantPerKey[w.OrderingKey()] = append(wantPerKey[w.OrderingKey()], w)
 			wantAll = append(wantAll, w)
 		}
 	}
-	gotPerKey := map[string][]*decoder.Message{}
+	gotPerKey := map[string][]*message.Message{}
 	// Group by the published message's key: the destination's own view of
 	// the key was compared by Diff.
-	byID := make(map[string]*decoder.Message, len(want))
+	byID := make(map[string]*message.Message, len(want))
 	for _, w := range want {
 		byID[w.ID] = w
 	}

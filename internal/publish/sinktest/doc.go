@@ -41,7 +41,7 @@
 // that the file and stdout sinks write (publish.AppendJSONLine, base64
 // payloads included), so that their harness's Read is a few lines:
 //
-//	Read: func(t testing.TB) []*decoder.Message {
+//	Read: func(t testing.TB) []*message.Message {
 //		f, err := os.Open(path)
 //		if err != nil {
 //			t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // Types are the message types a Gen uses, in turn. They are legal in Kafka
@@ -41,7 +41,7 @@ func NewGen(seed uint64) *Gen {
 }
 
 // Message returns the next message with ordering key key.
-func (g *Gen) Message(key string) *decoder.Message {
+func (g *Gen) Message(key string) *message.Message {
 	m := g.next()
 	m.Key, m.HasKey = key, true
 	m.Payload = jsonPayload(m.ID, key, g.seq, 0)
@@ -50,7 +50,7 @@ func (g *Gen) Message(key string) *decoder.Message {
 
 // NullKeyMessage returns the next message whose key column is NULL, so that
 // its ordering key is its id.
-func (g *Gen) NullKeyMessage() *decoder.Message {
+func (g *Gen) NullKeyMessage() *message.Message {
 	m := g.next()
 	m.Payload = jsonPayload(m.ID, "", g.seq, 0)
 	return m
@@ -58,7 +58,7 @@ func (g *Gen) NullKeyMessage() *decoder.Message {
 
 // SizedMessage returns the next message with key key whose payload is a
 // JSON object of exactly size bytes (at least 128).
-func (g *Gen) SizedMessage(key string, size int) *decoder.Message {
+func (g *Gen) SizedMessage(key string, size int) *message.Message {
 	m := g.Message(key)
 	m.Payload = jsonPayload(m.ID, key, g.seq, size)
 	return m
@@ -66,8 +66,8 @@ func (g *Gen) SizedMessage(key string, size int) *decoder.Message {
 
 // Interleave returns n messages whose keys are drawn at random from keys,
 // so that keys interleave.
-func (g *Gen) Interleave(n int, keys ...string) []*decoder.Message {
-	msgs := make([]*decoder.Message, n)
+func (g *Gen) Interleave(n int, keys ...string) []*message.Message {
+	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		msgs[i] = g.Message(keys[g.rnd.IntN(len(keys))])
 	}
@@ -76,8 +76,8 @@ func (g *Gen) Interleave(n int, keys ...string) []*decoder.Message {
 
 // Split cuts msgs into consecutive batches of random sizes between 1 and
 // max, as the relay's runner would hand them to a sink.
-func (g *Gen) Split(msgs []*decoder.Message, max int) [][]*decoder.Message {
-	var out [][]*decoder.Message
+func (g *Gen) Split(msgs []*message.Message, max int) [][]*message.Message {
+	var out [][]*message.Message
 	for len(msgs) > 0 {
 		n := min(1+g.rnd.IntN(max), len(msgs))
 		out = append(out, msgs[:n])
@@ -97,8 +97,8 @@ func Keys(n int) []string {
 
 // Chunks cuts msgs into consecutive batches of size n (the last may be
 // shorter).
-func Chunks(msgs []*decoder.Message, n int) [][]*decoder.Message {
-	var out [][]*decoder.Message
+func Chunks(msgs []*message.Message, n int) [][]*message.Message {
+	var out [][]*message.Message
 	for len(msgs) > 0 {
 		k := min(n, len(msgs))
 		out = append(out, msgs[:k])
@@ -107,7 +107,7 @@ func Chunks(msgs []*decoder.Message, n int) [][]*decoder.Message {
 	return out
 }
 
-func (g *Gen) next() *decoder.Message {
+func (g *Gen) next() *message.Message {
 	g.seq++
 	id := uuid.Must(uuid.NewV7())
 	lsn := g.lsn
@@ -115,7 +115,7 @@ func (g *Gen) next() *decoder.Message {
 	commit := g.lsn
 	g.lsn += 0x30
 	tp := uuid.Must(uuid.NewRandom())
-	return &decoder.Message{
+	return &message.Message{
 		ID:          id.String(),
 		Type:        Types[g.seq%len(Types)],
 		PayloadJSON: true,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 )
 
 // jsonLine is one line of the file and stdout sinks (docs/design.md):
@@ -38,9 +38,9 @@ type jsonLine struct {
 // number, so a torn last line is reported, not ignored.
 //
 // Use it in a harness's Read, e.g. on os.Open of the sink's file.
-func ReadJSONLines(r io.Reader) ([]*decoder.Message, error) {
+func ReadJSONLines(r io.Reader) ([]*message.Message, error) {
 	br := bufio.NewReader(r)
-	var msgs []*decoder.Message
+	var msgs []*message.Message
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
@@ -59,7 +59,7 @@ func ReadJSONLines(r io.Reader) ([]*decoder.Message, error) {
 	}
 }
 
-func parseJSONLine(line []byte) (*decoder.Message, error) {
+func parseJSONLine(line []byte) (*message.Message, error) {
 	var l jsonLine
 	dec := json.NewDecoder(bytes.NewReader(line))
 	if err := dec.Decode(&l); err != nil {
@@ -68,7 +68,7 @@ func parseJSONLine(line []byte) (*decoder.Message, error) {
 	if l.ID == "" {
 		return nil, errors.New(`no "id"`)
 	}
-	m := &decoder.Message{
+	m := &message.Message{
 		ID:          l.ID,
 		Type:        l.Type,
 		Payload:     []byte(l.Payload),

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -34,7 +34,7 @@ type Retry struct {
 // the rest durable); a Permanent error at once; an error when the sink
 // reports a Partial done of the wrong length; and otherwise, when ctx
 // ends, an error wrapping ctx.Err() and naming the last attempt's error.
-func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*decoder.Message) error {
+func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*message.Message) error {
 	attemptTimeout := r.AttemptTimeout
 	if attemptTimeout <= 0 {
 		attemptTimeout = 10 * time.Second
@@ -60,7 +60,7 @@ func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*decoder.M
 				return fmt.Errorf("sinktest: the sink reported %d messages durable or not (publish.Partial) for a call of %d: %w",
 					len(done), len(rest), err)
 			}
-			var left []*decoder.Message
+			var left []*message.Message
 			for i, m := range rest {
 				if !done[i] {
 					left = append(left, m)
@@ -92,6 +92,6 @@ func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*decoder.M
 // PublishWithRetry is Retry{}.Publish: after every error that is not
 // publish.Permanent it retries what the sink did not report durable,
 // until everything is or ctx ends.
-func PublishWithRetry(ctx context.Context, sink publish.Sink, msgs []*decoder.Message) error {
+func PublishWithRetry(ctx context.Context, sink publish.Sink, msgs []*message.Message) error {
 	return Retry{}.Publish(ctx, sink, msgs)
 }

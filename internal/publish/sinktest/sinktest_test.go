@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -24,14 +24,14 @@ import (
 // send only the rest.
 type memSink struct {
 	mu      sync.Mutex
-	msgs    []*decoder.Message
+	msgs    []*message.Message
 	down    atomic.Bool
 	partial bool
 }
 
 func (s *memSink) Name() string { return "mem" }
 
-func (s *memSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *memSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mem: publishing %d messages: %w", len(msgs), err)
 	}
@@ -62,10 +62,10 @@ func (s *memSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
 
 func (s *memSink) Close() error { return nil }
 
-func (s *memSink) read(testing.TB) []*decoder.Message {
+func (s *memSink) read(testing.TB) []*message.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*decoder.Message(nil), s.msgs...)
+	return append([]*message.Message(nil), s.msgs...)
 }
 
 func TestConformanceOfInMemorySink(t *testing.T) {
@@ -101,7 +101,7 @@ type linesSink struct {
 
 func (s *linesSink) Name() string { return "lines" }
 
-func (s *linesSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *linesSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lines: %w", err)
 	}
@@ -119,7 +119,7 @@ func TestConformanceOfJSONLinesSink(t *testing.T) {
 	Run(t, Harness{
 		Open: func(t *testing.T) *Target {
 			s := &linesSink{}
-			return &Target{Sink: s, Read: func(t testing.TB) []*decoder.Message {
+			return &Target{Sink: s, Read: func(t testing.TB) []*message.Message {
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				msgs, err := ReadJSONLines(bytes.NewReader(s.buf))
@@ -154,7 +154,7 @@ func (r *recorder) has(s string) bool {
 func TestCheckDeliveredCatchesEveryViolation(t *testing.T) {
 	g := NewGen(9)
 	a1, a2, b1 := g.Message("a"), g.Message("a"), g.Message("b")
-	want := []*decoder.Message{a1, a2, b1}
+	want := []*message.Message{a1, a2, b1}
 	changed := *a2
 	changed.Payload = []byte(`{"other":true}`)
 	stranger := g.Message("c")
@@ -164,20 +164,20 @@ func TestCheckDeliveredCatchesEveryViolation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		f     Features
-		got   []*decoder.Message
+		got   []*message.Message
 		dupOK map[string]bool
 		want  string // "" means no report
 	}{
-		{"exact delivery passes", global, []*decoder.Message{a1, a2, b1}, nil, ""},
-		{"other keys may interleave without GlobalOrder", perKey, []*decoder.Message{b1, a1, a2}, nil, ""},
-		{"total order is checked with GlobalOrder", global, []*decoder.Message{b1, a1, a2}, nil, "total order broken"},
-		{"per key reordering is caught", perKey, []*decoder.Message{a2, a1, b1}, nil, `key "a" out of order`},
-		{"a lost message is caught", perKey, []*decoder.Message{a1, b1}, nil, "1 of 3 published messages missing"},
-		{"an unexpected duplicate is caught", perKey, []*decoder.Message{a1, a2, a2, b1}, nil, "delivered 2 times"},
-		{"a duplicate of a retried batch passes", global, []*decoder.Message{a1, a2, a1, a2, b1}, map[string]bool{a1.ID: true, a2.ID: true}, ""},
-		{"a retry that reorders first appearances is caught", perKey, []*decoder.Message{a2, a1, a2, b1}, map[string]bool{a1.ID: true, a2.ID: true}, "out of order"},
-		{"a changed payload is caught", perKey, []*decoder.Message{a1, &changed, b1}, nil, "came back changed: payload"},
-		{"a message never published is caught", perKey, []*decoder.Message{a1, a2, b1, stranger}, nil, "never published"},
+		{"exact delivery passes", global, []*message.Message{a1, a2, b1}, nil, ""},
+		{"other keys may interleave without GlobalOrder", perKey, []*message.Message{b1, a1, a2}, nil, ""},
+		{"total order is checked with GlobalOrder", global, []*message.Message{b1, a1, a2}, nil, "total order broken"},
+		{"per key reordering is caught", perKey, []*message.Message{a2, a1, b1}, nil, `key "a" out of order`},
+		{"a lost message is caught", perKey, []*message.Message{a1, b1}, nil, "1 of 3 published messages missing"},
+		{"an unexpected duplicate is caught", perKey, []*message.Message{a1, a2, a2, b1}, nil, "delivered 2 times"},
+		{"a duplicate of a retried batch passes", global, []*message.Message{a1, a2, a1, a2, b1}, map[string]bool{a1.ID: true, a2.ID: true}, ""},
+		{"a retry that reorders first appearances is caught", perKey, []*message.Message{a2, a1, a2, b1}, map[string]bool{a1.ID: true, a2.ID: true}, "out of order"},
+		{"a changed payload is caught", perKey, []*message.Message{a1, &changed, b1}, nil, "came back changed: payload"},
+		{"a message never published is caught", perKey, []*message.Message{a1, a2, b1, stranger}, nil, "never published"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &recorder{}
@@ -257,9 +257,9 @@ func TestReadJSONLinesParsesTheFileSinkFormat(t *testing.T) {
 
 func TestRetryStopsOnPermanentAndRetriesTheRest(t *testing.T) {
 	g := NewGen(11)
-	msgs := []*decoder.Message{g.Message("k")}
+	msgs := []*message.Message{g.Message("k")}
 	calls := 0
-	s := &funcSink{publish: func(context.Context, []*decoder.Message) error {
+	s := &funcSink{publish: func(context.Context, []*message.Message) error {
 		calls++
 		if calls < 3 {
 			return errors.New("transient")
@@ -273,7 +273,7 @@ func TestRetryStopsOnPermanentAndRetriesTheRest(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	s.publish = func(context.Context, []*decoder.Message) error { return errors.New("down") }
+	s.publish = func(context.Context, []*message.Message) error { return errors.New("down") }
 	err = Retry{MinBackoff: time.Millisecond}.Publish(ctx, s, msgs)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "down") {
 		t.Fatalf("got %v, want an error wrapping the deadline and naming the last failure", err)
@@ -281,11 +281,11 @@ func TestRetryStopsOnPermanentAndRetriesTheRest(t *testing.T) {
 }
 
 type funcSink struct {
-	publish func(context.Context, []*decoder.Message) error
+	publish func(context.Context, []*message.Message) error
 }
 
 func (s *funcSink) Name() string { return "func" }
-func (s *funcSink) Publish(ctx context.Context, msgs []*decoder.Message) error {
+func (s *funcSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	return s.publish(ctx, msgs)
 }
 func (s *funcSink) Close() error { return nil }
@@ -312,7 +312,7 @@ func TestRetrySendsOnlyWhatThePartialErrorLeftOut(t *testing.T) {
 	g := NewGen(12)
 	msgs := g.Interleave(5, "k")
 	var calls [][]string
-	s := &funcSink{publish: func(ctx context.Context, b []*decoder.Message) error {
+	s := &funcSink{publish: func(ctx context.Context, b []*message.Message) error {
 		var ids []string
 		for _, m := range b {
 			ids = append(ids, m.ID)
@@ -339,7 +339,7 @@ func TestRetrySendsOnlyWhatThePartialErrorLeftOut(t *testing.T) {
 	}
 
 	// A report that does not fit the call is the sink's bug.
-	s.publish = func(context.Context, []*decoder.Message) error {
+	s.publish = func(context.Context, []*message.Message) error {
 		return publish.Partial(errors.New("throttled"), []bool{true})
 	}
 	err = Retry{MinBackoff: time.Millisecond}.Publish(context.Background(), s, msgs)

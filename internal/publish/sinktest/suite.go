@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -54,7 +54,7 @@ type Target struct {
 	// and Type, and leaves them out of Headers. Read fails the test itself
 	// when the destination cannot be read. It is called only while the
 	// destination is reachable, and also after the sink was closed.
-	Read func(t testing.TB) []*decoder.Message
+	Read func(t testing.TB) []*message.Message
 	// Outage, if non-nil, makes the destination unreachable for the sink
 	// until the returned restore function is called (once). Nil skips the
 	// outage test.
@@ -122,7 +122,7 @@ func (s *suite) closeSink(t *testing.T, tg *Target) {
 	}
 }
 
-func mustPublish(t *testing.T, sink publish.Sink, msgs []*decoder.Message) {
+func mustPublish(t *testing.T, sink publish.Sink, msgs []*message.Message) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -134,7 +134,7 @@ func mustPublish(t *testing.T, sink publish.Sink, msgs []*decoder.Message) {
 func (s *suite) roundTrip(t *testing.T) {
 	tg := s.open(t)
 	g := NewGen(1)
-	var msgs []*decoder.Message
+	var msgs []*message.Message
 	msgs = append(msgs, g.Message("order-1"))
 	m := g.Message("order-1")
 	m.Headers["tracestate"] = "vendor=1,other=x"
@@ -171,7 +171,7 @@ func (s *suite) ordering(t *testing.T) {
 	tg := s.open(t)
 	g := NewGen(2)
 	keys := Keys(7)
-	msgs := make([]*decoder.Message, 600)
+	msgs := make([]*message.Message, 600)
 	for i := range msgs {
 		if i%37 == 0 {
 			msgs[i] = g.NullKeyMessage() // a NULL key orders by id: a key of its own
@@ -189,7 +189,7 @@ func (s *suite) ordering(t *testing.T) {
 func (s *suite) acks(t *testing.T) {
 	tg := s.open(t)
 	g := NewGen(3)
-	var published []*decoder.Message
+	var published []*message.Message
 	for i := range 5 {
 		b := g.Interleave(20+i*40, Keys(4)...)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -210,7 +210,7 @@ func (s *suite) acks(t *testing.T) {
 func (s *suite) cancel(t *testing.T) {
 	tg := s.open(t)
 	g := NewGen(4)
-	var published []*decoder.Message
+	var published []*message.Message
 	dupOK := map[string]bool{}
 
 	// A context that has already ended: an error wrapping ctx.Err(), at once.
@@ -260,7 +260,7 @@ func (s *suite) cancel(t *testing.T) {
 	s.closeSink(t, tg)
 }
 
-func markDup(dupOK map[string]bool, msgs []*decoder.Message) {
+func markDup(dupOK map[string]bool, msgs []*message.Message) {
 	for _, m := range msgs {
 		dupOK[m.ID] = true
 	}
@@ -337,7 +337,7 @@ func (s *suite) outage(t *testing.T) {
 
 	dupOK := map[string]bool{}
 	markDup(dupOK, during)
-	want := append(append(append([]*decoder.Message{}, before...), during...), after...)
+	want := append(append(append([]*message.Message{}, before...), during...), after...)
 	CheckDelivered(t, s.h.Features, want, tg.Read(t), dupOK)
 	s.closeSink(t, tg)
 }
@@ -351,7 +351,7 @@ func (s *suite) large(t *testing.T) {
 	}
 	if n := s.h.Features.MaxPayload; n > 0 {
 		big := g.SizedMessage("agg-big", n)
-		mustPublish(t, tg.Sink, []*decoder.Message{big})
+		mustPublish(t, tg.Sink, []*message.Message{big})
 		msgs = append(msgs, big)
 		if len(big.Payload) != n {
 			t.Fatalf("test bug: payload of %d bytes, want %d", len(big.Payload), n)

@@ -1,4 +1,8 @@
-package decoder
+// Package message holds the outbox message as it travels through the
+// relay: the decoder produces it from the replication stream, the pipeline
+// routes it, and every sink consumes it. It sits apart from both so that a
+// sink depends on the message, not on how it was decoded.
+package message
 
 import (
 	"time"
@@ -8,7 +12,7 @@ import (
 
 // Message is one outbox row, decoded from an INSERT in the replication
 // stream. Messages are immutable once the decoder returns them; sinks share
-// them and must not modify them.
+// them and must not modify them (safe for concurrent reads).
 type Message struct {
 	// ID is the outbox id (a UUID in its canonical text form).
 	ID string
