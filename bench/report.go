@@ -386,9 +386,40 @@ func errCell(x *runResult) string {
 	return strings.ReplaceAll(e, "|", "/")
 }
 
+// printer appends formatted text to the report being written.
+type printer func(format string, args ...any)
+
+// markdown is the generated part of BENCHMARKS.md (run appends
+// bench/NOTES.md to it): the machine, the targets, a section per workload
+// that ran, the polling relays' load on PostgreSQL and how it is all
+// measured. png is the chart's path relative to the report ("" for none).
 func (r *report) markdown(png string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r.writeIntro(p, png)
+	r.writeMachine(p)
+	r.writeTargets(p)
+	if r.has(wCatchUp) {
+		r.writeCatchUp(p)
+	}
+	explained := false
+	for _, w := range []string{wPaced1k, wPaced2k} {
+		if !r.has(w) {
+			continue
+		}
+		r.writePaced(p, w, !explained)
+		explained = true
+	}
+	if r.has(wBigTx) {
+		r.writeBigTx(p)
+	}
+	r.writePollLoad(p)
+	r.writeMethod(p)
+	return b.String()
+}
+
+// writeIntro writes the title, how the run was made and the chart.
+func (r *report) writeIntro(p printer, png string) {
 	mode := "full run"
 	if r.Quick {
 		mode = "`-quick` run"
@@ -405,6 +436,11 @@ func (r *report) markdown(png string) string {
 	if png != "" {
 		p("![throughput and latency](%s)\n\n", png)
 	}
+}
+
+// writeMachine writes the machine table and what its figures mean for the
+// runs (other load, retries, fsync=off).
+func (r *report) writeMachine(p printer) {
 	p("## Machine\n\n| | |\n|---|---|\n")
 	p("| CPUs (nproc) | %d |\n| CPU model | %s |\n| memory | %s |\n| kernel | %s |\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGB, r.Machine.Kernel)
 	p("| PostgreSQL | %s, throwaway cluster from internal/pgtest: **fsync=off**, full_page_writes=off, synchronous_commit=on, shared_buffers=128MB, wal_level=logical |\n", r.Machine.Postgres)
@@ -425,123 +461,132 @@ func (r *report) markdown(png string) string {
 	p("fsync=off keeps the disk's commit fsync from drowning the relay's own latency: commits are still synchronous " +
 		"(synchronous_commit=on), but they cost microseconds, not the disk's flush time. The file sink still fdatasyncs " +
 		"every batch, as its contract says. Everything (PostgreSQL, relay, producer, Kafka broker) shares the same 2 cores.\n\n")
+}
 
+// writeTargets writes the targets table.
+func (r *report) writeTargets(p printer) {
 	p("## Targets\n\n| what | target | measured | result |\n|---|---|---|---|\n")
 	for _, t := range r.targets() {
 		p("| %s | %s | %s | %s |\n", t.What, t.Goal, t.Measured, verdict(t))
 	}
 	p("\n")
+}
 
+// writeCatchUp writes the catch-up section.
+func (r *report) writeCatchUp(p printer) {
 	ceilRate := r.value("ceiling", wCatchUp, rate)
-	if r.has(wCatchUp) {
-		p("## Catch-up: %s messages committed first, then the system started\n\n", commas(int64(r.P.CatchUpN)))
-		p("~300-byte JSON payloads in %s-row transactions, committed before the system starts; timed from starting it "+
-			"(process start included) to its last message: for walpost, the slot's confirmed_flush_lsn passing the WAL "+
-			"position after the last commit; for pg_recvlogical, the last Insert read from its output; for the polling "+
-			"relays, the last row marked sent. Polling relays are cut off after %s and their rate is measured over that "+
-			"window (marked *capped*: the classic relay would need hours).\n\n", commas(int64(r.P.TxRows)), r.P.PollCap)
-		if r.P.CatchUpRepeats > 1 {
-			p("pg_recvlogical and walpost ran this workload %d times each, taking turns (ceiling, walpost → discard, → file, "+
-				"→ Kafka, then again), each time on a fresh backlog; every figure in a row is from the run with the median rate, "+
-				"and msgs/s shows the range of the %d runs in brackets. The ratios to the ceiling compare median with median. "+
-				"The polling relays ran once.\n\n", r.P.CatchUpRepeats, r.P.CatchUpRepeats)
-		}
-		p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, s := range r.Systems {
-			x := r.get(s.Name, wCatchUp)
-			if x == nil {
-				continue
-			}
-			if !x.ok() {
-				p("| %s | %s |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
-				continue
-			}
-			ratio := "–"
-			if ceilRate != nil && *ceilRate > 0 {
-				ratio = fmtRatio(x.MsgsPerS / *ceilRate)
-			}
-			capped := ""
-			if x.Capped {
-				capped = " (*capped*)"
-			}
-			rateCell := num(x.MsgsPerS)
-			if x.Repeats > 1 {
-				rateCell += fmt.Sprintf(" (%s–%s)", num(x.RateMin), num(x.RateMax))
-			}
-			p("| %s | %s%s | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), commas(x.Delivered), capped, x.Seconds, rateCell, ratio,
-				num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
-		}
-		p("\n")
+	p("## Catch-up: %s messages committed first, then the system started\n\n", commas(int64(r.P.CatchUpN)))
+	p("~300-byte JSON payloads in %s-row transactions, committed before the system starts; timed from starting it "+
+		"(process start included) to its last message: for walpost, the slot's confirmed_flush_lsn passing the WAL "+
+		"position after the last commit; for pg_recvlogical, the last Insert read from its output; for the polling "+
+		"relays, the last row marked sent. Polling relays are cut off after %s and their rate is measured over that "+
+		"window (marked *capped*: the classic relay would need hours).\n\n", commas(int64(r.P.TxRows)), r.P.PollCap)
+	if r.P.CatchUpRepeats > 1 {
+		p("pg_recvlogical and walpost ran this workload %d times each, taking turns (ceiling, walpost → discard, → file, "+
+			"→ Kafka, then again), each time on a fresh backlog; every figure in a row is from the run with the median rate, "+
+			"and msgs/s shows the range of the %d runs in brackets. The ratios to the ceiling compare median with median. "+
+			"The polling relays ran once.\n\n", r.P.CatchUpRepeats, r.P.CatchUpRepeats)
 	}
-	explained := false
-	for _, w := range []string{wPaced1k, wPaced2k} {
-		if !r.has(w) {
+	p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Systems {
+		x := r.get(s.Name, wCatchUp)
+		if x == nil {
 			continue
 		}
-		wl := map[string]string{wPaced1k: "1,000 single-row transactions per second", wPaced2k: "2,000 messages per second in 100-row transactions (20 tx/s)"}[w]
-		p("## Paced: %s for %s\n\n", wl, r.P.PacedDur)
-		if !explained {
-			explained = true
-			p("Latency per message: walpost, commit time → sink acknowledgement, from the relay's own histogram "+
-				"`walpost_end_to_end_latency_seconds` (scraped before and after the run; the difference's buckets, interpolated); "+
-				"pg_recvlogical, the transaction's commit time (pgoutput Begin) → the bench reading the Insert from its output; "+
-				"polling relays, the row's insert time (`\"ts\"` in the payload, clock_timestamp()) → the relay \"publishing\" it "+
-				"(before it marks the row sent). All use the relay's buckets (100 µs × 1.25^k); *max* is the upper bound of the "+
-				"highest non-empty bucket. Relay CPU is measured over the run (producing + draining) per 100k messages "+
-				"delivered; PostgreSQL's is shown in cores (its CPU seconds over the run's seconds), since it includes the "+
-				"producer's inserts, the same for every system. A classic polling relay cannot keep up with these rates "+
-				"(**behind**): its latencies are those of the messages it did deliver before it was stopped %s after the "+
-				"producer, and grow for as long as the load lasts.\n\n", r.P.PollDrain)
+		if !x.ok() {
+			p("| %s | %s |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
+			continue
 		}
-		p("| system | delivered / produced | p50 ms | p95 ms | p99 ms | max ms ≤ | p99 − ceiling p99 | relay CPU s / 100k | relay context switches / 1k msgs | PostgreSQL CPU, cores | relay peak RSS MB | other load, cores |\n")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		ceil := r.value("ceiling", w, p99)
-		for _, s := range r.Systems {
-			x := r.get(s.Name, w)
-			if x == nil {
-				continue
-			}
-			if !x.ok() {
-				p("| %s | %s |  |  |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
-				continue
-			}
-			diff := "–"
-			if ceil != nil && !math.IsNaN(x.P99) {
-				diff = signedMS(x.P99 - *ceil)
-			}
-			deliv := fmt.Sprintf("%s / %s", commas(x.Delivered), commas(x.Produced))
-			if x.Backlog > 0 {
-				deliv += " (**behind**)"
-			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), deliv, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), diff,
-				num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), cores(x.ServerCPU, x.Seconds), mb(x.PeakRSSMB), x.OtherCores)
+		ratio := "–"
+		if ceilRate != nil && *ceilRate > 0 {
+			ratio = fmtRatio(x.MsgsPerS / *ceilRate)
 		}
-		p("\n")
+		capped := ""
+		if x.Capped {
+			capped = " (*capped*)"
+		}
+		rateCell := num(x.MsgsPerS)
+		if x.Repeats > 1 {
+			rateCell += fmt.Sprintf(" (%s–%s)", num(x.RateMin), num(x.RateMax))
+		}
+		p("| %s | %s%s | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), commas(x.Delivered), capped, x.Seconds, rateCell, ratio,
+			num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
 	}
-	if r.has(wBigTx) {
-		p("## One transaction of %s rows\n\n", commas(int64(r.P.BigN)))
-		p("Committed before the system starts; memory is the relay process's VmHWM read just before SIGTERM " +
-			"(docs/design.md, invariant 5: bounded by the in-flight window, not by the transaction).\n\n")
-		p("| system | seconds | msgs/s | × ceiling | peak RSS MB | relay CPU s / 100k | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|\n")
-		bc := r.value("ceiling", wBigTx, rate)
-		for _, s := range r.Systems {
-			x := r.get(s.Name, wBigTx)
-			if x == nil {
-				continue
-			}
-			if !x.ok() {
-				p("| %s | %s |  |  |  |  |  |\n", s.Label, errCell(x))
-				continue
-			}
-			ratio := "–"
-			if bc != nil && *bc > 0 {
-				ratio = fmtRatio(x.MsgsPerS / *bc)
-			}
-			p("| %s | %.2f | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), x.Seconds, num(x.MsgsPerS), ratio, mb(x.PeakRSSMB), num(per100k(x.RelayCPU, x.Delivered)), x.OtherCores)
-		}
-		p("\n")
+	p("\n")
+}
+
+// writePaced writes the section of paced workload w; explain: with the
+// paragraph on how latency and CPU are measured (the first paced section).
+func (r *report) writePaced(p printer, w string, explain bool) {
+	wl := map[string]string{wPaced1k: "1,000 single-row transactions per second", wPaced2k: "2,000 messages per second in 100-row transactions (20 tx/s)"}[w]
+	p("## Paced: %s for %s\n\n", wl, r.P.PacedDur)
+	if explain {
+		p("Latency per message: walpost, commit time → sink acknowledgement, from the relay's own histogram "+
+			"`walpost_end_to_end_latency_seconds` (scraped before and after the run; the difference's buckets, interpolated); "+
+			"pg_recvlogical, the transaction's commit time (pgoutput Begin) → the bench reading the Insert from its output; "+
+			"polling relays, the row's insert time (`\"ts\"` in the payload, clock_timestamp()) → the relay \"publishing\" it "+
+			"(before it marks the row sent). All use the relay's buckets (100 µs × 1.25^k); *max* is the upper bound of the "+
+			"highest non-empty bucket. Relay CPU is measured over the run (producing + draining) per 100k messages "+
+			"delivered; PostgreSQL's is shown in cores (its CPU seconds over the run's seconds), since it includes the "+
+			"producer's inserts, the same for every system. A classic polling relay cannot keep up with these rates "+
+			"(**behind**): its latencies are those of the messages it did deliver before it was stopped %s after the "+
+			"producer, and grow for as long as the load lasts.\n\n", r.P.PollDrain)
 	}
+	p("| system | delivered / produced | p50 ms | p95 ms | p99 ms | max ms ≤ | p99 − ceiling p99 | relay CPU s / 100k | relay context switches / 1k msgs | PostgreSQL CPU, cores | relay peak RSS MB | other load, cores |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ceil := r.value("ceiling", w, p99)
+	for _, s := range r.Systems {
+		x := r.get(s.Name, w)
+		if x == nil {
+			continue
+		}
+		if !x.ok() {
+			p("| %s | %s |  |  |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
+			continue
+		}
+		diff := "–"
+		if ceil != nil && !math.IsNaN(x.P99) {
+			diff = signedMS(x.P99 - *ceil)
+		}
+		deliv := fmt.Sprintf("%s / %s", commas(x.Delivered), commas(x.Produced))
+		if x.Backlog > 0 {
+			deliv += " (**behind**)"
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), deliv, ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), diff,
+			num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), cores(x.ServerCPU, x.Seconds), mb(x.PeakRSSMB), x.OtherCores)
+	}
+	p("\n")
+}
+
+// writeBigTx writes the big-transaction section.
+func (r *report) writeBigTx(p printer) {
+	p("## One transaction of %s rows\n\n", commas(int64(r.P.BigN)))
+	p("Committed before the system starts; memory is the relay process's VmHWM read just before SIGTERM " +
+		"(docs/design.md, invariant 5: bounded by the in-flight window, not by the transaction).\n\n")
+	p("| system | seconds | msgs/s | × ceiling | peak RSS MB | relay CPU s / 100k | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	bc := r.value("ceiling", wBigTx, rate)
+	for _, s := range r.Systems {
+		x := r.get(s.Name, wBigTx)
+		if x == nil {
+			continue
+		}
+		if !x.ok() {
+			p("| %s | %s |  |  |  |  |  |\n", s.Label, errCell(x))
+			continue
+		}
+		ratio := "–"
+		if bc != nil && *bc > 0 {
+			ratio = fmtRatio(x.MsgsPerS / *bc)
+		}
+		p("| %s | %.2f | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), x.Seconds, num(x.MsgsPerS), ratio, mb(x.PeakRSSMB), num(per100k(x.RelayCPU, x.Delivered)), x.OtherCores)
+	}
+	p("\n")
+}
+
+// writePollLoad writes what the polling relays did to the outbox table,
+// when any of them ran successfully.
+func (r *report) writePollLoad(p printer) {
 	var polls []*runResult
 	for _, x := range r.Results {
 		if strings.HasPrefix(x.System, "poll_") && x.ok() && x.Load != nil {
@@ -562,6 +607,10 @@ func (r *report) markdown(png string) string {
 		}
 		p("\n")
 	}
+}
+
+// writeMethod writes how everything is measured.
+func (r *report) writeMethod(p printer) {
 	p("## How it is measured\n\n")
 	p("- One throwaway PostgreSQL cluster (internal/pgtest) for the whole run; every system and run gets a fresh outbox " +
 		"table, publication and slot, dropped afterwards (a slot left behind would collect every later insert).\n")
@@ -604,7 +653,6 @@ func (r *report) markdown(png string) string {
 	if r.P.Noise > 0 {
 		p("- Unrelated write load: %.0f single-row inserts per second into another table during every run.\n", r.P.Noise)
 	}
-	return b.String()
 }
 
 // summary is the compact table printed to stdout.
