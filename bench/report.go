@@ -147,21 +147,36 @@ func shortLabel(system string) string {
 		"poll_classic", "classic polling", "poll_tuned_drain", "tuned polling (draining)", "poll_tuned", "tuned polling", "ceiling", "pg_recvlogical").Replace(system)
 }
 
+// targets are the lines of the targets table, in order: catch-up against
+// the ceiling and against polling, paced latency against tuned polling and
+// the ceiling, the file sink's own latency, and walpost's peak memory.
 func (r *report) targets() []target {
 	var out []target
-	ratio := func(a, b *float64) *float64 {
-		if a == nil || b == nil || *b == 0 {
-			return nil
-		}
-		v := *a / *b
-		return &v
+	out = append(out, r.catchUpVsCeiling()...)
+	out = append(out, r.catchUpVsPolling()...)
+	out = append(out, r.pacedVsTuned()...)
+	out = append(out, r.pacedVsCeiling(), r.pacedFile())
+	return append(out, r.peakRSSTargets()...)
+}
+
+// quotient is a/b, nil when either is not measured or b is 0.
+func quotient(a, b *float64) *float64 {
+	if a == nil || b == nil || *b == 0 {
+		return nil
 	}
+	v := *a / *b
+	return &v
+}
+
+// catchUpVsCeiling compares each sink's catch-up rate with pg_recvlogical's.
+func (r *report) catchUpVsCeiling() []target {
+	var out []target
 	ceil := r.value("ceiling", wCatchUp, rate)
 	for _, t := range []struct {
 		sys string
 		min float64
 	}{{"walpost_discard", 0.9}, {"walpost_file", 0.8}, {"walpost_kafka", 0.6}} {
-		x := ratio(r.value(t.sys, wCatchUp, rate), ceil)
+		x := quotient(r.value(t.sys, wCatchUp, rate), ceil)
 		tg := target{What: "catch-up " + shortLabel(t.sys) + " vs pg_recvlogical", Goal: fmt.Sprintf("≥ %.1f×", t.min)}
 		if x != nil {
 			tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*r.value(t.sys, wCatchUp, rate)), num(*ceil))
@@ -171,13 +186,20 @@ func (r *report) targets() []target {
 		}
 		out = append(out, tg)
 	}
+	return out
+}
+
+// catchUpVsPolling compares each sink's catch-up rate with the classic and
+// tuned polling relays', and, for reference, with the draining one's.
+func (r *report) catchUpVsPolling() []target {
+	var out []target
 	for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
 		wp := r.value(sink, wCatchUp, rate)
 		for _, t := range []struct {
 			sys string
 			min float64
 		}{{"poll_classic", 20}, {"poll_tuned", 3}} {
-			x := ratio(wp, r.value(t.sys, wCatchUp, rate))
+			x := quotient(wp, r.value(t.sys, wCatchUp, rate))
 			tg := target{What: "catch-up " + shortLabel(sink) + " vs " + shortLabel(t.sys), Goal: fmt.Sprintf("≥ %.0f×", t.min)}
 			if x != nil {
 				tg.Measured = fmt.Sprintf("%s× (%s vs %s msgs/s)", num(*x), num(*wp), num(*r.value(t.sys, wCatchUp, rate)))
@@ -195,6 +217,13 @@ func (r *report) targets() []target {
 				Goal: "none (reference)", Measured: fmt.Sprintf("%s× (%s vs %s msgs/s)", num(*wp / *d), num(*wp), num(*d)), Info: true})
 		}
 	}
+	return out
+}
+
+// pacedVsTuned compares each sink's p99 with tuned polling's in both paced
+// workloads.
+func (r *report) pacedVsTuned() []target {
+	var out []target
 	for _, w := range []string{wPaced1k, wPaced2k} {
 		tuned := r.value("poll_tuned", w, p99)
 		for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
@@ -209,28 +238,39 @@ func (r *report) targets() []target {
 			out = append(out, tg)
 		}
 	}
-	{
-		v, c := r.value("walpost_discard", wPaced1k, p99), r.value("ceiling", wPaced1k, p99)
-		tg := target{What: "paced 1,000 tx/s: walpost→discard p99 vs pg_recvlogical p99", Goal: "within 2 ms"}
-		if v != nil && c != nil {
-			tg.Measured = fmt.Sprintf("%s ms vs %s ms (%+.2f ms)", ms(*v), ms(*c), *v-*c)
-			tg.Pass = boolp(*v-*c <= 2)
-		} else {
-			tg.Measured = r.why("walpost_discard", wPaced1k, "ceiling")
-		}
-		out = append(out, tg)
+	return out
+}
+
+// pacedVsCeiling compares walpost→discard's p99 at 1,000 tx/s with
+// pg_recvlogical's.
+func (r *report) pacedVsCeiling() target {
+	v, c := r.value("walpost_discard", wPaced1k, p99), r.value("ceiling", wPaced1k, p99)
+	tg := target{What: "paced 1,000 tx/s: walpost→discard p99 vs pg_recvlogical p99", Goal: "within 2 ms"}
+	if v != nil && c != nil {
+		tg.Measured = fmt.Sprintf("%s ms vs %s ms (%+.2f ms)", ms(*v), ms(*c), *v-*c)
+		tg.Pass = boolp(*v-*c <= 2)
+	} else {
+		tg.Measured = r.why("walpost_discard", wPaced1k, "ceiling")
 	}
-	{
-		v := r.value("walpost_file", wPaced1k, p99)
-		tg := target{What: "paced 1,000 tx/s: walpost→file p99", Goal: "≤ 10 ms"}
-		if v != nil {
-			tg.Measured = ms(*v) + " ms"
-			tg.Pass = boolp(*v <= 10)
-		} else {
-			tg.Measured = r.why("walpost_file", wPaced1k, "")
-		}
-		out = append(out, tg)
+	return tg
+}
+
+// pacedFile is walpost→file's own p99 at 1,000 tx/s.
+func (r *report) pacedFile() target {
+	v := r.value("walpost_file", wPaced1k, p99)
+	tg := target{What: "paced 1,000 tx/s: walpost→file p99", Goal: "≤ 10 ms"}
+	if v != nil {
+		tg.Measured = ms(*v) + " ms"
+		tg.Pass = boolp(*v <= 10)
+	} else {
+		tg.Measured = r.why("walpost_file", wPaced1k, "")
 	}
+	return tg
+}
+
+// peakRSSTargets is each sink's largest peak RSS over all its runs.
+func (r *report) peakRSSTargets() []target {
+	var out []target
 	for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
 		var worst *runResult
 		for _, x := range r.Results {
