@@ -142,58 +142,57 @@ func main() {
 	os.Exit(run())
 }
 
-func run() int {
-	quick := flag.Bool("quick", false, "smaller run (≤ 3 minutes): 50,000 catch-up messages once, 6 s paced runs, a 200,000-row transaction")
-	jsonOut := flag.Bool("json", false, "print the figures as one JSON object on the last line of stdout")
-	out := flag.String("out", "BENCHMARKS.md", "markdown report to write (empty: none)")
-	png := flag.String("png", "bench/results.png", "chart to write (empty: none)")
-	only := flag.String("only", "", "comma-separated systems (or globs, e.g. walpost_*) to run: "+systemNames())
-	runs := flag.String("runs", "", "comma-separated workloads to run: "+strings.Join(allWorkloads, ","))
-	noise := flag.Float64("noise", 0, "unrelated single-row writes per second on another table during every run")
-	ceilingPipe := flag.Bool("ceiling-pipe", false, "catch-up: pg_recvlogical writes to a pipe the bench reads, not to a file it tails")
-	repeats := flag.Int("catchup-repeats", -1, "how often each non-polling system runs the catch-up workload, taking turns; the median run is reported (default 5, 1 with -quick)")
-	retries := flag.Int("retries", -1, "runs disturbed by other work on the machine (other load above -noisy) are run again up to this many times, keeping the least disturbed (default 3, 0 with -quick)")
-	noisy := flag.Float64("noisy", 0.3, "other load, in cores, above which a run counts as disturbed")
-	kafkaMem := flag.Bool("kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
-	root := flag.String("root", ".", "repository root (where ./cmd/cdc is)")
-	cdcPkg := flag.String("cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
-	pprofDir := flag.String("pprof", "", "directory for CPU profiles of walpost over each paced run (http.pprof; read them with go tool pprof)")
-	flag.Parse()
+// options are the command line's flags.
+type options struct {
+	quick, jsonOut, ceilingPipe, kafkaMem bool
+	out, png, only, runs                  string
+	noise, noisy                          float64
+	repeats, retries                      int
+	root, cdcPkg, pprofDir                string
+}
 
-	systems, err := selectSystems(*only)
+// parseFlags reads the command line.
+func parseFlags() options {
+	var o options
+	flag.BoolVar(&o.quick, "quick", false, "smaller run (≤ 3 minutes): 50,000 catch-up messages once, 6 s paced runs, a 200,000-row transaction")
+	flag.BoolVar(&o.jsonOut, "json", false, "print the figures as one JSON object on the last line of stdout")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (empty: none)")
+	flag.StringVar(&o.png, "png", "bench/results.png", "chart to write (empty: none)")
+	flag.StringVar(&o.only, "only", "", "comma-separated systems (or globs, e.g. walpost_*) to run: "+systemNames())
+	flag.StringVar(&o.runs, "runs", "", "comma-separated workloads to run: "+strings.Join(allWorkloads, ","))
+	flag.Float64Var(&o.noise, "noise", 0, "unrelated single-row writes per second on another table during every run")
+	flag.BoolVar(&o.ceilingPipe, "ceiling-pipe", false, "catch-up: pg_recvlogical writes to a pipe the bench reads, not to a file it tails")
+	flag.IntVar(&o.repeats, "catchup-repeats", -1, "how often each non-polling system runs the catch-up workload, taking turns; the median run is reported (default 5, 1 with -quick)")
+	flag.IntVar(&o.retries, "retries", -1, "runs disturbed by other work on the machine (other load above -noisy) are run again up to this many times, keeping the least disturbed (default 3, 0 with -quick)")
+	flag.Float64Var(&o.noisy, "noisy", 0.3, "other load, in cores, above which a run counts as disturbed")
+	flag.BoolVar(&o.kafkaMem, "kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
+	flag.StringVar(&o.root, "root", ".", "repository root (where ./cmd/cdc is)")
+	flag.StringVar(&o.cdcPkg, "cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
+	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run (http.pprof; read them with go tool pprof)")
+	flag.Parse()
+	return o
+}
+
+// run is the command: it reads the flags, runs each selected workload on
+// each selected system and writes the report; it returns the exit code.
+func run() int {
+	o := parseFlags()
+	systems, err := selectSystems(o.only)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	workloads, err := selectWorkloads(*runs)
+	workloads, err := selectWorkloads(o.runs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	b := &bench{p: paramsFor(*quick), quick: *quick, log: os.Stderr, started: time.Now()}
-	b.p.Noise = *noise
-	b.p.Noisy = *noisy
-	switch {
-	case *retries >= 0:
-		b.p.Retries = *retries
-	case *quick:
-		b.p.Retries = 0
-	default:
-		b.p.Retries = 3
+	b, err := newBench(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
 	}
-	if *repeats >= 1 {
-		b.p.CatchUpRepeats = *repeats
-	}
-	b.ceilingPipe = *ceilingPipe
-	b.cdcPkg, b.kafkaMem = *cdcPkg, *kafkaMem
-	if *pprofDir != "" {
-		if err := os.MkdirAll(*pprofDir, 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			return 1
-		}
-		b.pprofDir = *pprofDir
-	}
-	if err := b.setup(*root, systems); err != nil {
+	if err := b.setup(o.root, systems); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		b.teardown()
 		return 1
@@ -204,73 +203,113 @@ func run() int {
 		defer stopNoise()
 	}
 	for _, w := range workloads {
-		// Catch-up is short and its ratios swing with the machine: it is
-		// run several times, the systems taking turns, and the median run
-		// of each is reported with the range.
-		reps := 1
-		if w == wCatchUp {
-			reps = max(1, b.p.CatchUpRepeats)
-		}
-		runs := map[string][]*runResult{}
-		for rep := range reps {
-			for _, s := range systems {
-				if w == wBigTx && s.Kind == "poll" {
-					continue // the big transaction measures the relay's memory
-				}
-				if s.Only != nil && !slices.Contains(s.Only, w) {
-					continue
-				}
-				if rep > 0 && s.Kind == "poll" {
-					continue // bound by their timers, or capped: once is enough
-				}
-				if s.Sink == "kafka" && !b.hasKafka {
-					runs[s.Name] = append(runs[s.Name], &runResult{System: s.Name, Workload: w,
-						Err: "n/a: " + b.cdcPkg + " does not register the kafka sink"})
-					continue
-				}
-				runs[s.Name] = append(runs[s.Name], b.runQuietly(ctx, s, w))
-			}
-		}
-		for _, s := range systems {
-			if rs := runs[s.Name]; len(rs) > 0 {
-				b.results = append(b.results, medianRun(rs))
-			}
-		}
+		b.runWorkload(ctx, w, systems)
 	}
 	elapsed := time.Since(b.started)
 	b.teardown()
 
 	rep := newReport(b.machine, b.p, b.quick, systems, workloads, b.results, elapsed)
 	rep.KafkaMem = b.kafkaMem
-	md := rep.markdown(relPNG(*out, *png))
-	// Notes kept by hand (micro-benchmarks, what each optimisation
-	// bought, known gaps) follow the generated part, so that re-running
-	// the tool keeps them.
-	if notes, err := os.ReadFile(filepath.Join(*root, notesFile)); err == nil {
-		md += "\n" + string(notes)
-	} else if !os.IsNotExist(err) {
+	if err := b.writeReport(rep, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
+	return 0
+}
+
+// newBench is the invocation the flags describe, before its setup.
+func newBench(o options) (*bench, error) {
+	b := &bench{p: paramsFor(o.quick), quick: o.quick, log: os.Stderr, started: time.Now()}
+	b.p.Noise = o.noise
+	b.p.Noisy = o.noisy
+	switch {
+	case o.retries >= 0:
+		b.p.Retries = o.retries
+	case o.quick:
+		b.p.Retries = 0
+	default:
+		b.p.Retries = 3
+	}
+	if o.repeats >= 1 {
+		b.p.CatchUpRepeats = o.repeats
+	}
+	b.ceilingPipe = o.ceilingPipe
+	b.cdcPkg, b.kafkaMem = o.cdcPkg, o.kafkaMem
+	if o.pprofDir != "" {
+		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
+			return nil, err
+		}
+		b.pprofDir = o.pprofDir
+	}
+	return b, nil
+}
+
+// runWorkload runs workload w on each of systems that runs it and adds one
+// result per system to b.results. Catch-up is short and its ratios swing
+// with the machine: it is run several times, the systems taking turns, and
+// the median run of each is reported with the range.
+func (b *bench) runWorkload(ctx context.Context, w string, systems []system) {
+	reps := 1
+	if w == wCatchUp {
+		reps = max(1, b.p.CatchUpRepeats)
+	}
+	runs := map[string][]*runResult{}
+	for rep := range reps {
+		for _, s := range systems {
+			if w == wBigTx && s.Kind == "poll" {
+				continue // the big transaction measures the relay's memory
+			}
+			if s.Only != nil && !slices.Contains(s.Only, w) {
+				continue
+			}
+			if rep > 0 && s.Kind == "poll" {
+				continue // bound by their timers, or capped: once is enough
+			}
+			if s.Sink == "kafka" && !b.hasKafka {
+				runs[s.Name] = append(runs[s.Name], &runResult{System: s.Name, Workload: w,
+					Err: "n/a: " + b.cdcPkg + " does not register the kafka sink"})
+				continue
+			}
+			runs[s.Name] = append(runs[s.Name], b.runQuietly(ctx, s, w))
+		}
+	}
+	for _, s := range systems {
+		if rs := runs[s.Name]; len(rs) > 0 {
+			b.results = append(b.results, medianRun(rs))
+		}
+	}
+}
+
+// writeReport prints the summary to stdout, writes the markdown report
+// (with bench/NOTES.md appended) and the chart, and with -json prints the
+// figures on the last line of stdout.
+func (b *bench) writeReport(rep *report, o options) error {
+	md := rep.markdown(relPNG(o.out, o.png))
+	// Notes kept by hand (micro-benchmarks, what each optimisation
+	// bought, known gaps) follow the generated part, so that re-running
+	// the tool keeps them.
+	if notes, err := os.ReadFile(filepath.Join(o.root, notesFile)); err == nil {
+		md += "\n" + string(notes)
+	} else if !os.IsNotExist(err) {
+		return err
+	}
 	fmt.Println(rep.summary())
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			return 1
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+			return err
 		}
-		b.logf("wrote %s", *out)
+		b.logf("wrote %s", o.out)
 	}
-	if *png != "" {
-		if err := writeChart(*png, rep); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: chart:", err)
-			return 1
+	if o.png != "" {
+		if err := writeChart(o.png, rep); err != nil {
+			return fmt.Errorf("chart: %w", err)
 		}
-		b.logf("wrote %s", *png)
+		b.logf("wrote %s", o.png)
 	}
-	if *jsonOut {
+	if o.jsonOut {
 		fmt.Println(rep.jsonLine())
 	}
-	return 0
+	return nil
 }
 
 func systemNames() string {
