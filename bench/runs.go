@@ -252,6 +252,7 @@ func waitUntil(timeout time.Duration, cond func() bool, alive func() error) erro
 	return nil
 }
 
+// runWalpost measures the cdc binary with sink s.Sink under workload wl.
 func (b *bench) runWalpost(ctx context.Context, s system, wl workload, n names, r *runResult) error {
 	wr, err := b.prepareWalpost(ctx, s.Sink, n)
 	if err != nil {
@@ -259,40 +260,55 @@ func (b *bench) runWalpost(ctx context.Context, s system, wl workload, n names, 
 	}
 	defer wr.close()
 	if wl.backlog {
-		if err := b.produce(ctx, wl, n.Qualified(), r); err != nil {
-			return err
-		}
-		end, err := currentLSN(ctx, b.conn)
-		if err != nil {
-			return err
-		}
-		snap := b.snap()
-		t0 := time.Now()
-		p, err := b.startWalpost(wr)
-		if err != nil {
-			return err
-		}
-		defer p.kill()
-		at, err := waitConfirmed(ctx, b.conn, n.Slot, end, b.p.RelayLimit, p.alive)
-		if err != nil {
-			return err
-		}
-		r.Seconds = at.Sub(t0).Seconds()
-		r.RelayCPU = procCPU(p.cmd.Process.Pid)
-		r.CtxSwitches = ctxSwitches(p.cmd.Process.Pid)
-		r.ServerCPU, r.OtherCores = b.since(snap, r.RelayCPU)
-		if _, pub, err := p.scrape(); err == nil {
-			r.Delivered = int64(pub)
-		}
-		_, r.PeakRSSMB, err = p.stop()
-		if err != nil {
-			return err
-		}
-		if r.Delivered != r.Produced {
-			return fmt.Errorf("slot confirmed, but the relay counted %d messages published of %d", r.Delivered, r.Produced)
-		}
-		return nil
+		return b.walpostBacklog(ctx, wr, wl, n, r)
 	}
+	return b.walpostPaced(ctx, s, wr, wl, n, r)
+}
+
+// walpostBacklog commits the backlog, then starts the relay and times it
+// until the slot has confirmed the WAL position after the last commit.
+func (b *bench) walpostBacklog(ctx context.Context, wr *walpostRun, wl workload, n names, r *runResult) error {
+	if err := b.produce(ctx, wl, n.Qualified(), r); err != nil {
+		return err
+	}
+	end, err := currentLSN(ctx, b.conn)
+	if err != nil {
+		return err
+	}
+	snap := b.snap()
+	t0 := time.Now()
+	p, err := b.startWalpost(wr)
+	if err != nil {
+		return err
+	}
+	defer p.kill()
+	at, err := waitConfirmed(ctx, b.conn, n.Slot, end, b.p.RelayLimit, p.alive)
+	if err != nil {
+		return err
+	}
+	r.Seconds = at.Sub(t0).Seconds()
+	r.RelayCPU = procCPU(p.cmd.Process.Pid)
+	r.CtxSwitches = ctxSwitches(p.cmd.Process.Pid)
+	r.ServerCPU, r.OtherCores = b.since(snap, r.RelayCPU)
+	if _, pub, err := p.scrape(); err == nil {
+		r.Delivered = int64(pub)
+	}
+	_, r.PeakRSSMB, err = p.stop()
+	if err != nil {
+		return err
+	}
+	if r.Delivered != r.Produced {
+		return fmt.Errorf("slot confirmed, but the relay counted %d messages published of %d", r.Delivered, r.Produced)
+	}
+	return nil
+}
+
+// walpostPaced starts the relay, paces the workload into the table while it
+// runs and waits until the slot has confirmed the last commit; latency and
+// the messages delivered are the difference of the relay's metrics scraped
+// before and after. With -pprof it takes a CPU profile of the relay for the
+// paced run's duration.
+func (b *bench) walpostPaced(ctx context.Context, s system, wr *walpostRun, wl workload, n names, r *runResult) error {
 	p, err := b.startWalpost(wr)
 	if err != nil {
 		return err
