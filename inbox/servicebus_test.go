@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 )
 
@@ -127,18 +128,6 @@ func runLoop(t *testing.T, run func(ctx context.Context) error) (stop func() err
 	return stop
 }
 
-// pollFor polls cond every few milliseconds until it holds or 20s pass.
-func pollFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 var sbOpts = ServiceBusOptions{TimeAfterFirstMessage: 300 * time.Millisecond}
 
 // TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit: the effect
@@ -168,7 +157,7 @@ func TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit(t *testing.T) {
 			}
 			stop := runLoop(t, func(ctx context.Context) error { return loopFor(ctx, ib, rec, effect, opts) })
 
-			pollFor(t, "the message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+			pgtest.Await(t, 20*time.Second, "the message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
 			if err := stop(); !errors.Is(err, context.Canceled) {
 				t.Errorf("loop returned %v, want context.Canceled", err)
 			}
@@ -219,7 +208,7 @@ func TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails(t *testing.T) {
 		return nil
 	}
 	stop := runLoop(t, func(ctx context.Context) error { return loopFor(ctx, ib, rec, effect, opts) })
-	pollFor(t, "the redelivered message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+	pgtest.Await(t, 20*time.Second, "the redelivered message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
 	stop()
 
 	completed, abandoned, _ := rec.counts()
@@ -263,7 +252,7 @@ func TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect(t *
 			return f.increment(exec)
 		}, opts)
 	})
-	pollFor(t, "both copies to be completed", func() bool { c, _, _ := rec.counts(); return c == 2 })
+	pgtest.Await(t, 20*time.Second, "both copies to be completed", func() bool { c, _, _ := rec.counts(); return c == 2 })
 	stop()
 	if got := fmt.Sprint(results); got != "[first copy: processed second copy: duplicate]" {
 		t.Errorf("OnCompleted saw %s, want the first copy processed and the second a duplicate", got)
@@ -303,7 +292,7 @@ func TestIntegrationServiceBusLoopLockLostAfterCommitGivesADuplicate(t *testing.
 			return f.increment(exec)
 		}, opts)
 	})
-	pollFor(t, "the redelivery to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+	pgtest.Await(t, 20*time.Second, "the redelivery to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
 	stop()
 	if n := f.effects(t); n != 1 {
 		t.Errorf("%d effects committed, want 1", n)

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // proc is a cdc subprocess.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *lockedWriter
+	stdout, stderr *relaytest.Buffer
 	done           chan struct{}
 }
 
@@ -47,7 +47,7 @@ func startCDCEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "WALPOST_CDC_MAIN=1"), env...)
-	p := &proc{cmd: cmd, stdout: &lockedWriter{w: &bytes.Buffer{}}, stderr: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stdout: &relaytest.Buffer{}, stderr: &relaytest.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
@@ -59,24 +59,6 @@ func startCDCEnv(t *testing.T, env []string, args ...string) *proc {
 		<-p.done
 	})
 	return p
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-// String returns what was written so far.
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
 
 // exited reports whether the process has ended.

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -53,7 +51,7 @@ func testHotStandby(t *testing.T, kind string) {
 		}
 		var lines []relaytest.Line
 		for _, q := range p {
-			lines = append(lines, parseLines(t, q.stdout.String())...)
+			lines = append(lines, relaytest.ParseLines(t, q.stdout.String())...)
 		}
 		return lines
 	}
@@ -98,23 +96,6 @@ func testHotStandby(t *testing.T, kind string) {
 	if takeover > 10*time.Second {
 		t.Errorf("takeover took %v, want under 10 s", takeover)
 	}
-}
-
-// parseLines parses JSON lines (a cdc stdout sink's output); every line
-// must be whole and valid.
-func parseLines(t *testing.T, s string) []relaytest.Line {
-	t.Helper()
-	var out []relaytest.Line
-	sc := bufio.NewScanner(strings.NewReader(s))
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var l relaytest.Line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("stdout line %d is not JSON (%v): %.200s", len(out)+1, err, sc.Text())
-		}
-		out = append(out, l)
-	}
-	return out
 }
 
 // TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits: the

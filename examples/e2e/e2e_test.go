@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/walpost/walpost/inbox"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
+	"github.com/walpost/walpost/internal/relaytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -383,13 +383,13 @@ func writeConfig(t *testing.T, yaml string) string {
 // relayProc is a running "cdc run".
 type relayProc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *relaytest.Buffer
 	done   chan struct{}
 }
 
 func startRelay(t *testing.T, cdc, cfg string) *relayProc {
 	t.Helper()
-	p := &relayProc{cmd: exec.Command(cdc, "run", "--config", cfg), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &relayProc{cmd: exec.Command(cdc, "run", "--config", cfg), stderr: &relaytest.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -434,21 +434,4 @@ func (p *relayProc) logs() string {
 		s = "…" + s[len(s)-4000:]
 	}
 	return "relay log:\n" + s
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -108,3 +108,12 @@ func Exec(tb testing.TB, url string, sqls ...string) {
 		}
 	}
 }
+
+// Await polls cond like WaitFor and fails the test, naming what it waited
+// for, when timeout passes first.
+func Await(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	if !WaitFor(timeout, cond) {
+		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,24 +30,7 @@ type started struct {
 	r      *Relay
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *relaytest.Buffer
 }
 
 func startRelay(t *testing.T, cfgPath string) *started {
@@ -60,7 +42,7 @@ func startRelay(t *testing.T, cfgPath string) *started {
 	if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &relaytest.Buffer{}
 	log := zerolog.New(io.MultiWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)
 	r, err := New(cfg, log, nil)
 	if err != nil {

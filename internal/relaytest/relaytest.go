@@ -4,13 +4,14 @@
 package relaytest
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/sinktest"
 	"github.com/walpost/walpost/outbox"
 )
 
@@ -130,16 +132,7 @@ func (ob Outbox) InsertTx(t testing.TB, conn *pgx.Conn, msgs ...Msg) {
 }
 
 // Line is one line of the file or stdout sink.
-type Line struct {
-	ID              string            `json:"id"`
-	Type            string            `json:"type"`
-	Key             *string           `json:"key"`
-	Payload         json.RawMessage   `json:"payload"`
-	Headers         map[string]string `json:"headers"`
-	LSN             string            `json:"lsn"`
-	CommitLSN       string            `json:"commit_lsn"`
-	PayloadEncoding string            `json:"payload_encoding"`
-}
+type Line = sinktest.Line
 
 // ReadLines reads the file sink's file; a missing file is empty. Every
 // line must be valid JSON.
@@ -153,20 +146,43 @@ func ReadLines(t testing.TB, path string) []Line {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []Line
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		var l Line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("%s: line %d is not JSON (%v): %.200s", path, len(out)+1, err, sc.Text())
-		}
-		out = append(out, l)
+	lines, err := sinktest.ReadLines(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	if err := sc.Err(); err != nil {
+	return lines
+}
+
+// ParseLines parses JSON lines written to a stream (a stdout sink's
+// output); every line must be valid JSON.
+func ParseLines(t testing.TB, s string) []Line {
+	t.Helper()
+	lines, err := sinktest.ReadLines(strings.NewReader(s))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return lines
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use: a process's or a
+// logger's output read by a test while it is written.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // CountLines counts newline-terminated lines without parsing them.

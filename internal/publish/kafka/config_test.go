@@ -10,6 +10,7 @@ import (
 	kafka "github.com/segmentio/kafka-go"
 
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 func TestConfigErrorsNameTheField(t *testing.T) {
@@ -47,7 +48,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-512, username: u, password: p}`, ""},
 	} {
 		doc := "{name: events, kind: kafka, " + tc.yaml + "}"
-		_, err := New(sinkConfig(t, doc), zerolog.Nop())
+		_, err := New(sinktest.SinkConfig(t, doc), zerolog.Nop())
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: unexpected error %v", tc.yaml, err)
@@ -58,7 +59,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestRegistryPrefixesTheSink(t *testing.T) {
-	_, err := publish.Open(context.Background(), 3, sinkConfig(t, "name: events\nkind: kafka\ntopic: t\n"), zerolog.Nop())
+	_, err := publish.Open(context.Background(), 3, sinktest.SinkConfig(t, "name: events\nkind: kafka\ntopic: t\n"), zerolog.Nop())
 	if err == nil || err.Error() != "sinks[3] (events): brokers: empty (list at least one, e.g. [\"127.0.0.1:9092\"])" {
 		t.Fatalf("got %v", err)
 	}

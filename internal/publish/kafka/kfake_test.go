@@ -5,16 +5,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.yaml.in/yaml/v3"
 
-	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
+	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 type fakeKafka struct {
@@ -54,23 +52,13 @@ func asMessage(r *kgo.Record) *message.Message {
 	return m
 }
 
-// sinkConfig parses a sink's YAML mapping as the config loader would.
-func sinkConfig(t testing.TB, doc string) *config.Sink {
-	t.Helper()
-	var s config.Sink
-	if err := yaml.Unmarshal([]byte(doc), &s); err != nil {
-		t.Fatalf("parsing sink config: %v\n%s", err, doc)
-	}
-	return &s
-}
-
 // newSink opens a kafka sink named "events" with brokers and topic set and
 // the extra YAML lines given, and closes it when the test ends.
 func newSink(t testing.TB, brokers []string, topic string, extra ...string) *Sink {
 	t.Helper()
 	doc := fmt.Sprintf("name: events\nkind: kafka\nbrokers: [%s]\ntopic: %q\ntimeout: 5s\n%s",
 		strings.Join(brokers, ", "), topic, strings.Join(extra, "\n"))
-	s, err := New(sinkConfig(t, doc), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	s, err := New(sinktest.SinkConfig(t, doc), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -83,17 +71,4 @@ var topicSeq atomic.Int64
 // uniqueTopic returns a topic name no other test uses.
 func uniqueTopic(prefix string) string {
 	return fmt.Sprintf("%s.%d", prefix, topicSeq.Add(1))
-}
-
-// pollUntil polls cond every few milliseconds until it holds or timeout
-// passes.
-func pollUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 // TestSCRAMPasswordIsNotRepeated: a password that SASLprep refuses is a
@@ -17,7 +19,7 @@ func TestSCRAMPasswordIsNotRepeated(t *testing.T) {
 	} {
 		doc := "{name: events, kind: kafka, brokers: [\"h:9092\"], topic: t, sasl: {mechanism: SCRAM-SHA-256, username: \"" +
 			strings.ReplaceAll(c.user, "\x07", `\a`) + "\", password: \"" + strings.ReplaceAll(c.pw, "\x01", `\x01`) + "\"}}"
-		_, err := New(sinkConfig(t, doc), zerolog.Nop())
+		_, err := New(sinktest.SinkConfig(t, doc), zerolog.Nop())
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%q: err = %v, want one containing %q and not the password", doc, err, c.want)
 		}

@@ -239,7 +239,7 @@ func TestInsecureSkipVerifyWarnsAtOpen(t *testing.T) {
 	open := func(tls string) []map[string]any {
 		var buf bytes.Buffer
 		doc := "name: events\nkind: kafka\nbrokers: [127.0.0.1:1]\ntopic: t\ntls: " + tls
-		s, err := New(sinkConfig(t, doc), zerolog.New(&buf))
+		s, err := New(sinktest.SinkConfig(t, doc), zerolog.New(&buf))
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}

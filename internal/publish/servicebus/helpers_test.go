@@ -11,11 +11,10 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/rs/zerolog"
-	"go.yaml.in/yaml/v3"
 
-	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
+	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 // Environment variables that point the integration tests at a real
@@ -170,16 +169,6 @@ func asMessage(rm *azservicebus.ReceivedMessage) *message.Message {
 	return m
 }
 
-// sinkConfig parses a sink's YAML mapping as the config loader would.
-func sinkConfig(t testing.TB, doc string) *config.Sink {
-	t.Helper()
-	var s config.Sink
-	if err := yaml.Unmarshal([]byte(doc), &s); err != nil {
-		t.Fatalf("parsing sink config: %v\n%s", err, doc)
-	}
-	return &s
-}
-
 // testLogger logs warnings and errors to the test.
 func testLogger(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
@@ -192,7 +181,7 @@ func newSink(t testing.TB, tg *target, entity string, extra ...string) *Sink {
 	t.Helper()
 	doc := fmt.Sprintf("name: bus\nkind: servicebus\nconnection_string: %q\n%s\nretry_delay: 50ms\nmax_retry_delay: 500ms\n%s",
 		tg.cs, entity, strings.Join(extra, "\n"))
-	s, err := New(sinkConfig(t, doc), testLogger(t))
+	s, err := New(sinktest.SinkConfig(t, doc), testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

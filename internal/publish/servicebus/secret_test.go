@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 // TestMalformedConnectionStringsNeverRepeatTheKey: connection strings
@@ -33,7 +34,7 @@ func TestMalformedConnectionStringsNeverRepeatTheKey(t *testing.T) {
 		key,
 	} {
 		doc := fmt.Sprintf("name: bus\nkind: servicebus\nconnection_string: %q\nqueue: q\n", cs)
-		_, err := publish.Prepare(0, sinkConfig(t, doc), zerolog.Nop())
+		_, err := publish.Prepare(0, sinktest.SinkConfig(t, doc), zerolog.Nop())
 		if err == nil {
 			t.Errorf("%q: accepted", cs)
 			continue

@@ -27,7 +27,7 @@ const testCS = "Endpoint=sb://walpost.servicebus.windows.net/;SharedAccessKeyNam
 
 func openConfig(t *testing.T, body string) (publish.Sink, error) {
 	t.Helper()
-	return New(sinkConfig(t, "name: bus\nkind: servicebus\n"+body), zerolog.Nop())
+	return New(sinktest.SinkConfig(t, "name: bus\nkind: servicebus\n"+body), zerolog.Nop())
 }
 
 func TestRegistersKind(t *testing.T) {
@@ -97,7 +97,7 @@ func TestConfigDefaultsAndRetryOptions(t *testing.T) {
 // the endpoint, not the key.
 func TestNeitherLogsNorErrorsRepeatTheSecret(t *testing.T) {
 	var buf bytes.Buffer
-	s, err := New(sinkConfig(t, fmt.Sprintf("name: bus\nkind: servicebus\nconnection_string: %q\nqueue: q\n", testCS)), zerolog.New(&buf))
+	s, err := New(sinktest.SinkConfig(t, fmt.Sprintf("name: bus\nkind: servicebus\nconnection_string: %q\nqueue: q\n", testCS)), zerolog.New(&buf))
 	if err != nil {
 		t.Fatal(err)
 	}

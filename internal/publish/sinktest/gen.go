@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -138,4 +141,16 @@ func jsonPayload(id, key string, seq, size int) []byte {
 		b, _ = json.Marshal(body)
 	}
 	return b
+}
+
+// SinkConfig parses one sink's YAML settings (name, kind and the kind's
+// own keys) as the config file's sinks: list holds them, for a kind's
+// tests to open the sink with.
+func SinkConfig(t testing.TB, doc string) *config.Sink {
+	t.Helper()
+	var s config.Sink
+	if err := yaml.Unmarshal([]byte(doc), &s); err != nil {
+		t.Fatalf("parsing sink config: %v\n%s", err, doc)
+	}
+	return &s
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/walpost/walpost/internal/message"
 )
 
-// jsonLine is one line of the file and stdout sinks (docs/design.md):
+// Line is one line of the file and stdout sinks, as written
+// (docs/design.md, "Contracts"):
 // {"id":…,"type":…,"key":…,"payload":<JSON>,"headers":{…},"lsn":"0/16B3748","commit_lsn":"0/16B37A0"}
-type jsonLine struct {
+type Line struct {
 	ID        string            `json:"id"`
 	Type      string            `json:"type"`
 	Key       *string           `json:"key"`
@@ -39,35 +40,47 @@ type jsonLine struct {
 //
 // Use it in a harness's Read, e.g. on os.Open of the sink's file.
 func ReadJSONLines(r io.Reader) ([]*message.Message, error) {
-	br := bufio.NewReader(r)
-	var msgs []*message.Message
+	lines, err := ReadLines(r)
+	msgs := make([]*message.Message, 0, len(lines))
+	for i, l := range lines {
+		m, perr := l.Message()
+		if perr != nil {
+			return msgs, fmt.Errorf("sinktest: line %d: %w", i+1, perr)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, err
+}
+
+// ReadLines parses the JSON lines that the file and stdout sinks write, as
+// written. Blank lines are skipped; a line that does not parse (a torn
+// line) or has no id is an error naming its line number.
+func ReadLines(r io.Reader) ([]Line, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var lines []Line
 	for n := 1; ; n++ {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			m, perr := parseJSONLine(line)
-			if perr != nil {
-				return msgs, fmt.Errorf("sinktest: line %d: %w", n, perr)
+		raw, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(raw)) > 0 {
+			var l Line
+			if perr := json.Unmarshal(raw, &l); perr != nil {
+				return lines, fmt.Errorf("sinktest: line %d is not JSON (%v): %.200s", n, perr, raw)
 			}
-			msgs = append(msgs, m)
+			if l.ID == "" {
+				return lines, fmt.Errorf(`sinktest: line %d: no "id"`, n)
+			}
+			lines = append(lines, l)
 		}
 		if errors.Is(err, io.EOF) {
-			return msgs, nil
+			return lines, nil
 		}
 		if err != nil {
-			return msgs, fmt.Errorf("sinktest: reading line %d: %w", n, err)
+			return lines, fmt.Errorf("sinktest: reading line %d: %w", n, err)
 		}
 	}
 }
 
-func parseJSONLine(line []byte) (*message.Message, error) {
-	var l jsonLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if err := dec.Decode(&l); err != nil {
-		return nil, err
-	}
-	if l.ID == "" {
-		return nil, errors.New(`no "id"`)
-	}
+// Message returns the message l describes.
+func (l Line) Message() (*message.Message, error) {
 	m := &message.Message{
 		ID:          l.ID,
 		Type:        l.Type,

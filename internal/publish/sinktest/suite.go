@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -314,7 +315,7 @@ func (s *suite) outage(t *testing.T) {
 		r := Retry{AttemptTimeout: time.Second, OnError: func(int, error) { failures.Add(1) }}
 		done <- r.Publish(ctx, tg.Sink, during)
 	}()
-	waitFor(t, 20*time.Second, "two failed attempts of the retry loop during the outage", func() bool { return failures.Load() >= 2 })
+	pgtest.Await(t, 20*time.Second, "two failed attempts of the retry loop during the outage", func() bool { return failures.Load() >= 2 })
 	select {
 	case err := <-done:
 		t.Fatalf("the retry loop ended during the outage: %v", err)
@@ -359,17 +360,4 @@ func (s *suite) large(t *testing.T) {
 	}
 	CheckDelivered(t, s.h.Features, msgs, tg.Read(t), nil)
 	s.closeSink(t, tg)
-}
-
-// waitFor polls cond until it holds or timeout passes, then fails the
-// test naming what it waited for.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
