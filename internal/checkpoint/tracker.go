@@ -8,7 +8,7 @@
 // goroutine: Begin a transaction, Add the deliveries each of its messages
 // needs (one per sink it routes to), Commit it at the end of its commit
 // record; Progress marks a point outside any transaction (a heartbeat, a
-// keepalive's WAL end). Sinks Ack deliveries in any order from any
+// keepalive's WAL end). Sinks acknowledge deliveries (AckAll) in any order from any
 // goroutine. The Tracker keeps one entry per transaction that is not yet
 // fully acknowledged, in stream order; Confirmed is the end LSN of the last
 // entry of the longest fully acknowledged prefix. Entries that are already
@@ -46,13 +46,12 @@ type Tracker struct {
 	head      int
 	open      *Txn
 	confirmed atomic.Uint64
-	moved     chan struct{}
 }
 
 // New returns a Tracker whose confirmed LSN starts at start (the slot's
 // confirmed_flush_lsn).
 func New(start pglogrepl.LSN) *Tracker {
-	t := &Tracker{moved: make(chan struct{}, 1)}
+	t := &Tracker{}
 	t.confirmed.Store(uint64(start))
 	return t
 }
@@ -60,10 +59,6 @@ func New(start pglogrepl.LSN) *Tracker {
 // Confirmed returns the highest LSN that may be confirmed to the server.
 // It never decreases.
 func (t *Tracker) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(t.confirmed.Load()) }
-
-// Moved returns a channel that receives a value after Confirmed increases.
-// Several increases may be coalesced into one value.
-func (t *Tracker) Moved() <-chan struct{} { return t.moved }
 
 // Begin opens a transaction. It panics if one is already open: the stream
 // never nests transactions.
@@ -128,26 +123,18 @@ func (t *Tracker) Progress(lsn pglogrepl.LSN) {
 	t.advance()
 }
 
-// Ack acknowledges n deliveries of txn.
-func (t *Tracker) Ack(txn *Txn, n int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.ack(txn, n)
-	t.advance()
-}
-
 // AckAll acknowledges one delivery of each entry of txns (a sink's batch).
 func (t *Tracker) AckAll(txns []*Txn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, txn := range txns {
-		t.ack(txn, 1)
+		t.ack(txn)
 	}
 	t.advance()
 }
 
-func (t *Tracker) ack(txn *Txn, n int) {
-	txn.pending -= n
+func (t *Tracker) ack(txn *Txn) {
+	txn.pending--
 	if txn.pending < 0 {
 		panic(fmt.Sprintf("checkpoint: more acks than deliveries (pending %d)", txn.pending))
 	}
@@ -159,13 +146,6 @@ func (t *Tracker) Idle() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.open == nil && t.head == len(t.queue)
-}
-
-// Len is the number of entries held (for tests and metrics).
-func (t *Tracker) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.queue) - t.head
 }
 
 func complete(x *Txn) bool { return x.committed && x.pending == 0 }
@@ -206,9 +186,5 @@ func (t *Tracker) advance() {
 	}
 	if best > old {
 		t.confirmed.Store(uint64(best))
-		select {
-		case t.moved <- struct{}{}:
-		default:
-		}
 	}
 }

@@ -10,15 +10,6 @@ import (
 
 var refRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
-// Expand replaces ${VAR} and ${VAR:-default} in s, one value. A reference
-// to an unset variable without a default is an error; "$$" is not special
-// and a lone "$" is kept as is (passwords may contain one). The result is
-// not read again: a "${" that a variable's value brings in stays as it is.
-func Expand(s string, lookup func(string) (string, bool)) (string, error) {
-	out, _, err := expand(s, lookup)
-	return out, err
-}
-
 // expansion records what a scalar's value was made from.
 type expansion struct {
 	vars   []string // the variables referenced, in order

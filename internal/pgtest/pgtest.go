@@ -15,7 +15,6 @@
 package pgtest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -213,16 +212,6 @@ func (c *Cluster) Close() error {
 // URL returns a connection URL for database db as the superuser postgres.
 func (c *Cluster) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
-}
-
-// CreateDatabase creates database name.
-func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
-	out, err := exec.CommandContext(ctx, filepath.Join(c.bin, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
-		"-d", c.URL("postgres"), "-c", fmt.Sprintf("CREATE DATABASE %q", name)).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("pgtest: create database %s: %v: %s", name, err, out)
-	}
-	return nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

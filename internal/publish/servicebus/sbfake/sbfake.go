@@ -240,12 +240,6 @@ func (b *Broker) CreateQueue(tb testing.TB, name string, opts QueueOptions) {
 	b.call(tb, http.MethodPut, "/entities/"+url.PathEscape(name), body, nil)
 }
 
-// DeleteQueue deletes the queue name; links attached to it stay attached.
-func (b *Broker) DeleteQueue(tb testing.TB, name string) {
-	tb.Helper()
-	b.call(tb, http.MethodDelete, "/entities/"+url.PathEscape(name), nil, nil)
-}
-
 // Fail makes the queue reject its next n transfers with the AMQP error
 // condition (e.g. "com.microsoft:server-busy") and description.
 func (b *Broker) Fail(tb testing.TB, queue string, n int, condition, description string) {
