@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/walpost/walpost/internal/layout"
 )
 
 // Config is the whole configuration file.
@@ -64,6 +66,24 @@ type Postgres struct {
 	ReconnectBackoff Duration `yaml:"reconnect_backoff"`
 }
 
+// Policy says what happens to a row that cannot be mapped (relay.on_invalid)
+// or a message a sink refuses for good (relay.on_refused).
+type Policy string
+
+// The policies.
+const (
+	// Stop stops the relay with an error naming the row or message, having
+	// delivered and confirmed everything before it.
+	Stop Policy = "stop"
+	// DeadLetter parks the row or message in postgres.dead_letter_table and
+	// goes on.
+	DeadLetter Policy = "dead_letter"
+)
+
+// DeadLetters reports whether a policy parks messages, so that the
+// dead-letter table must be writable.
+func (r Relay) DeadLetters() bool { return r.OnInvalid == DeadLetter || r.OnRefused == DeadLetter }
+
 // Columns maps the outbox's roles to the table's column names.
 type Columns struct {
 	ID      string `yaml:"id"`
@@ -71,6 +91,18 @@ type Columns struct {
 	Key     string `yaml:"key"`
 	Payload string `yaml:"payload"`
 	Headers string `yaml:"headers"`
+}
+
+// Layout returns the mapping as the relay reads it: an optional role
+// written "-" (layout.Omit) has no column.
+func (c Columns) Layout() layout.Columns {
+	return layout.FromConfig(c.ID, c.Type, c.Key, c.Payload, c.Headers)
+}
+
+// Outbox returns the outbox table (postgres.table) and its layout.
+func (c *Config) Outbox() layout.Table {
+	schema, table, _ := strings.Cut(c.Postgres.Table, ".")
+	return layout.Table{Schema: schema, Name: table, Columns: c.Columns.Layout()}
 }
 
 // Relay tunes the pipeline between the stream and the sinks.
@@ -99,7 +131,7 @@ type Relay struct {
 	// confirmed everything before it; "dead_letter" parks the row in
 	// postgres.dead_letter_table, logs it at error level, counts it in
 	// walpost_dead_lettered_total, and goes on.
-	OnInvalid string `yaml:"on_invalid"`
+	OnInvalid Policy `yaml:"on_invalid"`
 	// OnRefused is what happens to a message a sink refuses for good
 	// because of the message itself (larger than the broker takes, a topic
 	// or queue name from its type that the broker cannot use): "stop"
@@ -111,7 +143,7 @@ type Relay struct {
 	// counts it in walpost_refused_total and goes on. Refusals that are
 	// not about one message (credentials, a missing topic, settings)
 	// always stop the relay.
-	OnRefused string `yaml:"on_refused"`
+	OnRefused Policy `yaml:"on_refused"`
 	// RefusedAttempts is how often a message is tried alone before
 	// on_refused: dead_letter parks it (default 3).
 	RefusedAttempts int `yaml:"refused_attempts"`
@@ -265,15 +297,6 @@ var envVars = []struct {
 	}},
 }
 
-// EnvVars lists the CDC_* variables that override settings.
-func EnvVars() []string {
-	names := make([]string, len(envVars))
-	for i, e := range envVars {
-		names[i] = e.name
-	}
-	return names
-}
-
 func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	for _, e := range envVars {
 		if v, ok := lookup(e.name); ok && v != "" {
@@ -328,8 +351,12 @@ func (c *Config) SetDefaults() {
 	if r.ShutdownTimeout == 0 {
 		r.ShutdownTimeout = Duration(30 * time.Second)
 	}
-	def(&r.OnInvalid, "stop")
-	def(&r.OnRefused, "stop")
+	if r.OnInvalid == "" {
+		r.OnInvalid = Stop
+	}
+	if r.OnRefused == "" {
+		r.OnRefused = Stop
+	}
 	if r.RefusedAttempts == 0 {
 		r.RefusedAttempts = 3
 	}
@@ -349,12 +376,3 @@ func def(s *string, v string) {
 		*s = v
 	}
 }
-
-// kinds is filled by RegisterKind so that errors can list the known kinds.
-var kinds []string
-
-// RegisterKind records a sink kind name for error messages.
-func RegisterKind(name string) { kinds = append(kinds, name) }
-
-// Kinds returns the registered sink kinds.
-func Kinds() []string { return append([]string(nil), kinds...) }

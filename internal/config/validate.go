@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/redact"
 )
 
@@ -198,34 +199,37 @@ func (c *Config) mayQuoteSecret(text string) bool {
 	return false
 }
 
+// columnsAsWritten are the columns: values in role order, before the
+// "-" rule (layout.FromConfig) is applied.
+func (c *Config) columnsAsWritten() layout.Columns {
+	col := c.Columns
+	return layout.Columns{col.ID, col.Type, col.Key, col.Payload, col.Headers}
+}
+
 func (c *Config) validateColumns() error {
-	for _, f := range c.columnFields() {
-		if f.v == "-" && (f.field == "columns.key" || f.field == "columns.headers") {
-			continue // "-" means the table has no such column
+	for role, v := range c.columnsAsWritten() {
+		r := layout.Role(role)
+		if v == layout.Omit && r.Optional() {
+			continue // the table has no such column
 		}
-		if !identRE.MatchString(f.v) {
-			return c.fail(f.field, "%s is not a lower-case column name (use \"-\" for key or headers when the table has none)", c.q(f.field, f.v))
+		if !identRE.MatchString(v) {
+			return c.fail(r.Field(), "%s is not a lower-case column name (use \"-\" for key or headers when the table has none)", c.q(r.Field(), v))
 		}
 	}
 	return nil
 }
 
-func (c *Config) columnFields() []struct{ field, v string } {
-	col := c.Columns
-	return []struct{ field, v string }{{"columns.id", col.ID}, {"columns.type", col.Type},
-		{"columns.key", col.Key}, {"columns.payload", col.Payload}, {"columns.headers", col.Headers}}
-}
-
 func (c *Config) validateColumnsDistinct() error {
 	seen := map[string]string{}
-	for _, f := range c.columnFields() {
-		if f.v == "-" {
+	for role, v := range c.Columns.Layout() {
+		r := layout.Role(role)
+		if v == "" {
 			continue
 		}
-		if other, dup := seen[f.v]; dup {
-			return c.fail(f.field, "column %s is already mapped by %s", c.q(f.field, f.v), other)
+		if other, dup := seen[v]; dup {
+			return c.fail(r.Field(), "column %s is already mapped by %s", c.q(r.Field(), v), other)
 		}
-		seen[f.v] = f.field
+		seen[v] = r.Field()
 	}
 	return nil
 }
@@ -241,10 +245,10 @@ func (c *Config) validateRelay() error {
 		return c.fail("relay.batch_size", "%d is outside 1..100000", r.BatchSize)
 	case r.Procs != nil && (*r.Procs < 0 || *r.Procs > 1024):
 		return c.fail("relay.procs", "%d is outside 0..1024 (0: every core)", *r.Procs)
-	case r.OnInvalid != "stop" && r.OnInvalid != "dead_letter":
-		return c.fail("relay.on_invalid", "%s is not stop or dead_letter", c.q("relay.on_invalid", r.OnInvalid))
-	case r.OnRefused != "stop" && r.OnRefused != "dead_letter":
-		return c.fail("relay.on_refused", "%s is not stop or dead_letter", c.q("relay.on_refused", r.OnRefused))
+	case r.OnInvalid != Stop && r.OnInvalid != DeadLetter:
+		return c.fail("relay.on_invalid", "%s is not %s or %s", c.q("relay.on_invalid", string(r.OnInvalid)), Stop, DeadLetter)
+	case r.OnRefused != Stop && r.OnRefused != DeadLetter:
+		return c.fail("relay.on_refused", "%s is not %s or %s", c.q("relay.on_refused", string(r.OnRefused)), Stop, DeadLetter)
 	case r.RefusedAttempts < 1 || r.RefusedAttempts > 100:
 		return c.fail("relay.refused_attempts", "%d is outside 1..100", r.RefusedAttempts)
 	}
@@ -261,7 +265,7 @@ func (c *Config) validateSinks() error {
 			return c.fail(at+".name", "empty")
 		}
 		if s.Kind == "" {
-			return c.fail(at+".kind", "empty (one of %s)", strings.Join(Kinds(), ", "))
+			return c.fail(at+".kind", "empty (set the kind of sink: file, stdout, kafka, servicebus, …)")
 		}
 		for _, list := range []struct {
 			key      string

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -36,12 +37,9 @@ const (
 // heartbeats (pg_logical_emit_message(false, HeartbeatPrefix, ”)).
 const HeartbeatPrefix = "walpost_heartbeat"
 
-// Mapping says which table is the outbox and which columns play which role.
-// Key and Headers may be "" when the table has no such column.
-type Mapping struct {
-	Schema, Table                   string
-	ID, Type, Key, Payload, Headers string
-}
+// Mapping says which table is the outbox and which columns play which
+// role (an optional role's column is "" when the table has none).
+type Mapping = layout.Table
 
 // Kind is the kind of an Event.
 type Kind uint8
@@ -174,22 +172,20 @@ type relation struct {
 	name    string
 	outbox  bool
 	ncols   int
-	idx     [5]int // id, type, key, payload, headers; -1 when absent
-	oid     [5]uint32
+	idx     [layout.NumRoles]int // by role; -1 when absent
+	oid     [layout.NumRoles]uint32
 	missing []string // mapped columns the table lacks: an error on first row
 	has     []string // the table's columns, when some are missing
 	bad     error    // a mapped column of an unusable type
 }
 
 const (
-	colID = iota
-	colType
-	colKey
-	colPayload
-	colHeaders
+	colID      = layout.ID
+	colType    = layout.Type
+	colKey     = layout.Key
+	colPayload = layout.Payload
+	colHeaders = layout.Headers
 )
-
-var roleNames = [5]string{"columns.id", "columns.type", "columns.key", "columns.payload", "columns.headers"}
 
 // New returns a decoder for the outbox described by m.
 func New(m Mapping) *Decoder {
@@ -365,7 +361,7 @@ func (r *reader) uint32() int {
 
 func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 	r := &relation{name: m.Namespace + "." + m.RelationName, ncols: len(m.Columns)}
-	if m.Namespace != d.m.Schema || m.RelationName != d.m.Table {
+	if m.Namespace != d.m.Schema || m.RelationName != d.m.Name {
 		return r
 	}
 	r.outbox = true
@@ -385,7 +381,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 	}
 	for role, n := range names {
 		if n != "" && r.idx[role] < 0 {
-			r.missing = append(r.missing, fmt.Sprintf("%s %q", roleNames[role], n))
+			r.missing = append(r.missing, fmt.Sprintf("%s %q", layout.Role(role).Field(), n))
 		}
 	}
 	if len(r.missing) > 0 {
@@ -396,13 +392,11 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 }
 
 // names returns the mapped column names by role ("" for none).
-func (d *Decoder) names() [5]string {
-	return [5]string{d.m.ID, d.m.Type, d.m.Key, d.m.Payload, d.m.Headers}
-}
+func (d *Decoder) names() layout.Columns { return d.m.Columns }
 
 // accepted lists, by role, the column types the decoder maps, in the order
 // errors name them.
-var accepted = [5][]uint32{
+var accepted = [layout.NumRoles][]uint32{
 	colID:      {oidUUID, oidText, oidVarchar},
 	colType:    {oidText, oidVarchar, oidBPChar},
 	colKey:     {oidText, oidVarchar, oidBPChar, oidUUID},
@@ -418,7 +412,7 @@ var typeNames = map[uint32]string{
 
 // acceptedNames returns the names of the types accepted for role, for
 // errors: "jsonb, json".
-func acceptedNames(role int) string {
+func acceptedNames(role layout.Role) string {
 	names := make([]string, len(accepted[role]))
 	for i, o := range accepted[role] {
 		names[i] = typeNames[o]
@@ -426,10 +420,10 @@ func acceptedNames(role int) string {
 	return strings.Join(names, ", ")
 }
 
-func checkTypes(r *relation, names [5]string) error {
-	for role := range r.idx {
+func checkTypes(r *relation, names layout.Columns) error {
+	for role := range layout.NumRoles {
 		if r.idx[role] >= 0 && !slices.Contains(accepted[role], r.oid[role]) {
-			return fmt.Errorf("%s: column %q has type oid %d; it must be one of %s", roleNames[role], names[role], r.oid[role], acceptedNames(role))
+			return fmt.Errorf("%s: column %q has type oid %d; it must be one of %s", role.Field(), names[role], r.oid[role], acceptedNames(role))
 		}
 	}
 	return nil
@@ -457,8 +451,8 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	if n != rel.ncols {
 		return Event{}, fmt.Errorf("%w: Insert at %s has %d columns, its Relation message %d", ErrProtocol, lsn, n, rel.ncols)
 	}
-	var vals [5][]byte
-	var nulls [5]bool
+	var vals [layout.NumRoles][]byte
+	var nulls [layout.NumRoles]bool
 	p := 8
 	for ci := 0; ci < n; ci++ {
 		if p >= len(data) {
@@ -497,7 +491,7 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 	return Event{Kind: Row, Msg: msg, LSN: lsn, CommitLSN: d.tx.commitLSN}, nil
 }
 
-func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5]bool) (*message.Message, error) {
+func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool) (*message.Message, error) {
 	names := d.names()
 	id := ""
 	if rel.idx[colID] >= 0 && vals[colID] != nil && utf8.Valid(vals[colID]) {
@@ -515,11 +509,11 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 	}
 	// text returns the error for a text value of role that is not valid
 	// UTF-8: raw bytes would reach the sinks, or be replaced by U+FFFD.
-	text := func(role int, v []byte) error {
+	text := func(role layout.Role, v []byte) error {
 		if utf8.Valid(v) {
 			return nil
 		}
-		return invalidUTF8(roleNames[role], names[role], v)
+		return invalidUTF8(role.Field(), names[role], v)
 	}
 	if len(rel.missing) > 0 {
 		table = true
@@ -537,7 +531,7 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [5][]byte, nulls [5
 		return fail("%v", err)
 	}
 	if id == "" {
-		return fail("%s is NULL or empty", roleNames[colID])
+		return fail("%s is NULL or empty", colID.Field())
 	}
 	if rel.oid[colID] != oidUUID {
 		if _, err := uuid.Parse(id); err != nil || len(id) != 36 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -86,7 +87,7 @@ func s(v string) *string { return &v }
 var outboxCols = []col{{"id", oidUUID}, {"type", oidText}, {"key", oidText}, {"payload", oidJSONB}, {"headers", oidJSONB}, {"created_at", 1184}}
 
 func newDecoder() *Decoder {
-	return New(Mapping{Schema: "public", Table: "outbox", ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"})
+	return New(Mapping{Schema: "public", Name: "outbox", Columns: layout.Default})
 }
 
 func mustDecode(t *testing.T, d *Decoder, lsn pglogrepl.LSN, b []byte) Event {
@@ -204,7 +205,7 @@ func TestDecodeBadRowsNameIDAndLSN(t *testing.T) {
 }
 
 func TestDecodeByteaPayload(t *testing.T) {
-	d := New(Mapping{Schema: "public", Table: "outbox", ID: "id", Type: "type", Payload: "payload"})
+	d := New(Mapping{Schema: "public", Name: "outbox", Columns: layout.Columns{layout.ID: "id", layout.Type: "type", layout.Payload: "payload"}})
 	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"payload", oidBytea}))
 	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
 	ev := mustDecode(t, d, 3, insertMsg(1, s(id1), s("t"), s(`\x00ff`)))
@@ -218,7 +219,7 @@ func TestDecodeByteaPayload(t *testing.T) {
 }
 
 func TestDecodeTableWithoutKeyOrHeaders(t *testing.T) {
-	d := New(Mapping{Schema: "app", Table: "events", ID: "event_id", Type: "aggregatetype", Payload: "payload"})
+	d := New(Mapping{Schema: "app", Name: "events", Columns: layout.Columns{layout.ID: "event_id", layout.Type: "aggregatetype", layout.Payload: "payload"}})
 	mustDecode(t, d, 1, relationMsg(5, "app", "events", col{"event_id", oidUUID}, col{"aggregatetype", oidText}, col{"payload", oidJSON}))
 	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
 	ev := mustDecode(t, d, 3, insertMsg(5, s(id1), s("Order"), s(`{"x":true}`)))

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -29,8 +30,8 @@ import (
 // message, fed in order to one Decoder, as the replication stream does.
 
 var fuzzMappings = []Mapping{
-	{Schema: "public", Table: "outbox", ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"},
-	{Schema: "app", Table: "events", ID: "event_id", Type: "aggregatetype", Payload: "payload"},
+	{Schema: "public", Name: "outbox", Columns: layout.Default},
+	{Schema: "app", Name: "events", Columns: layout.Columns{layout.ID: "event_id", layout.Type: "aggregatetype", layout.Payload: "payload"}},
 }
 
 type frame struct {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/walpost/walpost/internal/layout"
 )
 
 // TestDecodeInvalidUTF8IsAnInvalidRow: text that is not valid UTF-8 (a
@@ -103,7 +105,7 @@ func TestDecodeInvalidUTF8IsAnInvalidRow(t *testing.T) {
 }
 
 func TestDecodeByteaPayloadThatIsNotUTF8IsBytesNotJSON(t *testing.T) {
-	d := New(Mapping{Schema: "public", Table: "outbox", ID: "id", Type: "type", Payload: "payload"})
+	d := New(Mapping{Schema: "public", Name: "outbox", Columns: layout.Columns{layout.ID: "id", layout.Type: "type", layout.Payload: "payload"}})
 	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"payload", oidBytea}))
 	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
 	// "\xff" with its quotes: encoding/json's json.Valid accepts it.
@@ -210,24 +212,24 @@ func TestDecodeInsertWithOtherColumnCountThanItsRelationIsProtocolError(t *testi
 // TestUnusableTypeErrorNamesExactlyTheAcceptedTypes: the error text is
 // derived from the table of accepted types, so it cannot drift from it.
 func TestUnusableTypeErrorNamesExactlyTheAcceptedTypes(t *testing.T) {
-	names := [5]string{"id", "type", "key", "payload", "headers"}
-	for role := range accepted {
+	names := layout.Default
+	for role := range layout.NumRoles {
 		var listed []string
 		for _, oid := range accepted[role] {
 			if typeNames[oid] == "" {
-				t.Fatalf("%s: accepted type oid %d has no name", roleNames[role], oid)
+				t.Fatalf("%s: accepted type oid %d has no name", role.Field(), oid)
 			}
 			listed = append(listed, typeNames[oid])
-			r := &relation{idx: [5]int{0, 1, 2, 3, 4}, oid: [5]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB}}
+			r := &relation{idx: [layout.NumRoles]int{0, 1, 2, 3, 4}, oid: [layout.NumRoles]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB}}
 			r.oid[role] = oid
 			if err := checkTypes(r, names); err != nil {
-				t.Fatalf("%s of type %s: %v", roleNames[role], typeNames[oid], err)
+				t.Fatalf("%s of type %s: %v", role.Field(), typeNames[oid], err)
 			}
 		}
-		r := &relation{idx: [5]int{0, 1, 2, 3, 4}, oid: [5]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB}}
+		r := &relation{idx: [layout.NumRoles]int{0, 1, 2, 3, 4}, oid: [layout.NumRoles]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB}}
 		r.oid[role] = 23 // int4
 		err := checkTypes(r, names)
-		want := fmt.Sprintf("%s: column %q has type oid 23; it must be one of %s", roleNames[role], names[role], strings.Join(listed, ", "))
+		want := fmt.Sprintf("%s: column %q has type oid 23; it must be one of %s", role.Field(), names[role], strings.Join(listed, ", "))
 		if err == nil || err.Error() != want {
 			t.Fatalf("err = %v\nwant %s", err, want)
 		}

@@ -42,7 +42,6 @@ func Register(kind string, f Factory) {
 		panic("publish: sink kind registered twice: " + kind)
 	}
 	factories[kind] = f
-	config.RegisterKind(kind)
 }
 
 // Kinds lists the registered sink kinds, sorted.

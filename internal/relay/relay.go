@@ -36,7 +36,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +46,7 @@ import (
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
@@ -91,15 +91,15 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 
 // TargetOf derives the replication target from the config.
 func TargetOf(cfg *config.Config) replication.Target {
-	schema, table, _ := strings.Cut(cfg.Postgres.Table, ".")
-	return replication.Target{
-		Schema: schema, Table: table,
-		Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot,
-		Columns: map[string]string{
-			"columns.id": cfg.Columns.ID, "columns.type": cfg.Columns.Type, "columns.key": cfg.Columns.Key,
-			"columns.payload": cfg.Columns.Payload, "columns.headers": cfg.Columns.Headers,
-		},
+	ob := cfg.Outbox()
+	cols := map[string]string{}
+	for role, col := range ob.Columns {
+		if col != "" {
+			cols[layout.Role(role).Field()] = col
+		}
 	}
+	return replication.Target{Schema: ob.Schema, Table: ob.Name,
+		Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot, Columns: cols}
 }
 
 // Close releases what New made (nothing today: sinks are opened and
@@ -117,18 +117,6 @@ func (r *Relay) setStream(s *replication.Stream, w *publish.Window, ready bool) 
 	r.mu.Lock()
 	r.stream, r.window, r.ready = s, w, ready
 	r.mu.Unlock()
-}
-
-func mapping(cfg *config.Config) decoder.Mapping {
-	t := TargetOf(cfg)
-	opt := func(c string) string {
-		if c == "-" {
-			return ""
-		}
-		return c
-	}
-	return decoder.Mapping{Schema: t.Schema, Table: t.Table, ID: cfg.Columns.ID, Type: cfg.Columns.Type,
-		Key: opt(cfg.Columns.Key), Payload: cfg.Columns.Payload, Headers: opt(cfg.Columns.Headers)}
 }
 
 // restart marks a cycle's error after which the relay starts a new cycle
@@ -240,7 +228,7 @@ func (r *Relay) check(ctx context.Context) error {
 	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
 		return err
 	}
-	return store.Check(ctx, conn, r.tables, r.cfg.Relay.OnInvalid == "dead_letter" || r.cfg.Relay.OnRefused == "dead_letter")
+	return store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters())
 }
 
 // slotState is what a relay holding the slot reads of it.
@@ -339,9 +327,9 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		return replication.RunHeartbeat(readCtx, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
 	})
 	g.Go(func() error {
-		p := &pipeline{dec: decoder.New(mapping(cfg)), tracker: tracker, window: window,
+		p := &pipeline{dec: decoder.New(cfg.Outbox()), tracker: tracker, window: window,
 			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log,
-			parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == "dead_letter"}
+			parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == config.DeadLetter}
 		defer p.parked.Close()
 		for _, s := range cfg.Sinks {
 			p.skip = append(p.skip, loaded[s.Name])
@@ -428,7 +416,7 @@ func (r *Relay) runner(s publish.Sink, in chan []publish.Delivery, tracker *chec
 	}
 	done = func() {}
 	var refusedFn func(context.Context, publish.Delivery, error) error
-	if cfg.Relay.OnRefused == "dead_letter" {
+	if cfg.Relay.OnRefused == config.DeadLetter {
 		dead := store.NewDeadLetter(cfg.Postgres.URL, r.tables)
 		done = dead.Close
 		refused := r.metrics.refused.WithLabelValues(sinkName)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -59,7 +60,7 @@ func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t repl
 		report(fmt.Sprintf("table %s: exists", cfg.Postgres.Table))
 		return nil
 	}
-	if !isDefaultLayout(cfg.Columns) {
+	if cfg.Columns.Layout() != layout.Default {
 		return errors.New("table " + cfg.Postgres.Table + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)")
 	}
 	if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
@@ -67,10 +68,6 @@ func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t repl
 	}
 	report(fmt.Sprintf("table %s: created", cfg.Postgres.Table))
 	return nil
-}
-
-func isDefaultLayout(c config.Columns) bool {
-	return c == config.Columns{ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"}
 }
 
 func createdOrExists(created bool) string {

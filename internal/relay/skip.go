@@ -82,7 +82,7 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 // that the decoder cannot map, or nil.
 func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (*decoder.Error, error) {
 	for _, limit := range skipPeeks {
-		dec := decoder.New(mapping(cfg))
+		dec := decoder.New(cfg.Outbox())
 		n := 0
 		rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
 			'proto_version', '1', 'publication_names', $3)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
 	"github.com/walpost/walpost/internal/replication"
@@ -82,8 +83,7 @@ func (s *streamed) start(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	schema, table, _ := strings.Cut(s.ob.Table, ".")
-	dec := decoder.New(decoder.Mapping{Schema: schema, Table: table,
-		ID: "id", Type: "type", Key: "key", Payload: "payload", Headers: "headers"})
+	dec := decoder.New(decoder.Mapping{Schema: schema, Name: table, Columns: layout.Default})
 
 	events := make(chan []replication.Event, 64)
 	readCtx, stop := context.WithCancel(ctx)

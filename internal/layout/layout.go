@@ -1,0 +1,70 @@
+// Package layout describes the outbox table as the relay reads it: the
+// table, and which column plays which role (id, type, key, payload,
+// headers). It is the one representation of the column mapping: the
+// config produces it (applying the rule that "-" means the table has no
+// such column, in one place), the setup checks, the decoder and `cdc init`
+// read it.
+package layout
+
+import "github.com/jackc/pgx/v5"
+
+// Omit, as the column of an optional role (key, headers) in the config's
+// columns: (and in the outbox package's Columns), says the table has no
+// such column.
+const Omit = "-"
+
+// Role is what a column means to the relay.
+type Role int
+
+// The roles, in the order of the columns: mapping.
+const (
+	ID Role = iota
+	Type
+	Key
+	Payload
+	Headers
+	NumRoles
+)
+
+var roleNames = [NumRoles]string{"id", "type", "key", "payload", "headers"}
+
+// String returns the role's name ("payload").
+func (r Role) String() string { return roleNames[r] }
+
+// Field returns the config field that maps the role ("columns.payload").
+func (r Role) Field() string { return "columns." + roleNames[r] }
+
+// Optional reports whether a table may lack the role's column (key and
+// headers may be Omit).
+func (r Role) Optional() bool { return r == Key || r == Headers }
+
+// Columns holds each role's column name, indexed by Role; "" for an
+// optional role the table lacks.
+type Columns [NumRoles]string
+
+// Default is the layout of sql/outbox.sql.
+var Default = Columns{"id", "type", "key", "payload", "headers"}
+
+// FromConfig returns the layout of the columns: mapping as written in the
+// config, where an optional role's column may be Omit.
+func FromConfig(id, typ, key, payload, headers string) Columns {
+	c := Columns{id, typ, key, payload, headers}
+	for r := range c {
+		if c[r] == Omit {
+			c[r] = ""
+		}
+	}
+	return c
+}
+
+// Has reports whether the table has a column for r.
+func (c Columns) Has(r Role) bool { return c[r] != "" }
+
+// Table is the outbox table and its layout.
+type Table struct {
+	Schema, Name string
+	Columns      Columns
+}
+
+// Qualified returns the quoted schema.table.
+func (t Table) Qualified() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
