@@ -365,7 +365,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 		return r
 	}
 	r.outbox = true
-	names := d.names()
+	names := d.m.Columns
 	var have []string
 	for i := range r.idx {
 		r.idx[i] = -1
@@ -390,9 +390,6 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
 	r.bad = checkTypes(r, names)
 	return r
 }
-
-// names returns the mapped column names by role ("" for none).
-func (d *Decoder) names() layout.Columns { return d.m.Columns }
 
 // accepted lists, by role, the column types the decoder maps, in the order
 // errors name them.
@@ -492,109 +489,124 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 }
 
 func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool) (*message.Message, error) {
-	names := d.names()
 	id := ""
 	if rel.idx[colID] >= 0 && vals[colID] != nil && utf8.Valid(vals[colID]) {
 		id = string(vals[colID])
 	}
-	table := false
-	fail := func(format string, args ...any) (*message.Message, error) {
+	// invalid is the error for this row: bad input, parked or stopped at
+	// by the relay's policy; table says the table itself does not fit.
+	invalid := func(err error, table bool) (*message.Message, error) {
 		row := RowValues{}
 		for role, v := range vals {
-			if v != nil && !nulls[role] && names[role] != "" {
-				row[names[role]] = string(v)
+			if name := d.m.Columns[role]; v != nil && !nulls[role] && name != "" {
+				row[name] = string(v)
 			}
 		}
-		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: fmt.Errorf(format, args...), Row: row, Table: table}
-	}
-	// text returns the error for a text value of role that is not valid
-	// UTF-8: raw bytes would reach the sinks, or be replaced by U+FFFD.
-	text := func(role layout.Role, v []byte) error {
-		if utf8.Valid(v) {
-			return nil
-		}
-		return invalidUTF8(role.Field(), names[role], v)
+		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: err, Row: row, Table: table}
 	}
 	if len(rel.missing) > 0 {
-		table = true
-		return fail("table %s lacks mapped column(s) %s (the table has %s); fix columns: in the config (key and headers may be \"-\") or the table",
-			rel.name, strings.Join(rel.missing, ", "), strings.Join(rel.has, ", "))
+		return invalid(fmt.Errorf("table %s lacks mapped column(s) %s (the table has %s); fix columns: in the config (key and headers may be \"-\") or the table",
+			rel.name, strings.Join(rel.missing, ", "), strings.Join(rel.has, ", ")), true)
 	}
 	if rel.bad != nil {
-		table = true
-		return fail("table %s: %v", rel.name, rel.bad)
+		return invalid(fmt.Errorf("table %s: %v", rel.name, rel.bad), true)
 	}
 	if !d.tx.open {
 		return nil, fmt.Errorf("%w: Insert at %s outside a transaction", ErrProtocol, lsn)
 	}
-	if err := text(colID, vals[colID]); err != nil {
-		return fail("%v", err)
+	m := &message.Message{ID: id, LSN: lsn, CommitLSN: d.tx.commitLSN, CommitTime: d.tx.commitTime}
+	if err := d.fill(m, rel, vals, nulls); err != nil {
+		return invalid(err, false)
 	}
-	if id == "" {
-		return fail("%s is NULL or empty", colID.Field())
+	return m, nil
+}
+
+// fill checks the row's values and sets m's fields from them; m.ID is set
+// already. Its error says what is wrong with the row.
+func (d *Decoder) fill(m *message.Message, rel *relation, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool) error {
+	// text returns the error for a text value of role that is not valid
+	// UTF-8: raw bytes would reach the sinks, or be replaced by U+FFFD.
+	text := func(role layout.Role) error {
+		if utf8.Valid(vals[role]) {
+			return nil
+		}
+		return invalidUTF8(role.Field(), d.m.Columns[role], vals[role])
+	}
+	if err := text(colID); err != nil {
+		return err
+	}
+	if m.ID == "" {
+		return fmt.Errorf("%s is NULL or empty", colID.Field())
 	}
 	if rel.oid[colID] != oidUUID {
-		if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
-			return fail("id %q is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", id)
+		if _, err := uuid.Parse(m.ID); err != nil || len(m.ID) != 36 {
+			return fmt.Errorf("id %q is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", m.ID)
 		}
 	}
-	m := &message.Message{ID: id, LSN: lsn, CommitLSN: d.tx.commitLSN, CommitTime: d.tx.commitTime}
 	if nulls[colType] || len(vals[colType]) == 0 {
-		return fail("type is NULL or empty")
+		return errors.New("type is NULL or empty")
 	}
-	if err := text(colType, vals[colType]); err != nil {
-		return fail("%v", err)
+	if err := text(colType); err != nil {
+		return err
 	}
 	m.Type = string(vals[colType])
 	if rel.oid[colType] == oidBPChar {
 		m.Type = strings.TrimRight(m.Type, " ")
 	}
 	if rel.idx[colKey] >= 0 && !nulls[colKey] && vals[colKey] != nil {
-		if err := text(colKey, vals[colKey]); err != nil {
-			return fail("%v", err)
+		if err := text(colKey); err != nil {
+			return err
 		}
 		m.Key, m.HasKey = string(vals[colKey]), true
 	}
 	if nulls[colPayload] || vals[colPayload] == nil {
-		return fail("payload is NULL")
+		return errors.New("payload is NULL")
 	}
-	switch rel.oid[colPayload] {
-	case oidJSONB:
-		// Valid JSON by construction, but in a SQL_ASCII database its
-		// strings may hold any bytes.
-		if err := text(colPayload, vals[colPayload]); err != nil {
-			return fail("%v", err)
-		}
-		m.Payload, m.PayloadJSON = clone(vals[colPayload]), true
-	case oidBytea:
-		b, err := unhexBytea(vals[colPayload])
-		if err != nil {
-			return fail("payload: %v", err)
-		}
-		// Bytes, published as JSON only when they are JSON text.
-		m.Payload, m.PayloadJSON = b, utf8.Valid(b) && json.Valid(b)
-	default:
-		if err := text(colPayload, vals[colPayload]); err != nil {
-			return fail("%v", err)
-		}
-		if !json.Valid(vals[colPayload]) {
-			return fail("payload is not valid JSON (%s)", excerpt(vals[colPayload]))
-		}
-		m.Payload, m.PayloadJSON = clone(vals[colPayload]), true
+	if err := payload(m, rel.oid[colPayload], vals[colPayload], text); err != nil {
+		return err
 	}
 	if rel.idx[colHeaders] >= 0 && !nulls[colHeaders] && vals[colHeaders] != nil {
 		// encoding/json would replace invalid UTF-8 in keys and values
 		// with U+FFFD: check the text it parses.
-		if err := text(colHeaders, vals[colHeaders]); err != nil {
-			return fail("%v", err)
+		if err := text(colHeaders); err != nil {
+			return err
 		}
 		h, err := parseHeaders(vals[colHeaders])
 		if err != nil {
-			return fail("headers: %v", err)
+			return fmt.Errorf("headers: %v", err)
 		}
 		m.Headers = h
 	}
-	return m, nil
+	return nil
+}
+
+// payload sets m's payload from v, a column of type oid.
+func payload(m *message.Message, oid uint32, v []byte, text func(layout.Role) error) error {
+	switch oid {
+	case oidJSONB:
+		// Valid JSON by construction, but in a SQL_ASCII database its
+		// strings may hold any bytes.
+		if err := text(colPayload); err != nil {
+			return err
+		}
+		m.Payload, m.PayloadJSON = clone(v), true
+	case oidBytea:
+		b, err := unhexBytea(v)
+		if err != nil {
+			return fmt.Errorf("payload: %v", err)
+		}
+		// Bytes, published as JSON only when they are JSON text.
+		m.Payload, m.PayloadJSON = b, utf8.Valid(b) && json.Valid(b)
+	default:
+		if err := text(colPayload); err != nil {
+			return err
+		}
+		if !json.Valid(v) {
+			return fmt.Errorf("payload is not valid JSON (%s)", excerpt(v))
+		}
+		m.Payload, m.PayloadJSON = clone(v), true
+	}
+	return nil
 }
 
 // invalidUTF8 is the error for a value of column col (playing role) that
