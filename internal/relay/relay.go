@@ -287,26 +287,70 @@ func (r *Relay) closeSinks(sinks []publish.Sink) {
 	}
 }
 
-// streamCycle runs the pipeline on a held slot until ctx ends or a stage fails.
+// shutdown is one cycle's shutdown protocol (see the package doc), in one
+// place:
+//   - read is live while the stream may read: it ends when the run's
+//     context ends, when a stage fails (the errgroup's context), or when
+//     the pipeline stops at a bad row or a protocol error (stopReading);
+//   - sinks is live while the runners may publish: it ends when a stage
+//     fails, or relay.shutdown_timeout after the run's context ended;
+//   - drained is closed once every runner returned: the stream then sends
+//     its final status, the progress store its last positions.
+type shutdown struct {
+	read        context.Context
+	stopReading context.CancelFunc
+	sinks       context.Context
+	drained     chan struct{}
+	timeout     time.Duration
+	release     []func() bool
+	cancels     []context.CancelFunc
+}
+
+func newShutdown(ctx, gctx context.Context, timeout time.Duration, drained chan struct{}) *shutdown {
+	sd := &shutdown{drained: drained, timeout: timeout}
+	sd.read, sd.stopReading = context.WithCancel(gctx)
+	var cancelSinks context.CancelFunc
+	sd.sinks, cancelSinks = context.WithCancel(gctx)
+	sd.cancels = []context.CancelFunc{sd.stopReading, cancelSinks}
+	sd.release = []func() bool{
+		context.AfterFunc(ctx, sd.stopReading),
+		context.AfterFunc(ctx, func() { time.AfterFunc(timeout, cancelSinks) }),
+	}
+	return sd
+}
+
+// stopAndDrain stops reading, drops what the stream still hands on, and
+// waits (at most the shutdown timeout) until the sinks drained what came
+// before: everything before a bad row is delivered and confirmed.
+func (sd *shutdown) stopAndDrain(events <-chan []replication.Event) {
+	sd.stopReading()
+	for range events {
+	}
+	select {
+	case <-sd.drained:
+	case <-time.After(sd.timeout):
+	}
+}
+
+func (sd *shutdown) close() {
+	for _, f := range sd.release {
+		f()
+	}
+	for _, f := range sd.cancels {
+		f()
+	}
+}
+
+// streamCycle runs the pipeline on a held slot until ctx ends or a stage
+// fails: the stream, the heartbeat, the pipeline, one runner per sink and
+// the progress store, under one errgroup.
 func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tracker *checkpoint.Tracker, drained chan struct{},
 	sinks []publish.Sink, loaded map[string]store.Position) error {
 	cfg := r.cfg
 	window := publish.NewWindow(cfg.Relay.WindowMessages, cfg.Relay.WindowBytes)
-
 	g, gctx := errgroup.WithContext(context.Background())
-	readCtx, stopReading := context.WithCancel(gctx)
-	defer stopReading()
-	stopOnSignal := context.AfterFunc(ctx, stopReading)
-	defer stopOnSignal()
-	sinkCtx, cancelSinks := context.WithCancel(gctx)
-	defer cancelSinks()
-	drainTimer := context.AfterFunc(ctx, func() {
-		time.AfterFunc(cfg.Relay.ShutdownTimeout.D(), cancelSinks)
-	})
-	defer drainTimer()
-
-	progress := store.NewProgress(cfg.Postgres.URL, r.tables, loaded, r.log)
-	g.Go(func() error { return progress.Run(readCtx, 250*time.Millisecond, drained) })
+	sd := newShutdown(ctx, gctx, cfg.Relay.ShutdownTimeout.D(), drained)
+	defer sd.close()
 	r.setStream(stream, window, true)
 	defer r.setStream(stream, window, false)
 	r.metrics.watch(tracker, window, stream)
@@ -317,67 +361,81 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	// 16 MiB. Fewer slots slow a catch-up (the stream and the pipeline
 	// take turns more often): 8 cost ~15% of its rate.
 	events := make(chan []replication.Event, 64)
-	sinkChans := make([]chan []publish.Delivery, len(sinks))
-	for i := range sinkChans {
-		sinkChans[i] = make(chan []publish.Delivery, 256)
-	}
+	p := r.newPipeline(tracker, window, len(sinks), loaded)
+	defer p.parked.Close()
+	progress := store.NewProgress(cfg.Postgres.URL, r.tables, loaded, r.log)
 
-	g.Go(func() error { return stream.Run(readCtx, gctx, events) })
+	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
+	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
-		return replication.RunHeartbeat(readCtx, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
+		return replication.RunHeartbeat(sd.read, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
 	})
 	g.Go(func() error {
-		p := &pipeline{dec: decoder.New(cfg.Outbox()), tracker: tracker, window: window,
-			sinks: sinkChans, routes: cfg.Sinks, metrics: r.metrics, log: r.log,
-			parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == config.DeadLetter}
-		defer p.parked.Close()
-		for _, s := range cfg.Sinks {
-			p.skip = append(p.skip, loaded[s.Name])
-		}
 		err := p.run(gctx, events) // closes the sinks' channels
 		var stop *stopAtRow
 		if errors.As(err, &stop) || errors.Is(err, decoder.ErrProtocol) {
-			// Deliver and confirm everything before it, then stop.
-			stopReading()
-			for range events {
-			}
-			select {
-			case <-drained:
-			case <-time.After(cfg.Relay.ShutdownTimeout.D()):
-			}
+			sd.stopAndDrain(events)
 		}
 		return err
 	})
 	var runners sync.WaitGroup
 	for i, s := range sinks {
-		runners.Add(1)
-		runner, done := r.runner(s, sinkChans[i], tracker, window, progress)
+		runner, done := r.runner(s, p.sinks[i], tracker, window, progress)
 		defer done()
-		sinkName := s.Name()
+		runners.Add(1)
 		g.Go(func() error {
 			defer runners.Done()
-			err := runner.Run(sinkCtx)
-			if err != nil && sinkCtx.Err() != nil && gctx.Err() == nil && ctx.Err() != nil {
-				n, _ := window.InFlight()
-				return fmt.Errorf("shutdown: sink %s did not drain within relay.shutdown_timeout (%v); %d deliveries in flight will be sent again after restart",
-					sinkName, cfg.Relay.ShutdownTimeout.D(), n)
-			}
-			if err != nil {
-				return fmt.Errorf("sink %s: %w", sinkName, err)
-			}
-			return nil
+			return r.runSink(ctx, gctx, sd, runner, s.Name(), window)
 		})
 	}
 	go func() { runners.Wait(); close(drained) }()
 
 	err := g.Wait()
 	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
+	return r.cycleError(err, tracker.Confirmed())
+}
+
+// newPipeline builds the stage between the stream and n sinks, with the
+// positions each sink acknowledged before (loaded).
+func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *publish.Window, n int, loaded map[string]store.Position) *pipeline {
+	cfg := r.cfg
+	p := &pipeline{dec: decoder.New(cfg.Outbox()), tracker: tracker, window: window,
+		sinks: make([]chan []publish.Delivery, n), routes: cfg.Sinks, metrics: r.metrics, log: r.log,
+		parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == config.DeadLetter}
+	for i := range p.sinks {
+		p.sinks[i] = make(chan []publish.Delivery, 256)
+	}
+	for _, s := range cfg.Sinks {
+		p.skip = append(p.skip, loaded[s.Name])
+	}
+	return p
+}
+
+// runSink runs one sink's runner until its channel is drained, and names
+// what went wrong: a drain cut short by relay.shutdown_timeout, or the
+// sink's own error.
+func (r *Relay) runSink(ctx, gctx context.Context, sd *shutdown, runner *publish.Runner, name string, window *publish.Window) error {
+	err := runner.Run(sd.sinks)
+	switch {
+	case err == nil:
+		return nil
+	case sd.sinks.Err() != nil && gctx.Err() == nil && ctx.Err() != nil:
+		n, _ := window.InFlight()
+		return fmt.Errorf("shutdown: sink %s did not drain within relay.shutdown_timeout (%v); %d deliveries in flight will be sent again after restart",
+			name, sd.timeout, n)
+	}
+	return fmt.Errorf("sink %s: %w", name, err)
+}
+
+// cycleError turns the error a cycle's stages ended with into Run's: what
+// to tell the operator of a bad row, and which errors start a new cycle.
+func (r *Relay) cycleError(err error, confirmed pglogrepl.LSN) error {
 	var stop *stopAtRow
 	switch {
 	case errors.As(err, &stop):
-		return r.explainStop(stop, tracker.Confirmed())
+		return r.explainStop(stop, confirmed)
 	case errors.Is(err, decoder.ErrProtocol):
-		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, tracker.Confirmed())}
+		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, confirmed)}
 	case errors.Is(err, replication.ErrSlotLost):
 		return restart{err}
 	}
