@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/layout"
 )
 
 // DefaultTable is the outbox table Enqueue writes to when Writer.Table is
@@ -17,8 +19,8 @@ import (
 const DefaultTable = "public.outbox"
 
 // Omit, as a Columns.Key or Columns.Headers value, says the table has no
-// such column.
-const Omit = "-"
+// such column: the same word as in the relay's columns: config.
+const Omit = layout.Omit
 
 // Message is one outbox row.
 type Message struct {
