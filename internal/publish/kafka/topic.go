@@ -19,30 +19,19 @@ func legalTopicChar(c byte) bool {
 // callers can tell it apart.
 var errIllegalTopic = errors.New("kafka: illegal topic name")
 
-// checkTopic returns nil when Kafka accepts name as a topic name: 1 to 249
-// characters of [a-zA-Z0-9._-], and neither "." nor "..".
-func checkTopic(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty", errIllegalTopic)
-	case len(name) > maxTopicLen:
-		return fmt.Errorf("%w: %d characters, over Kafka's limit of %d", errIllegalTopic, len(name), maxTopicLen)
-	case name == "." || name == "..":
+// reservedTopic refuses the names Kafka reserves.
+func reservedTopic(name string) error {
+	if name == "." || name == ".." {
 		return fmt.Errorf("%w: %q is reserved", errIllegalTopic, name)
-	}
-	for i := 0; i < len(name); i++ {
-		if !legalTopicChar(name[i]) {
-			return fmt.Errorf("%w: character %q at offset %d (Kafka allows only a-z, A-Z, 0-9, '.', '_' and '-')",
-				errIllegalTopic, name[i], i)
-		}
 	}
 	return nil
 }
 
-// topicRules are Kafka's rules for topic names.
+// topicRules are Kafka's rules for topic names: 1 to 249 characters of
+// [a-zA-Z0-9._-], and neither "." nor "..".
 var topicRules = nametmpl.Rules{
 	Broker: "Kafka", MaxLen: maxTopicLen, LegalChar: legalTopicChar,
-	Allowed: "a-z, A-Z, 0-9, '.', '_' and '-'", Illegal: errIllegalTopic, Check: checkTopic,
+	Allowed: "a-z, A-Z, 0-9, '.', '_' and '-'", Illegal: errIllegalTopic, Extra: reservedTopic,
 }
 
 // topicTemplate expands "outbox.{type}" into a topic per message.

@@ -28,9 +28,32 @@ type Rules struct {
 	Allowed   string
 	// Illegal is the sentinel that errors about names wrap.
 	Illegal error
-	// Check returns nil when the broker accepts name (a whole, expanded
-	// name); its errors wrap Illegal.
-	Check func(name string) error
+	// Extra, if set, checks what the broker requires beyond length and
+	// characters (reserved names, where a character may stand); its
+	// errors wrap Illegal.
+	Extra func(name string) error
+}
+
+// Check returns nil when the broker accepts name (a whole, expanded name):
+// 1 to MaxLen legal characters that pass Extra. Its errors wrap Illegal.
+func (r Rules) Check(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", r.Illegal)
+	case len(name) > r.MaxLen:
+		return fmt.Errorf("%w: %d characters, over %s's limit of %d", r.Illegal, len(name), r.Broker, r.MaxLen)
+	}
+	if r.Extra != nil {
+		if err := r.Extra(name); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(name); i++ {
+		if !r.LegalChar(name[i]) {
+			return fmt.Errorf("%w: character %q at offset %d (%s allows only %s)", r.Illegal, name[i], i, r.Broker, r.Allowed)
+		}
+	}
+	return nil
 }
 
 // A template part is either literal text or a placeholder.

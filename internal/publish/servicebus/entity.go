@@ -26,33 +26,23 @@ func alnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// checkEntity returns nil when Service Bus accepts name as a queue or
-// topic name: 1 to 260 characters of [a-zA-Z0-9._/-], starting and ending
-// with a letter or digit, with no empty path segment.
-func checkEntity(name string) error {
+// entityShape checks where Service Bus lets characters stand.
+func entityShape(name string) error {
 	switch {
-	case name == "":
-		return fmt.Errorf("%w: empty", errIllegalEntity)
-	case len(name) > maxEntityLen:
-		return fmt.Errorf("%w: %d characters, over Service Bus's limit of %d", errIllegalEntity, len(name), maxEntityLen)
 	case !alnum(name[0]) || !alnum(name[len(name)-1]):
 		return fmt.Errorf("%w: it must start and end with a letter or digit", errIllegalEntity)
 	case strings.Contains(name, "//"):
 		return fmt.Errorf("%w: empty path segment", errIllegalEntity)
 	}
-	for i := 0; i < len(name); i++ {
-		if !legalEntityChar(name[i]) {
-			return fmt.Errorf("%w: character %q at offset %d (Service Bus allows only a-z, A-Z, 0-9, '.', '_', '-' and '/')",
-				errIllegalEntity, name[i], i)
-		}
-	}
 	return nil
 }
 
-// entityRules are Service Bus's rules for queue and topic names.
+// entityRules are Service Bus's rules for queue and topic names: 1 to 260
+// characters of [a-zA-Z0-9._/-], starting and ending with a letter or
+// digit, with no empty path segment.
 var entityRules = nametmpl.Rules{
 	Broker: "Service Bus", MaxLen: maxEntityLen, LegalChar: legalEntityChar,
-	Allowed: "a-z, A-Z, 0-9, '.', '_', '-' and '/'", Illegal: errIllegalEntity, Check: checkEntity,
+	Allowed: "a-z, A-Z, 0-9, '.', '_', '-' and '/'", Illegal: errIllegalEntity, Extra: entityShape,
 }
 
 // entityTemplate expands "outbox.{type}" into an entity name per message.

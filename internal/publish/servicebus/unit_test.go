@@ -140,8 +140,8 @@ func TestEntityTemplateExpandsAndChecksNames(t *testing.T) {
 		"orders": true, "a/b.c-d_e": true, "x": true, strings.Repeat("a", 260): true,
 		"": false, "/a": false, "a/": false, "a//b": false, "-a": false, "a$": false, strings.Repeat("a", 261): false,
 	} {
-		if err := checkEntity(name); (err == nil) != ok {
-			t.Errorf("checkEntity(%q) = %v, want ok %v", name, err, ok)
+		if err := entityRules.Check(name); (err == nil) != ok {
+			t.Errorf("entityRules.Check(%q) = %v, want ok %v", name, err, ok)
 		}
 	}
 }
