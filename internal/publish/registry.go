@@ -104,3 +104,22 @@ func FactoryOf(newSink func(cfg *config.Sink, log zerolog.Logger) (Sink, error))
 		return func(context.Context) (Sink, error) { return newSink(cfg, log) }, nil
 	}
 }
+
+// Settings are a sink kind's own settings, decoded from its config entry.
+type Settings interface {
+	// SetDefaults fills in the fields left unset.
+	SetDefaults()
+	// Validate checks every field and names the first bad one ("brokers:
+	// empty"); Prepare prefixes the sink.
+	Validate() error
+}
+
+// DecodeSettings decodes cfg's kind-specific settings into s strictly (an
+// unknown key is an error), fills in their defaults and validates them.
+func DecodeSettings(cfg *config.Sink, s Settings) error {
+	if err := cfg.Decode(s); err != nil {
+		return err
+	}
+	s.SetDefaults()
+	return s.Validate()
+}

@@ -98,7 +98,7 @@ var limits = struct {
 	clientIDChars: 255,
 }
 
-func (c *kafkaConfig) setDefaults() {
+func (c *kafkaConfig) SetDefaults() {
 	if c.Acks == "" {
 		c.Acks = "all"
 	}
@@ -126,9 +126,9 @@ func (c *kafkaConfig) setDefaults() {
 	}
 }
 
-// validate checks every field and names the first bad one, starting at the
+// Validate checks every field and names the first bad one, starting at the
 // field ("brokers: empty"); the registry prefixes the sink.
-func (c *kafkaConfig) validate() error {
+func (c *kafkaConfig) Validate() error {
 	if len(c.Brokers) == 0 {
 		return errors.New(`brokers: empty (list at least one, e.g. ["127.0.0.1:9092"])`)
 	}

@@ -59,11 +59,7 @@ var _ publish.Sink = (*Sink)(nil)
 // transient error, not a failed start.
 func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 	var kc kafkaConfig
-	if err := cfg.Decode(&kc); err != nil {
-		return nil, err
-	}
-	kc.setDefaults()
-	if err := kc.validate(); err != nil {
+	if err := publish.DecodeSettings(cfg, &kc); err != nil {
 		return nil, err
 	}
 	return open(cfg.Name, kc, log)

@@ -79,7 +79,7 @@ var limits = struct {
 	timeout:       [2]time.Duration{time.Second, 30 * time.Minute},
 }
 
-func (c *sbConfig) setDefaults() {
+func (c *sbConfig) SetDefaults() {
 	if c.MaxRetries == nil {
 		n := defaultMaxRetries
 		c.MaxRetries = &n
@@ -109,9 +109,9 @@ func (c *sbConfig) entityField() (field, value string) {
 	return "entity", c.Entity
 }
 
-// validate checks every field and names the first bad one, starting at the
+// Validate checks every field and names the first bad one, starting at the
 // field ("queue: empty"); the registry prefixes the sink.
-func (c *sbConfig) validate() error {
+func (c *sbConfig) Validate() error {
 	switch {
 	case c.ConnectionString == "" && c.Namespace == "":
 		return errors.New("connection_string, namespace: neither is set (set connection_string to use a shared access key, " +

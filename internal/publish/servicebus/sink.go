@@ -94,11 +94,7 @@ var _ publish.Sink = (*Sink)(nil)
 // error, not a failed start.
 func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 	var c sbConfig
-	if err := cfg.Decode(&c); err != nil {
-		return nil, err
-	}
-	c.setDefaults()
-	if err := c.validate(); err != nil {
+	if err := publish.DecodeSettings(cfg, &c); err != nil {
 		return nil, err
 	}
 	return open(cfg.Name, c, log)

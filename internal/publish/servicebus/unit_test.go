@@ -78,8 +78,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 func TestConfigDefaultsAndRetryOptions(t *testing.T) {
 	var c sbConfig
 	c.ConnectionString, c.Queue = testCS, "q"
-	c.setDefaults()
-	if err := c.validate(); err != nil {
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	ro := c.retryOptions()
