@@ -136,23 +136,27 @@ func NewID() string {
 // message id and type. See the package-level Enqueue for the transaction
 // contract.
 func (w Writer) Enqueue(ctx context.Context, tx PgxExecer, msg Message) error {
-	stmt, args, err := w.prepare(ctx, msg)
-	if err != nil {
+	return w.insert(ctx, msg, func(stmt string, args []any) error {
+		_, err := tx.Exec(ctx, stmt, args...)
 		return err
-	}
-	if _, err := tx.Exec(ctx, stmt, args...); err != nil {
-		return fmt.Errorf("outbox: inserting message %s (type %q) into %s: %w", args[0], msg.Type, w.table(), err)
-	}
-	return nil
+	})
 }
 
 // EnqueueSQL is Writer.Enqueue for a database/sql transaction.
 func (w Writer) EnqueueSQL(ctx context.Context, tx SQLExecer, msg Message) error {
+	return w.insert(ctx, msg, func(stmt string, args []any) error {
+		_, err := tx.ExecContext(ctx, stmt, args...)
+		return err
+	})
+}
+
+// insert prepares msg's INSERT and runs it with exec.
+func (w Writer) insert(ctx context.Context, msg Message, exec func(stmt string, args []any) error) error {
 	stmt, args, err := w.prepare(ctx, msg)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
+	if err := exec(stmt, args); err != nil {
 		return fmt.Errorf("outbox: inserting message %s (type %q) into %s: %w", args[0], msg.Type, w.table(), err)
 	}
 	return nil

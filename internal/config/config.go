@@ -333,11 +333,9 @@ func (c *Config) SetDefaults() {
 		p.Table = "public." + p.Table
 	}
 	col := &c.Columns
-	def(&col.ID, "id")
-	def(&col.Type, "type")
-	def(&col.Key, "key")
-	def(&col.Payload, "payload")
-	def(&col.Headers, "headers")
+	for role, f := range []*string{&col.ID, &col.Type, &col.Key, &col.Payload, &col.Headers} {
+		def(f, layout.Default[role])
+	}
 	r := &c.Relay
 	if r.WindowMessages == 0 {
 		r.WindowMessages = 10000

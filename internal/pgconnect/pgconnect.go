@@ -45,16 +45,14 @@ func Config(url string) (*pgx.ConnConfig, error) {
 // ReplicationConfig parses url for a logical replication connection
 // (replication=database, application_name=walpost).
 func ReplicationConfig(url string) (*pgconn.Config, error) {
-	c, err := pgconn.ParseConfig(url)
+	c, err := Config(url)
 	if err != nil {
-		return nil, parseError(err)
+		return nil, err
 	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	c.RuntimeParams["replication"] = "database"
-	c.RuntimeParams["application_name"] = "walpost"
-	return c, nil
+	rc := &c.Config
+	rc.RuntimeParams["replication"] = "database"
+	rc.RuntimeParams["application_name"] = "walpost"
+	return rc, nil
 }
 
 // parseError keeps what went wrong but never the connection string: pgx's
