@@ -50,16 +50,3 @@ func (c *coalescer) set(on bool) bool {
 	c.on = on
 	return true
 }
-
-// observe takes the lag of the message just read, in µs: how long after
-// its transaction committed the server sent it. It reports whether
-// coalescing began.
-func (c *coalescer) observe(lag int64) bool {
-	switch {
-	case lag >= behindMicros:
-		return c.set(true)
-	case lag < caughtUpMicros:
-		c.set(false)
-	}
-	return false
-}

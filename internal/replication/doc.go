@@ -60,6 +60,38 @@
 // the stream are fatal. Every connection is made through pgconnect: a
 // default connect timeout, and the URL never repeated in an error.
 //
+// Structure. The stream is split so that its decisions can be tested
+// without a server:
+//
+//   - stream.go: Stream, Acquire and Run: the connection's life, reconnects
+//     and what a failed attempt means (wait as a standby, ErrSlotLost,
+//     fatal, back off); backoff.go: Backoff and Sleep.
+//   - conn.go: the protocol I/O seam. conn is what a session needs of a
+//     connection (ReceiveMessage with a read deadline, SendStatus,
+//     SetReadDeadline, Coalesce, Close); pgConn implements it over a
+//     *pgconn.PgConn. Stream.dial (Stream.connect outside tests) connects,
+//     runs START_REPLICATION at the resume point and classifies its errors
+//     (startError). coalesce*.go hold the socket hook behind Coalesce.
+//   - state.go: sessionState, the pure state machine of one session: no
+//     I/O, no clock read (the loop passes now in). It batches events
+//     (maxBatch, maxBatchBytes, message bytes copied into 8 KiB slabs),
+//     keeps the resume point (moved only by batchSent, once the events
+//     before it went downstream), says when a status update is due
+//     (asking the Confirmer only when the time allows one), chooses the
+//     read deadline, and decides when reads are coalesced.
+//   - session.go: the loop of one connection. It asks the state what to
+//     do, does the I/O (receive, send status, set the deadline, switch
+//     coalescing, send a batch downstream) and feeds the result back; it
+//     also sends the final status on shutdown.
+//
+// Tests play the server through the dial seam (fakeserver_test.go: a
+// scripted conn per connection, no Postgres), test the state machine
+// alone with synthetic times, and check pgConn on the wire against a
+// test-played server end. The hot path costs what it did before the split:
+// one interface call per message for the read (the Confirmer is no longer
+// asked per message), no allocation but slabs and batches, and one clock
+// read per message (BenchmarkSessionCatchUpThroughPgConn).
+//
 // Shutdown. When the run context ends, the stream stops reading, closes its
 // output so the pipeline drains, waits for the relay's Drained signal (or
 // abort), and sends a last status update with the final confirmed position.

@@ -1,0 +1,178 @@
+package replication
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/walpost/walpost/internal/pgconnect"
+)
+
+// conn is what a session needs of a replication connection on which
+// START_REPLICATION succeeded: the protocol I/O, and nothing else. It is
+// used by one goroutine, except SetReadDeadline, which is safe to call
+// from any goroutine (the session wakes its read that way when its
+// context ends).
+type conn interface {
+	// ReceiveMessage returns the next message from the server. When the
+	// read deadline passes first it returns errReadDeadline, and the
+	// connection stays usable: a message cut by the deadline is resumed
+	// by the next call. Any other error ends the connection.
+	ReceiveMessage() (pgproto3.BackendMessage, error)
+	// SendStatus sends a standby status update with write = flush =
+	// apply = lsn (never 0 for flush or apply unless lsn is 0) and
+	// clientTime, asking for no reply.
+	SendStatus(lsn pglogrepl.LSN, clientTime time.Time) error
+	// SetReadDeadline sets the time after which ReceiveMessage returns
+	// errReadDeadline; a time in the past makes it return at once unless
+	// a message is buffered, the zero time waits without limit.
+	SetReadDeadline(t time.Time) error
+	// Coalesce turns coalesced reads on or off (see coalescer) and
+	// reports whether reads are coalesced now. Where the connection
+	// cannot coalesce, it reports false for on and changes nothing, then
+	// or later.
+	Coalesce(on bool) bool
+	// Close closes the connection.
+	Close()
+}
+
+// dialFunc connects and starts replication at resume (0: the slot's
+// confirmed position). Its errors are classified like those of
+// Stream.connect: errSlotActive, fatalError, or worth a retry.
+type dialFunc func(ctx context.Context, resume pglogrepl.LSN) (conn, error)
+
+// errReadDeadline is returned by conn.ReceiveMessage when the read
+// deadline passed.
+var errReadDeadline = errors.New("replication: read deadline reached")
+
+var errSlotActive = errors.New("replication: slot is active in another process")
+
+type fatalError struct{ error }
+
+func (e fatalError) Unwrap() error { return e.error }
+
+func isFatal(err error) bool {
+	var f fatalError
+	return errors.As(err, &f)
+}
+
+// pgConn is the production conn: a *pgconn.PgConn in replication mode.
+type pgConn struct {
+	pg  *pgconn.PgConn
+	net net.Conn
+	co  *coalescer
+}
+
+func newPgConn(pg *pgconn.PgConn) *pgConn {
+	nc := pg.Conn()
+	return &pgConn{pg: pg, net: nc, co: newCoalescer(nc)}
+}
+
+func (c *pgConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
+	// context.Background: another context makes pgconn watch it with a
+	// goroutine per call; the read deadline bounds the wait instead.
+	msg, err := c.pg.ReceiveMessage(context.Background())
+	if err != nil && pgconn.Timeout(err) {
+		return nil, errReadDeadline
+	}
+	return msg, err
+}
+
+func (c *pgConn) SendStatus(lsn pglogrepl.LSN, clientTime time.Time) error {
+	return pglogrepl.SendStandbyStatusUpdate(context.Background(), c.pg, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn, ClientTime: clientTime,
+	})
+}
+
+func (c *pgConn) SetReadDeadline(t time.Time) error { return c.net.SetReadDeadline(t) }
+
+func (c *pgConn) Coalesce(on bool) bool {
+	c.co.set(on)
+	return c.co.on
+}
+
+func (c *pgConn) Close() { c.pg.Close(context.Background()) }
+
+// connect opens a replication connection and starts replication on the
+// slot at resume (0: the slot's confirmed position). It is the Stream's
+// dialFunc outside tests.
+func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error) {
+	cfg, err := pgconnect.ReplicationConfig(s.opt.URL)
+	if err != nil {
+		return nil, fatalError{fmt.Errorf("postgres.url: %w", err)}
+	}
+	// Read up to readBuffer bytes per system call: while the stream is
+	// behind, the socket holds many messages at each wake-up.
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
+	}
+	pg, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
+	}
+	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '1'",
+		"publication_names " + quoteLiteral(pgx.Identifier{s.opt.Publication}.Sanitize()),
+	}}
+	if serverVersion(pg) >= 140000 {
+		opts.PluginArgs = append(opts.PluginArgs, "messages 'true'")
+	}
+	if err := pglogrepl.StartReplication(ctx, pg, s.opt.Slot, resume, opts); err != nil {
+		pg.Close(context.Background())
+		return nil, startError(s.opt.Slot, err)
+	}
+	return newPgConn(pg), nil
+}
+
+// startError classifies an error of START_REPLICATION: errSlotActive
+// (another process holds the slot), fatal (the slot is missing, the role
+// may not replicate), or worth a retry.
+func startError(slot string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "55006": // object_in_use
+			return fmt.Errorf("%w: %s", errSlotActive, pgErr.Message)
+		case "42704": // undefined_object
+			return fatalError{fmt.Errorf("%w: %s; run 'cdc init'", ErrSlotMissing, pgErr.Message)}
+		case "42501", "28000", "28P01":
+			return fatalError{fmt.Errorf("starting replication on slot %q: %w", slot, err)}
+		}
+	}
+	return fmt.Errorf("starting replication on slot %q: %w", slot, err)
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func hint(e *pgconn.PgError) string {
+	switch {
+	case e.Code == "58P01" || strings.Contains(e.Message, "has already been removed"):
+		return " (the WAL the slot needs is gone: the slot was invalidated, e.g. by max_slot_wal_keep_size; messages in it are lost to replication — recreate the slot and re-send from the outbox table)"
+	case e.Code == "42704":
+		return " (does the publication exist? run 'cdc init')"
+	}
+	return ""
+}
+
+func serverVersion(conn *pgconn.PgConn) int {
+	var v int
+	fmt.Sscan(conn.ParameterStatus("server_version_num"), &v)
+	if v == 0 {
+		// server_version_num is not reported before PG 16; parse "15.4 (Debian…)".
+		var major int
+		fmt.Sscan(conn.ParameterStatus("server_version"), &major)
+		v = major * 10000
+	}
+	return v
+}

@@ -1,0 +1,275 @@
+package replication
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+const (
+	// A downstream send carries at most maxBatch events, and stops taking
+	// more once it holds maxBatchBytes of message data: what the stream
+	// has read but the pipeline not yet admitted to the window is bounded
+	// by the output channel's capacity times that (plus one message
+	// larger than it).
+	maxBatch      = 1024
+	maxBatchBytes = 256 << 10
+	slabSize      = 8 << 10  // bytes of message data per allocation
+	readBuffer    = 64 << 10 // bytes per read from the socket
+
+	// pollPending is the shortest time between status updates that
+	// report a moved confirmed position, and how often the stream looks
+	// at the position while something is in flight.
+	pollPending = 10 * time.Millisecond
+
+	// While the server sends transactions behindMicros or more after
+	// their commit, the stream is catching up and coalesces reads (see
+	// coalescer): the socket wakes it once coalesceBytes are queued, or
+	// after coalesceWait. Below caughtUpMicros it reads eagerly again, each
+	// message as it comes.
+	behindMicros   = 100_000
+	caughtUpMicros = 20_000
+	coalesceBytes  = 32 << 10
+	coalesceWait   = 2 * time.Millisecond
+)
+
+// pastDeadline makes reads return at once unless data is buffered.
+var pastDeadline = time.Unix(1, 0)
+
+// sessionState is the pure state machine of one streaming session: it
+// decides and the session does the I/O. It batches events, tracks where a
+// new connection resumes, times standby status updates, chooses the read
+// deadline and decides when reads are coalesced. It reads no clock (the
+// caller passes now) and touches no connection. Not safe for concurrent
+// use.
+type sessionState struct {
+	statusInterval time.Duration
+
+	// resume is where a new connection starts: the end of the last commit
+	// received in full, or a keepalive's WAL end outside a transaction,
+	// once every event before it went downstream. pending is that point
+	// for the events read so far; it becomes resume when they are sent.
+	resume, pending pglogrepl.LSN
+	inTx            bool
+	commitTime      int64 // of the transaction being read, µs since 2000
+
+	// The open batch; slab holds its message bytes.
+	batch      []Event
+	batchBytes int
+	slab       []byte
+
+	// The last standby status update: its position and when it went.
+	lastSent   pglogrepl.LSN
+	lastStatus time.Time
+
+	// polling: the read deadline is pastDeadline (a batch is open);
+	// otherwise it is deadline.
+	polling  bool
+	deadline time.Time
+
+	coalescing bool // reads are coalesced now
+	noCoalesce bool // the connection cannot (or no longer) switch coalescing
+}
+
+// newSessionState returns the state of a session that starts streaming
+// at resume.
+func newSessionState(resume pglogrepl.LSN, statusInterval time.Duration) sessionState {
+	return sessionState{statusInterval: statusInterval, resume: resume, pending: resume}
+}
+
+// statusSent records a standby status update reporting lsn, sent at now.
+func (m *sessionState) statusSent(lsn pglogrepl.LSN, now time.Time) {
+	m.lastSent, m.lastStatus = lsn, now
+}
+
+// statusDue reports whether a standby status update is due at now: the
+// confirmed position moved and pollPending passed since the last update,
+// or statusInterval passed. It asks cp only when the time allows an update.
+func (m *sessionState) statusDue(now time.Time, cp Confirmer) bool {
+	since := now.Sub(m.lastStatus)
+	return since >= m.statusInterval || since >= pollPending && cp.Confirmed() != m.lastSent
+}
+
+// batchFull reports whether the open batch must go downstream before
+// anything more is read.
+func (m *sessionState) batchFull() bool {
+	return len(m.batch) >= maxBatch || m.batchBytes >= maxBatchBytes
+}
+
+// batchSent records that the open batch went downstream (it is owned
+// there now) and returns the new resume point.
+func (m *sessionState) batchSent() pglogrepl.LSN {
+	m.batch, m.slab, m.batchBytes = nil, nil, 0
+	m.resume = m.pending
+	return m.resume
+}
+
+// readDeadline returns the read deadline for the next read at now, and
+// whether it differs from the one set. While a batch is open, reads only
+// take what is buffered (pastDeadline), and a read that times out sends the
+// batch. Otherwise a read waits until the next status update is due: at
+// the latest statusInterval after the last one, within pollPending while
+// cp has something in flight or a position not yet reported, within
+// coalesceWait while coalescing.
+func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, bool) {
+	if len(m.batch) > 0 {
+		if m.polling {
+			return time.Time{}, false
+		}
+		m.polling = true
+		return pastDeadline, true
+	}
+	next := m.lastStatus.Add(m.statusInterval)
+	if cp.Confirmed() != m.lastSent || !cp.Idle() {
+		next = minTime(next, now.Add(pollPending))
+	}
+	if m.coalescing {
+		next = minTime(next, now.Add(coalesceWait))
+	}
+	if m.polling || m.deadline.IsZero() || !m.deadline.After(now) || next.Before(m.deadline) {
+		m.polling = false
+		m.deadline = next
+		return next, true
+	}
+	return time.Time{}, false
+}
+
+// deadlineAction is what a read that reached its deadline calls for.
+type deadlineAction uint8
+
+const (
+	deadlineNothing deadlineAction = iota
+	// deadlineFlush: everything buffered was read; send the batch.
+	deadlineFlush
+	// deadlineStopCoalescing: fewer than coalesceBytes came within
+	// coalesceWait; read what is there, and eagerly until a transaction
+	// says the stream is behind again.
+	deadlineStopCoalescing
+)
+
+// deadlineReached returns what a read that reached its deadline calls for.
+func (m *sessionState) deadlineReached() deadlineAction {
+	switch {
+	case m.polling:
+		return deadlineFlush
+	case m.coalescing && !m.noCoalesce:
+		return deadlineStopCoalescing
+	}
+	return deadlineNothing
+}
+
+// coalesced records the outcome of switching coalescing to want: on is
+// whether reads are coalesced now. It reports whether coalescing began.
+// A connection that did not switch is not asked again.
+func (m *sessionState) coalesced(want, on bool) bool {
+	began := on && !m.coalescing
+	m.coalescing = on
+	if on != want {
+		m.noCoalesce = true
+	}
+	return began
+}
+
+// received is what the session must do about one message of the stream,
+// beyond what copyData recorded.
+type received struct {
+	// keepalive: the message was a keepalive carrying serverWAL, the
+	// server's WAL end.
+	keepalive bool
+	serverWAL pglogrepl.LSN
+	// reply: the server asks for a standby status update now.
+	reply bool
+	// switchCoalescing: set coalescing to coalesce (then call coalesced).
+	switchCoalescing bool
+	coalesce         bool
+}
+
+// copyData takes the payload of one CopyData message of the stream: an
+// XLogData or a keepalive, appended to the open batch as an Event. Other
+// payloads are ignored. It returns a protocol error for one too short to
+// parse.
+func (m *sessionState) copyData(data []byte) (received, error) {
+	if len(data) == 0 || data[0] != pglogrepl.XLogDataByteID {
+		return m.otherCopyData(data)
+	}
+	// XLogData: WAL start, WAL end, send time (µs since 2000 on the
+	// server's clock), then the pgoutput message.
+	if len(data) < 25 {
+		return received{}, fmt.Errorf("parsing XLogData: %d bytes, want at least 25", len(data))
+	}
+	walStart := pglogrepl.LSN(binary.BigEndian.Uint64(data[1:9]))
+	walData := data[25:]
+	if len(walData) > 0 {
+		switch walData[0] {
+		case 'B':
+			m.inTx = true
+			if len(walData) >= 17 {
+				m.commitTime = int64(binary.BigEndian.Uint64(walData[9:17]))
+			}
+		case 'C':
+			m.inTx = false
+			m.pending = walStart // the commit's end LSN
+		}
+	}
+	var r received
+	if m.inTx {
+		r.coalesce, r.switchCoalescing = m.observeLag(int64(binary.BigEndian.Uint64(data[17:25])) - m.commitTime)
+	}
+	m.batch = append(m.batch, Event{Kind: Data, LSN: walStart, Data: m.keep(walData)})
+	m.batchBytes += len(walData)
+	return r, nil
+}
+
+// otherCopyData takes a CopyData payload that is not an XLogData.
+func (m *sessionState) otherCopyData(data []byte) (received, error) {
+	if len(data) == 0 || data[0] != pglogrepl.PrimaryKeepaliveMessageByteID {
+		return received{}, nil
+	}
+	ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+	if err != nil {
+		return received{}, fmt.Errorf("parsing keepalive: %w", err)
+	}
+	if !m.inTx && ka.ServerWALEnd > m.pending {
+		m.pending = ka.ServerWALEnd
+	}
+	m.batch = append(m.batch, Event{Kind: Keepalive, LSN: ka.ServerWALEnd})
+	return received{keepalive: true, serverWAL: ka.ServerWALEnd, reply: ka.ReplyRequested}, nil
+}
+
+// observeLag takes the lag of a message inside a transaction, in µs: how
+// long after the transaction committed the server sent it. It returns the
+// coalescing the lag asks for, and whether that is a switch.
+func (m *sessionState) observeLag(lag int64) (want, change bool) {
+	switch {
+	case lag >= behindMicros:
+		want = true
+	case lag < caughtUpMicros:
+		want = false
+	default:
+		return m.coalescing, false
+	}
+	return want, want != m.coalescing && !m.noCoalesce
+}
+
+// keep copies a message's bytes for the batch: small ones into the
+// current slab, large ones alone.
+func (m *sessionState) keep(b []byte) []byte {
+	n := len(b)
+	if n > slabSize/4 {
+		return append([]byte(nil), b...)
+	}
+	if cap(m.slab)-len(m.slab) < n {
+		m.slab = make([]byte, 0, slabSize)
+	}
+	m.slab = append(m.slab, b...)
+	return m.slab[len(m.slab)-n : len(m.slab) : len(m.slab)]
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
