@@ -63,7 +63,8 @@ type StreamOptions struct {
 // Stream owns the replication connection: it alone reads from it and alone
 // sends standby status updates. It reconnects with backoff when the
 // connection is lost, resuming after the last transaction it received in
-// full.
+// full. Acquire, Release and Run are called from one goroutine;
+// LastReceived, ServerWAL and Connected are safe for concurrent use.
 type Stream struct {
 	opt          StreamOptions
 	cp           Confirmer
