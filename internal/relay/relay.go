@@ -46,7 +46,6 @@ import (
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
-	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
@@ -91,15 +90,7 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 
 // TargetOf derives the replication target from the config.
 func TargetOf(cfg *config.Config) replication.Target {
-	ob := cfg.Outbox()
-	cols := map[string]string{}
-	for role, col := range ob.Columns {
-		if col != "" {
-			cols[layout.Role(role).Field()] = col
-		}
-	}
-	return replication.Target{Schema: ob.Schema, Table: ob.Name,
-		Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot, Columns: cols}
+	return replication.Target{Outbox: cfg.Outbox(), Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot}
 }
 
 // Close releases what New made (nothing today: sinks are opened and

@@ -58,7 +58,7 @@ func newStreamed(t *testing.T) *streamed {
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	schema, table, _ := strings.Cut(ob.Table, ".")
-	target := replication.Target{Schema: schema, Table: table, Publication: ob.Publication, Slot: ob.Slot}
+	target := replication.Target{Outbox: layout.Table{Schema: schema, Name: table, Columns: layout.Default}, Publication: ob.Publication, Slot: ob.Slot}
 	ctx := context.Background()
 	conn := pgtest.Connect(t, url)
 	if _, err := replication.EnsurePublication(ctx, conn, target); err != nil {

@@ -9,22 +9,22 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/layout"
 )
 
 // Target names the outbox, its columns and the replication objects.
 type Target struct {
-	Schema, Table string
-	Publication   string
-	Slot          string
-	// Columns the relay reads: role (config field) → column name. Roles
-	// whose column is "" or "-" are not required.
-	Columns map[string]string
+	Outbox      layout.Table
+	Publication string
+	Slot        string
 }
 
 // QualifiedTable returns the quoted schema.table.
-func (t Target) QualifiedTable() string {
-	return pgx.Identifier{t.Schema, t.Table}.Sanitize()
-}
+func (t Target) QualifiedTable() string { return t.Outbox.Qualified() }
+
+// name is the outbox table's schema.table, for messages.
+func (t Target) name() string { return t.Outbox.Schema + "." + t.Outbox.Name }
 
 // Sentinel errors for the checks; errors returned wrap them with what to do.
 var (
@@ -59,38 +59,35 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
-		return fmt.Errorf("looking up table %s.%s: %w", t.Schema, t.Table, err)
+		return fmt.Errorf("looking up table %s: %w", t.name(), err)
 	}
 	if !exists {
-		return fmt.Errorf("%w: table %s.%s does not exist; create it with 'cdc init' (DDL in sql/outbox.sql) or point postgres.table at your outbox", ErrNoTable, t.Schema, t.Table)
+		return fmt.Errorf("%w: table %s does not exist; create it with 'cdc init' (DDL in sql/outbox.sql) or point postgres.table at your outbox", ErrNoTable, t.name())
 	}
 	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, t.QualifiedTable())
 	if err != nil {
-		return fmt.Errorf("reading columns of %s.%s: %w", t.Schema, t.Table, err)
+		return fmt.Errorf("reading columns of %s: %w", t.name(), err)
 	}
 	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("reading columns of %s.%s: %w", t.Schema, t.Table, err)
+		return fmt.Errorf("reading columns of %s: %w", t.name(), err)
 	}
 	set := map[string]bool{}
 	for _, c := range have {
 		set[c] = true
 	}
-	for role, col := range t.Columns {
-		if col == "" || col == "-" {
-			continue
-		}
-		if !set[col] {
-			return fmt.Errorf("%w: %s: table %s.%s has no column %q (it has %s); fix the mapping under columns: (use \"-\" for key or headers if the table has none)",
-				ErrNoColumn, role, t.Schema, t.Table, col, strings.Join(have, ", "))
+	for role, col := range t.Outbox.Columns {
+		if col != "" && !set[col] {
+			return fmt.Errorf("%w: %s: table %s has no column %q (it has %s); fix the mapping under columns: (use \"-\" for key or headers if the table has none)",
+				ErrNoColumn, layout.Role(role).Field(), t.name(), col, strings.Join(have, ", "))
 		}
 	}
 	var canSelect bool
 	if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'SELECT')", t.QualifiedTable()).Scan(&canSelect); err != nil {
-		return fmt.Errorf("checking privileges on %s.%s: %w", t.Schema, t.Table, err)
+		return fmt.Errorf("checking privileges on %s: %w", t.name(), err)
 	}
 	if !canSelect {
-		return fmt.Errorf("%w: role %q cannot SELECT from %s.%s; GRANT SELECT ON %s TO %s", ErrPrivileges, role, t.Schema, t.Table,
+		return fmt.Errorf("%w: role %q cannot SELECT from %s; GRANT SELECT ON %s TO %s", ErrPrivileges, role, t.name(),
 			t.QualifiedTable(), pgx.Identifier{role}.Sanitize())
 	}
 	return nil
@@ -113,12 +110,12 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, t Target) error {
 	}
 	var covered bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)",
-		t.Publication, t.Schema, t.Table).Scan(&covered); err != nil {
+		t.Publication, t.Outbox.Schema, t.Outbox.Name).Scan(&covered); err != nil {
 		return fmt.Errorf("reading tables of publication %q: %w", t.Publication, err)
 	}
 	if !covered || !pubinsert {
-		return fmt.Errorf("%w: publication %q exists but does not publish inserts of %s.%s; run ALTER PUBLICATION %s ADD TABLE %s and make sure publish includes 'insert', or choose another postgres.publication",
-			ErrPublicationMiss, t.Publication, t.Schema, t.Table, pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
+		return fmt.Errorf("%w: publication %q exists but does not publish inserts of %s; run ALTER PUBLICATION %s ADD TABLE %s and make sure publish includes 'insert', or choose another postgres.publication",
+			ErrPublicationMiss, t.Publication, t.name(), pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
 	}
 	return nil
 }
