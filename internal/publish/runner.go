@@ -2,12 +2,12 @@ package publish
 
 import (
 	"context"
-	"math/rand/v2"
 	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -107,16 +107,12 @@ func NewRunner(sink Sink, in <-chan []Delivery, opt RunnerOptions) *Runner {
 	return &Runner{sink: sink, in: in, opt: opt, sleep: sleep}
 }
 
-// sleep waits d or until ctx ends.
+// sleep waits d or until ctx ends (ctx.Err()).
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, d) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // Run publishes until in is closed and drained (then it returns nil), ctx
@@ -234,7 +230,7 @@ func (r *Runner) oneByOne(ctx context.Context, first error) error {
 // After every attempt it records what the sink made durable and acks the
 // batch's durable prefix.
 func (r *Runner) publish(ctx context.Context, lo, hi int) error {
-	backoff := minBackoff
+	retry := backoff.New(minBackoff, r.opt.MaxBackoff)
 	for attempt := 1; ; attempt++ {
 		r.msgs, r.idx = r.msgs[:0], r.idx[:0]
 		for i := lo; i < hi; i++ {
@@ -264,9 +260,9 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		}
 		r.setFailing(true)
 		if progress > 0 {
-			backoff = minBackoff
+			retry.Reset()
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := retry.Next()
 		ev := r.opt.Log.Warn().Err(err).Int("attempt", attempt).Int("batch", len(r.msgs))
 		if progress > 0 {
 			ev = ev.Int("durable", progress)
@@ -276,7 +272,6 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		if err := r.sleep(ctx, wait); err != nil {
 			return err
 		}
-		backoff = min(backoff*2, r.opt.MaxBackoff)
 	}
 }
 

@@ -43,6 +43,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
@@ -120,7 +121,7 @@ func (e restart) Unwrap() error { return e.error }
 // confirmed) or a stage fails for good (returns its error). See the
 // package documentation for the cycles it runs.
 func (r *Relay) Run(ctx context.Context) error {
-	backoff := replication.NewBackoff(replication.BackoffStart, r.cfg.Postgres.ReconnectBackoff.D())
+	retry := backoff.New(replication.BackoffStart, r.cfg.Postgres.ReconnectBackoff.D())
 	for {
 		streamed, err := r.cycle(ctx)
 		var re restart
@@ -131,16 +132,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		}
 		if streamed {
-			backoff.Reset()
+			retry.Reset()
 		}
-		wait := backoff.Next()
+		wait := retry.Next()
 		if errors.Is(err, replication.ErrSlotLost) {
 			wait = 0 // wait for the slot at once, as a standby
 			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
 		} else {
 			r.log.Warn().Err(err).Dur("retry_in", wait).Msg("relay restarting")
 		}
-		if !replication.Sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/backoff"
 )
 
 // EventKind is the kind of an Event.
@@ -80,7 +82,7 @@ type Stream struct {
 	resume   pglogrepl.LSN
 	closeOut func()
 	// dial connects and starts replication (Stream.connect; tests replace
-	// it with a scripted server), sleep waits between attempts (Sleep).
+	// it with a scripted server), sleep waits between attempts (backoff.Sleep).
 	dial  dialFunc
 	sleep func(context.Context, time.Duration) bool
 	// coalesceStarts counts how often the stream began coalescing reads.
@@ -95,7 +97,7 @@ func NewStream(opt StreamOptions, cp Confirmer) *Stream {
 	if opt.MaxBackoff <= 0 {
 		opt.MaxBackoff = 30 * time.Second
 	}
-	s := &Stream{opt: opt, cp: cp, sleep: Sleep}
+	s := &Stream{opt: opt, cp: cp, sleep: backoff.Sleep}
 	s.dial = s.connect
 	s.lastReceived.Store(time.Now().UnixNano())
 	return s
@@ -128,7 +130,7 @@ var (
 // when ctx ends first, and a fatal error (the slot is missing, the role
 // may not replicate) at once.
 func (s *Stream) Acquire(ctx context.Context) error {
-	backoff := NewBackoff(BackoffStart, s.opt.MaxBackoff)
+	retry := backoff.New(BackoffStart, s.opt.MaxBackoff)
 	waiting := false
 	for {
 		conn, err := s.dial(ctx, s.resume)
@@ -153,9 +155,9 @@ func (s *Stream) Acquire(ctx context.Context) error {
 					Msg("slot is held by another process (another walpost instance?); waiting for it as a standby: no sink is opened until it is free")
 			}
 			waiting = true
-			backoff.Reset()
+			retry.Reset()
 		} else {
-			wait = backoff.Next()
+			wait = retry.Next()
 			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("cannot start replication; retrying")
 		}
 		if !s.sleep(ctx, wait) {
@@ -183,7 +185,7 @@ func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 	var once sync.Once
 	s.closeOut = func() { once.Do(func() { close(out) }) }
 	defer s.closeOut()
-	backoff := NewBackoff(BackoffStart, s.opt.MaxBackoff)
+	retry := backoff.New(BackoffStart, s.opt.MaxBackoff)
 	first := true
 	for {
 		conn := s.held
@@ -195,7 +197,7 @@ func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 		if err == nil {
 			// A connection that streamed resets the backoff: the next
 			// fault waits little again.
-			backoff.Reset()
+			retry.Reset()
 			err = s.session(ctx, abort, out, conn, first)
 			first = false
 			if err == nil {
@@ -208,7 +210,7 @@ func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 		if isFatal(err) {
 			return err
 		}
-		wait := backoff.Next()
+		wait := retry.Next()
 		switch {
 		case errors.Is(err, errSlotActive) && !first:
 			return fmt.Errorf("%w: %v", ErrSlotLost, err)
