@@ -39,7 +39,6 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
-	"github.com/walpost/walpost/internal/publish"
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
 	"github.com/walpost/walpost/internal/redact"
@@ -101,10 +100,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "cdc skip: --lsn is required (the LSN named in the relay's error)")
 			return 2
 		}
-		if _, err := pglogrepl.ParseLSN(*skipLSN); err != nil {
-			fmt.Fprintf(stderr, "cdc skip: --lsn %q is not an LSN like 0/16B3748\n", *skipLSN)
-			return 2
-		}
 	default:
 		fmt.Fprintf(stderr, "cdc: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -119,26 +114,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// secret of the config. The stdout sink writes os.Stdout itself.
 	secrets := redact.NewSet(cfg.Secrets()...)
 	stdout, stderr = secrets.Writer(stdout), secrets.Writer(stderr)
-	// Every command checks every sink's settings (no I/O): a mistake is a
-	// configuration error whatever the command.
-	for i := range cfg.Sinks {
-		if _, err := publish.Prepare(i, &cfg.Sinks[i], zerolog.Nop()); err != nil {
-			fmt.Fprintf(stderr, "cdc: config %s: %v\n", *path, err)
-			return 2
-		}
-	}
 	log := newLogger(cfg.Log, stderr)
+	// relay.New checks every sink's settings (no I/O): a mistake is a
+	// configuration error whatever the command.
+	reg := prometheus.NewRegistry()
+	r, err := relay.New(cfg, log, relay.NewMetrics(reg))
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc: config %s: %v\n", *path, err)
+		return 2
+	}
+	defer r.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch cmd {
 	case "run":
-		reg := prometheus.NewRegistry()
-		r, err := relay.New(cfg, log, relay.NewMetrics(reg))
-		if err != nil { // a sink's settings are wrong: a configuration error
-			fmt.Fprintf(stderr, "cdc: config %s: %v\n", *path, err)
-			return 2
-		}
-		defer r.Close()
 		r.ConfigPath = *path
 		err = runRelay(ctx, cfg, log, reg, r)
 		if err != nil {
@@ -151,7 +140,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "status":
 		err = statusCmd(ctx, cfg, stdout)
 	case "skip":
-		lsn, _ := pglogrepl.ParseLSN(*skipLSN)
+		var lsn pglogrepl.LSN
+		if lsn, err = pglogrepl.ParseLSN(*skipLSN); err != nil {
+			fmt.Fprintf(stderr, "cdc skip: --lsn %q is not an LSN like 0/16B3748\n", *skipLSN)
+			return 2
+		}
 		err = skipCmd(ctx, cfg, lsn, stdout)
 	}
 	if err != nil {

@@ -52,9 +52,9 @@ func Setup(ctx context.Context, cfg *config.Config, report func(string)) error {
 }
 
 func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t replication.Target, report func(string)) error {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
-		return fmt.Errorf("looking up table %s: %w", cfg.Postgres.Table, err)
+	exists, err := store.TableExists(ctx, conn, t.QualifiedTable())
+	if err != nil {
+		return err
 	}
 	if exists {
 		report(fmt.Sprintf("table %s: exists", cfg.Postgres.Table))

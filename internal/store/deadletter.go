@@ -72,7 +72,7 @@ func (d *DeadLetter) Parked(ctx context.Context, lsn pglogrepl.LSN) (bool, error
 	if err := d.connect(ctx); err != nil {
 		return false, err
 	}
-	if ok, err := tableExists(ctx, d.conn, d.t.DeadLetter); err != nil || !ok {
+	if ok, err := TableExists(ctx, d.conn, d.t.DeadLetter); err != nil || !ok {
 		return false, err
 	}
 	var parked bool
@@ -125,7 +125,7 @@ func (d *DeadLetter) Close() { d.reset() }
 // sink ("" for rows that could not be mapped); nil when the dead-letter
 // table does not exist.
 func DeadLetterCounts(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]int, error) {
-	if ok, err := tableExists(ctx, conn, t.DeadLetter); err != nil || !ok {
+	if ok, err := TableExists(ctx, conn, t.DeadLetter); err != nil || !ok {
 		return nil, err
 	}
 	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, count(*) FROM %s WHERE slot = $1 GROUP BY 1", t.DeadLetter), t.Slot)

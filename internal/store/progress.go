@@ -32,7 +32,7 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Pos
 	if t.Progress == "" {
 		return map[string]Position{}, nil
 	}
-	if ok, err := tableExists(ctx, conn, t.Progress); err != nil || !ok {
+	if ok, err := TableExists(ctx, conn, t.Progress); err != nil || !ok {
 		return nil, err
 	}
 	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", t.Progress), t.Slot)

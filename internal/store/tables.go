@@ -78,7 +78,7 @@ func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 		if x.table == "" {
 			continue
 		}
-		exists, err := tableExists(ctx, conn, x.table)
+		exists, err := TableExists(ctx, conn, x.table)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", x.field, err)
 		}
@@ -115,7 +115,7 @@ func Check(ctx context.Context, conn *pgx.Conn, t Tables, deadLetter bool) error
 }
 
 func checkTable(ctx context.Context, conn *pgx.Conn, table, name, field string, privs []string, required bool, alt string) error {
-	exists, err := tableExists(ctx, conn, table)
+	exists, err := TableExists(ctx, conn, table)
 	if err != nil {
 		return fmt.Errorf("%s: %w", field, err)
 	}
@@ -146,7 +146,8 @@ func checkTable(ctx context.Context, conn *pgx.Conn, table, name, field string, 
 	return nil
 }
 
-func tableExists(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
+// TableExists reports whether table (quoted) exists.
+func TableExists(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
 		return false, fmt.Errorf("looking up %s: %w", table, err)
