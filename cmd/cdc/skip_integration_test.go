@@ -101,3 +101,55 @@ func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationSkipGoesRowByRowThroughOneTransaction: two bad rows in
+// one transaction. The relay stops at the first; once it is skipped, at
+// the second (the slot stays before the transaction, so the first is
+// still pending): cdc skip must take the second then, passing over the
+// row parked already, as the relay does.
+func TestIntegrationSkipGoesRowByRowThroughOneTransaction(t *testing.T) {
+	url, ob, out, cfg := fileOutbox(t, "")
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+	bad1, mid, bad2 := relaytest.NewMsg("bad", "k", 1), relaytest.NewMsg("ok", "k", 2), relaytest.NewMsg("bad", "k", 3)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertBad := func(m relaytest.Msg) {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+ob.Table+" (id, type, key, payload) VALUES ($1, 'bad', 'k', 'not json')", m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insertBad(bad1)
+	if err := ob.Insert(ctx, tx, mid); err != nil {
+		t.Fatal(err)
+	}
+	insertBad(bad2)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := relaytest.NewMsg("after", "k", 4)
+	ob.InsertTx(t, conn, after)
+
+	lsnRE := regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`)
+	for _, bad := range []relaytest.Msg{bad1, bad2} {
+		p := startCDC(t, "run", "--config", cfg)
+		if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), bad.ID) {
+			t.Fatalf("run: exit %d, want 1 stopping at %s\n%s", code, bad.ID, p.stderr.String())
+		}
+		m := lsnRE.FindStringSubmatch(p.stderr.String())
+		if m == nil {
+			t.Fatalf("no cdc skip line:\n%s", p.stderr.String())
+		}
+		var b bytes.Buffer
+		if code := run([]string{"skip", "--config", cfg, "--lsn", m[1]}, &b, &b); code != 0 || !strings.Contains(b.String(), bad.ID) {
+			t.Fatalf("skip of %s: exit %d: %s", bad.ID, code, b.String())
+		}
+	}
+	p := startCDC(t, "run", "--config", cfg)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{mid, after}, 30*time.Second, p.stderr.String)
+}

@@ -56,7 +56,9 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 	if info.Active {
 		return Skipped{}, fmt.Errorf("%w: slot %s is held by process %d (a running relay); stop every relay on it first, then run cdc skip again", ErrSkipActive, cfg.Postgres.Slot, info.ActivePID)
 	}
-	de, err := firstInvalid(ctx, conn, cfg)
+	dead := store.NewDeadLetter(cfg.Postgres.URL, store.TablesOf(cfg))
+	defer dead.Close()
+	de, err := firstInvalid(ctx, conn, cfg, dead)
 	if err != nil {
 		return Skipped{}, err
 	}
@@ -70,8 +72,6 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 		return Skipped{}, fmt.Errorf("%w: the first message the relay cannot map is at LSN %s (%v), not %s; cdc skip parks only the message the relay stops at",
 			ErrSkipOther, de.LSN, de, lsn)
 	}
-	dead := store.NewDeadLetter(cfg.Postgres.URL, store.TablesOf(cfg))
-	defer dead.Close()
 	if err := dead.Park(ctx, de, store.SkippedPrefix+de.Err.Error()); err != nil {
 		return Skipped{}, err
 	}
@@ -79,8 +79,10 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 }
 
 // firstInvalid returns the first row after the slot's confirmed position
-// that the decoder cannot map, or nil.
-func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (*decoder.Error, error) {
+// that the decoder cannot map and that is not parked already (the relay
+// goes past those, as after an earlier cdc skip in the same transaction),
+// or nil.
+func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead *store.DeadLetter) (*decoder.Error, error) {
 	for _, limit := range skipPeeks {
 		dec := decoder.New(cfg.Outbox())
 		n := 0
@@ -99,10 +101,19 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (*dec
 				return nil, err
 			}
 			at, _ := pglogrepl.ParseLSN(lsnText)
-			if _, err := dec.Decode(at, data); err != nil {
-				if !errors.As(err, &found) {
+			_, err := dec.Decode(at, data)
+			if err != nil && !errors.As(err, &found) {
+				rows.Close()
+				return nil, fmt.Errorf("decoding the slot's pending changes at %s: %w", at, err)
+			}
+			if found != nil && !found.Table {
+				parked, err := dead.Parked(ctx, found.LSN) // on the dead-letter store's own connection
+				if err != nil {
 					rows.Close()
-					return nil, fmt.Errorf("decoding the slot's pending changes at %s: %w", at, err)
+					return nil, err
+				}
+				if parked {
+					found = nil
 				}
 			}
 		}
