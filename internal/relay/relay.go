@@ -177,19 +177,17 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}
 	tracker.Progress(st.confirmed)
 	sinks, err := r.openSinks(ctx)
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
+	if err != nil {
 		stream.Release()
-		return false, nil
-	case errors.Is(err, context.DeadlineExceeded):
-		// A sink waited too long (the file sink's lock, held by an
-		// instance that lost the slot but has not noticed yet): let go
-		// of the slot and try again.
-		stream.Release()
-		return false, restart{err}
-	default:
-		stream.Release()
+		switch {
+		case ctx.Err() != nil:
+			return false, nil
+		case errors.Is(err, context.DeadlineExceeded):
+			// A sink waited too long (the file sink's lock, held by an
+			// instance that lost the slot but has not noticed yet): let
+			// go of the slot and try again.
+			return false, restart{err}
+		}
 		return false, err
 	}
 	defer r.closeSinks(sinks)
