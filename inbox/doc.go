@@ -86,14 +86,39 @@
 // and gives the effect a *sql.Tx. Both use the same SQL. HTTPHandler turns
 // either into a webhook endpoint that answers 2xx for processed and
 // duplicate messages and 5xx when the effect failed, so the sender retries.
-// KafkaLoop drives a kafka-go consumer-group Reader: it reads the message id
-// from the record header "id" (where the relay puts it), runs Process, and
-// commits the offset only after the database commit; a failed effect is
-// retried in place, because a group Reader re-reads an uncommitted offset
-// only after a restart or rebalance. ServiceBusLoop drives an azservicebus
-// Receiver the same way: the id is the MessageId, CompleteMessage follows
-// the commit, AbandonMessage follows a failed effect. For other brokers,
-// call Process from your receive loop and acknowledge after it returns.
+//
+// A panicking effect is a failing effect: Process recovers the panic,
+// rolls back, and returns an error wrapping ErrPanicked (a *PanicError
+// with the value and the stack), so a loop or handler gives the message
+// back for redelivery rather than crashing with the transaction open.
+//
+// # Receive loops
+//
+// The broker loops live in subpackages, so that importing inbox pulls in
+// no broker client (a test checks this package's dependencies):
+//
+//   - inbox/inboxkafka: Loop drives a kafka-go consumer-group Reader. The
+//     id is the record header "id" (where the relay puts it); the offset
+//     is committed only after the database commit; a failing effect is
+//     retried in place, because a group Reader re-reads an uncommitted
+//     offset only after a restart or rebalance; poison (no id, too many
+//     failures) stops the loop unless Options.OnPoison parks it.
+//   - inbox/inboxsb: Loop drives an azservicebus Receiver: the id is the
+//     MessageId, CompleteMessage follows the commit, AbandonMessage
+//     follows a failed effect, and Service Bus redelivers and
+//     dead-letters.
+//
+// inboxkafka is the model for new loops. What they share is here:
+// Processor (an *Inbox or *SQLInbox, generic in the transaction type),
+// Result, ProcessRetrying with Retry for retrying one message in place
+// (backoff from FirstRetryBackoff to DefaultRetryBackoff, MaxAttempts
+// counting only the effect's failures, ErrTooManyAttempts for poison),
+// SleepBackoff for other retries, and the sentinels ErrEmptyID (a message
+// without an id), ErrInvalidOptions and ErrPanicked. A loop acknowledges
+// the broker only after Process returned Processed or Duplicate, and
+// never skips a message without a decision of the user's. For a broker
+// without a loop, call Process from your receive loop and acknowledge
+// after it returns.
 //
 // # Concurrency
 //

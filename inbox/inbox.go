@@ -71,11 +71,16 @@ func (ib *Inbox) EnsureTable(ctx context.Context) error {
 //   - Otherwise it calls effect with the transaction and commits, returning
 //     Processed.
 //
-// If effect returns an error (or panics), the transaction rolls back:
-// nothing is recorded, so a redelivery processes the message again.
-// Process then returns an error wrapping effect's. Effect must do its
-// database work through tx and must not commit or roll it back; ctx is
-// the one given to Process. A nil effect only records the id.
+// If effect returns an error, the transaction rolls back: nothing is
+// recorded, so a redelivery processes the message again. Process then
+// returns an error wrapping effect's. If effect panics, Process recovers
+// the panic, rolls back the same way and returns an error wrapping a
+// *PanicError (errors.Is(err, ErrPanicked)) with the panic value and
+// stack: to the caller, and to a receive loop, a panicking effect is a
+// failing effect, retried or given back to the broker like one. Effect
+// must do its database work through tx and must not commit or roll it
+// back; ctx is the one given to Process. A nil effect only records the
+// id.
 //
 // Acknowledge (complete, commit the offset of) the broker message only
 // after Process returns Processed or Duplicate; on any error leave it to
@@ -99,7 +104,7 @@ func (ib *Inbox) Process(ctx context.Context, msgID string, effect func(ctx cont
 		return Duplicate, nil
 	}
 	if effect != nil {
-		if err := effect(ctx, tx); err != nil {
+		if err := runEffect(func() error { return effect(ctx, tx) }); err != nil {
 			return 0, fmt.Errorf("inbox: message %q: effect failed, rolled back: %w", msgID, err)
 		}
 	}

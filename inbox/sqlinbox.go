@@ -56,7 +56,8 @@ func (ib *SQLInbox) EnsureTable(ctx context.Context) error {
 }
 
 // Process is Inbox.Process for database/sql: effect gets the *sql.Tx, and
-// must not commit or roll it back.
+// must not commit or roll it back. A panicking effect is rolled back and
+// reported as an error wrapping ErrPanicked, as by Inbox.Process.
 func (ib *SQLInbox) Process(ctx context.Context, msgID string, effect func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
 	if msgID == "" {
 		return 0, ErrEmptyID
@@ -78,7 +79,7 @@ func (ib *SQLInbox) Process(ctx context.Context, msgID string, effect func(ctx c
 		return Duplicate, nil
 	}
 	if effect != nil {
-		if err := effect(ctx, tx); err != nil {
+		if err := runEffect(func() error { return effect(ctx, tx) }); err != nil {
 			return 0, fmt.Errorf("inbox: message %q: effect failed, rolled back: %w", msgID, err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/inbox/inboxkafka"
 	"github.com/walpost/walpost/outbox"
 )
 
@@ -117,7 +118,7 @@ func Book(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 	if err := json.Unmarshal(m.Value, &ev); err != nil {
 		return fmt.Errorf("e2e: decoding %s: %w", TypeAccountCredited, err)
 	}
-	id := headerValue(m, inbox.DefaultKafkaIDHeader)
+	id := headerValue(m, inboxkafka.DefaultIDHeader)
 	if _, err := tx.Exec(ctx, `INSERT INTO ledger (message_id, account, amount) VALUES ($1, $2, $3)`,
 		id, ev.Account, ev.Amount); err != nil {
 		return err
@@ -131,13 +132,13 @@ func Book(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
 // Consume runs the reporting service's consumer until ctx ends: it reads
 // r (a consumer-group Reader of the bank's topic), books each message once
 // per id through ib, and commits each offset after the booking committed.
-// See inbox.KafkaLoop.
-func Consume(ctx context.Context, r *kafka.Reader, ib *inbox.Inbox, opts inbox.KafkaOptions) error {
-	return inbox.KafkaLoop(ctx, r, ib, Book, opts)
+// See inboxkafka.Loop.
+func Consume(ctx context.Context, r *kafka.Reader, ib *inbox.Inbox, opts inboxkafka.Options) error {
+	return inboxkafka.Loop(ctx, r, ib, Book, opts)
 }
 
 // headerValue returns the value of m's last header named key (the one
-// KafkaLoop takes the id from), or "".
+// inboxkafka.Loop takes the id from), or "".
 func headerValue(m kafka.Message, key string) string {
 	v := ""
 	for _, h := range m.Headers {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/walpost/walpost/examples/e2e"
 	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/inbox/inboxkafka"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -46,7 +47,7 @@ var accounts = []string{"acct-0", "acct-1", "acct-2", "acct-3", "acct-4", "acct-
 //	bank (accounts + outbox, one transaction per credit)
 //	  ─► cdc run (logical replication ─► Kafka)   ← killed with SIGKILL and restarted
 //	  ─► Kafka topic bank.events (kfake, in process)
-//	  ─► reporting consumer (inbox.KafkaLoop: ledger row + total, once per message id)
+//	  ─► reporting consumer (inboxkafka.Loop: ledger row + total, once per message id)
 //
 // Kafka ends up holding copies of some messages (the relay re-sends what
 // it had not confirmed when it died), yet every credit is booked exactly
@@ -123,7 +124,7 @@ log: {level: info, format: json}
 	defer func() { stopConsumer(); <-consumerDone }()
 	go func() {
 		defer close(consumerDone)
-		consumerErr = e2e.Consume(consumerCtx, reader, ib, inbox.KafkaOptions{
+		consumerErr = e2e.Consume(consumerCtx, reader, ib, inboxkafka.Options{
 			RetryBackoff: time.Second,
 			OnError:      func(m kafka.Message, id string, err error) { t.Logf("consumer, retrying: %v", err) },
 			OnCommitted: func(m kafka.Message, id string, res inbox.Result) {
@@ -228,7 +229,7 @@ log: {level: info, format: json}
 	copies := map[string]int{}
 	for _, r := range recs {
 		for _, h := range r.Headers {
-			if h.Key == inbox.DefaultKafkaIDHeader {
+			if h.Key == inboxkafka.DefaultIDHeader {
 				copies[string(h.Value)]++
 			}
 		}

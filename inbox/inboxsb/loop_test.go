@@ -1,4 +1,4 @@
-package inbox
+package inboxsb
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/inbox/internal/inboxtest"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 )
@@ -61,7 +63,7 @@ func (q *sbQueue) send(t *testing.T, id, body string) {
 // recorder wraps a receiver and records the settlements, calling
 // onComplete before each Complete goes to the broker.
 type recorder struct {
-	ServiceBusReceiver
+	Receiver
 	onComplete func(msg *azservicebus.ReceivedMessage)
 
 	mu        sync.Mutex
@@ -74,7 +76,7 @@ func (r *recorder) CompleteMessage(ctx context.Context, msg *azservicebus.Receiv
 	if r.onComplete != nil {
 		r.onComplete(msg)
 	}
-	err := r.ServiceBusReceiver.CompleteMessage(ctx, msg, o)
+	err := r.Receiver.CompleteMessage(ctx, msg, o)
 	if err == nil {
 		r.mu.Lock()
 		r.completed = append(r.completed, msg.MessageID)
@@ -84,7 +86,7 @@ func (r *recorder) CompleteMessage(ctx context.Context, msg *azservicebus.Receiv
 }
 
 func (r *recorder) AbandonMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, o *azservicebus.AbandonMessageOptions) error {
-	err := r.ServiceBusReceiver.AbandonMessage(ctx, msg, o)
+	err := r.Receiver.AbandonMessage(ctx, msg, o)
 	if err == nil {
 		r.mu.Lock()
 		r.abandoned = append(r.abandoned, msg.MessageID)
@@ -105,7 +107,7 @@ func (r *recorder) counts() (completed, abandoned, errs int) {
 	return len(r.completed), len(r.abandoned), len(r.errs)
 }
 
-// runLoop runs ServiceBusLoop in the background; stop cancels it and
+// runLoop runs Loop in the background; stop cancels it and
 // returns its error.
 func runLoop(t *testing.T, run func(ctx context.Context) error) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,7 +121,7 @@ func runLoop(t *testing.T, run func(ctx context.Context) error) (stop func() err
 			select {
 			case err = <-done:
 			case <-time.After(30 * time.Second):
-				err = errors.New("ServiceBusLoop did not return within 30s of its context ending")
+				err = errors.New("Loop did not return within 30s of its context ending")
 			}
 		})
 		return err
@@ -128,32 +130,32 @@ func runLoop(t *testing.T, run func(ctx context.Context) error) (stop func() err
 	return stop
 }
 
-var sbOpts = ServiceBusOptions{TimeAfterFirstMessage: 300 * time.Millisecond}
+var sbOpts = Options{TimeAfterFirstMessage: 300 * time.Millisecond}
 
-// TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit: the effect
+// TestIntegrationCompletesOnlyAfterTheCommit: the effect
 // runs once, its change and the id are committed before Complete is sent,
 // and the message is gone from the queue afterwards; with both drivers.
-func TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit(t *testing.T) {
-	for _, v := range variants {
-		t.Run(v.name, func(t *testing.T) {
-			f := newFixture(t)
-			ib := f.open(t, v, Options{}, 4)
+func TestIntegrationCompletesOnlyAfterTheCommit(t *testing.T) {
+	for _, v := range inboxtest.Drivers {
+		t.Run(v.Name, func(t *testing.T) {
+			f := inboxtest.NewFixture(t)
+			ib := f.Open(t, v, inbox.Options{}, 4)
 			q := newSBQueue(t, sbfake.QueueOptions{})
 			const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a10"
 			q.send(t, id, `{"n":1}`)
 
-			rec := &recorder{ServiceBusReceiver: q.receiver}
+			rec := &recorder{Receiver: q.receiver}
 			var atComplete []int
 			rec.onComplete = func(msg *azservicebus.ReceivedMessage) {
-				atComplete = append(atComplete, f.effects(t), f.count(t, "id = $1", msg.MessageID))
+				atComplete = append(atComplete, f.Effects(t), f.Count(t, "id = $1", msg.MessageID))
 			}
 			opts := sbOpts
 			opts.OnError = rec.onError
-			effect := func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error {
+			effect := func(ctx context.Context, exec inboxtest.Exec, msg *azservicebus.ReceivedMessage) error {
 				if string(msg.Body) != `{"n":1}` {
 					return fmt.Errorf("body %q", msg.Body)
 				}
-				return f.increment(exec)
+				return f.Increment(exec)
 			}
 			stop := runLoop(t, func(ctx context.Context) error { return loopFor(ctx, ib, rec, effect, opts) })
 
@@ -164,7 +166,7 @@ func TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit(t *testing.T) {
 			if fmt.Sprint(atComplete) != "[1 1]" {
 				t.Errorf("at Complete the database held %v effects and ids, want [1 1]: complete before commit", atComplete)
 			}
-			if n := f.effects(t); n != 1 {
+			if n := f.Effects(t); n != 1 {
 				t.Errorf("%d effects committed, want 1", n)
 			}
 			if st := q.fake.Stats(t, q.name); st.Active+st.Locked != 0 || st.Completed != 1 {
@@ -179,27 +181,27 @@ func TestIntegrationServiceBusLoopCompletesOnlyAfterTheCommit(t *testing.T) {
 
 var errBoom = errors.New("effect failed (test)")
 
-// TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails: the first
+// TestIntegrationAbandonsWhenTheEffectFails: the first
 // delivery's effect fails after changing the database; that change rolls
 // back, the message is abandoned, comes back with delivery count 2 and is
 // processed once.
-func TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails(t *testing.T) {
-	f := newFixture(t)
-	ib := f.open(t, variants[0], Options{}, 4)
+func TestIntegrationAbandonsWhenTheEffectFails(t *testing.T) {
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 4)
 	q := newSBQueue(t, sbfake.QueueOptions{})
 	const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a11"
 	q.send(t, id, "x")
 
-	rec := &recorder{ServiceBusReceiver: q.receiver}
+	rec := &recorder{Receiver: q.receiver}
 	opts := sbOpts
 	opts.OnError = rec.onError
 	var mu sync.Mutex
 	var deliveries []uint32
-	effect := func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error {
+	effect := func(ctx context.Context, exec inboxtest.Exec, msg *azservicebus.ReceivedMessage) error {
 		mu.Lock()
 		deliveries = append(deliveries, msg.DeliveryCount)
 		mu.Unlock()
-		if err := f.increment(exec); err != nil {
+		if err := f.Increment(exec); err != nil {
 			return err
 		}
 		if msg.DeliveryCount == 1 {
@@ -218,7 +220,7 @@ func TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails(t *testing.T) {
 	if fmt.Sprint(deliveries) != "[1 2]" {
 		t.Errorf("the effect saw delivery counts %v, want [1 2]", deliveries)
 	}
-	if n := f.effects(t); n != 1 {
+	if n := f.Effects(t); n != 1 {
 		t.Errorf("%d effects committed, want 1 (the failed one rolls back)", n)
 	}
 	if len(rec.errs) != 1 || !errors.Is(rec.errs[0], errBoom) {
@@ -229,27 +231,27 @@ func TestIntegrationServiceBusLoopAbandonsWhenTheEffectFails(t *testing.T) {
 	}
 }
 
-// TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect:
+// TestIntegrationCompletesDuplicatesWithoutRunningTheEffect:
 // the same MessageId sent twice (a relay resend outside the duplicate
 // detection window) runs the effect once; both copies are completed.
-func TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect(t *testing.T) {
-	f := newFixture(t)
-	ib := f.open(t, variants[1], Options{}, 4)
+func TestIntegrationCompletesDuplicatesWithoutRunningTheEffect(t *testing.T) {
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[1], inbox.Options{}, 4)
 	q := newSBQueue(t, sbfake.QueueOptions{})
 	const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a12"
 	q.send(t, id, "first copy")
 	q.send(t, id, "second copy")
 
-	rec := &recorder{ServiceBusReceiver: q.receiver}
+	rec := &recorder{Receiver: q.receiver}
 	opts := sbOpts
 	opts.OnError = rec.onError
 	var results []string
-	opts.OnCompleted = func(msg *azservicebus.ReceivedMessage, res Result) {
+	opts.OnCompleted = func(msg *azservicebus.ReceivedMessage, res inbox.Result) {
 		results = append(results, string(msg.Body)+": "+res.String())
 	}
 	stop := runLoop(t, func(ctx context.Context) error {
-		return loopFor(ctx, ib, rec, func(ctx context.Context, exec execFunc, _ *azservicebus.ReceivedMessage) error {
-			return f.increment(exec)
+		return loopFor(ctx, ib, rec, func(ctx context.Context, exec inboxtest.Exec, _ *azservicebus.ReceivedMessage) error {
+			return f.Increment(exec)
 		}, opts)
 	})
 	pgtest.Await(t, 20*time.Second, "both copies to be completed", func() bool { c, _, _ := rec.counts(); return c == 2 })
@@ -257,7 +259,7 @@ func TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect(t *
 	if got := fmt.Sprint(results); got != "[first copy: processed second copy: duplicate]" {
 		t.Errorf("OnCompleted saw %s, want the first copy processed and the second a duplicate", got)
 	}
-	if n := f.effects(t); n != 1 {
+	if n := f.Effects(t); n != 1 {
 		t.Errorf("%d effects committed for two copies of one message, want 1", n)
 	}
 	if st := q.fake.Stats(t, q.name); st.Active+st.Locked != 0 || st.Completed != 2 {
@@ -268,33 +270,33 @@ func TestIntegrationServiceBusLoopCompletesDuplicatesWithoutRunningTheEffect(t *
 	}
 }
 
-// TestIntegrationServiceBusLoopLockLostAfterCommitGivesADuplicate: the
+// TestIntegrationLockLostAfterCommitGivesADuplicate: the
 // effect commits, but the lock expires before Complete; Complete fails,
 // Service Bus delivers the message again, and the redelivery is a
-// Duplicate that is completed without running the effect again. This is
+// inbox.Duplicate that is completed without running the effect again. This is
 // why receivers need the inbox although the sender side has duplicate
 // detection.
-func TestIntegrationServiceBusLoopLockLostAfterCommitGivesADuplicate(t *testing.T) {
-	f := newFixture(t)
-	ib := f.open(t, variants[0], Options{}, 4)
+func TestIntegrationLockLostAfterCommitGivesADuplicate(t *testing.T) {
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 4)
 	q := newSBQueue(t, sbfake.QueueOptions{LockDuration: 400 * time.Millisecond})
 	const id = "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a13"
 	q.send(t, id, "slow")
 
-	rec := &recorder{ServiceBusReceiver: q.receiver}
+	rec := &recorder{Receiver: q.receiver}
 	opts := sbOpts
 	opts.OnError = rec.onError
 	stop := runLoop(t, func(ctx context.Context) error {
-		return loopFor(ctx, ib, rec, func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error {
+		return loopFor(ctx, ib, rec, func(ctx context.Context, exec inboxtest.Exec, msg *azservicebus.ReceivedMessage) error {
 			if msg.DeliveryCount == 1 {
 				time.Sleep(700 * time.Millisecond) // past the lock
 			}
-			return f.increment(exec)
+			return f.Increment(exec)
 		}, opts)
 	})
 	pgtest.Await(t, 20*time.Second, "the redelivery to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
 	stop()
-	if n := f.effects(t); n != 1 {
+	if n := f.Effects(t); n != 1 {
 		t.Errorf("%d effects committed, want 1", n)
 	}
 	var sbErr *azservicebus.Error
@@ -306,9 +308,9 @@ func TestIntegrationServiceBusLoopLockLostAfterCommitGivesADuplicate(t *testing.
 	}
 }
 
-// TestIntegrationServiceBusLoopReturnsWhenReceivingFails: a receiver of a
+// TestIntegrationReturnsWhenReceivingFails: a receiver of a
 // queue that does not exist fails for good; the loop returns that error.
-func TestIntegrationServiceBusLoopReturnsWhenReceivingFails(t *testing.T) {
+func TestIntegrationReturnsWhenReceivingFails(t *testing.T) {
 	fake := sbfake.Start(t)
 	c, err := azservicebus.NewClientFromConnectionString(fake.ConnectionString(), nil)
 	if err != nil {
@@ -319,16 +321,16 @@ func TestIntegrationServiceBusLoopReturnsWhenReceivingFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ib, err := New(nil, Options{}) // never reached
+	ib, err := inbox.New(nil, inbox.Options{}) // never reached
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = ServiceBusLoop(ctx, r, ib, func(context.Context, pgx.Tx, *azservicebus.ReceivedMessage) error {
+	err = Loop(ctx, r, ib, func(context.Context, pgx.Tx, *azservicebus.ReceivedMessage) error {
 		t.Error("effect called")
 		return nil
-	}, ServiceBusOptions{})
+	}, Options{})
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("loop returned %v (context: %v), want the receive error before the deadline", err, ctx.Err())
 	}
@@ -371,66 +373,63 @@ func (r *fakeReceiver) AbandonMessage(ctx context.Context, m *azservicebus.Recei
 // after the first message.
 type fakeProcessor struct{ stop context.CancelFunc }
 
-func (p fakeProcessor) Process(ctx context.Context, id string, effect func(context.Context, struct{}) error) (Result, error) {
+func (p fakeProcessor) Process(ctx context.Context, id string, effect func(context.Context, struct{}) error) (inbox.Result, error) {
 	if id == "" {
-		return 0, ErrEmptyID
+		return 0, inbox.ErrEmptyID
 	}
 	if err := effect(ctx, struct{}{}); err != nil {
 		return 0, err
 	}
 	p.stop()
-	return Processed, nil
+	return inbox.Processed, nil
 }
 
-// TestServiceBusLoopSettlesEveryMessageWhenStopped: when the context ends
+// TestLoopSettlesEveryMessageWhenStopped: when the context ends
 // mid-batch, the processed message is still completed (settling outlives
 // the context) and the rest are abandoned rather than left to their locks;
-// a message without a MessageId is abandoned with ErrEmptyID.
-func TestServiceBusLoopSettlesEveryMessageWhenStopped(t *testing.T) {
+// a message without a MessageId is abandoned with inbox.ErrEmptyID.
+func TestLoopSettlesEveryMessageWhenStopped(t *testing.T) {
 	r := &fakeReceiver{batch: []*azservicebus.ReceivedMessage{{MessageID: ""}, {MessageID: "a"}, {MessageID: "b"}, {MessageID: "c"}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var reported []error
-	err := ServiceBusLoop(ctx, r, fakeProcessor{cancel}, func(context.Context, struct{}, *azservicebus.ReceivedMessage) error { return nil },
-		ServiceBusOptions{OnError: func(_ *azservicebus.ReceivedMessage, err error) { reported = append(reported, err) }})
+	err := Loop(ctx, r, fakeProcessor{cancel}, func(context.Context, struct{}, *azservicebus.ReceivedMessage) error { return nil },
+		Options{OnError: func(_ *azservicebus.ReceivedMessage, err error) { reported = append(reported, err) }})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("loop returned %v, want context.Canceled", err)
 	}
 	if fmt.Sprint(r.completed) != "[a]" || fmt.Sprint(r.abandoned) != "[ b c]" {
 		t.Errorf("completed %q and abandoned %q, want [a] and [\"\" b c]", r.completed, r.abandoned)
 	}
-	if len(reported) != 1 || !errors.Is(reported[0], ErrEmptyID) {
-		t.Errorf("OnError got %v, want ErrEmptyID once", reported)
+	if len(reported) != 1 || !errors.Is(reported[0], inbox.ErrEmptyID) {
+		t.Errorf("OnError got %v, want inbox.ErrEmptyID once", reported)
 	}
 }
 
-func TestServiceBusLoopRejectsInvalidOptions(t *testing.T) {
+func TestLoopRejectsInvalidOptions(t *testing.T) {
 	r := &fakeReceiver{}
 	p := fakeProcessor{func() {}}
 	effect := func(context.Context, struct{}, *azservicebus.ReceivedMessage) error { return nil }
-	for _, o := range []ServiceBusOptions{{MaxMessages: -1}, {SettleTimeout: -time.Second}, {TimeAfterFirstMessage: -time.Second}} {
-		if err := ServiceBusLoop(context.Background(), r, p, effect, o); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("options %+v: %v, want ErrInvalidOptions", o, err)
+	for _, o := range []Options{{MaxMessages: -1}, {SettleTimeout: -time.Second}, {TimeAfterFirstMessage: -time.Second}} {
+		if err := Loop(context.Background(), r, p, effect, o); !errors.Is(err, inbox.ErrInvalidOptions) {
+			t.Errorf("options %+v: %v, want inbox.ErrInvalidOptions", o, err)
 		}
 	}
-	if err := ServiceBusLoop(context.Background(), nil, p, effect, ServiceBusOptions{}); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("nil receiver: %v, want ErrInvalidOptions", err)
+	if err := Loop(context.Background(), nil, p, effect, Options{}); !errors.Is(err, inbox.ErrInvalidOptions) {
+		t.Errorf("nil receiver: %v, want inbox.ErrInvalidOptions", err)
 	}
 }
 
-// loopFor runs ServiceBusLoop over the test inbox of either driver, with
-// the effect given a statement runner.
-func loopFor(ctx context.Context, ib testInbox, r ServiceBusReceiver,
-	effect func(ctx context.Context, exec execFunc, msg *azservicebus.ReceivedMessage) error, opts ServiceBusOptions) error {
-	switch ib := ib.(type) {
-	case pgxInbox:
-		return ServiceBusLoop(ctx, r, ib.Inbox, func(ctx context.Context, tx pgx.Tx, msg *azservicebus.ReceivedMessage) error {
+// loopFor runs Loop over the test inbox of either driver, with its own
+// transaction type, the effect given a statement runner.
+func loopFor(ctx context.Context, ib *inboxtest.Inbox, r Receiver,
+	effect func(ctx context.Context, exec inboxtest.Exec, msg *azservicebus.ReceivedMessage) error, opts Options) error {
+	if ib.PGX != nil {
+		return Loop(ctx, r, ib.PGX, func(ctx context.Context, tx pgx.Tx, msg *azservicebus.ReceivedMessage) error {
 			return effect(ctx, func(s string, args ...any) error { _, err := tx.Exec(ctx, s, args...); return err }, msg)
 		}, opts)
-	case sqlInbox:
-		return ServiceBusLoop(ctx, r, ib.SQLInbox, func(ctx context.Context, tx *sql.Tx, msg *azservicebus.ReceivedMessage) error {
-			return effect(ctx, func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err }, msg)
-		}, opts)
 	}
-	return fmt.Errorf("unknown inbox %T", ib)
+	return Loop(ctx, r, ib.SQL, func(ctx context.Context, tx *sql.Tx, msg *azservicebus.ReceivedMessage) error {
+		return effect(ctx, func(q string, args ...any) error { _, err := tx.ExecContext(ctx, q, args...); return err }, msg)
+	}, opts)
 }

@@ -1,4 +1,4 @@
-package inbox
+package inboxsb
 
 import (
 	"context"
@@ -7,20 +7,22 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/walpost/walpost/inbox"
 )
 
-// DefaultServiceBusMaxMessages is how many messages one receive call of
-// ServiceBusLoop asks for when ServiceBusOptions.MaxMessages is zero.
-const DefaultServiceBusMaxMessages = 10
+// DefaultMaxMessages is how many messages one receive call of Loop asks
+// for when Options.MaxMessages is zero.
+const DefaultMaxMessages = 10
 
-// DefaultSettleTimeout bounds a Complete or Abandon call of ServiceBusLoop
-// when ServiceBusOptions.SettleTimeout is zero.
+// DefaultSettleTimeout bounds a Complete or Abandon call of Loop when
+// Options.SettleTimeout is zero.
 const DefaultSettleTimeout = 30 * time.Second
 
-// ServiceBusReceiver is the part of an azservicebus receiver that
-// ServiceBusLoop uses. *azservicebus.Receiver (peek-lock mode, the
-// default) and *azservicebus.SessionReceiver satisfy it.
-type ServiceBusReceiver interface {
+// Receiver is the part of an azservicebus receiver that Loop uses.
+// *azservicebus.Receiver (peek-lock mode, the default) and
+// *azservicebus.SessionReceiver satisfy it.
+type Receiver interface {
 	// ReceiveMessages waits for at least one message (or ctx) and returns
 	// up to maxMessages, locked.
 	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
@@ -31,21 +33,24 @@ type ServiceBusReceiver interface {
 	AbandonMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
 }
 
-// ServiceBusOptions configures ServiceBusLoop. The zero value is usable.
-type ServiceBusOptions struct {
+// Options configures Loop. The zero value is usable: up to 10 messages
+// per receive call, 30s to settle each, failures not reported.
+type Options struct {
 	// MaxMessages is the most messages one ReceiveMessages call returns.
-	// Zero means DefaultServiceBusMaxMessages. Each is locked from receipt,
-	// so keep MaxMessages × the time one message takes below the entity's
-	// lock duration.
+	// Zero means DefaultMaxMessages (10); it must not be negative. Each
+	// is locked from receipt, so keep MaxMessages × the time one message
+	// takes below the entity's lock duration.
 	MaxMessages int
 	// TimeAfterFirstMessage is how long a receive call waits for more
 	// messages after the first one arrived (ReceiveMessagesOptions); zero
-	// means the SDK's default (20ms in peek-lock mode).
+	// means the SDK's default (20ms in peek-lock mode); it must not be
+	// negative.
 	TimeAfterFirstMessage time.Duration
 	// SettleTimeout bounds each Complete and Abandon call. Zero means
-	// DefaultSettleTimeout. Settling runs even after ctx ended, so that a
-	// message whose effect committed is completed and one whose effect
-	// failed is given back at once rather than when its lock expires.
+	// DefaultSettleTimeout (30s); it must not be negative. Settling runs
+	// even after ctx ended, so that a message whose effect committed is
+	// completed and one whose effect failed is given back at once rather
+	// than when its lock expires.
 	SettleTimeout time.Duration
 	// OnError, when set, is called, from the loop's goroutine, for every
 	// message that was not processed and completed: with the error of
@@ -55,61 +60,64 @@ type ServiceBusOptions struct {
 	// the next messages' locks are running.
 	OnError func(msg *azservicebus.ReceivedMessage, err error)
 	// OnCompleted, when set, is called from the loop's goroutine after a
-	// message was completed, with what Process did: Processed or
-	// Duplicate. E.g. for metrics.
-	OnCompleted func(msg *azservicebus.ReceivedMessage, res Result)
+	// message was completed, with what Process did: inbox.Processed or
+	// inbox.Duplicate. E.g. for metrics.
+	OnCompleted func(msg *azservicebus.ReceivedMessage, res inbox.Result)
 }
 
-func (o ServiceBusOptions) withDefaults() (ServiceBusOptions, error) {
+// withDefaults checks o and fills in its defaults; errors wrap
+// inbox.ErrInvalidOptions and name the field.
+func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.MaxMessages < 0:
-		return o, fmt.Errorf("%w: ServiceBusOptions.MaxMessages: negative (%d)", ErrInvalidOptions, o.MaxMessages)
+		return o, fmt.Errorf("%w: inboxsb.Options.MaxMessages: negative (%d)", inbox.ErrInvalidOptions, o.MaxMessages)
 	case o.MaxMessages == 0:
-		o.MaxMessages = DefaultServiceBusMaxMessages
+		o.MaxMessages = DefaultMaxMessages
 	}
 	if o.TimeAfterFirstMessage < 0 {
-		return o, fmt.Errorf("%w: ServiceBusOptions.TimeAfterFirstMessage: negative (%v)", ErrInvalidOptions, o.TimeAfterFirstMessage)
+		return o, fmt.Errorf("%w: inboxsb.Options.TimeAfterFirstMessage: negative (%v)", inbox.ErrInvalidOptions, o.TimeAfterFirstMessage)
 	}
 	switch {
 	case o.SettleTimeout < 0:
-		return o, fmt.Errorf("%w: ServiceBusOptions.SettleTimeout: negative (%v)", ErrInvalidOptions, o.SettleTimeout)
+		return o, fmt.Errorf("%w: inboxsb.Options.SettleTimeout: negative (%v)", inbox.ErrInvalidOptions, o.SettleTimeout)
 	case o.SettleTimeout == 0:
 		o.SettleTimeout = DefaultSettleTimeout
 	}
 	return o, nil
 }
 
-// ServiceBusLoop receives messages from r and runs effect once per message
-// id through p (an *Inbox or *SQLInbox), until ctx ends or receiving fails:
+// Loop receives messages from r and runs effect once per message id
+// through p (an *inbox.Inbox or *inbox.SQLInbox), until ctx ends or
+// receiving fails:
 //
 //   - The message id is the Service Bus MessageId, which walpost's
 //     servicebus sink sets to the outbox id.
 //   - For each message, in the order received, it calls p.Process with
-//     the MessageId and effect. Only after Process returned Processed or
-//     Duplicate — the effect and the id committed, or committed before —
-//     does it complete the message.
-//   - When Process fails (the effect failed, the database did; nothing was
-//     recorded), it abandons the message, which Service Bus delivers again
+//     the MessageId and effect. Only after Process returned
+//     inbox.Processed or inbox.Duplicate — the effect and the id
+//     committed, or committed before — does it complete the message.
+//   - When Process fails (the effect failed or panicked, the database
+//     failed; nothing was recorded), it abandons the message, which Service Bus delivers again
 //     with a higher delivery count (and dead-letters after the entity's
 //     MaxDeliveryCount). A message without a MessageId is abandoned too,
-//     with ErrEmptyID.
+//     with inbox.ErrEmptyID.
 //   - A Complete that fails after the commit (the lock expired, the
 //     connection dropped) leaves the message to come back; its redelivery
 //     returns Duplicate and is completed then.
 //
-// Failures of single messages go to ServiceBusOptions.OnError and the loop
-// goes on. Unlike KafkaLoop it needs no retry in place and no poison
+// Failures of single messages go to Options.OnError and the loop goes
+// on. Unlike inboxkafka.Loop it needs no retry in place and no poison
 // policy: an abandoned message comes back by itself, after the messages
 // behind it, and Service Bus moves a message that failed the entity's
 // MaxDeliveryCount times (10 by default) to its dead-letter queue.
 //
 // When ctx ends, the messages received but not yet processed are
-// abandoned and ServiceBusLoop returns ctx.Err(). When ReceiveMessages
-// fails (the SDK retries connection trouble itself; what it returns is
-// lasting: the entity is gone, the receiver was closed, the credential
-// lacks the Listen right), ServiceBusLoop returns that error. Invalid
-// options, or a nil receiver, processor or effect, give an error wrapping
-// ErrInvalidOptions.
+// abandoned and Loop returns ctx.Err(). When ReceiveMessages fails (the
+// SDK retries connection trouble itself; what it returns is lasting: the
+// entity is gone, the receiver was closed, the credential lacks the
+// Listen right), Loop returns that error. Invalid options, or a nil
+// receiver, processor or effect, give an error wrapping
+// inbox.ErrInvalidOptions.
 //
 // Messages are processed one at a time, in the order received, which
 // keeps the order of a session (use a *azservicebus.SessionReceiver for a
@@ -121,15 +129,15 @@ func (o ServiceBusOptions) withDefaults() (ServiceBusOptions, error) {
 // commit only costs a redelivery (found a Duplicate), but one that expires
 // before lets another receiver run the effect concurrently (the inbox's
 // primary key still lets only one commit). Stop the loop by ending ctx,
-// then close the receiver. One ServiceBusLoop per receiver.
-func ServiceBusLoop[Tx any](ctx context.Context, r ServiceBusReceiver, p Processor[Tx],
-	effect func(ctx context.Context, tx Tx, msg *azservicebus.ReceivedMessage) error, opts ServiceBusOptions) error {
+// then close the receiver. One Loop per receiver.
+func Loop[Tx any](ctx context.Context, r Receiver, p inbox.Processor[Tx],
+	effect func(ctx context.Context, tx Tx, msg *azservicebus.ReceivedMessage) error, opts Options) error {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return err
 	}
 	if r == nil || p == nil || effect == nil {
-		return fmt.Errorf("%w: ServiceBusLoop needs a receiver, a processor and an effect", ErrInvalidOptions)
+		return fmt.Errorf("%w: inboxsb.Loop needs a receiver, a processor and an effect", inbox.ErrInvalidOptions)
 	}
 	var ropts *azservicebus.ReceiveMessagesOptions
 	if opts.TimeAfterFirstMessage > 0 {
@@ -150,7 +158,7 @@ func ServiceBusLoop[Tx any](ctx context.Context, r ServiceBusReceiver, p Process
 	abandon := func(msg *azservicebus.ReceivedMessage, cause error) {
 		err := settle(func(ctx context.Context) error { return r.AbandonMessage(ctx, msg, nil) })
 		if err != nil {
-			err = fmt.Errorf("inbox: message %q: abandoning it: %w", msg.MessageID, err)
+			err = fmt.Errorf("inboxsb: message %q: abandoning it: %w", msg.MessageID, err)
 			if cause != nil {
 				err = errors.Join(cause, err)
 			}
@@ -171,7 +179,7 @@ func ServiceBusLoop[Tx any](ctx context.Context, r ServiceBusReceiver, p Process
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return ctxErr
 			}
-			return fmt.Errorf("inbox: receiving from Service Bus: %w", err)
+			return fmt.Errorf("inboxsb: receiving from Service Bus: %w", err)
 		}
 		for i, msg := range msgs {
 			if ctx.Err() != nil {
@@ -188,7 +196,7 @@ func ServiceBusLoop[Tx any](ctx context.Context, r ServiceBusReceiver, p Process
 				continue
 			}
 			if err := settle(func(ctx context.Context) error { return r.CompleteMessage(ctx, msg, nil) }); err != nil {
-				report(msg, fmt.Errorf("inbox: message %q: %s, but completing it failed (it will be delivered again and found a duplicate): %w",
+				report(msg, fmt.Errorf("inboxsb: message %q: %s, but completing it failed (it will be delivered again and found a duplicate): %w",
 					msg.MessageID, res, err))
 				continue
 			}

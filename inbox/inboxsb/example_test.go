@@ -1,4 +1,4 @@
-package inbox_test
+package inboxsb_test
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/inbox/inboxsb"
 )
 
 // Receive from a Service Bus queue that walpost's servicebus sink fills:
 // each message's effect commits once with its MessageId (the outbox id),
 // and the message is completed only after that commit.
-func ExampleServiceBusLoop() {
+func ExampleLoop() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -50,12 +51,12 @@ func ExampleServiceBusLoop() {
 	}
 	defer receiver.Close(context.Background())
 
-	err = inbox.ServiceBusLoop(ctx, receiver, ib, func(ctx context.Context, tx pgx.Tx, msg *azservicebus.ReceivedMessage) error {
+	err = inboxsb.Loop(ctx, receiver, ib, func(ctx context.Context, tx pgx.Tx, msg *azservicebus.ReceivedMessage) error {
 		// msg.Subject is the outbox type, msg.Body the payload.
 		_, err := tx.Exec(ctx, `INSERT INTO notifications (message_id, kind, body) VALUES ($1, $2, $3)`,
 			msg.MessageID, *msg.Subject, msg.Body)
 		return err
-	}, inbox.ServiceBusOptions{
+	}, inboxsb.Options{
 		OnError: func(msg *azservicebus.ReceivedMessage, err error) {
 			log.Printf("message %s (delivery %d): %v", msg.MessageID, msg.DeliveryCount, err)
 		},

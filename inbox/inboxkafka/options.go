@@ -1,0 +1,88 @@
+package inboxkafka
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/walpost/walpost/inbox"
+)
+
+// DefaultIDHeader is the record header Loop reads the message id from when
+// Options.IDHeader is empty: the header walpost's kafka sink puts the
+// outbox id in.
+const DefaultIDHeader = "id"
+
+// Options configures Loop. The zero value is usable: the id is read from
+// the "id" header, a failing message is retried in place until ctx ends
+// (waits from 100ms up to 30s), and a record without an id stops the
+// loop.
+type Options struct {
+	// IDHeader is the record header holding the message id. Empty means
+	// DefaultIDHeader ("id"), the header walpost's kafka sink sets. When
+	// a record carries the header more than once, the last one counts
+	// (as with the Java client's Headers.lastHeader). Surrounding spaces
+	// are trimmed.
+	IDHeader string
+	// RetryBackoff is the longest wait between two attempts at a failing
+	// message (its effect, the database, or the offset commit). Waits
+	// start at inbox.FirstRetryBackoff (100ms) and double with each
+	// failure, with jitter (inbox.Backoff). Zero means
+	// inbox.DefaultRetryBackoff (30s); it must not be negative.
+	RetryBackoff time.Duration
+	// MaxAttempts is how many times in a row a message's effect may fail
+	// (return an error or panic) before the message counts as poison
+	// (see OnPoison). Zero means no limit: the message is retried until
+	// ctx ends. Only the effect's failures count; a failing database
+	// (connecting, beginning, committing) is retried until ctx ends,
+	// since no message is to blame for it. It must not be negative.
+	MaxAttempts int
+	// OnError, when set, is called with every failed attempt before the
+	// loop waits and retries it: an effect or database error (msgID is
+	// the message's id), or an offset commit error. It is called from the
+	// loop's goroutine, e.g. to log.
+	OnError func(m kafka.Message, msgID string, err error)
+	// OnPoison decides what happens to a message that retrying cannot
+	// fix: a record without a message id (err wraps inbox.ErrEmptyID), or
+	// one whose effect failed MaxAttempts times (err wraps
+	// inbox.ErrTooManyAttempts and the effect's last error).
+	//
+	// When OnPoison is nil, Loop returns err without committing the
+	// message: the consumer stops at it and, restarted, reads it again.
+	// Nothing is skipped without a decision.
+	//
+	// To go on instead, log the message, copy it somewhere (a dead-letter
+	// table or topic) and return nil: Loop then commits its offset
+	// without running the effect and without recording an id. Return an
+	// error to stop Loop with that error, the message not committed.
+	OnPoison func(ctx context.Context, m kafka.Message, err error) error
+	// OnCommitted, when set, is called after a message's offset was
+	// committed, with what Process did: inbox.Processed or
+	// inbox.Duplicate. It is called from the loop's goroutine, e.g. for
+	// metrics.
+	OnCommitted func(m kafka.Message, msgID string, res inbox.Result)
+
+	// beforeCommit, when set (by tests), runs between Process and the
+	// offset commit; an error stops the loop there, as a crash would.
+	beforeCommit func(m kafka.Message) error
+}
+
+// withDefaults checks o and fills in its defaults; errors wrap
+// inbox.ErrInvalidOptions and name the field.
+func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.RetryBackoff < 0:
+		return o, fmt.Errorf("%w: inboxkafka.Options.RetryBackoff: negative (%v)", inbox.ErrInvalidOptions, o.RetryBackoff)
+	case o.RetryBackoff == 0:
+		o.RetryBackoff = inbox.DefaultRetryBackoff
+	}
+	if o.MaxAttempts < 0 {
+		return o, fmt.Errorf("%w: inboxkafka.Options.MaxAttempts: negative (%d)", inbox.ErrInvalidOptions, o.MaxAttempts)
+	}
+	if o.IDHeader == "" {
+		o.IDHeader = DefaultIDHeader
+	}
+	return o, nil
+}

@@ -1,0 +1,125 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// What the receive loops share (inboxkafka, inboxsb and the loops written
+// after them): Processor and Result for running an effect once per id,
+// ProcessRetrying for retrying one message in place with backoff until it
+// succeeds or turns poison, and SleepBackoff for any other retry (an
+// offset commit, an acknowledgement). See the package documentation,
+// "Receive loops".
+
+// DefaultRetryBackoff is the longest wait between two attempts at a
+// failing message when Retry.Backoff (or a loop's RetryBackoff option) is
+// zero.
+const DefaultRetryBackoff = 30 * time.Second
+
+// FirstRetryBackoff is the wait after a message's first failed attempt;
+// each further failure in a row doubles it, up to the loop's limit.
+const FirstRetryBackoff = 100 * time.Millisecond
+
+// Backoff returns how long to wait after the attempt-th failure in a row
+// (1 for the first): FirstRetryBackoff doubled with each further failure,
+// at most limit, less up to a fifth at random so that consumers that
+// failed together do not retry in step. A limit of zero or less means
+// DefaultRetryBackoff.
+func Backoff(attempt int, limit time.Duration) time.Duration {
+	if limit <= 0 {
+		limit = DefaultRetryBackoff
+	}
+	d := limit
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt < 30 { // past that the shift would overflow; limit is reached long before
+		d = min(limit, FirstRetryBackoff<<(attempt-1))
+	}
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// SleepBackoff waits Backoff(attempt, limit). It returns ctx.Err() if ctx
+// ends first, and nil otherwise.
+func SleepBackoff(ctx context.Context, attempt int, limit time.Duration) error {
+	t := time.NewTimer(Backoff(attempt, limit))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Retry says how ProcessRetrying retries one message in place. The zero
+// value retries until ctx ends, waiting up to DefaultRetryBackoff between
+// attempts. A loop fills it from its own options, after checking them
+// (errors naming the loop's fields, wrapping ErrInvalidOptions).
+type Retry struct {
+	// Backoff is the longest wait between two attempts (see Backoff).
+	// Zero or less means DefaultRetryBackoff.
+	Backoff time.Duration
+	// MaxAttempts is how many times in a row the effect may fail before
+	// ProcessRetrying gives up with ErrTooManyAttempts: the message is
+	// poison. Zero or less means no limit. Only the effect's failures
+	// count (an error it returned, or a panic): a failing database
+	// (connecting, beginning, committing) is retried until ctx ends,
+	// since no message is to blame for it.
+	MaxAttempts int
+	// OnError, when set, is called with each failed attempt (1 for the
+	// first) and its error, before the wait; from the caller's goroutine,
+	// e.g. to log.
+	OnError func(attempt int, err error)
+}
+
+// ProcessRetrying calls p.Process(ctx, msgID, effect) until it returns
+// Processed or Duplicate, waiting SleepBackoff between attempts. It
+// returns:
+//
+//   - the Result and nil once Process succeeded;
+//   - 0 and ctx.Err() when ctx ends (during an attempt or a wait);
+//   - 0 and an error wrapping ErrTooManyAttempts and the effect's last
+//     error once the effect failed r.MaxAttempts times in a row. The
+//     message is poison: the loop applies its poison policy (stop, or
+//     let the user park it and acknowledge it without an effect).
+//
+// Each attempt is a fresh transaction, so nothing of a failed one is
+// recorded. ProcessRetrying is for loops that must not move past a
+// message before it is processed (a Kafka partition's offset commit
+// covers every earlier record); a loop whose broker redelivers a message
+// given back (Service Bus abandon, a negative acknowledgement) may instead
+// call Process once and give the message back on error.
+func ProcessRetrying[Tx any](ctx context.Context, p Processor[Tx], msgID string, effect func(ctx context.Context, tx Tx) error, r Retry) (Result, error) {
+	failures := 0 // attempts in a row whose effect failed
+	for attempt := 1; ; attempt++ {
+		effectFailed := false
+		res, err := p.Process(ctx, msgID, func(ctx context.Context, tx Tx) error {
+			effectFailed = true // stays true if effect panics
+			err := effect(ctx, tx)
+			effectFailed = err != nil
+			return err
+		})
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if r.OnError != nil {
+			r.OnError(attempt, err)
+		}
+		if effectFailed {
+			failures++
+			if r.MaxAttempts > 0 && failures >= r.MaxAttempts {
+				return 0, fmt.Errorf("%w (%d): %w", ErrTooManyAttempts, failures, err)
+			}
+		}
+		if err := SleepBackoff(ctx, attempt, r.Backoff); err != nil {
+			return 0, err
+		}
+	}
+}
