@@ -1,0 +1,105 @@
+package natsjs
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish/envelope"
+)
+
+// The headers the sink sets besides the message's own (see the package
+// doc, "Mapping").
+const (
+	// HeaderMsgID is JetStream's deduplication header: the outbox id.
+	HeaderMsgID = jetstream.MsgIDHeader
+	// HeaderType carries the outbox type (format raw).
+	HeaderType = "Walpost-Type"
+	// HeaderKey carries the ordering key; absent when the key is NULL
+	// (both formats).
+	HeaderKey = "Walpost-Key"
+	// HeaderContentType is the CloudEvents binding's datacontenttype
+	// (format cloudevents).
+	HeaderContentType = "Content-Type"
+	// cePrefix starts the CloudEvents attribute headers (ce-id, …).
+	cePrefix = "ce-"
+)
+
+// reservedHeader reports whether a header of the headers column named k
+// is left out because the sink sets or NATS reads a header of that name:
+// Nats-* (the server acts on Nats-Msg-Id, Nats-Expected-*, Nats-Rollup,
+// Nats-TTL, …), Walpost-*, and with CloudEvents ce-* and Content-Type.
+// The comparison ignores case, as receivers often do.
+func reservedHeader(k string, ce bool) bool {
+	l := strings.ToLower(k)
+	if strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "walpost-") {
+		return true
+	}
+	return ce && (strings.HasPrefix(l, cePrefix) || l == "content-type")
+}
+
+// headerKeyOK mirrors nats.go's rule for header names (printable ASCII
+// other than `"()/,:;<=>?@[\]{}`), so that a bad name is refused with the
+// message named instead of nats.go's bare ErrBadHeaderMsg.
+func headerKeyOK(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c < 33 || c > 126 || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// natsMsg maps an outbox message to the NATS message published to
+// subject: the payload as data, Nats-Msg-Id = id, the identity headers of
+// the format, Walpost-Key when the key is not NULL, then the headers
+// column (reserved names left out). Header names keep their case. A
+// header name that NATS cannot carry is an error naming it.
+func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.Msg, error) {
+	h := make(nats.Header, len(m.Headers)+8)
+	ce := env.IsCloudEvents()
+	for k, v := range m.Headers {
+		if reservedHeader(k, ce) {
+			continue
+		}
+		if !headerKeyOK(k) {
+			return nil, fmt.Errorf("header %q of the headers column: NATS header names are printable ASCII without white space or any of \"()/,:;<=>?@[\\]{}", k)
+		}
+		h[k] = []string{v}
+	}
+	h[HeaderMsgID] = []string{m.ID}
+	if ce {
+		for _, a := range env.Attributes(m) {
+			h[cePrefix+a.Name] = []string{a.Value}
+		}
+		h[HeaderContentType] = []string{envelope.ContentType(m)}
+	} else {
+		h[HeaderType] = []string{m.Type}
+	}
+	if m.HasKey {
+		h[HeaderKey] = []string{m.Key}
+	}
+	data := m.Payload
+	if data == nil {
+		data = []byte{}
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
+}
+
+// headerNames returns h's names sorted, for logs and tests.
+func headerNames(h nats.Header) []string {
+	ks := make([]string, 0, len(h))
+	for k := range h {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
