@@ -40,6 +40,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
+	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
