@@ -98,7 +98,7 @@ func (k *kafkaFixture) committedOffset() (int64, error) {
 	return -1, nil
 }
 
-// hookView observes the fixture from KafkaLoop's hooks, on a connection of
+// hookView observes the fixture from Loop's hooks, on a connection of
 // its own; errors are reported with t.Error (hooks run off the test's
 // goroutine) and read as -2.
 type hookView struct {
@@ -130,39 +130,39 @@ func (h *hookView) effects() int {
 	return n
 }
 
-// kafkaLoopRun runs KafkaLoop in the background until stop is called, which
-// returns KafkaLoop's error.
-type kafkaLoopRun struct {
+// loopRun runs Loop in the background until stop is called, which
+// returns Loop's error.
+type loopRun struct {
 	cancel context.CancelFunc
 	errc   chan error
 }
 
-func startKafkaLoop(r Reader, p inbox.Processor[inboxtest.Exec], effect func(context.Context, inboxtest.Exec, kafka.Message) error, opts Options) *kafkaLoopRun {
+func startLoop(r Reader, p inbox.Processor[inboxtest.Exec], effect func(context.Context, inboxtest.Exec, kafka.Message) error, opts Options) *loopRun {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &kafkaLoopRun{cancel: cancel, errc: make(chan error, 1)}
+	l := &loopRun{cancel: cancel, errc: make(chan error, 1)}
 	go func() { l.errc <- Loop(ctx, r, p, effect, opts) }()
 	return l
 }
 
-func (l *kafkaLoopRun) stop(t *testing.T) error {
+func (l *loopRun) stop(t *testing.T) error {
 	t.Helper()
 	l.cancel()
 	select {
 	case err := <-l.errc:
 		return err
 	case <-time.After(15 * time.Second):
-		t.Fatal("KafkaLoop did not return within 15s of ctx ending")
+		t.Fatal("Loop did not return within 15s of ctx ending")
 		return nil
 	}
 }
 
-// kafkaResults counts OnCommitted calls by inbox.Result.
-type kafkaResults struct {
+// results counts OnCommitted calls by inbox.Result.
+type results struct {
 	mu sync.Mutex
 	n  map[inbox.Result]int
 }
 
-func (r *kafkaResults) add(_ kafka.Message, _ string, res inbox.Result) {
+func (r *results) add(_ kafka.Message, _ string, res inbox.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.n == nil {
@@ -171,13 +171,13 @@ func (r *kafkaResults) add(_ kafka.Message, _ string, res inbox.Result) {
 	r.n[res]++
 }
 
-func (r *kafkaResults) get(res inbox.Result) int {
+func (r *results) get(res inbox.Result) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n[res]
 }
 
-const kafkaWait = 20 * time.Second
+const integrationWait = 20 * time.Second
 
 // TestIntegrationCommitsTheOffsetOnlyAfterTheDatabaseCommit: while
 // the effect's transaction is open the group has no committed offset; once
@@ -192,8 +192,8 @@ func TestIntegrationCommitsTheOffsetOnlyAfterTheDatabaseCommit(t *testing.T) {
 
 			h := newHookView(t, f, k)
 			var uncommittedInTx, visibleAtOffsetCommit atomic.Int32
-			var res kafkaResults
-			l := startKafkaLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+			var res results
+			l := startLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
 				if h.committed() == -1 {
 					uncommittedInTx.Add(1)
 				}
@@ -204,11 +204,11 @@ func TestIntegrationCommitsTheOffsetOnlyAfterTheDatabaseCommit(t *testing.T) {
 				}
 				res.add(m, id, r)
 			}})
-			if !pgtest.WaitFor(kafkaWait, func() bool { return res.get(inbox.Processed) == 1 }) {
-				t.Fatalf("message not processed and committed within %v (loop error: %v)", kafkaWait, l.stop(t))
+			if !pgtest.WaitFor(integrationWait, func() bool { return res.get(inbox.Processed) == 1 }) {
+				t.Fatalf("message not processed and committed within %v (loop error: %v)", integrationWait, l.stop(t))
 			}
 			if err := l.stop(t); !errors.Is(err, context.Canceled) {
-				t.Fatalf("KafkaLoop returned %v, want context.Canceled", err)
+				t.Fatalf("Loop returned %v, want context.Canceled", err)
 			}
 			if uncommittedInTx.Load() != 1 || visibleAtOffsetCommit.Load() != 1 {
 				t.Fatalf("offset uncommitted during the effect: %d, effect visible when the offset was committed: %d; want 1 and 1",
@@ -237,10 +237,10 @@ func TestIntegrationRetriesAFailedEffectBeforeCommitting(t *testing.T) {
 
 			h := newHookView(t, f, k)
 			var attempts atomic.Int32
-			var res kafkaResults
+			var res results
 			var mu sync.Mutex
 			var afterFailure []string // committed offset and effects after each failure
-			l := startKafkaLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+			l := startLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
 				if err := f.Increment(exec); err != nil {
 					return err
 				}
@@ -257,11 +257,11 @@ func TestIntegrationRetriesAFailedEffectBeforeCommitting(t *testing.T) {
 				},
 				OnCommitted: res.add,
 			})
-			if !pgtest.WaitFor(kafkaWait, func() bool { return res.get(inbox.Processed) == 2 }) {
-				t.Fatalf("messages not processed within %v (loop error: %v)", kafkaWait, l.stop(t))
+			if !pgtest.WaitFor(integrationWait, func() bool { return res.get(inbox.Processed) == 2 }) {
+				t.Fatalf("messages not processed within %v (loop error: %v)", integrationWait, l.stop(t))
 			}
 			if err := l.stop(t); !errors.Is(err, context.Canceled) {
-				t.Fatalf("KafkaLoop returned %v, want context.Canceled", err)
+				t.Fatalf("Loop returned %v, want context.Canceled", err)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -287,16 +287,16 @@ func TestIntegrationRunsTheEffectOncePerID(t *testing.T) {
 			k.produce(t, "m1", "m2", "m1")
 
 			var effects atomic.Int32
-			var res kafkaResults
-			l := startKafkaLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+			var res results
+			l := startLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
 				effects.Add(1)
 				return f.Increment(exec)
 			}, Options{OnCommitted: res.add})
-			if !pgtest.WaitFor(kafkaWait, func() bool { return res.get(inbox.Processed)+res.get(inbox.Duplicate) == 3 }) {
-				t.Fatalf("messages not committed within %v (loop error: %v)", kafkaWait, l.stop(t))
+			if !pgtest.WaitFor(integrationWait, func() bool { return res.get(inbox.Processed)+res.get(inbox.Duplicate) == 3 }) {
+				t.Fatalf("messages not committed within %v (loop error: %v)", integrationWait, l.stop(t))
 			}
 			if err := l.stop(t); !errors.Is(err, context.Canceled) {
-				t.Fatalf("KafkaLoop returned %v, want context.Canceled", err)
+				t.Fatalf("Loop returned %v, want context.Canceled", err)
 			}
 			if res.get(inbox.Processed) != 2 || res.get(inbox.Duplicate) != 1 || effects.Load() != 2 || f.Effects(t) != 2 {
 				t.Fatalf("processed %d, duplicate %d, effect called %d times, %d committed; want 2, 1, 2, 2",
@@ -324,27 +324,27 @@ func TestIntegrationCrashBeforeTheOffsetCommitGivesADuplicate(t *testing.T) {
 
 			crash := errors.New("crashed before the offset commit")
 			r1 := k.reader(t)
-			l := startKafkaLoop(r1, ib, effect, Options{beforeCommit: func(kafka.Message) error { return crash }})
+			l := startLoop(r1, ib, effect, Options{beforeCommit: func(kafka.Message) error { return crash }})
 			select {
 			case err := <-l.errc:
 				if !errors.Is(err, crash) {
-					t.Fatalf("first KafkaLoop returned %v, want the crash", err)
+					t.Fatalf("first Loop returned %v, want the crash", err)
 				}
-			case <-time.After(kafkaWait):
-				t.Fatalf("first KafkaLoop did not reach the offset commit within %v", kafkaWait)
+			case <-time.After(integrationWait):
+				t.Fatalf("first Loop did not reach the offset commit within %v", integrationWait)
 			}
 			r1.Close() // the process is gone
 			if n, off := f.Effects(t), k.committed(t); n != 1 || off != -1 {
 				t.Fatalf("after the crash: %d effects, committed offset %d; want 1 and none (-1)", n, off)
 			}
 
-			var res kafkaResults
-			l = startKafkaLoop(k.reader(t), ib, effect, Options{OnCommitted: res.add})
-			if !pgtest.WaitFor(kafkaWait, func() bool { return res.get(inbox.Duplicate) == 1 }) {
-				t.Fatalf("message not read again as a duplicate within %v (loop error: %v)", kafkaWait, l.stop(t))
+			var res results
+			l = startLoop(k.reader(t), ib, effect, Options{OnCommitted: res.add})
+			if !pgtest.WaitFor(integrationWait, func() bool { return res.get(inbox.Duplicate) == 1 }) {
+				t.Fatalf("message not read again as a duplicate within %v (loop error: %v)", integrationWait, l.stop(t))
 			}
 			if err := l.stop(t); !errors.Is(err, context.Canceled) {
-				t.Fatalf("KafkaLoop returned %v, want context.Canceled", err)
+				t.Fatalf("Loop returned %v, want context.Canceled", err)
 			}
 			if n, off := f.Effects(t), k.committed(t); n != 1 || off != 1 || res.get(inbox.Processed) != 0 {
 				t.Fatalf("after the restart: %d effects, committed offset %d, %d processed; want 1, 1, 0", n, off, res.get(inbox.Processed))
@@ -361,18 +361,66 @@ func TestIntegrationStopsAtARecordWithoutAnID(t *testing.T) {
 	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 2)
 	k := newKafkaFixture(t)
 	k.produce(t, "m1", "", "m3")
-	l := startKafkaLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+	l := startLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
 		return f.Increment(exec)
 	}, Options{})
 	select {
 	case err := <-l.errc:
 		if !errors.Is(err, inbox.ErrEmptyID) {
-			t.Fatalf("KafkaLoop returned %v, want inbox.ErrEmptyID", err)
+			t.Fatalf("Loop returned %v, want inbox.ErrEmptyID", err)
 		}
-	case <-time.After(kafkaWait):
-		t.Fatalf("KafkaLoop did not stop at the record without an id within %v", kafkaWait)
+	case <-time.After(integrationWait):
+		t.Fatalf("Loop did not stop at the record without an id within %v", integrationWait)
 	}
 	if n, off := f.Effects(t), k.committed(t); n != 1 || off != 1 {
 		t.Fatalf("%d effects, committed offset %d; want 1 and 1 (up to the record without an id)", n, off)
+	}
+}
+
+// TestIntegrationPanickingEffectIsRetriedLikeAFailingOne: the effect
+// changes the database and panics on the first attempt; Process rolls it
+// back and reports inbox.ErrPanicked, the loop retries the record in
+// place, and the effect commits once before the offset.
+func TestIntegrationPanickingEffectIsRetriedLikeAFailingOne(t *testing.T) {
+	for _, v := range inboxtest.Drivers {
+		t.Run(v.Name, func(t *testing.T) {
+			f := inboxtest.NewFixture(t)
+			ib := f.Open(t, v, inbox.Options{}, 1)
+			k := newKafkaFixture(t)
+			k.produce(t, "m1")
+
+			var attempts atomic.Int32
+			var res results
+			var mu sync.Mutex
+			var reported []error
+			l := startLoop(k.reader(t), ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+				if err := f.Increment(exec); err != nil {
+					return err
+				}
+				if attempts.Add(1) == 1 {
+					panic("effect bug")
+				}
+				return nil
+			}, Options{RetryBackoff: 50 * time.Millisecond, MaxAttempts: 2, OnCommitted: res.add,
+				OnError: func(m kafka.Message, id string, err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					reported = append(reported, err)
+				}})
+			if !pgtest.WaitFor(integrationWait, func() bool { return res.get(inbox.Processed) == 1 }) {
+				t.Fatalf("message not processed within %v (loop error: %v)", integrationWait, l.stop(t))
+			}
+			if err := l.stop(t); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Loop returned %v, want context.Canceled", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(reported) != 1 || !errors.Is(reported[0], inbox.ErrPanicked) {
+				t.Fatalf("OnError got %v, want one error wrapping inbox.ErrPanicked", reported)
+			}
+			if n, off := f.Effects(t), k.committed(t); attempts.Load() != 2 || n != 1 || off != 1 {
+				t.Fatalf("%d attempts, %d effects, committed offset %d; want 2, 1, 1", attempts.Load(), n, off)
+			}
+		})
 	}
 }

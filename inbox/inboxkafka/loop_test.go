@@ -36,9 +36,9 @@ func TestDefaultIDHeaderIsTheSinksHeader(t *testing.T) {
 	}
 }
 
-// fakeKafkaReader serves msgs in order, then blocks until ctx ends. commitErr,
+// fakeReader serves msgs in order, then blocks until ctx ends. commitErr,
 // when set, decides the outcome of each commit.
-type fakeKafkaReader struct {
+type fakeReader struct {
 	mu        sync.Mutex
 	msgs      []kafka.Message
 	commits   []int64 // offsets committed, in order
@@ -46,7 +46,7 @@ type fakeKafkaReader struct {
 	calls     int
 }
 
-func (r *fakeKafkaReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
+func (r *fakeReader) FetchMessage(ctx context.Context) (kafka.Message, error) {
 	r.mu.Lock()
 	if len(r.msgs) > 0 {
 		m := r.msgs[0]
@@ -59,7 +59,7 @@ func (r *fakeKafkaReader) FetchMessage(ctx context.Context) (kafka.Message, erro
 	return kafka.Message{}, ctx.Err()
 }
 
-func (r *fakeKafkaReader) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
+func (r *fakeReader) CommitMessages(ctx context.Context, msgs ...kafka.Message) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
@@ -77,21 +77,21 @@ func (r *fakeKafkaReader) CommitMessages(ctx context.Context, msgs ...kafka.Mess
 	return nil
 }
 
-func (r *fakeKafkaReader) committed() string {
+func (r *fakeReader) committed() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return fmt.Sprint(r.commits)
 }
 
-// fakeKafkaProcessor records ids in memory; its "transaction" is the id.
+// fakeProcessor records ids in memory; its "transaction" is the id.
 // beginErr, when set, fails an attempt before the effect runs, as a
 // database that cannot begin would.
-type fakeKafkaProcessor struct {
+type fakeProcessor struct {
 	seen     map[string]bool
 	beginErr func() error
 }
 
-func (p *fakeKafkaProcessor) Process(ctx context.Context, id string, effect func(ctx context.Context, tx string) error) (inbox.Result, error) {
+func (p *fakeProcessor) Process(ctx context.Context, id string, effect func(ctx context.Context, tx string) error) (inbox.Result, error) {
 	if p.beginErr != nil {
 		if err := p.beginErr(); err != nil {
 			return 0, err
@@ -107,7 +107,9 @@ func (p *fakeKafkaProcessor) Process(ctx context.Context, id string, effect func
 	return inbox.Processed, nil
 }
 
-func kafkaMsg(offset int64, id string) kafka.Message {
+// record returns the record at offset of partition t[0], with the id in
+// DefaultIDHeader; id "" gives a record without an id.
+func record(offset int64, id string) kafka.Message {
 	m := kafka.Message{Topic: "t", Partition: 0, Offset: offset}
 	if id != "" {
 		m.Headers = []kafka.Header{{Key: "type", Value: []byte("x")}, {Key: DefaultIDHeader, Value: []byte(id)}}
@@ -115,10 +117,10 @@ func kafkaMsg(offset int64, id string) kafka.Message {
 	return m
 }
 
-// runFakeKafka runs KafkaLoop over r until the n-th message was committed or
-// the loop returns, and returns the loop's error (nil if it was still
-// running and had to be stopped).
-func runFakeKafka(t *testing.T, r *fakeKafkaReader, p *fakeKafkaProcessor, effect func(context.Context, string, kafka.Message) error, opts Options, n int) error {
+// runFake runs Loop over r until the n-th message was committed or the
+// loop returns, and returns the loop's error (nil if it was still running
+// and had to be stopped).
+func runFake(t *testing.T, r *fakeReader, p *fakeProcessor, effect func(context.Context, string, kafka.Message) error, opts Options, n int) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -144,17 +146,17 @@ func runFakeKafka(t *testing.T, r *fakeKafkaReader, p *fakeKafkaProcessor, effec
 		}
 		return err
 	case <-time.After(10 * time.Second):
-		t.Fatal("KafkaLoop did not finish in 10s")
+		t.Fatal("Loop did not finish in 10s")
 		return nil
 	}
 }
 
-func kafkaNoEffect(context.Context, string, kafka.Message) error { return nil }
+func noEffect(context.Context, string, kafka.Message) error { return nil }
 
 func TestLoopStopsAtARecordWithoutAnIDByDefault(t *testing.T) {
-	r := &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "a"), kafkaMsg(1, ""), kafkaMsg(2, "c")}}
-	p := &fakeKafkaProcessor{seen: map[string]bool{}}
-	err := runFakeKafka(t, r, p, kafkaNoEffect, Options{}, 3)
+	r := &fakeReader{msgs: []kafka.Message{record(0, "a"), record(1, ""), record(2, "c")}}
+	p := &fakeProcessor{seen: map[string]bool{}}
+	err := runFake(t, r, p, noEffect, Options{}, 3)
 	if !errors.Is(err, inbox.ErrEmptyID) || !strings.Contains(err.Error(), "t[0]@1") {
 		t.Fatalf("error = %v, want inbox.ErrEmptyID naming record t[0]@1", err)
 	}
@@ -167,10 +169,10 @@ func TestLoopStopsAtARecordWithoutAnIDByDefault(t *testing.T) {
 }
 
 func TestLoopSkipsAPoisonRecordOnlyWhenOnPoisonSaysSo(t *testing.T) {
-	r := &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, ""), kafkaMsg(1, "b")}}
-	p := &fakeKafkaProcessor{seen: map[string]bool{}}
+	r := &fakeReader{msgs: []kafka.Message{record(0, ""), record(1, "b")}}
+	p := &fakeProcessor{seen: map[string]bool{}}
 	var poisoned []string
-	err := runFakeKafka(t, r, p, kafkaNoEffect, Options{OnPoison: func(ctx context.Context, m kafka.Message, err error) error {
+	err := runFake(t, r, p, noEffect, Options{OnPoison: func(ctx context.Context, m kafka.Message, err error) error {
 		if !errors.Is(err, inbox.ErrEmptyID) {
 			t.Errorf("OnPoison got %v, want inbox.ErrEmptyID", err)
 		}
@@ -185,9 +187,9 @@ func TestLoopSkipsAPoisonRecordOnlyWhenOnPoisonSaysSo(t *testing.T) {
 	}
 
 	// OnPoison returning an error stops the loop with it, uncommitted.
-	r = &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "")}}
+	r = &fakeReader{msgs: []kafka.Message{record(0, "")}}
 	stop := errors.New("stop here")
-	err = runFakeKafka(t, r, p, kafkaNoEffect, Options{OnPoison: func(context.Context, kafka.Message, error) error { return stop }}, 1)
+	err = runFake(t, r, p, noEffect, Options{OnPoison: func(context.Context, kafka.Message, error) error { return stop }}, 1)
 	if !errors.Is(err, stop) || r.committed() != "[]" {
 		t.Fatalf("error %v, committed %s; want OnPoison's error and no commit", err, r.committed())
 	}
@@ -195,9 +197,9 @@ func TestLoopSkipsAPoisonRecordOnlyWhenOnPoisonSaysSo(t *testing.T) {
 
 func TestLoopReadsTheLastIDHeaderOfTheConfiguredName(t *testing.T) {
 	m := kafka.Message{Headers: []kafka.Header{{Key: "Message-Id", Value: []byte("first")}, {Key: "id", Value: []byte("other")}, {Key: "Message-Id", Value: []byte(" last ")}}}
-	r := &fakeKafkaReader{msgs: []kafka.Message{m}}
-	p := &fakeKafkaProcessor{seen: map[string]bool{}}
-	if err := runFakeKafka(t, r, p, kafkaNoEffect, Options{IDHeader: "Message-Id"}, 1); err != nil {
+	r := &fakeReader{msgs: []kafka.Message{m}}
+	p := &fakeProcessor{seen: map[string]bool{}}
+	if err := runFake(t, r, p, noEffect, Options{IDHeader: "Message-Id"}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if !p.seen["last"] || len(p.seen) != 1 {
@@ -206,11 +208,11 @@ func TestLoopReadsTheLastIDHeaderOfTheConfiguredName(t *testing.T) {
 }
 
 func TestLoopRetriesAFailingEffectInPlaceBeforeCommitting(t *testing.T) {
-	r := &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "a"), kafkaMsg(1, "b")}}
-	p := &fakeKafkaProcessor{seen: map[string]bool{}}
+	r := &fakeReader{msgs: []kafka.Message{record(0, "a"), record(1, "b")}}
+	p := &fakeProcessor{seen: map[string]bool{}}
 	attempts := 0
 	var reported []string
-	err := runFakeKafka(t, r, p, func(_ context.Context, id string, m kafka.Message) error {
+	err := runFake(t, r, p, func(_ context.Context, id string, m kafka.Message) error {
 		if id == "a" {
 			attempts++
 			if attempts < 4 {
@@ -235,16 +237,16 @@ func TestLoopRetriesAFailingEffectInPlaceBeforeCommitting(t *testing.T) {
 func TestLoopCountsOnlyEffectFailuresTowardsMaxAttempts(t *testing.T) {
 	// The database fails twice before the effect runs: not the message's
 	// fault, so MaxAttempts 2 does not give up on it.
-	r := &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "a")}}
+	r := &fakeReader{msgs: []kafka.Message{record(0, "a")}}
 	dbDown := 2
-	p := &fakeKafkaProcessor{seen: map[string]bool{}, beginErr: func() error {
+	p := &fakeProcessor{seen: map[string]bool{}, beginErr: func() error {
 		if dbDown > 0 {
 			dbDown--
 			return errors.New("connection refused")
 		}
 		return nil
 	}}
-	if err := runFakeKafka(t, r, p, kafkaNoEffect, Options{MaxAttempts: 2}, 1); err != nil {
+	if err := runFake(t, r, p, noEffect, Options{MaxAttempts: 2}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if !p.seen["a"] || r.committed() != "[0]" {
@@ -254,17 +256,17 @@ func TestLoopCountsOnlyEffectFailuresTowardsMaxAttempts(t *testing.T) {
 	// The effect fails twice: poison. By default the loop stops, uncommitted.
 	boom := errors.New("bad payload")
 	failing := func(context.Context, string, kafka.Message) error { return boom }
-	r = &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "x")}}
-	err := runFakeKafka(t, r, p, failing, Options{MaxAttempts: 2}, 1)
+	r = &fakeReader{msgs: []kafka.Message{record(0, "x")}}
+	err := runFake(t, r, p, failing, Options{MaxAttempts: 2}, 1)
 	if !errors.Is(err, inbox.ErrTooManyAttempts) || !errors.Is(err, boom) || r.committed() != "[]" {
 		t.Fatalf("error %v, committed %s; want inbox.ErrTooManyAttempts wrapping the effect's error, nothing committed", err, r.committed())
 	}
 
 	// With OnPoison returning nil, it is committed past, and the next
 	// message is processed.
-	r = &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "x"), kafkaMsg(1, "y")}}
+	r = &fakeReader{msgs: []kafka.Message{record(0, "x"), record(1, "y")}}
 	var parked []error
-	err = runFakeKafka(t, r, p, func(ctx context.Context, id string, m kafka.Message) error {
+	err = runFake(t, r, p, func(ctx context.Context, id string, m kafka.Message) error {
 		if id == "x" {
 			return boom
 		}
@@ -282,15 +284,15 @@ func TestLoopCountsOnlyEffectFailuresTowardsMaxAttempts(t *testing.T) {
 }
 
 func TestLoopRetriesAFailedOffsetCommit(t *testing.T) {
-	r := &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "a")}, commitErr: func(call int) error {
+	r := &fakeReader{msgs: []kafka.Message{record(0, "a")}, commitErr: func(call int) error {
 		if call <= 2 {
 			return errors.New("coordinator not available")
 		}
 		return nil
 	}}
-	p := &fakeKafkaProcessor{seen: map[string]bool{}}
+	p := &fakeProcessor{seen: map[string]bool{}}
 	var errs, committed int
-	err := runFakeKafka(t, r, p, kafkaNoEffect, Options{
+	err := runFake(t, r, p, noEffect, Options{
 		OnError:     func(kafka.Message, string, error) { errs++ },
 		OnCommitted: func(kafka.Message, string, inbox.Result) { committed++ },
 	}, 1)
@@ -302,18 +304,18 @@ func TestLoopRetriesAFailedOffsetCommit(t *testing.T) {
 	}
 
 	// A closed kafka-go reader ends the loop instead of retrying forever.
-	r = &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(1, "b")}, commitErr: func(int) error { return io.ErrClosedPipe }}
-	if err := runFakeKafka(t, r, p, kafkaNoEffect, Options{}, 1); !errors.Is(err, io.ErrClosedPipe) {
+	r = &fakeReader{msgs: []kafka.Message{record(1, "b")}, commitErr: func(int) error { return io.ErrClosedPipe }}
+	if err := runFake(t, r, p, noEffect, Options{}, 1); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("error = %v, want io.ErrClosedPipe", err)
 	}
 }
 
 func TestLoopCommitsWhatItProcessedWhenStopped(t *testing.T) {
 	// ctx ends during the effect; the transaction still commits (the fake
-	// ignores ctx), so the offset must be committed before KafkaLoop
+	// ignores ctx), so the offset must be committed before Loop
 	// returns, not left to be read again.
-	r := &fakeKafkaReader{msgs: []kafka.Message{kafkaMsg(0, "a")}}
-	p := &fakeKafkaProcessor{seen: map[string]bool{}}
+	r := &fakeReader{msgs: []kafka.Message{record(0, "a")}}
+	p := &fakeProcessor{seen: map[string]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	err := Loop(ctx, r, p, func(context.Context, string, kafka.Message) error {
 		cancel()
@@ -328,19 +330,19 @@ func TestLoopCommitsWhatItProcessedWhenStopped(t *testing.T) {
 }
 
 func TestLoopRejectsInvalidArguments(t *testing.T) {
-	p := &fakeKafkaProcessor{}
+	p := &fakeProcessor{}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
 		r    Reader
 		opts Options
 	}{
-		{"negative backoff", &fakeKafkaReader{}, Options{RetryBackoff: -1}},
-		{"negative attempts", &fakeKafkaReader{}, Options{MaxAttempts: -1}},
+		{"negative backoff", &fakeReader{}, Options{RetryBackoff: -1}},
+		{"negative attempts", &fakeReader{}, Options{MaxAttempts: -1}},
 		{"no reader", nil, Options{}},
 		{"reader without group", kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"}), Options{}},
 	} {
-		if err := Loop(ctx, tc.r, p, kafkaNoEffect, tc.opts); !errors.Is(err, inbox.ErrInvalidOptions) {
+		if err := Loop(ctx, tc.r, p, noEffect, tc.opts); !errors.Is(err, inbox.ErrInvalidOptions) {
 			t.Errorf("%s: error = %v, want inbox.ErrInvalidOptions", tc.name, err)
 		}
 		if kr, ok := tc.r.(*kafka.Reader); ok {

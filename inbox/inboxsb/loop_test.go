@@ -231,6 +231,46 @@ func TestIntegrationAbandonsWhenTheEffectFails(t *testing.T) {
 	}
 }
 
+// TestIntegrationAbandonsWhenTheEffectPanics: a panicking effect is a
+// failing effect: rolled back, the message abandoned (not the loop
+// crashed), redelivered and processed once; with both drivers.
+func TestIntegrationAbandonsWhenTheEffectPanics(t *testing.T) {
+	for _, v := range inboxtest.Drivers {
+		t.Run(v.Name, func(t *testing.T) {
+			f := inboxtest.NewFixture(t)
+			ib := f.Open(t, v, inbox.Options{}, 1)
+			q := newSBQueue(t, sbfake.QueueOptions{})
+			q.send(t, "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a14", "x")
+
+			rec := &recorder{Receiver: q.receiver}
+			opts := sbOpts
+			opts.OnError = rec.onError
+			stop := runLoop(t, func(ctx context.Context) error {
+				return loopFor(ctx, ib, rec, func(ctx context.Context, exec inboxtest.Exec, msg *azservicebus.ReceivedMessage) error {
+					if err := f.Increment(exec); err != nil {
+						return err
+					}
+					if msg.DeliveryCount == 1 {
+						panic("effect bug")
+					}
+					return nil
+				}, opts)
+			})
+			pgtest.Await(t, 20*time.Second, "the redelivered message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+			if err := stop(); !errors.Is(err, context.Canceled) {
+				t.Errorf("loop returned %v, want context.Canceled", err)
+			}
+			completed, abandoned, _ := rec.counts()
+			if completed != 1 || abandoned != 1 || f.Effects(t) != 1 {
+				t.Errorf("%d completed, %d abandoned, %d effects; want 1, 1, 1", completed, abandoned, f.Effects(t))
+			}
+			if len(rec.errs) != 1 || !errors.Is(rec.errs[0], inbox.ErrPanicked) {
+				t.Errorf("OnError got %v, want one error wrapping inbox.ErrPanicked", rec.errs)
+			}
+		})
+	}
+}
+
 // TestIntegrationCompletesDuplicatesWithoutRunningTheEffect:
 // the same MessageId sent twice (a relay resend outside the duplicate
 // detection window) runs the effect once; both copies are completed.
