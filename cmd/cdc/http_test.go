@@ -61,3 +61,43 @@ func TestHTTPServesHealthReadinessMetricsAndPprofOnlyWhenAsked(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestHTTPBearerAuthGuardsMetricsAndPprofNotProbes: with http.auth
+// bearer_token, /metrics and /debug/pprof/ answer 401 with a Bearer
+// challenge unless the request carries the token (scheme in any case),
+// and /healthz and /readyz answer as without authentication.
+func TestHTTPBearerAuthGuardsMetricsAndPprofNotProbes(t *testing.T) {
+	const token = "tok-5f1d0a9c"
+	cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: out, kind: discard}]\n"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r, err := relay.New(cfg, zerolog.Nop(), relay.NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serveHTTP(config.HTTP{Listen: "127.0.0.1:0", Pprof: true, Auth: &config.HTTPAuth{BearerToken: token}}, reg, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline"} {
+		for _, a := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Basic " + token, token} {
+			if code, challenge, _ := get(t, srv.Addr, path, a); code != http.StatusUnauthorized || challenge != `Bearer realm="walpost"` {
+				t.Errorf("%s with %q: %d, WWW-Authenticate %q", path, a, code, challenge)
+			}
+		}
+		for _, a := range []string{"Bearer " + token, "bearer " + token} {
+			if code, _, _ := get(t, srv.Addr, path, a); code != http.StatusOK {
+				t.Errorf("%s with %q: %d, want 200", path, a, code)
+			}
+		}
+	}
+	if code, _, _ := get(t, srv.Addr, "/healthz", ""); code != http.StatusOK {
+		t.Errorf("/healthz without the token: %d", code)
+	}
+	if code, _, _ := get(t, srv.Addr, "/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz without the token: %d, want 503 (not streaming), not 401", code)
+	}
+}

@@ -185,6 +185,20 @@ type HTTP struct {
 	// false): e.g. go tool pprof http://HOST:PORT/debug/pprof/profile?seconds=20.
 	// They show the process's internals to whoever reaches the port.
 	Pprof bool `yaml:"pprof"`
+	// Auth, when set, makes /metrics and /debug/pprof/ require
+	// credentials; /healthz and /readyz never do (probes). Unset: no
+	// authentication.
+	Auth *HTTPAuth `yaml:"auth"`
+}
+
+// HTTPAuth is what /metrics and /debug/pprof/ require: HTTP basic
+// authentication (Username and Password) or a bearer token (an
+// "Authorization: Bearer <BearerToken>" header), one or the other.
+// Password and BearerToken are secrets (Config.Secrets).
+type HTTPAuth struct {
+	Username    string `yaml:"username"`
+	Password    string `yaml:"password"`
+	BearerToken string `yaml:"bearer_token"`
 }
 
 // Log configures logging.

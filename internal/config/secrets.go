@@ -13,7 +13,8 @@ import (
 // pgconn cannot parse it, and from each sink every value under a key that
 // redact.IsSecretKey (sasl.password, connection_string with its
 // SharedAccessKey, token, …) and the password of any URL among its other
-// values. Each value appears once; empty ones are left out.
+// values, and http.auth's password and bearer_token. Each value appears
+// once; empty ones are left out.
 func (c *Config) Secrets() []string {
 	var out []string
 	seen := map[string]bool{}
@@ -35,6 +36,9 @@ func (c *Config) Secrets() []string {
 	}
 	for i := range c.Sinks {
 		add(c.Sinks[i].secrets()...)
+	}
+	if a := c.HTTP.Auth; a != nil {
+		add(a.Password, a.BearerToken)
 	}
 	return out
 }

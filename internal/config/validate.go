@@ -27,7 +27,7 @@ var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
 // environment variables, as connecting will.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{
-		c.validatePostgres, c.validateColumns, c.validateRelay, c.validateSinks, c.validateLog,
+		c.validatePostgres, c.validateColumns, c.validateRelay, c.validateSinks, c.validateHTTP, c.validateLog,
 		c.validateColumnsDistinct, c.validateSinkNamesDistinct,
 	} {
 		if err := check(); err != nil {
@@ -290,6 +290,31 @@ func (c *Config) validateSinkNamesDistinct() error {
 			return c.fail(field, "%s is also the name of sinks[%d]", c.q(field, s.Name), j)
 		}
 		names[s.Name] = i
+	}
+	return nil
+}
+
+// validateHTTP checks http.auth: basic (username and password) or
+// bearer_token, one or the other. No error quotes a value.
+func (c *Config) validateHTTP() error {
+	a := c.HTTP.Auth
+	if a == nil {
+		return nil
+	}
+	basic := a.Username != "" || a.Password != ""
+	switch {
+	case basic && a.BearerToken != "":
+		return c.fail("http.auth", "set username and password (basic authentication) or bearer_token, not both")
+	case a.BearerToken != "":
+		return nil
+	case a.Username == "" && a.Password == "":
+		return c.fail("http.auth", "empty: set username and password (basic authentication) or bearer_token, or remove http.auth (an empty ${VAR}?)")
+	case a.Username == "":
+		return c.fail("http.auth.username", "empty: basic authentication needs username and password")
+	case a.Password == "":
+		return c.fail("http.auth.password", "empty: basic authentication needs username and password")
+	case strings.Contains(a.Username, ":"):
+		return c.fail("http.auth.username", "contains ':', which basic authentication cannot carry in a user name")
 	}
 	return nil
 }

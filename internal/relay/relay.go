@@ -79,13 +79,16 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 	if r.metrics == nil {
 		r.metrics = NewMetrics(nil)
 	}
+	var names []string
 	for i := range cfg.Sinks {
 		open, err := publish.Prepare(i, &cfg.Sinks[i], log)
 		if err != nil {
 			return nil, err
 		}
 		r.openers = append(r.openers, open)
+		names = append(names, cfg.Sinks[i].Name)
 	}
+	r.metrics.addSinks(names)
 	return r, nil
 }
 

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/relay"
+)
+
+// options are one command line's flags and arguments. Each command binds
+// the flags it takes to these fields (command.flags).
+type options struct {
+	config string   // --config, or the one argument; "" until resolved
+	lsn    string   // skip: --lsn
+	json   bool     // status: --json
+	args   []string // the arguments that are not flags
+
+	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
+}
+
+// command is one of cdc's commands: its help (help.go) and how it runs.
+type command struct {
+	name    string
+	summary string   // one line of the overview
+	about   string   // what it does, for `cdc <name> --help`
+	exits   []string // its exit codes, "N  meaning", for its help
+	env     []envVar // what it reads of the environment besides the config's variables
+
+	// withConfig: the command loads the configuration file (--config F,
+	// or F as its one argument) and reads the CDC_* variables.
+	withConfig bool
+	// structured: errors are logged as the config's log says (cdc run);
+	// the other commands print them as one plain line on stderr.
+	structured bool
+	// flags binds the command's own flags to o (nil: none). Adding a flag
+	// is one line here, its usage string being its help, plus its field
+	// in options.
+	flags func(fs *flag.FlagSet, o *options)
+	// required names the flags that must be given.
+	required []string
+	// check validates the flags before the configuration is loaded; its
+	// error is a usage error (exit 2).
+	check func(o *options) error
+	// run runs a command that has a configuration; plain one that has
+	// none (version, help) and returns the exit code.
+	run   func(e *cmdEnv) error
+	plain func(o *options, stdout, stderr io.Writer) int
+}
+
+// cmdEnv is what a command with a configuration runs with.
+type cmdEnv struct {
+	ctx    context.Context
+	cfg    *config.Config
+	opts   *options
+	log    zerolog.Logger
+	reg    *prometheus.Registry
+	relay  *relay.Relay
+	stdout io.Writer
+}
+
+// commands returns cdc's commands in the order the overview lists them.
+func commands() []*command {
+	return []*command{
+		{name: "run", summary: "relay outbox messages until SIGINT/SIGTERM (creates nothing: run init first)",
+			about: runAbout, exits: runExits, env: runEnv, withConfig: true, structured: true, run: runCmd},
+		{name: "init", summary: "create the outbox table (if missing), the publication, the slot, and the progress and dead-letter tables",
+			about: initAbout, exits: initExits, withConfig: true, run: initCmd},
+		{name: "status", summary: "show the slot: confirmed LSN, lag, active or not, per-sink progress, parked messages",
+			about: statusAbout, exits: statusExits, withConfig: true, run: statusCmd,
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text (its fields: README.md, \"Use it\")")
+			}},
+		{name: "skip", summary: "--lsn X: park the one bad row a relay with on_invalid: stop stops at, so that the next run goes past it",
+			about: skipAbout, exits: skipExits, withConfig: true, run: skipCmd, required: []string{"lsn"}, check: checkSkip,
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.StringVar(&o.lsn, "lsn", "", "the `LSN` of the row the relay stops at, as its error names it (e.g. 0/16B3748)")
+			}},
+		{name: "version", summary: "print the version, VCS revision and Go version", about: versionAbout, plain: versionCmd},
+		{name: "help", summary: "print this overview, or with a command's name that command's help", about: helpAbout, plain: helpCmd},
+	}
+}
+
+// aliases are other spellings of commands.
+var aliases = map[string]string{"-h": "help", "-help": "help", "--help": "help", "-v": "version", "-version": "version", "--version": "version"}
+
+// lookup returns the command called name, or nil.
+func lookup(name string) *command {
+	if a, ok := aliases[name]; ok {
+		name = a
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// flagSet returns the command's flags bound to o. It prints nothing: the
+// caller reports errors in one line and prints help to stdout.
+func (c *command) flagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("cdc "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if c.withConfig {
+		fs.StringVar(&o.config, "config", "", "the configuration `file` (default: $CDC_CONFIG, then ./cdc.yaml); may also be given as the one argument")
+	}
+	if c.flags != nil {
+		c.flags(fs, o)
+	}
+	return fs
+}
+
+// parse parses a command's flags and arguments; flags may come after
+// arguments. It returns flag.ErrHelp for -h and --help, and a usage error
+// otherwise.
+func (c *command) parse(args []string) (*options, error) {
+	o := &options{}
+	fs := c.flagSet(o)
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			o.args = append(o.args, rest...)
+			break
+		}
+		o.args, args = append(o.args, rest[0]), rest[1:]
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range c.required {
+		if !set[name] {
+			_, usage := flag.UnquoteUsage(fs.Lookup(name))
+			return nil, fmt.Errorf("--%s is required: %s", name, usage)
+		}
+	}
+	if c.withConfig {
+		if err := o.resolveConfig(); err != nil {
+			return nil, err
+		}
+	}
+	if c.check != nil {
+		if err := c.check(o); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// resolveConfig decides the configuration file: --config or the one
+// argument (both: they must name the same file), else $CDC_CONFIG, else
+// ./cdc.yaml. A second argument is an error, never ignored.
+func (o *options) resolveConfig() error {
+	switch {
+	case len(o.args) > 1:
+		return fmt.Errorf("one configuration file at most; got the arguments %s", quoteAll(o.args))
+	case len(o.args) == 1 && o.config != "" && filepath.Clean(o.args[0]) != filepath.Clean(o.config):
+		return fmt.Errorf("--config %s and the argument %s name two configuration files; give one", o.config, o.args[0])
+	case len(o.args) == 1:
+		o.config = o.args[0]
+	case o.config == "":
+		o.config = cmp.Or(os.Getenv("CDC_CONFIG"), "cdc.yaml")
+	}
+	return nil
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, " ")
+}
+
+// checkSkip parses skip's --lsn.
+func checkSkip(o *options) error {
+	lsn, err := pglogrepl.ParseLSN(o.lsn)
+	if err != nil {
+		return fmt.Errorf("--lsn %q is not an LSN like 0/16B3748 (take it from the relay's error)", o.lsn)
+	}
+	o.skipLSN = lsn
+	return nil
+}
+
+func initCmd(e *cmdEnv) error {
+	return relay.Setup(e.ctx, e.cfg, func(line string) { fmt.Fprintln(e.stdout, line) })
+}
+
+func skipCmd(e *cmdEnv) error {
+	cfg := e.cfg
+	sk, err := relay.Skip(e.ctx, cfg, e.opts.skipLSN)
+	if err != nil {
+		return err
+	}
+	id := sk.ID
+	if id == "" {
+		id = "(no readable id)"
+	}
+	fmt.Fprintf(e.stdout, "parked message %s (lsn %s, commit %s) in %s: %v\nthe next cdc run goes past it; the row is kept there for repair\n",
+		id, sk.LSN, sk.CommitLSN, cfg.Postgres.DeadLetterTable, sk.Err)
+	return nil
+}

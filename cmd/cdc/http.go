@@ -1,0 +1,91 @@
+package main
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/relay"
+)
+
+// serveHTTP serves /metrics (and /debug/pprof/ with http.pprof), behind
+// http.auth when set, and /healthz and /readyz, never behind it: probes
+// carry no credentials.
+func serveHTTP(c config.HTTP, reg *prometheus.Registry, r *relay.Relay) (*http.Server, error) {
+	mux := http.NewServeMux()
+	guard := func(h http.Handler) http.Handler { return requireAuth(c.Auth, h) }
+	if c.Pprof {
+		mux.Handle("/debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("/debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
+	}
+	mux.Handle("/metrics", guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !r.Ready() {
+			http.Error(w, "not streaming", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	l, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen: %w", err)
+	}
+	srv := &http.Server{Addr: l.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	return srv, nil
+}
+
+// requireAuth answers 401, with the WWW-Authenticate challenge of the
+// configured scheme, to a request without the credentials of a (nil: no
+// authentication).
+func requireAuth(a *config.HTTPAuth, h http.Handler) http.Handler {
+	if a == nil {
+		return h
+	}
+	challenge := `Basic realm="walpost", charset="UTF-8"`
+	if a.BearerToken != "" {
+		challenge = `Bearer realm="walpost"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !authorized(a, req) {
+			w.Header().Set("WWW-Authenticate", challenge)
+			http.Error(w, "unauthorized: see http.auth", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// authorized reports whether req carries a's credentials.
+func authorized(a *config.HTTPAuth, req *http.Request) bool {
+	if a.BearerToken != "" {
+		scheme, token, ok := strings.Cut(req.Header.Get("Authorization"), " ")
+		return ok && strings.EqualFold(scheme, "Bearer") && sameSecret(strings.TrimSpace(token), a.BearerToken)
+	}
+	user, pass, ok := req.BasicAuth()
+	// Both compared, whatever the first gives: the time taken does not
+	// tell which was wrong.
+	userOK, passOK := sameSecret(user, a.Username), sameSecret(pass, a.Password)
+	return ok && userOK && passOK
+}
+
+// sameSecret compares in constant time. It compares SHA-256 digests, so
+// that neither the time nor an early exit on a length mismatch tells how
+// long the secret is.
+func sameSecret(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}

@@ -1,0 +1,59 @@
+package relay
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+)
+
+// TestMetricsEverySinkSeriesExistsAtZero: once New has the config, every
+// per-sink series exists for every configured sink at 0, before anything
+// ran; the latency histogram has its ~15 buckets; walpost_build_info is 1
+// with the labels passed in.
+func TestMetricsEverySinkSeriesExistsAtZero(t *testing.T) {
+	cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: a, kind: discard}, {name: b, kind: discard}]\n"),
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	if _, err := New(cfg, zerolog.Nop(), m); err != nil {
+		t.Fatal(err)
+	}
+	RegisterBuildInfo(reg, "v1.2.3", "abc+dirty")
+	want := fmt.Sprintf(`
+# HELP walpost_build_info Always 1; the labels name the relay's version, VCS revision and Go version.
+# TYPE walpost_build_info gauge
+walpost_build_info{goversion=%q,revision="abc+dirty",version="v1.2.3"} 1
+# HELP walpost_messages_published_total Messages a sink acknowledged (retried batches count once).
+# TYPE walpost_messages_published_total counter
+walpost_messages_published_total{sink="a"} 0
+walpost_messages_published_total{sink="b"} 0
+# HELP walpost_refused_total Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter).
+# TYPE walpost_refused_total counter
+walpost_refused_total{sink="a"} 0
+walpost_refused_total{sink="b"} 0
+# HELP walpost_sink_failing 1 while a sink is retrying a batch it failed to publish.
+# TYPE walpost_sink_failing gauge
+walpost_sink_failing{sink="a"} 0
+walpost_sink_failing{sink="b"} 0
+`, runtime.Version())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "walpost_build_info", "walpost_messages_published_total",
+		"walpost_refused_total", "walpost_sink_failing"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.latency); n != 2 {
+		t.Errorf("%d latency series, want one per sink (2)", n)
+	}
+	if n := len(latencyBuckets); n < 12 || n > 20 {
+		t.Errorf("%d latency buckets, want about 15", n)
+	}
+}
