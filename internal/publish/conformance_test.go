@@ -2,14 +2,21 @@ package publish_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pglogrepl"
 
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/envelope"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
@@ -80,3 +87,92 @@ func TestStdoutSinkConformance(t *testing.T) {
 		}
 	}})
 }
+
+var ceSettings = envelope.Settings{Format: envelope.CloudEvents, Source: envelope.DefaultSource}
+
+// readCloudEventLines decodes lines of format: cloudevents with the
+// CloudEvents Go SDK (json.Unmarshal into event.Event, then Validate) and
+// maps each event back to its message: id, type, data (data_base64
+// decoded), time, partitionkey as the key (none: NULL), walpostheaders as
+// the headers, walpostlsn and walpostcommitlsn as the LSNs.
+func readCloudEventLines(t testing.TB, b []byte) []*message.Message {
+	t.Helper()
+	var out []*message.Message
+	for i, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var e event.Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("line %d: the SDK refuses it: %v", i+1, err)
+		}
+		if err := e.Validate(); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		m := &message.Message{ID: e.ID(), Type: e.Type(), Payload: e.Data(), PayloadJSON: !e.DataBase64, CommitTime: e.Time()}
+		ext := e.Extensions()
+		if pk, ok := ext[publish.ExtPartitionKey].(string); ok {
+			m.Key, m.HasKey = pk, true
+		}
+		if hs, ok := ext[publish.ExtHeaders].(string); ok {
+			if err := json.Unmarshal([]byte(hs), &m.Headers); err != nil {
+				t.Fatalf("line %d: walpostheaders %q: %v", i+1, hs, err)
+			}
+		}
+		var err1, err2 error
+		lsn, _ := ext[publish.ExtLSN].(string)
+		commit, _ := ext[publish.ExtCommitLSN].(string)
+		m.LSN, err1 = pglogrepl.ParseLSN(lsn)
+		m.CommitLSN, err2 = pglogrepl.ParseLSN(commit)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatalf("line %d: LSN extensions: %v", i+1, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// ceLineFeatures: the CloudEvents lines carry what the raw lines do, and
+// the commit time.
+var ceLineFeatures = func() sinktest.Features {
+	f := jsonLineFeatures
+	f.CommitTime = time.Microsecond
+	return f
+}()
+
+func TestFileSinkConformanceCloudEvents(t *testing.T) {
+	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, Open: func(t *testing.T) *sinktest.Target {
+		path := filepath.Join(t.TempDir(), "out.jsonl")
+		s, err := publish.OpenFileSinkContext(context.Background(), "file", path, publish.FileOptions{Fsync: true, Envelope: ceSettings})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &sinktest.Target{Sink: s, Read: func(t testing.TB) []*message.Message {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return readCloudEventLines(t, b)
+		}}
+	}})
+}
+
+func TestStdoutSinkConformanceCloudEvents(t *testing.T) {
+	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, Open: func(t *testing.T) *sinktest.Target {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+		return &sinktest.Target{
+			Sink: publish.NewWriterSinkFormat("stdout", w, ceSettings),
+			Read: func(t testing.TB) []*message.Message {
+				mu.Lock()
+				defer mu.Unlock()
+				return readCloudEventLines(t, bytes.Clone(buf.Bytes()))
+			},
+		}
+	}})
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

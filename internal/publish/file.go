@@ -19,6 +19,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
 func init() {
@@ -34,6 +35,9 @@ var ErrForeignFile = errors.New("publish: not a JSON-lines file of the file sink
 
 // FileConfig is the file sink's settings.
 type FileConfig struct {
+	// Settings are format (raw, the default, or cloudevents) and source
+	// (docs/design.md, "Formats"); one file holds one format.
+	envelope.Settings `yaml:",inline"`
 	// Path of the JSON-lines file; missing parent directories are created.
 	// The last component must not be a symbolic link.
 	Path string `yaml:"path"`
@@ -61,6 +65,9 @@ type FileOptions struct {
 	// Log receives the warnings of opening (waiting for the lock, a torn
 	// line cut); the zero Logger logs nothing.
 	Log zerolog.Logger
+	// Envelope is the line format: raw (AppendJSONLine, also the zero
+	// value) or cloudevents (AppendCloudEventLine).
+	Envelope envelope.Settings
 }
 
 // FileSink appends messages as JSON lines to a file (format: AppendJSONLine)
@@ -75,8 +82,10 @@ type FileOptions struct {
 // advisory: it keeps walpost instances apart, not other programs.
 //
 // On open, under the lock, the sink checks that the file is its own: empty,
-// or with a first and a last complete line in AppendJSONLine's format. A
-// torn last line left by a crash (bytes after the last newline that begin
+// or with a first and a last complete line in its format (AppendJSONLine's,
+// or AppendCloudEventLine's with format: cloudevents; a file of the other
+// format is refused too, so that one file holds one format). A torn last
+// line left by a crash (bytes after the last newline that begin
 // like a message line, or are all zero bytes) is cut off; any other file
 // is refused with ErrForeignFile and left untouched. Lines in the middle
 // are not read, so opening does not depend on the file's size. A failed
@@ -93,6 +102,7 @@ type FileSink struct {
 	size   int64 // end of the file after the last successful write (or open)
 	cutTo  int64 // ≥ 0: a failed write's bytes beyond cutTo are still to cut
 	fsync  bool
+	env    envelope.Settings
 	buf    []byte
 	closed bool
 	// testWrite, when set, replaces the write to f (tests inject failures).
@@ -107,6 +117,10 @@ func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	if fc.Path == "" {
 		return nil, errors.New("path: empty (the JSON-lines file to append to)")
 	}
+	fc.Settings.SetDefaults()
+	if err := fc.Settings.Validate(); err != nil {
+		return nil, err
+	}
 	mode := os.FileMode(0o600)
 	if fc.Mode != "" {
 		m, err := parseFileMode(fc.Mode)
@@ -117,11 +131,11 @@ func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	}
 	fsync := fc.Fsync == nil || *fc.Fsync
 	return func(ctx context.Context) (Sink, error) {
-		s, err := OpenFileSinkContext(ctx, cfg.Name, fc.Path, FileOptions{Fsync: fsync, Mode: mode, Log: log})
+		s, err := OpenFileSinkContext(ctx, cfg.Name, fc.Path, FileOptions{Fsync: fsync, Mode: mode, Log: log, Envelope: fc.Settings})
 		if err != nil {
 			return nil, err
 		}
-		log.Info().Str("path", fc.Path).Int64("size", s.size).Bool("fsync", fsync).Msg("file sink open")
+		log.Info().Str("path", fc.Path).Int64("size", s.size).Bool("fsync", fsync).Str("format", fc.Format).Msg("file sink open")
 		return s, nil
 	}, nil
 }
@@ -210,7 +224,8 @@ func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts FileO
 		return nil, false, fmt.Errorf("path: %w", err)
 	}
 	size := fi.Size()
-	keep, why, err := checkTail(f, size)
+	lf, other := lineFormatOf(&opts.Envelope)
+	keep, why, err := checkTail(f, size, lf, other)
 	if err != nil {
 		return nil, false, fmt.Errorf("path: reading %s: %w", path, err)
 	}
@@ -224,7 +239,7 @@ func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts FileO
 		opts.Log.Warn().Str("path", path).Int64("bytes", size-keep).Int64("size", keep).
 			Msg("file sink: cut a torn last line (left by a crash in the middle of a write)")
 	}
-	return &FileSink{name: name, path: path, f: f, fd: fd, size: keep, cutTo: -1, fsync: opts.Fsync}, false, nil
+	return &FileSink{name: name, path: path, f: f, fd: fd, size: keep, cutTo: -1, fsync: opts.Fsync, env: opts.Envelope}, false, nil
 }
 
 // openAppend opens path read-write in append mode without following a
@@ -353,11 +368,34 @@ func lockFile(ctx context.Context, fd int, path string, log zerolog.Logger) erro
 // lineStart is how every line of AppendJSONLine's format begins.
 const lineStart = `{"id":"`
 
+// lineFormat is what the open-time check knows of a line format: how a
+// line begins and its string fields that must be there.
+type lineFormat struct {
+	name   string // the format: setting
+	start  string
+	fields []string
+}
+
+var (
+	rawLines = lineFormat{envelope.Raw, lineStart, []string{"id", "lsn", "commit_lsn"}}
+	ceLines  = lineFormat{envelope.CloudEvents, ceLineStart, []string{"id", ExtLSN, ExtCommitLSN}}
+)
+
+// lineFormatOf returns the line format of env, and other the other one.
+func lineFormatOf(env *envelope.Settings) (lf, other lineFormat) {
+	if env.IsCloudEvents() {
+		return ceLines, rawLines
+	}
+	return rawLines, ceLines
+}
+
 // checkTail reads the file r of the given size and returns how much of it
 // to keep: up to and including its last newline. why is non-empty when the
-// file is not the sink's: its first or last complete line is not a message
-// line, or what follows the last newline is not the start of one.
-func checkTail(r io.ReaderAt, size int64) (keep int64, why string, err error) {
+// file is not the sink's: its first or last complete line is not a
+// message line of format lf (other is the other format, named in why when
+// the line is one of its), or what follows the last newline is not the
+// start of one.
+func checkTail(r io.ReaderAt, size int64, lf, other lineFormat) (keep int64, why string, err error) {
 	nl, err := lastIndexByte(r, size, '\n')
 	if err != nil {
 		return 0, "", err
@@ -368,23 +406,22 @@ func checkTail(r io.ReaderAt, size int64) (keep int64, why string, err error) {
 		if err != nil {
 			return 0, "", err
 		}
-		ok, err := isMessageLine(r, 0, first)
-		if err != nil || !ok {
-			return 0, "its first line is not a message line " + lineStart + `…","lsn":"…","commit_lsn":"…"}`, err
+		if why, err := checkLine(r, 0, first, lf, other, "its first line"); why != "" || err != nil {
+			return 0, why, err
 		}
 		if first != nl {
 			prev, err := lastIndexByte(r, nl, '\n')
 			if err != nil {
 				return 0, "", err
 			}
-			ok, err := isMessageLine(r, prev+1, nl-prev-1)
-			if err != nil || !ok {
-				return 0, fmt.Sprintf("its last complete line, at byte %d, is not a message line", prev+1), err
+			what := fmt.Sprintf("its last complete line, at byte %d,", prev+1)
+			if why, err := checkLine(r, prev+1, nl-prev-1, lf, other, what); why != "" || err != nil {
+				return 0, why, err
 			}
 		}
 	}
 	if keep < size {
-		ok, err := isTornLine(r, keep, size-keep)
+		ok, err := isTornLine(r, keep, size-keep, lf)
 		if err != nil || !ok {
 			return 0, fmt.Sprintf("the %d bytes after its last newline are not the start of a message line", size-keep), err
 		}
@@ -392,25 +429,36 @@ func checkTail(r io.ReaderAt, size int64) (keep int64, why string, err error) {
 	return keep, "", nil
 }
 
+// checkLine returns why the n bytes at off (what, for the message) are
+// not a message line of format lf, or "" when they are.
+func checkLine(r io.ReaderAt, off, n int64, lf, other lineFormat, what string) (string, error) {
+	ok, err := isMessageLine(r, off, n, lf)
+	if err != nil || ok {
+		return "", err
+	}
+	if ok, err := isMessageLine(r, off, n, other); err != nil || ok {
+		return fmt.Sprintf("%s is a line of format: %s, but the sink writes format: %s (one file holds one format)", what, other.name, lf.name), err
+	}
+	if lf.name == envelope.Raw {
+		return what + " is not a message line " + lineStart + `…","lsn":"…","commit_lsn":"…"}`, nil
+	}
+	return what + " is not a message line " + ceLineStart + `…","walpostlsn":"…","walpostcommitlsn":"…",…}`, nil
+}
+
 // isMessageLine reports whether the n bytes at off are one JSON object of
-// AppendJSONLine's format: it begins with lineStart and has string fields
-// id, lsn and commit_lsn.
-func isMessageLine(r io.ReaderAt, off, n int64) (bool, error) {
-	if n < int64(len(lineStart)) {
+// format lf: it begins with lf.start and has lf's string fields.
+func isMessageLine(r io.ReaderAt, off, n int64, lf lineFormat) (bool, error) {
+	if n < int64(len(lf.start)) {
 		return false, nil
 	}
-	head := make([]byte, len(lineStart))
+	head := make([]byte, len(lf.start))
 	if _, err := r.ReadAt(head, off); err != nil {
 		return false, err
 	}
-	if string(head) != lineStart {
+	if string(head) != lf.start {
 		return false, nil
 	}
-	var line struct {
-		ID        *string `json:"id"`
-		LSN       *string `json:"lsn"`
-		CommitLSN *string `json:"commit_lsn"`
-	}
+	var line map[string]json.RawMessage
 	dec := json.NewDecoder(io.NewSectionReader(r, off, n))
 	if err := dec.Decode(&line); err != nil {
 		var syntax *json.SyntaxError
@@ -420,19 +468,27 @@ func isMessageLine(r io.ReaderAt, off, n int64) (bool, error) {
 		}
 		return false, err
 	}
-	return dec.InputOffset() == n && line.ID != nil && line.LSN != nil && line.CommitLSN != nil, nil
+	if dec.InputOffset() != n {
+		return false, nil
+	}
+	for _, f := range lf.fields {
+		if v := line[f]; len(v) == 0 || v[0] != '"' {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // isTornLine reports whether the n bytes at off (with no newline) are what
-// a write cut short leaves: the beginning of a message line, or zero bytes
-// (a file system that had extended the file but not written the data at a
-// power loss).
-func isTornLine(r io.ReaderAt, off, n int64) (bool, error) {
-	head := make([]byte, min(n, int64(len(lineStart))))
+// a write cut short leaves: the beginning of a message line of format lf,
+// or zero bytes (a file system that had extended the file but not written
+// the data at a power loss).
+func isTornLine(r io.ReaderAt, off, n int64, lf lineFormat) (bool, error) {
+	head := make([]byte, min(n, int64(len(lf.start))))
 	if _, err := r.ReadAt(head, off); err != nil {
 		return false, err
 	}
-	if strings.HasPrefix(lineStart, string(head)) {
+	if strings.HasPrefix(lf.start, string(head)) {
 		return true, nil
 	}
 	buf := make([]byte, min(n, 64<<10))
@@ -501,10 +557,7 @@ func (s *FileSink) Publish(ctx context.Context, msgs []*message.Message) error {
 			return fmt.Errorf("file sink %s: cutting back the failed write to %s: %w", s.name, s.path, err)
 		}
 	}
-	s.buf = s.buf[:0]
-	for _, m := range msgs {
-		s.buf = AppendJSONLine(s.buf, m)
-	}
+	s.buf = appendLines(s.buf[:0], msgs, &s.env)
 	var n int
 	var err error
 	if s.testWrite != nil {
@@ -580,23 +633,57 @@ func (s *FileSink) Close() error {
 	return s.f.Close()
 }
 
+// appendLines appends msgs as lines of the format env says.
+func appendLines(b []byte, msgs []*message.Message, env *envelope.Settings) []byte {
+	if env.IsCloudEvents() {
+		for _, m := range msgs {
+			b = AppendCloudEventLine(b, m, env)
+		}
+		return b
+	}
+	for _, m := range msgs {
+		b = AppendJSONLine(b, m)
+	}
+	return b
+}
+
 // WriterSink writes JSON lines to an io.Writer (stdout) and acknowledges
 // after the write returns. Publish must not be called concurrently.
 type WriterSink struct {
 	name string
 	w    io.Writer
+	env  envelope.Settings
 	buf  []byte
 }
 
-// NewWriterSink returns a sink writing JSON lines to w.
+// NewWriterSink returns a sink writing JSON lines to w (format: raw).
 func NewWriterSink(name string, w io.Writer) *WriterSink { return &WriterSink{name: name, w: w} }
 
+// NewWriterSinkFormat returns a sink writing lines of the format env says
+// to w (docs/design.md, "Formats").
+func NewWriterSinkFormat(name string, w io.Writer, env envelope.Settings) *WriterSink {
+	return &WriterSink{name: name, w: w, env: env}
+}
+
+// decodeEnvelope decodes a sink kind whose only settings are format and
+// source, fills in their defaults and validates them.
+func decodeEnvelope(cfg *config.Sink) (envelope.Settings, error) {
+	var c struct {
+		envelope.Settings `yaml:",inline"`
+	}
+	if err := cfg.Decode(&c); err != nil {
+		return c.Settings, err
+	}
+	c.Settings.SetDefaults()
+	return c.Settings, c.Settings.Validate()
+}
+
 func openStdout(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
-	var none struct{}
-	if err := cfg.Decode(&none); err != nil {
+	env, err := decodeEnvelope(cfg)
+	if err != nil {
 		return nil, err
 	}
-	return func(context.Context) (Sink, error) { return NewWriterSink(cfg.Name, os.Stdout), nil }, nil
+	return func(context.Context) (Sink, error) { return NewWriterSinkFormat(cfg.Name, os.Stdout, env), nil }, nil
 }
 
 // Name implements Sink.
@@ -607,10 +694,7 @@ func (s *WriterSink) Publish(ctx context.Context, msgs []*message.Message) error
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.buf = s.buf[:0]
-	for _, m := range msgs {
-		s.buf = AppendJSONLine(s.buf, m)
-	}
+	s.buf = appendLines(s.buf[:0], msgs, &s.env)
 	if _, err := s.w.Write(s.buf); err != nil {
 		// A closed pipe will not reopen: retrying cannot help.
 		if errors.Is(err, unix.EPIPE) || errors.Is(err, os.ErrClosed) {
@@ -626,12 +710,13 @@ func (s *WriterSink) Close() error { return nil }
 
 // DiscardSink acknowledges every message at once and keeps nothing. It
 // exists to measure the relay without a destination (the benchmark's
-// walpost→discard row); it is never what a deployment wants.
+// walpost→discard row); it is never what a deployment wants. It accepts
+// format and source like every sink (checked, then unused), so that a
+// sink's kind can be switched to discard alone.
 type DiscardSink struct{ name string }
 
 func openDiscard(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
-	var none struct{}
-	if err := cfg.Decode(&none); err != nil {
+	if _, err := decodeEnvelope(cfg); err != nil {
 		return nil, err
 	}
 	return func(context.Context) (Sink, error) {

@@ -17,11 +17,15 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
 // kafkaConfig holds a kafka sink's own settings: the keys of its YAML
 // mapping besides name, kind and route (see the package doc).
 type kafkaConfig struct {
+	// Settings are format (raw or cloudevents) and source, the keys every
+	// sink has (docs/design.md, "Formats").
+	envelope.Settings `yaml:",inline"`
 	// Brokers are the bootstrap brokers, host:port; at least one.
 	Brokers []string `yaml:"brokers"`
 	// Topic is a topic name or a template with {type} and {key}.
@@ -99,6 +103,7 @@ var limits = struct {
 }
 
 func (c *kafkaConfig) SetDefaults() {
+	c.Settings.SetDefaults()
 	if c.Acks == "" {
 		c.Acks = "all"
 	}
@@ -173,7 +178,7 @@ func (c *kafkaConfig) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return c.Settings.Validate()
 }
 
 func requiredAcks(s string) (kafka.RequiredAcks, error) {

@@ -46,6 +46,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: plain, password: p}`, "sasl.username: empty"},
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-256, username: u}`, "sasl.password: empty"},
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-512, username: u, password: p}`, ""},
+		{`brokers: ["h:9092"], topic: t, format: avro`, `format: unknown "avro" (raw or cloudevents)`},
+		{`brokers: ["h:9092"], topic: t, source: /orders`, "source: only used with format: cloudevents"},
+		{`brokers: ["h:9092"], topic: t, format: raw, source: /orders`, "source: only used with format: cloudevents"},
+		{`brokers: ["h:9092"], topic: t, format: cloudevents, source: "%zz"`, `source: "%zz" is not a URI reference`},
+		{`brokers: ["h:9092"], topic: t, format: cloudevents`, ""},
+		{`brokers: ["h:9092"], topic: t, format: cloudevents, source: urn:example:orders`, ""},
 	} {
 		doc := "{name: events, kind: kafka, " + tc.yaml + "}"
 		_, err := New(sinktest.SinkConfig(t, doc), zerolog.Nop())

@@ -22,6 +22,11 @@
 //     tls: {enabled: true, ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false, server_name: ""}
 //     sasl: {mechanism: SCRAM-SHA-512, username: walpost, password: "${KAFKA_PASSWORD}"}
 //     timeout: 10s                 # bounds one write attempt: dial, metadata, produce and ack
+//     format: raw                  # raw (default) | cloudevents (see "Mapping")
+//     source: /orders-service      # CloudEvents source, only with format: cloudevents (default walpost)
+//
+// The user reference, every option with its default, is
+// docs/sinks/kafka.md.
 //
 // Errors name the field ("brokers: empty", "topic: ... unknown placeholder
 // {tpye}"); the registry puts the sink in front ("sinks[0] (events): ").
@@ -49,9 +54,18 @@
 //     same partition as a Java producer would put it.
 //   - Value: the payload bytes as stored (an empty payload is an empty
 //     value, never a tombstone).
-//   - Headers: "id", "type", then every entry of the headers column in key
-//     order (so traceparent travels); an entry named "id" or "type" is
-//     left out, the message's own id and type win.
+//   - Headers, format: raw: "id", "type", then every entry of the headers
+//     column in key order (so traceparent travels); an entry named "id"
+//     or "type" is left out, the message's own id and type win.
+//   - Headers, format: cloudevents (the CloudEvents Kafka protocol
+//     binding, binary content mode; docs/design.md, "Formats"):
+//     ce_specversion, ce_id, ce_source, ce_type, ce_time (the time of
+//     envelope.Attributes, when known), content-type (application/json
+//     or application/octet-stream), ce_partitionkey (the outbox key; not
+//     written for a NULL key), then the headers column in key order less
+//     entries named content-type or starting with ce_ (any case). No "id"
+//     or "type" header: a sink writes one form. Key, value, timestamp and
+//     partition are the same in both formats.
 //   - Timestamp: the commit time of the message's transaction.
 //   - Topic: the template with {type} replaced by the message type and
 //     {key} by the ordering key. A name Kafka does not accept (empty, over

@@ -6,11 +6,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish/envelope/cetest"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
@@ -48,6 +50,55 @@ func asMessage(r *kgo.Record) *message.Message {
 			}
 			m.Headers[h.Key] = string(h.Value)
 		}
+	}
+	return m
+}
+
+// asEvent decodes a record written with format: cloudevents with the
+// CloudEvents Go SDK: cetest.Binary lists the record's headers, content
+// type and value (in place of the SDK's kafka_sarama binding, a separate
+// module that needs sarama), and the SDK's binding and binding/spec
+// packages decode and validate the event.
+func asEvent(t testing.TB, r *kgo.Record) *event.Event {
+	t.Helper()
+	b := &cetest.Binary{Prefix: cetest.PrefixKafka, Data: r.Value}
+	for _, h := range r.Headers {
+		if h.Key == HeaderContentType {
+			b.ContentType = string(h.Value)
+			continue
+		}
+		b.Headers = append(b.Headers, cetest.Header{Name: h.Key, Value: h.Value})
+	}
+	e, err := b.Event()
+	if err != nil {
+		t.Fatalf("record at offset %d of %s: the SDK cannot decode it: %v", r.Offset, r.Topic, err)
+	}
+	return e
+}
+
+// asCloudEventMessage maps a record written with format: cloudevents back
+// to its message, the CloudEvents attributes decoded by the SDK (see
+// asEvent): id, type, data, time into ID, Type, Payload and CommitTime,
+// the partitionkey extension into Key (HasKey false without it: a NULL
+// key), and the headers that are not the binding's (no ce_ prefix, not
+// content-type) into Headers.
+func asCloudEventMessage(t testing.TB, r *kgo.Record) *message.Message {
+	e := asEvent(t, r)
+	m := &message.Message{ID: e.ID(), Type: e.Type(), Payload: e.Data(), CommitTime: e.Time()}
+	if pk, ok := e.Extensions()["partitionkey"].(string); ok {
+		m.Key, m.HasKey = pk, true
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	for _, h := range r.Headers {
+		if reservedCloudEvents(h.Key) {
+			continue
+		}
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		m.Headers[h.Key] = string(h.Value)
 	}
 	return m
 }

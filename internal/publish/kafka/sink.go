@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,16 +15,29 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
 func init() {
 	publish.Register("kafka", publish.FactoryOf(New))
 }
 
-// Header keys that carry the message's identity.
+// Header keys that carry the message's identity with format: raw.
 const (
 	HeaderID   = "id"
 	HeaderType = "type"
+)
+
+// Header keys of format: cloudevents (the CloudEvents Kafka protocol
+// binding, binary content mode; docs/design.md, "Formats"): every context
+// attribute is a header named PrefixCloudEvents + its name (ce_id, ...),
+// and datacontenttype is HeaderContentType.
+const (
+	PrefixCloudEvents = "ce_"
+	HeaderContentType = "content-type"
+	// HeaderPartitionKey carries the outbox key (CloudEvents Partitioning
+	// extension); absent when the key is NULL.
+	HeaderPartitionKey = PrefixCloudEvents + "partitionkey"
 )
 
 // Sink publishes outbox messages to Kafka (see the package doc).
@@ -35,6 +49,7 @@ type Sink struct {
 	name       string
 	log        zerolog.Logger
 	topic      *topicTemplate
+	env        envelope.Settings // format: raw or cloudevents
 	autoCreate bool
 	batchBytes int64
 	batchSize  int
@@ -122,6 +137,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		name:       name,
 		log:        log,
 		topic:      topic,
+		env:        kc.Settings,
 		autoCreate: kc.AutoCreateTopics,
 		batchBytes: kc.BatchBytes,
 		batchSize:  kc.BatchSize,
@@ -140,7 +156,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		log.Warn().Msg("kafka sink with SASL PLAIN but without TLS: the password crosses the network in clear text")
 	}
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
-		Str("compression", kc.Compression).Bool("tls", tc != nil).Msg("kafka sink configured")
+		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).Msg("kafka sink configured")
 	return s, nil
 }
 
@@ -200,7 +216,11 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 			return publish.Rejected(fmt.Errorf("kafka: message %s (lsn %s, type %q): topic %q from template %q: %w",
 				m.ID, m.LSN, m.Type, topic, s.topic.Text(), err))
 		}
-		km = append(km, record(m, topic))
+		if s.env.IsCloudEvents() {
+			km = append(km, cloudEventsRecord(m, topic, &s.env))
+		} else {
+			km = append(km, record(m, topic))
+		}
 	}
 	for start := 0; start < len(km); {
 		end, err := s.chunkEnd(msgs, km, start)
@@ -250,25 +270,70 @@ func acked(n, start int, werrs kafka.WriteErrors) []bool {
 	return done
 }
 
-// record maps an outbox message to a Kafka record: key = ordering key,
-// value = payload as stored, headers id, type and then msg.Headers in key
-// order (entries named id or type are left out: the message's own id and
-// type win), timestamp = commit time.
+// record maps an outbox message to a Kafka record in format: raw: key =
+// ordering key, value = payload as stored, headers id, type and then
+// msg.Headers in key order (entries named id or type are left out: the
+// message's own id and type win), timestamp = commit time.
 func record(m *message.Message, topic string) kafka.Message {
 	hs := make([]kafka.Header, 0, 2+len(m.Headers))
 	hs = append(hs, kafka.Header{Key: HeaderID, Value: []byte(m.ID)}, kafka.Header{Key: HeaderType, Value: []byte(m.Type)})
-	if len(m.Headers) > 0 {
-		keys := make([]string, 0, len(m.Headers))
-		for k := range m.Headers {
-			if k != HeaderID && k != HeaderType {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			hs = append(hs, kafka.Header{Key: k, Value: []byte(m.Headers[k])})
+	hs = appendHeaders(hs, m.Headers, func(k string) bool { return k == HeaderID || k == HeaderType })
+	return bare(m, topic, hs)
+}
+
+// cloudEventsRecord maps an outbox message to a Kafka record in format:
+// cloudevents, binary content mode (docs/design.md, "Formats"): key,
+// value and timestamp as record's; headers ce_specversion, ce_id,
+// ce_source, ce_type, ce_time (the commit time, when known), content-type
+// (the datacontenttype), ce_partitionkey (the outbox key, unless NULL),
+// then msg.Headers in key order, leaving out entries that would read as
+// CloudEvents attributes (a name starting with ce_ in any case) or as the
+// content type: the message's own attributes win. The raw id and type
+// headers are not written: a sink writes one form.
+func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings) kafka.Message {
+	attrs := env.Attributes(m)
+	hs := make([]kafka.Header, 0, len(attrs)+2+len(m.Headers))
+	for _, a := range attrs {
+		hs = append(hs, kafka.Header{Key: PrefixCloudEvents + a.Name, Value: []byte(a.Value)})
+	}
+	hs = append(hs, kafka.Header{Key: HeaderContentType, Value: []byte(envelope.ContentType(m))})
+	if m.HasKey {
+		hs = append(hs, kafka.Header{Key: HeaderPartitionKey, Value: []byte(m.Key)})
+	}
+	hs = appendHeaders(hs, m.Headers, reservedCloudEvents)
+	return bare(m, topic, hs)
+}
+
+// reservedCloudEvents reports whether a headers column entry named k would
+// collide with the CloudEvents binding's headers.
+func reservedCloudEvents(k string) bool {
+	return strings.EqualFold(k, HeaderContentType) ||
+		len(k) >= len(PrefixCloudEvents) && strings.EqualFold(k[:len(PrefixCloudEvents)], PrefixCloudEvents)
+}
+
+// appendHeaders appends the entries of the headers column in key order,
+// leaving out those skip reports.
+func appendHeaders(hs []kafka.Header, headers map[string]string, skip func(string) bool) []kafka.Header {
+	if len(headers) == 0 {
+		return hs
+	}
+	keys := make([]string, 0, len(headers))
+	for k := range headers {
+		if !skip(k) {
+			keys = append(keys, k)
 		}
 	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		hs = append(hs, kafka.Header{Key: k, Value: []byte(headers[k])})
+	}
+	return hs
+}
+
+// bare returns m's record with headers hs: key = ordering key, value =
+// payload as stored (never nil: nil is a tombstone), timestamp = commit
+// time (now when unknown).
+func bare(m *message.Message, topic string, hs []kafka.Header) kafka.Message {
 	value := m.Payload
 	if value == nil {
 		value = []byte{} // nil would be a tombstone

@@ -10,11 +10,16 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
 // sbConfig holds a servicebus sink's own settings: the keys of its YAML
 // mapping besides name, kind and route (see the package doc).
 type sbConfig struct {
+	// Settings are format (raw or cloudevents) and source, the keys every
+	// sink has (docs/design.md, "Formats").
+	envelope.Settings `yaml:",inline"`
+
 	// ConnectionString authenticates with a shared access key or
 	// signature ("Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…").
 	// Exactly one of ConnectionString and Namespace is set.
@@ -80,6 +85,7 @@ var limits = struct {
 }
 
 func (c *sbConfig) SetDefaults() {
+	c.Settings.SetDefaults()
 	if c.MaxRetries == nil {
 		n := defaultMaxRetries
 		c.MaxRetries = &n
@@ -163,7 +169,7 @@ func (c *sbConfig) Validate() error {
 	if t := c.Timeout.D(); t < limits.timeout[0] || t > limits.timeout[1] {
 		return fmt.Errorf("timeout: %s is outside %s..%s", t, limits.timeout[0], limits.timeout[1])
 	}
-	return nil
+	return c.Settings.Validate()
 }
 
 // retryOptions maps the retry settings to the SDK's.

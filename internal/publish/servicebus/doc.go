@@ -21,6 +21,11 @@
 //     max_retry_delay: 10s         # ... up to this
 //     max_batch_bytes: 0           # 0: the entity's limit (256 KiB Standard, 1 MiB Premium)
 //     timeout: 1m                  # bounds one Publish call, the SDK's retries included
+//     format: raw                  # raw (default) | cloudevents (see "Mapping")
+//     source: /orders-service      # CloudEvents source, only with format: cloudevents (default walpost)
+//
+// The user reference, every option with its default, is
+// docs/sinks/servicebus.md.
 //
 // Exactly one of connection_string and namespace is set, and exactly one
 // of queue, topic and entity (a sender does not tell queues and topics
@@ -76,6 +81,19 @@
 //
 // TimeToLive, ScheduledEnqueueTime, PartitionKey and ReplyTo are not set:
 // the entity's defaults apply.
+//
+// With format: cloudevents (the CloudEvents AMQP protocol binding, binary
+// content mode; docs/design.md, "Formats") everything above stays, and the
+// application properties also carry cloudEvents:specversion,
+// cloudEvents:id, cloudEvents:source, cloudEvents:type, cloudEvents:time
+// (when known) and cloudEvents:partitionkey (the outbox key; not for a
+// NULL key), all as strings (the binding allows the canonical string form;
+// it keeps the time's microseconds, which an AMQP timestamp would cut to
+// milliseconds). ContentType is the datacontenttype. A headers column
+// entry whose name starts with cloudEvents: (any case) is left out. The
+// binding also allows the prefix cloudEvents_ (which its current text
+// prefers for JMS clients); walpost writes cloudEvents:, the prefix the Go
+// SDK's AMQP binding reads.
 //
 // # Duplicate detection and why receivers still need an inbox
 //

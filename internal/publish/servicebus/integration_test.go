@@ -39,6 +39,12 @@ func conformanceFeatures() sinktest.Features {
 }
 
 func conformanceHarness(extra ...string) sinktest.Harness {
+	return conformanceHarnessReading(func(_ testing.TB, rm *azservicebus.ReceivedMessage) *message.Message { return asMessage(rm) }, extra...)
+}
+
+// conformanceHarnessReading is conformanceHarness with read mapping each
+// received message back to its outbox message.
+func conformanceHarnessReading(read func(testing.TB, *azservicebus.ReceivedMessage) *message.Message, extra ...string) sinktest.Harness {
 	return sinktest.Harness{
 		Features: conformanceFeatures(),
 		Open: func(t *testing.T) *sinktest.Target {
@@ -46,7 +52,13 @@ func conformanceHarness(extra ...string) sinktest.Harness {
 			s := newSink(t, tg, "queue: "+tg.queue, append([]string{"sessions: true"}, extra...)...)
 			target := &sinktest.Target{
 				Sink: s,
-				Read: func(t testing.TB) []*message.Message { return tg.readAll(t, tg.queue) },
+				Read: func(t testing.TB) []*message.Message {
+					var out []*message.Message
+					for _, rm := range tg.peekAll(t, tg.queue) {
+						out = append(out, read(t, rm))
+					}
+					return out
+				},
 			}
 			if tg.fake != nil {
 				target.Outage = tg.fake.Outage

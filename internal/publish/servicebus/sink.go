@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/envelope"
 	"github.com/walpost/walpost/internal/redact"
 )
 
@@ -35,6 +36,15 @@ const (
 
 	ContentTypeJSON   = "application/json"
 	ContentTypeBinary = "application/octet-stream"
+
+	// PrefixCloudEvents is the prefix of the application properties that
+	// carry the CloudEvents context attributes with format: cloudevents
+	// (the CloudEvents AMQP protocol binding, binary content mode;
+	// docs/design.md, "Formats"): cloudEvents:id, cloudEvents:source, ...
+	PrefixCloudEvents = "cloudEvents:"
+	// PropertyPartitionKey carries the outbox key with format: cloudevents
+	// (CloudEvents Partitioning extension); absent when the key is NULL.
+	PropertyPartitionKey = PrefixCloudEvents + "partitionkey"
 )
 
 // CorrelationHeaders are the headers column entries whose value becomes
@@ -62,6 +72,7 @@ type Sink struct {
 	name          string
 	log           zerolog.Logger
 	entity        *entityTemplate
+	env           envelope.Settings // format: raw or cloudevents
 	sessions      bool
 	maxBatchBytes uint64
 	timeout       time.Duration
@@ -142,6 +153,7 @@ func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
 		name:          name,
 		log:           log,
 		entity:        entity,
+		env:           c.Settings,
 		sessions:      c.Sessions,
 		maxBatchBytes: uint64(c.MaxBatchBytes),
 		timeout:       c.Timeout.D(),
@@ -150,7 +162,7 @@ func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
 		senders:       map[string]*cachedSender{},
 	}
 	log.Info().Str(field, value).Str("auth", auth).Str("endpoint", endpoint(c)).Bool("sessions", c.Sessions).
-		Int("max_retries", *c.MaxRetries).Msg("servicebus sink configured")
+		Str("format", c.Format).Int("max_retries", *c.MaxRetries).Msg("servicebus sink configured")
 	return s, nil
 }
 
@@ -340,20 +352,23 @@ func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 			groups = append(groups, g)
 		}
 		g.msgs = append(g.msgs, m)
-		g.sbMsgs = append(g.sbMsgs, toMessage(m, s.sessions))
+		g.sbMsgs = append(g.sbMsgs, toMessage(m, s.sessions, &s.env))
 		g.idx = append(g.idx, i)
 	}
 	return groups, nil
 }
 
 // toMessage maps an outbox message to a Service Bus message (see the
-// package doc).
-func toMessage(m *message.Message, sessions bool) *azservicebus.Message {
+// package doc). With format: cloudevents (env) the application properties
+// also carry the CloudEvents context attributes (cloudEvents:specversion,
+// cloudEvents:id, cloudEvents:source, cloudEvents:type, cloudEvents:time)
+// and cloudEvents:partitionkey for a key, as strings; ContentType is the
+// datacontenttype (the same value as with raw), and a headers column
+// entry whose name starts with cloudEvents: (in any case) is left out, so
+// that the message's own attributes win.
+func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azservicebus.Message {
 	id, subject := m.ID, m.Type
-	contentType := ContentTypeBinary
-	if m.PayloadJSON {
-		contentType = ContentTypeJSON
-	}
+	contentType := envelope.ContentType(m)
 	body := m.Payload
 	if body == nil {
 		body = []byte{}
@@ -364,17 +379,9 @@ func toMessage(m *message.Message, sessions bool) *azservicebus.Message {
 		ContentType: &contentType,
 		Body:        body,
 	}
-	if len(m.Headers) > 0 {
-		props := make(map[string]any, len(m.Headers)+1)
-		for k, v := range m.Headers {
-			props[k] = v
-		}
-		if tp, ok := m.Headers[HeaderTraceparent]; ok {
-			if _, set := m.Headers[PropertyDiagnosticID]; !set {
-				props[PropertyDiagnosticID] = tp
-			}
-		}
-		sm.ApplicationProperties = props
+	ce := env != nil && env.IsCloudEvents()
+	if len(m.Headers) > 0 || ce {
+		sm.ApplicationProperties = properties(m, ce, env)
 		for _, h := range CorrelationHeaders {
 			if v := m.Headers[h]; v != "" {
 				sm.CorrelationID = &v
@@ -387,6 +394,33 @@ func toMessage(m *message.Message, sessions bool) *azservicebus.Message {
 		sm.SessionID = &key
 	}
 	return sm
+}
+
+// properties returns m's application properties: the headers column, the
+// traceparent again as Diagnostic-Id, and with ce the CloudEvents
+// attributes (see toMessage).
+func properties(m *message.Message, ce bool, env *envelope.Settings) map[string]any {
+	props := make(map[string]any, len(m.Headers)+7)
+	for k, v := range m.Headers {
+		if ce && len(k) >= len(PrefixCloudEvents) && strings.EqualFold(k[:len(PrefixCloudEvents)], PrefixCloudEvents) {
+			continue
+		}
+		props[k] = v
+	}
+	if tp, ok := m.Headers[HeaderTraceparent]; ok {
+		if _, set := m.Headers[PropertyDiagnosticID]; !set {
+			props[PropertyDiagnosticID] = tp
+		}
+	}
+	if ce {
+		for _, a := range env.Attributes(m) {
+			props[PrefixCloudEvents+a.Name] = a.Value
+		}
+		if m.HasKey {
+			props[PropertyPartitionKey] = m.Key
+		}
+	}
+	return props
 }
 
 // sender returns the cached sender of entity, creating it (no I/O) and

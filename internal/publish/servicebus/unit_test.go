@@ -63,6 +63,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{cs + "queue: q\nmax_batch_bytes: 100\n", "max_batch_bytes: 100 is outside"},
 		{cs + "queue: q\ntimeout: 10ms\n", "timeout: 10ms is outside"},
 		{cs + "queue: q\nqeueu: x\n", "qeueu"},
+		{cs + "queue: q\nformat: json\n", `format: unknown "json" (raw or cloudevents)`},
+		{cs + "queue: q\nsource: /orders\n", "source: only used with format: cloudevents"},
+		{cs + "queue: q\nformat: cloudevents\nsource: \"%zz\"\n", `source: "%zz" is not a URI reference`},
 	} {
 		_, err := openConfig(t, c.body)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -153,7 +156,7 @@ func TestMappingForDotNetReceivers(t *testing.T) {
 	m := g.Message("order-7")
 	m.Headers["correlation-id"] = "dash"
 	m.Headers["correlation_id"] = "underscore"
-	sm := toMessage(m, true)
+	sm := toMessage(m, true, nil)
 	switch {
 	case *sm.MessageID != m.ID, *sm.Subject != m.Type, *sm.ContentType != ContentTypeJSON, !bytes.Equal(sm.Body, m.Payload):
 		t.Errorf("id, subject, content type or body wrong: %+v", sm)
@@ -171,15 +174,15 @@ func TestMappingForDotNetReceivers(t *testing.T) {
 
 	n := g.NullKeyMessage()
 	n.Payload, n.PayloadJSON, n.Headers = nil, false, nil
-	sm = toMessage(n, false)
+	sm = toMessage(n, false, nil)
 	if sm.SessionID != nil || sm.CorrelationID != nil || sm.ApplicationProperties != nil || *sm.ContentType != ContentTypeBinary || sm.Body == nil {
 		t.Errorf("bare message mapped to %+v", sm)
 	}
-	if sm = toMessage(n, true); *sm.SessionID != n.ID {
+	if sm = toMessage(n, true, nil); *sm.SessionID != n.ID {
 		t.Errorf("NULL key with sessions: SessionID %q, want the id", *sm.SessionID)
 	}
 	n.Headers = map[string]string{HeaderTraceparent: "tp", PropertyDiagnosticID: "mine", "correlation_id": ""}
-	if sm = toMessage(n, false); sm.ApplicationProperties[PropertyDiagnosticID] != "mine" || sm.CorrelationID != nil {
+	if sm = toMessage(n, false, nil); sm.ApplicationProperties[PropertyDiagnosticID] != "mine" || sm.CorrelationID != nil {
 		t.Errorf("a Diagnostic-Id of the headers column must win and an empty correlation id be skipped: %+v", sm)
 	}
 }
