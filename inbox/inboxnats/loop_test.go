@@ -1,0 +1,121 @@
+package inboxnats
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/inbox/internal/inboxtest"
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
+)
+
+// publish stores one message per id on subject (each id twice when
+// twice: a duplicate the stream's window does not see, e.g. a resend
+// after the window).
+func publishIDs(t *testing.T, url, subject string, ids ...string) {
+	t.Helper()
+	js := natstest.JetStream(t, url)
+	for _, id := range ids {
+		m := nats.NewMsg(subject)
+		m.Header.Set("Nats-Msg-Id", id)
+		m.Data = []byte(`{}`)
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestIntegrationEachMessageTakesEffectOnceAndIsAckedAfterCommit: messages
+// with ids (one id stored twice under two stream sequences, as after a
+// resend outside the duplicate window), a first attempt of one failing:
+// every effect commits exactly once, the failed message is Nak'ed and
+// redelivered, and the consumer ends with nothing pending and nothing
+// unacknowledged. Both inbox drivers.
+func TestIntegrationEachMessageTakesEffectOnceAndIsAckedAfterCommit(t *testing.T) {
+	url := natstest.Start(t)
+	for _, d := range inboxtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
+			prefix := natstest.Unique(t)
+			st := natstest.CreateStream(t, url, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}, Duplicates: time.Second})
+			publishIDs(t, url, prefix+".order", "a", "b", "c")
+			time.Sleep(1100 * time.Millisecond) // past the duplicate window: "b" is stored again
+			publishIDs(t, url, prefix+".order", "b", "d")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1, AckWait: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := inboxtest.NewFixture(t)
+			ib := f.Open(t, d, inbox.Options{}, 2)
+			var failedOnce atomic.Bool
+			var acked atomic.Int32
+			var order []string
+			errc := make(chan error, 1)
+			go func() {
+				errc <- Loop(ctx, cons, inbox.Processor[inboxtest.Exec](ib), func(ctx context.Context, exec inboxtest.Exec, m jetstream.Msg) error {
+					if m.Headers().Get("Nats-Msg-Id") == "c" && failedOnce.CompareAndSwap(false, true) {
+						return errors.New("first attempt fails")
+					}
+					order = append(order, m.Headers().Get("Nats-Msg-Id"))
+					return f.Increment(exec)
+				}, Options{RetryBackoff: 200 * time.Millisecond, OnAcked: func(jetstream.Msg, string, inbox.Result) { acked.Add(1) }})
+			}()
+			pgtest.Await(t, 20*time.Second, "5 acknowledged messages", func() bool { return acked.Load() == 5 })
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Errorf("Loop = %v, want context.Canceled", err)
+			}
+			if n := f.Effects(t); n != 4 {
+				t.Errorf("%d effects, want 4 (a, b, c, d once each)", n)
+			}
+			if got := f.Count(t, "true"); got != 4 {
+				t.Errorf("%d inbox rows, want 4", got)
+			}
+			info, err := cons.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.NumPending != 0 || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+				t.Errorf("consumer: %d pending, %d unacknowledged, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
+			}
+			if want := []string{"a", "b", "c", "d"}; len(order) != 4 || order[2] != "c" {
+				t.Errorf("effects in order %v, want %v (the failed message redelivered before the next)", order, want)
+			}
+		})
+	}
+}
+
+// TestIntegrationMessageWithoutIDStopsTheLoopUnacked: a message without
+// Nats-Msg-Id stops the loop with inbox.ErrEmptyID, unacknowledged.
+func TestIntegrationMessageWithoutIDStopsTheLoopUnacked(t *testing.T) {
+	url := natstest.Start(t)
+	prefix := natstest.Unique(t)
+	st := natstest.CreateStream(t, url, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	js := natstest.JetStream(t, url)
+	if _, err := js.Publish(context.Background(), prefix+".x", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 2)
+	err = Loop(ctx, cons, inbox.Processor[inboxtest.Exec](ib), func(context.Context, inboxtest.Exec, jetstream.Msg) error { return nil }, Options{})
+	if !errors.Is(err, inbox.ErrEmptyID) {
+		t.Fatalf("Loop = %v, want inbox.ErrEmptyID", err)
+	}
+	if info, _ := cons.Info(context.Background()); info == nil || info.NumAckPending != 1 {
+		t.Errorf("consumer info %+v: want the message delivered and unacknowledged", info)
+	}
+}
