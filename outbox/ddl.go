@@ -1,10 +1,14 @@
 package outbox
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/walpost/walpost/internal/sqlident"
+)
 
 // DDL returns the CREATE TABLE IF NOT EXISTS statement of an outbox table
-// named table ("table" or "schema.table", taken literally; empty means
-// DefaultTable) with the default columns:
+// named table ("table" or "schema.table", taken as in the catalog, a part
+// in double quotes when it holds a dot; empty means DefaultTable) with the default columns:
 //
 //	id         uuid        PRIMARY KEY
 //	type       text        NOT NULL
@@ -20,7 +24,11 @@ func DDL(table string) string {
 	if table == "" {
 		table = DefaultTable
 	}
-	return "CREATE TABLE IF NOT EXISTS " + readableIdent(strings.Split(table, ".")...) + ` (
+	parts, err := sqlident.Split(table)
+	if err != nil {
+		parts = strings.Split(table, ".") // fails when the statement runs
+	}
+	return "CREATE TABLE IF NOT EXISTS " + readableIdent(parts...) + ` (
     id         uuid        PRIMARY KEY,
     type       text        NOT NULL,
     key        text        NULL,

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/sqlident"
 )
 
 // Config is the whole configuration file.
@@ -91,18 +92,30 @@ type Columns struct {
 	Key     string `yaml:"key"`
 	Payload string `yaml:"payload"`
 	Headers string `yaml:"headers"`
+	// Time, when set, is a timestamp column whose value is the message's
+	// time (Kafka record timestamp, CloudEvents time); unset, the commit
+	// time is.
+	Time string `yaml:"time"`
+	// SentAt, when set, is a nullable timestamp column the relay fills in
+	// (batched UPDATEs, off the hot path) once every sink acknowledged the
+	// row, as a polling dispatcher did; the slot is not confirmed past a
+	// row before its column is set. Off by default.
+	SentAt string `yaml:"sent_at"`
 }
 
 // Layout returns the mapping as the relay reads it: an optional role
 // written "-" (layout.Omit) has no column.
 func (c Columns) Layout() layout.Columns {
-	return layout.FromConfig(c.ID, c.Type, c.Key, c.Payload, c.Headers)
+	return layout.FromConfig(layout.Columns{c.ID, c.Type, c.Key, c.Payload, c.Headers, c.Time, c.SentAt})
 }
 
 // Outbox returns the outbox table (postgres.table) and its layout.
 func (c *Config) Outbox() layout.Table {
-	schema, table, _ := strings.Cut(c.Postgres.Table, ".")
-	return layout.Table{Schema: schema, Name: table, Columns: c.Columns.Layout()}
+	t := layout.Table{Columns: c.Columns.Layout()}
+	if parts, err := sqlident.Split(c.Postgres.Table); err == nil && len(parts) == 2 {
+		t.Schema, t.Name = parts[0], parts[1]
+	}
+	return t
 }
 
 // Relay tunes the pipeline between the stream and the sinks.
@@ -343,7 +356,7 @@ func (c *Config) SetDefaults() {
 	if p.ReconnectBackoff == 0 {
 		p.ReconnectBackoff = Duration(30 * time.Second)
 	}
-	if !strings.Contains(p.Table, ".") && p.Table != "" {
+	if parts, err := sqlident.Split(p.Table); err == nil && len(parts) == 1 {
 		p.Table = "public." + p.Table
 	}
 	col := &c.Columns

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walpost/walpost/internal/layout"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -25,7 +27,7 @@ func TestDefaultsMatchTheDesign(t *testing.T) {
 	if c.Postgres.Table != "public.outbox" || c.Postgres.Slot != "walpost_outbox" || c.Postgres.Publication != "walpost_outbox" {
 		t.Fatalf("postgres defaults: %+v", c.Postgres)
 	}
-	if c.Columns != (Columns{"id", "type", "key", "payload", "headers"}) {
+	if c.Columns != (Columns{"id", "type", "key", "payload", "headers", "", ""}) {
 		t.Fatalf("columns defaults: %+v", c.Columns)
 	}
 	if c.Postgres.StatusInterval.D() != 10*time.Second || c.Postgres.HeartbeatInterval.D() != 10*time.Second {
@@ -115,5 +117,41 @@ func TestRouteMatchesGlobs(t *testing.T) {
 	}
 	if !(Route{}).Matches("anything") {
 		t.Error("an empty route must match every type")
+	}
+}
+
+// TestAnyIdentifierIsAccepted: names are taken as they appear in the
+// catalog (EF Core's PascalCase tables and columns), quoted where they
+// hold a dot, and only slots keep PostgreSQL's lower-case rule.
+func TestAnyIdentifierIsAccepted(t *testing.T) {
+	y := `postgres:
+  url: postgres://x
+  table: public."Outbox.Messages"
+  publication: "Walpost Pub; --"
+  progress_table: Walpost.Progress
+columns: {id: Id, type: Type, key: "-", payload: Payload, headers: "-", time: CreatedOnUtc, sent_at: ProcessedOnUtc}
+sinks: [{name: out, kind: stdout}]
+`
+	c, err := Parse([]byte(y), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob := c.Outbox()
+	if ob.Schema != "public" || ob.Name != "Outbox.Messages" || ob.Qualified() != `"public"."Outbox.Messages"` {
+		t.Fatalf("outbox = %+v (%s)", ob, ob.Qualified())
+	}
+	if ob.Columns != (layout.Columns{"Id", "Type", "", "Payload", "", "CreatedOnUtc", "ProcessedOnUtc"}) {
+		t.Fatalf("columns = %q", ob.Columns)
+	}
+	if c.Postgres.Publication != "Walpost Pub; --" {
+		t.Fatalf("publication = %q", c.Postgres.Publication)
+	}
+	_, err = Parse([]byte(strings.Replace(y, `public."Outbox.Messages"`, `public."Outbox`, 1)), env(nil))
+	if err == nil || err.Error() != `postgres.table: "public.\"Outbox" has an unterminated quote (line 3)` {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = Parse([]byte(strings.Replace(y, `public."Outbox.Messages"`, `a.b.c`, 1)), env(nil))
+	if err == nil || !strings.Contains(err.Error(), `postgres.table: "a.b.c" is not schema.table`) {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -176,22 +176,22 @@ func TestValidationOrderIsFixed(t *testing.T) {
 	y := `postgres:
   url: postgres://x
   slot: Bad-Slot
-  publication: Bad-Pub
-columns: {id: id, type: id, key: BAD}
+  publication: Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
+columns: {id: id, type: id, key: "k\0"}
 log: {level: loud}
 `
 	wants := []string{
-		`postgres.publication: "Bad-Pub" must be a lower-case SQL identifier (letters, digits, _; at most 63) (line 4)`,
-		`postgres.slot: "Bad-Slot" must be a lower-case SQL identifier (letters, digits, _; at most 63) (line 3)`,
-		`columns.key: "BAD" is not a lower-case column name (use "-" for key or headers when the table has none) (line 5)`,
+		`postgres.publication: "Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… is not a usable name: it is 65 bytes long (PostgreSQL truncates names to 63 bytes) (line 4)`,
+		`postgres.slot: "Bad-Slot" is not a replication slot name: PostgreSQL allows only lower-case letters, digits and _ (at most 63) (line 3)`,
+		`columns.key: "k\x00" is not a usable column name: it is holding a zero byte (use "-" when the table has no such column) (line 5)`,
 		`sinks: none configured (add at least one, e.g. {name: out, kind: stdout})`,
 		`log.level: "loud" is not one of debug, info, warn, error (line 6)`,
 		`columns.type: column "id" is already mapped by columns.id (line 5)`,
 	}
 	fixes := []func(string) string{
-		func(s string) string { return strings.Replace(s, "Bad-Pub", "pub", 1) },
+		func(s string) string { return strings.Replace(s, "Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "Pub", 1) },
 		func(s string) string { return strings.Replace(s, "Bad-Slot", "slot", 1) },
-		func(s string) string { return strings.Replace(s, "key: BAD", "key: k", 1) },
+		func(s string) string { return strings.Replace(s, `key: "k\0"`, "key: k", 1) },
 		func(s string) string { return s + "sinks: [{name: a, kind: stdout}]\n" },
 		func(s string) string { return strings.Replace(s, "loud", "info", 1) },
 	}

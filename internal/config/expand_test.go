@@ -148,7 +148,7 @@ func TestEnvOverridesWinAndAreNamedInErrors(t *testing.T) {
 		t.Fatalf("got %+v, %v", c, err)
 	}
 	_, err = Parse([]byte(y), env(map[string]string{"CDC_POSTGRES_SLOT": "Env-Slot"}))
-	if err == nil || err.Error() != `postgres.slot: "Env-Slot" must be a lower-case SQL identifier (letters, digits, _; at most 63) (from CDC_POSTGRES_SLOT)` {
+	if err == nil || err.Error() != `postgres.slot: "Env-Slot" is not a replication slot name: PostgreSQL allows only lower-case letters, digits and _ (at most 63) (from CDC_POSTGRES_SLOT)` {
 		t.Fatalf("err = %v", err)
 	}
 	_, err = Parse([]byte(y), env(map[string]string{"CDC_RELAY_WINDOW_MESSAGES": "lots"}))

@@ -13,9 +13,11 @@ import (
 
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/internal/sqlident"
 )
 
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_$]{0,62}$`)
+// slotRE is PostgreSQL's rule for replication slot names.
+var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // Validate checks every setting and returns the first error, an *Error
 // naming the setting. The order is fixed: the settings in the order the
@@ -73,10 +75,11 @@ func (c *Config) validatePostgres() error {
 	if err := c.validateTable("postgres.table", p.Table, ""); err != nil {
 		return err
 	}
-	for _, f := range []struct{ field, v string }{{"postgres.publication", p.Publication}, {"postgres.slot", p.Slot}} {
-		if !identRE.MatchString(f.v) {
-			return c.fail(f.field, "%s must be a lower-case SQL identifier (letters, digits, _; at most 63)", c.q(f.field, f.v))
-		}
+	if err := sqlident.Check(p.Publication); err != nil {
+		return c.fail("postgres.publication", "%s is not a usable name: it is %v", c.q("postgres.publication", p.Publication), err)
+	}
+	if !slotRE.MatchString(p.Slot) {
+		return c.fail("postgres.slot", "%s is not a replication slot name: PostgreSQL allows only lower-case letters, digits and _ (at most 63)", c.q("postgres.slot", p.Slot))
 	}
 	if p.StatusInterval.D() < 100*time.Millisecond {
 		return c.fail("postgres.status_interval", "%v is under 100ms", p.StatusInterval.D())
@@ -93,9 +96,12 @@ func (c *Config) validatePostgres() error {
 }
 
 func (c *Config) validateTable(field, v, hint string) error {
-	parts := strings.Split(v, ".")
-	if len(parts) != 2 || !identRE.MatchString(parts[0]) || !identRE.MatchString(parts[1]) {
-		return c.fail(field, "%s is not schema.table with lower-case SQL identifiers%s", c.q(field, v), hint)
+	parts, err := sqlident.Split(v)
+	if err != nil {
+		return c.fail(field, "%s %v%s", c.q(field, v), err, hint)
+	}
+	if len(parts) != 2 {
+		return c.fail(field, "%s is not schema.table (names as in the catalog, e.g. public.OutboxMessages; quote a name holding a dot: public.\"Outbox.Messages\")%s", c.q(field, v), hint)
 	}
 	return nil
 }
@@ -203,17 +209,17 @@ func (c *Config) mayQuoteSecret(text string) bool {
 // "-" rule (layout.FromConfig) is applied.
 func (c *Config) columnsAsWritten() layout.Columns {
 	col := c.Columns
-	return layout.Columns{col.ID, col.Type, col.Key, col.Payload, col.Headers}
+	return layout.Columns{col.ID, col.Type, col.Key, col.Payload, col.Headers, col.Time, col.SentAt}
 }
 
 func (c *Config) validateColumns() error {
 	for role, v := range c.columnsAsWritten() {
 		r := layout.Role(role)
-		if v == layout.Omit && r.Optional() {
-			continue // the table has no such column
+		if r.Optional() && (v == layout.Omit || v == "") {
+			continue // the table has no such column, or the role is off
 		}
-		if !identRE.MatchString(v) {
-			return c.fail(r.Field(), "%s is not a lower-case column name (use \"-\" for key or headers when the table has none)", c.q(r.Field(), v))
+		if err := sqlident.Check(v); err != nil {
+			return c.fail(r.Field(), "%s is not a usable column name: it is %v%s", c.q(r.Field(), v), err, r.OmitHint())
 		}
 	}
 	return nil

@@ -31,6 +31,8 @@ const (
 	oidBPChar  = 1042
 	oidJSONB   = 3802
 	oidUUID    = 2950
+	oidTS      = 1114 // timestamp without time zone
+	oidTSTZ    = 1184
 )
 
 // HeartbeatPrefix is the prefix of the logical messages the relay emits as
@@ -157,8 +159,9 @@ var ErrProtocol = errors.New("decoder: malformed pgoutput message")
 // messages (a Relation sent again after a schema change replaces the
 // cached one). A Decoder is not safe for concurrent use.
 type Decoder struct {
-	m    Mapping
-	rels map[uint32]*relation
+	m     Mapping
+	rels  map[uint32]*relation
+	adopt string // prefix of adopted rows' logical messages; "" for none
 	tx   struct {
 		open       bool
 		commitLSN  pglogrepl.LSN
@@ -185,6 +188,8 @@ const (
 	colKey     = layout.Key
 	colPayload = layout.Payload
 	colHeaders = layout.Headers
+	colTime    = layout.Time
+	colSentAt  = layout.SentAt
 )
 
 // New returns a decoder for the outbox described by m.
@@ -198,6 +203,61 @@ func New(m Mapping) *Decoder {
 func (d *Decoder) Reset() {
 	d.rels = map[uint32]*relation{}
 	d.tx.open = false
+}
+
+// AdoptPrefix is the prefix of the transactional logical messages that
+// `cdc init --adopt` emits for the rows a slot's relay must adopt (rows
+// committed before the slot existed and not yet sent).
+func AdoptPrefix(slot string) string { return "walpost.adopt." + slot }
+
+// Adopted is the content of an adopt message: the row's mapped columns by
+// role (layout.Role order), each value as text (nil for NULL or
+// unmapped), and each column's type oid (0 when unmapped).
+type Adopted struct {
+	V      int       `json:"v"`
+	OIDs   []uint32  `json:"oids"`
+	Values []*string `json:"values"`
+}
+
+// AcceptAdopted makes the decoder read the transactional logical messages
+// with prefix (AdoptPrefix of the slot) as outbox rows.
+func (d *Decoder) AcceptAdopted(prefix string) { d.adopt = prefix }
+
+// adopted decodes an adopt message into a Row, exactly as an INSERT of
+// the same values would be.
+func (d *Decoder) adopted(m *pglogrepl.LogicalDecodingMessage) (Event, error) {
+	var a Adopted
+	if err := json.Unmarshal(m.Content, &a); err != nil || a.V != 1 || len(a.OIDs) != int(layout.NumRoles) || len(a.Values) != int(layout.NumRoles) {
+		// Bad input, not a protocol failure: on_invalid and cdc skip
+		// apply, as to a row.
+		return Event{}, &Error{LSN: m.LSN, CommitLSN: d.tx.commitLSN, Row: RowValues{"adopt_message": string(m.Content)},
+			Err: fmt.Errorf("adopt message (prefix %s) is not a version 1 row of %d columns: %s", m.Prefix, layout.NumRoles, excerpt(m.Content))}
+	}
+	rel := &relation{name: d.m.String(), outbox: true}
+	var vals [layout.NumRoles][]byte
+	var nulls [layout.NumRoles]bool
+	for role := range layout.NumRoles {
+		rel.idx[role], rel.oid[role] = -1, a.OIDs[role]
+		if a.OIDs[role] != 0 && d.m.Columns.Has(role) {
+			rel.idx[role] = int(role)
+		}
+		if v := a.Values[role]; v != nil {
+			vals[role] = []byte(*v)
+		} else {
+			nulls[role] = true
+		}
+	}
+	for role := range layout.NumRoles {
+		if d.m.Columns.Has(role) && rel.idx[role] < 0 && role != layout.SentAt { // sent_at is not carried: it is NULL
+			rel.missing = append(rel.missing, fmt.Sprintf("%s %q", role.Field(), d.m.Columns[role]))
+		}
+	}
+	rel.bad = checkTypes(rel, d.m.Columns)
+	msg, err := d.row(rel, m.LSN, vals, nulls)
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{Kind: Row, Msg: msg, LSN: m.LSN, CommitLSN: d.tx.commitLSN}, nil
 }
 
 // InTransaction reports whether a Begin has been decoded without its Commit.
@@ -244,6 +304,9 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 		}
 		if !m.Transactional && !d.tx.open {
 			return Event{Kind: Progress, LSN: m.LSN}, nil
+		}
+		if m.Transactional && d.adopt != "" && m.Prefix == d.adopt {
+			return d.adopted(m)
 		}
 		return Event{Kind: Skip}, nil
 	default:
@@ -399,12 +462,15 @@ var accepted = [layout.NumRoles][]uint32{
 	colKey:     {oidText, oidVarchar, oidBPChar, oidUUID},
 	colPayload: {oidJSONB, oidJSON, oidText, oidVarchar, oidBytea},
 	colHeaders: {oidJSONB, oidJSON},
+	colTime:    {oidTSTZ, oidTS},
+	colSentAt:  {oidTSTZ, oidTS},
 }
 
 // typeNames names the types of accepted.
 var typeNames = map[uint32]string{
 	oidBytea: "bytea", oidText: "text", oidJSON: "json", oidVarchar: "varchar",
 	oidBPChar: "char(n)", oidJSONB: "jsonb", oidUUID: "uuid",
+	oidTSTZ: "timestamptz", oidTS: "timestamp",
 }
 
 // acceptedNames returns the names of the types accepted for role, for
@@ -577,7 +643,36 @@ func (d *Decoder) fill(m *message.Message, rel *relation, vals [layout.NumRoles]
 		}
 		m.Headers = h
 	}
+	if rel.idx[colTime] >= 0 && !nulls[colTime] && vals[colTime] != nil {
+		t, err := parseTimestamp(vals[colTime])
+		if err != nil {
+			return fmt.Errorf("%s: column %q: %v", colTime.Field(), d.m.Columns[colTime], err)
+		}
+		m.Time = t
+	}
 	return nil
+}
+
+// timestampLayouts are the forms of timestamptz and timestamp that
+// PostgreSQL writes with DateStyle ISO (the replication connection sets
+// it): the offset as +hh, +hh:mm or +hh:mm:ss, or none (timestamp, read
+// as UTC).
+var timestampLayouts = []string{
+	"2006-01-02 15:04:05.999999999Z07",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999Z07:00:00",
+	"2006-01-02 15:04:05.999999999",
+}
+
+// parseTimestamp reads a timestamp column's text value, in UTC.
+func parseTimestamp(v []byte) (time.Time, error) {
+	s := string(v)
+	for _, l := range timestampLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s is not a timestamp walpost can publish (infinite, BC, or not in DateStyle ISO)", excerpt(v))
 }
 
 // payload sets m's payload from v, a column of type oid.

@@ -1,12 +1,16 @@
 // Package layout describes the outbox table as the relay reads it: the
 // table, and which column plays which role (id, type, key, payload,
-// headers). It is the one representation of the column mapping: the
+// headers, and the optional time and sent_at). It is the one representation of the column mapping: the
 // config produces it (applying the rule that "-" means the table has no
 // such column, in one place), the setup checks, the decoder and `cdc init`
 // read it.
 package layout
 
-import "github.com/jackc/pgx/v5"
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/sqlident"
+)
 
 // Omit, as the column of an optional role (key, headers) in the config's
 // columns: (and in the outbox package's Columns), says the table has no
@@ -23,10 +27,17 @@ const (
 	Key
 	Payload
 	Headers
+	// Time is a timestamp column whose value is the message's time (the
+	// commit time when unmapped).
+	Time
+	// SentAt is a nullable timestamp column the relay sets once every sink
+	// acknowledged the row (off unless mapped): what a polling
+	// dispatcher's "processed on" column was.
+	SentAt
 	NumRoles
 )
 
-var roleNames = [NumRoles]string{"id", "type", "key", "payload", "headers"}
+var roleNames = [NumRoles]string{"id", "type", "key", "payload", "headers", "time", "sent_at"}
 
 // String returns the role's name ("payload").
 func (r Role) String() string { return roleNames[r] }
@@ -34,21 +45,32 @@ func (r Role) String() string { return roleNames[r] }
 // Field returns the config field that maps the role ("columns.payload").
 func (r Role) Field() string { return "columns." + roleNames[r] }
 
-// Optional reports whether a table may lack the role's column (key and
-// headers may be Omit).
-func (r Role) Optional() bool { return r == Key || r == Headers }
+// Optional reports whether a table may lack the role's column: key and
+// headers may be Omit, time and sent_at are off unless mapped.
+func (r Role) Optional() bool { return r >= Key && r != Payload }
+
+// OmitHint is what an error about the role's column adds about leaving it
+// out.
+func (r Role) OmitHint() string {
+	switch r {
+	case Key, Headers:
+		return ` (use "-" when the table has no such column)`
+	case Time, SentAt:
+		return " (leave it out when the table has no such column)"
+	}
+	return ""
+}
 
 // Columns holds each role's column name, indexed by Role; "" for an
 // optional role the table lacks.
 type Columns [NumRoles]string
 
 // Default is the layout of sql/outbox.sql.
-var Default = Columns{"id", "type", "key", "payload", "headers"}
+var Default = Columns{"id", "type", "key", "payload", "headers", "", ""}
 
 // FromConfig returns the layout of the columns: mapping as written in the
-// config, where an optional role's column may be Omit.
-func FromConfig(id, typ, key, payload, headers string) Columns {
-	c := Columns{id, typ, key, payload, headers}
+// config (by role), where an optional role's column may be Omit.
+func FromConfig(c Columns) Columns {
 	for r := range c {
 		if c[r] == Omit {
 			c[r] = ""
@@ -66,5 +88,12 @@ type Table struct {
 	Columns      Columns
 }
 
-// Qualified returns the quoted schema.table.
+// Qualified returns the quoted schema.table, to send to the server.
 func (t Table) Qualified() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// String returns schema.table for messages, quoting a part only when it
+// holds a dot or a quote (see sqlident.Display).
+func (t Table) String() string { return sqlident.Display(t.Schema, t.Name) }
+
+// Column returns role's column quoted, to send to the server.
+func (c Columns) Column(r Role) string { return pgx.Identifier{c[r]}.Sanitize() }

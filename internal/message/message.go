@@ -35,6 +35,19 @@ type Message struct {
 	CommitLSN pglogrepl.LSN
 	// CommitTime is when the transaction committed.
 	CommitTime time.Time
+	// Time is the value of the outbox's time column (columns.time), zero
+	// when none is mapped. Sinks use EventTime.
+	Time time.Time
+}
+
+// EventTime is the message's time as sinks publish it (Kafka record
+// timestamp, CloudEvents time): the time column's value when one is
+// mapped, the commit time otherwise.
+func (m *Message) EventTime() time.Time {
+	if !m.Time.IsZero() {
+		return m.Time
+	}
+	return m.CommitTime
 }
 
 // OrderingKey is the key a broker orders by: the key, or the id when the

@@ -43,7 +43,9 @@ func Config(url string) (*pgx.ConnConfig, error) {
 }
 
 // ReplicationConfig parses url for a logical replication connection
-// (replication=database, application_name=walpost).
+// (replication=database, application_name=walpost; DateStyle ISO and
+// TimeZone UTC, so that pgoutput writes timestamps in the one form the
+// decoder reads).
 func ReplicationConfig(url string) (*pgconn.Config, error) {
 	c, err := Config(url)
 	if err != nil {
@@ -52,6 +54,8 @@ func ReplicationConfig(url string) (*pgconn.Config, error) {
 	rc := &c.Config
 	rc.RuntimeParams["replication"] = "database"
 	rc.RuntimeParams["application_name"] = "walpost"
+	rc.RuntimeParams["datestyle"] = "ISO, MDY"
+	rc.RuntimeParams["timezone"] = "UTC"
 	return rc, nil
 }
 

@@ -47,9 +47,11 @@ import (
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/sentat"
 	"github.com/walpost/walpost/internal/store"
 )
 
@@ -61,6 +63,9 @@ type Relay struct {
 	target  replication.Target
 	tables  store.Tables
 	metrics *Metrics
+	// sentStmt is the UPDATE that fills in columns.sent_at (from the
+	// check), "" when it is not mapped.
+	sentStmt string
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -160,11 +165,17 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}
 	tracker := checkpoint.New(0)
 	drained := make(chan struct{}) // closed once every sink drained after the stream stopped
+	var confirmer replication.Confirmer = tracker
+	var marker *sentat.Marker
+	if r.sentStmt != "" {
+		marker = sentat.New(cfg.Postgres.URL, r.sentStmt, tracker, r.log)
+		confirmer = marker // the slot waits for rows to be marked sent
+	}
 	stream := replication.NewStream(replication.StreamOptions{
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
 		Drained: drained, Log: r.log,
-	}, tracker)
+	}, confirmer)
 	r.setStream(stream, nil, false)
 	if err := stream.Acquire(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -194,7 +205,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer r.closeSinks(sinks)
-	return true, r.streamCycle(ctx, stream, tracker, drained, sinks, st.progress)
+	return true, r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
 }
 
 // check verifies, read-only, what the relay needs of the server. Failing
@@ -220,6 +231,11 @@ func (r *Relay) check(ctx context.Context) error {
 	}
 	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
 		return err
+	}
+	if r.target.Outbox.Columns.Has(layout.SentAt) {
+		if r.sentStmt, err = sentat.Check(ctx, conn, r.target.Outbox); err != nil {
+			return err
+		}
 	}
 	return store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters())
 }
@@ -250,6 +266,14 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	}
 	return slotState{confirmed: info.ConfirmedFlush, progress: progress}, nil
 }
+
+// sentAtInterval is how often acknowledged rows are marked sent
+// (columns.sent_at): it delays the slot's confirmation, not delivery.
+// sentAtFlushTimeout bounds the last marking at shutdown.
+const (
+	sentAtInterval     = 100 * time.Millisecond
+	sentAtFlushTimeout = 5 * time.Second
+)
 
 // sinkOpenTimeout bounds opening the sinks while the slot is held but not
 // yet read (the server ends a replication connection that stays silent
@@ -337,8 +361,8 @@ func (sd *shutdown) close() {
 // streamCycle runs the pipeline on a held slot until ctx ends or a stage
 // fails: the stream, the heartbeat, the pipeline, one runner per sink and
 // the progress store, under one errgroup.
-func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tracker *checkpoint.Tracker, drained chan struct{},
-	sinks []publish.Sink, loaded map[string]store.Position) error {
+func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tracker *checkpoint.Tracker, marker *sentat.Marker,
+	drained chan struct{}, sinks []publish.Sink, loaded map[string]store.Position) error {
 	cfg := r.cfg
 	window := publish.NewWindow(cfg.Relay.WindowMessages, cfg.Relay.WindowBytes)
 	g, gctx := errgroup.WithContext(context.Background())
@@ -355,10 +379,14 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	// take turns more often): 8 cost ~15% of its rate.
 	events := make(chan []replication.Event, 64)
 	p := r.newPipeline(tracker, window, len(sinks), loaded)
+	p.marker = marker
 	defer p.parked.Close()
 	progress := store.NewProgress(cfg.Postgres.URL, r.tables, loaded, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
+	if marker != nil {
+		g.Go(func() error { return marker.Run(sd.read, sentAtInterval) })
+	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
 		return replication.RunHeartbeat(sd.read, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
@@ -381,7 +409,13 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 			return r.runSink(ctx, gctx, sd, runner, s.Name(), window)
 		})
 	}
-	go func() { runners.Wait(); close(drained) }()
+	go func() {
+		runners.Wait()
+		if marker != nil {
+			marker.Flush(sentAtFlushTimeout) // before the stream's last status
+		}
+		close(drained)
+	}()
 
 	err := g.Wait()
 	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
@@ -392,7 +426,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 // positions each sink acknowledged before (loaded).
 func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *publish.Window, n int, loaded map[string]store.Position) *pipeline {
 	cfg := r.cfg
-	p := &pipeline{dec: decoder.New(cfg.Outbox()), tracker: tracker, window: window,
+	p := &pipeline{dec: newDecoder(cfg), tracker: tracker, window: window,
 		sinks: make([]chan []publish.Delivery, n), routes: cfg.Sinks, metrics: r.metrics, log: r.log,
 		parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == config.DeadLetter}
 	for i := range p.sinks {
@@ -402,6 +436,14 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *publish.Window,
 		p.skip = append(p.skip, loaded[s.Name])
 	}
 	return p
+}
+
+// newDecoder returns the decoder of cfg's outbox, which also reads the
+// rows `cdc init --adopt` emitted for its slot.
+func newDecoder(cfg *config.Config) *decoder.Decoder {
+	d := decoder.New(cfg.Outbox())
+	d.AcceptAdopted(decoder.AdoptPrefix(cfg.Postgres.Slot))
+	return d
 }
 
 // runSink runs one sink's runner until its channel is drained, and names
@@ -541,6 +583,8 @@ type pipeline struct {
 	park    bool              // relay.on_invalid: dead_letter
 	txn     *checkpoint.Txn
 	targets []int
+	marker  *sentat.Marker // columns.sent_at, nil when not mapped
+	ids     []string       // the open transaction's message ids, for marker
 }
 
 func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) error {
@@ -556,7 +600,7 @@ func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) e
 			case replication.Reset:
 				p.dec.Reset()
 				p.tracker.Abandon()
-				p.txn = nil
+				p.txn, p.ids = nil, nil
 			case replication.Keepalive:
 				if !p.dec.InTransaction() {
 					p.tracker.Progress(ev.LSN)
@@ -632,12 +676,19 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 		if p.txn == nil {
 			return fmt.Errorf("%w: commit at %s without begin", decoder.ErrProtocol, e.LSN)
 		}
+		if p.marker != nil {
+			p.marker.Add(e.LSN, p.ids) // before the tracker may confirm it
+			p.ids = nil
+		}
 		p.tracker.Commit(p.txn, e.LSN)
 		p.txn = nil
 	case decoder.Progress:
 		p.tracker.Progress(e.LSN)
 	case decoder.Row:
 		p.metrics.decoded.Inc()
+		if p.marker != nil {
+			p.ids = append(p.ids, e.Msg.ID)
+		}
 		p.targets = p.targets[:0]
 		for i := range p.routes {
 			if p.routes[i].Route.Matches(e.Msg.Type) && !p.skip[i].Covers(e.Msg.CommitLSN, e.Msg.LSN) {

@@ -22,6 +22,20 @@ import (
 // create them (the table's owner for the publication, REPLICATION for the
 // slot); `cdc run` then only checks that they exist (see sql/roles.sql).
 func Setup(ctx context.Context, cfg *config.Config, report func(string)) error {
+	return SetupWith(ctx, cfg, SetupOptions{}, report)
+}
+
+// SetupOptions are `cdc init`'s options.
+type SetupOptions struct {
+	// Adopt: when the slot is created, rows already in the outbox whose
+	// columns.sent_at is NULL (left unsent by the dispatcher walpost
+	// replaces) are relayed once, before what is committed after the slot
+	// (see createSlotAdopting). It needs columns.sent_at and a new slot.
+	Adopt bool
+}
+
+// SetupWith is Setup with options.
+func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, report func(string)) error {
 	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return err
@@ -39,11 +53,19 @@ func Setup(ctx context.Context, cfg *config.Config, report func(string)) error {
 		return err
 	}
 	report(fmt.Sprintf("publication %s: %s", t.Publication, createdOrExists(created)))
-	info, created, err := replication.EnsureSlot(ctx, conn, t.Slot)
-	if err != nil {
-		return err
+	if opts.Adopt {
+		n, err := createSlotAdopting(ctx, conn, cfg)
+		if err != nil {
+			return err
+		}
+		report(fmt.Sprintf("slot %s: created; %d unsent row(s) of %s adopted: cdc run relays them first, once", t.Slot, n, t.Outbox))
+	} else {
+		info, created, err := replication.EnsureSlot(ctx, conn, t.Slot)
+		if err != nil {
+			return err
+		}
+		report(fmt.Sprintf("slot %s: %s (confirmed %s)", t.Slot, createdOrExists(created), info.ConfirmedFlush))
 	}
-	report(fmt.Sprintf("slot %s: %s (confirmed %s)", t.Slot, createdOrExists(created), info.ConfirmedFlush))
 	results, err := store.Setup(ctx, conn, store.TablesOf(cfg))
 	for _, res := range results {
 		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
@@ -57,16 +79,16 @@ func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t repl
 		return err
 	}
 	if exists {
-		report(fmt.Sprintf("table %s: exists", cfg.Postgres.Table))
+		report(fmt.Sprintf("table %s: exists", t.Outbox))
 		return nil
 	}
 	if cfg.Columns.Layout() != layout.Default {
-		return errors.New("table " + cfg.Postgres.Table + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)")
+		return errors.New("table " + t.Outbox.String() + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)")
 	}
 	if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
-		return fmt.Errorf("creating table %s: %w", cfg.Postgres.Table, err)
+		return fmt.Errorf("creating table %s: %w", t.Outbox, err)
 	}
-	report(fmt.Sprintf("table %s: created", cfg.Postgres.Table))
+	report(fmt.Sprintf("table %s: created", t.Outbox))
 	return nil
 }
 

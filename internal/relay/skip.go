@@ -84,10 +84,10 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 // or nil.
 func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead *store.DeadLetter) (*decoder.Error, error) {
 	for _, limit := range skipPeeks {
-		dec := decoder.New(cfg.Outbox())
+		dec := newDecoder(cfg)
 		n := 0
 		rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
-			'proto_version', '1', 'publication_names', $3)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
+			'proto_version', '1', 'publication_names', $3, 'messages', 'true')`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
 		if err != nil {
 			return nil, fmt.Errorf("reading the slot's pending changes: %w", err)
 		}

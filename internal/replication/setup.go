@@ -24,7 +24,7 @@ type Target struct {
 func (t Target) QualifiedTable() string { return t.Outbox.Qualified() }
 
 // name is the outbox table's schema.table, for messages.
-func (t Target) name() string { return t.Outbox.Schema + "." + t.Outbox.Name }
+func (t Target) name() string { return t.Outbox.String() }
 
 // Sentinel errors for the checks; errors returned wrap them with what to do.
 var (

@@ -34,7 +34,11 @@ func quote(t string) string {
 	if t == "" || t == "-" {
 		return ""
 	}
-	return sqlident.Readable(strings.Split(t, ".")...)
+	parts, err := sqlident.Split(t)
+	if err != nil {
+		return pgx.Identifier{t}.Sanitize() // validated before; a lookup fails loudly
+	}
+	return sqlident.Readable(parts...)
 }
 
 const progressDDL = `CREATE TABLE IF NOT EXISTS %s (

@@ -82,7 +82,8 @@ type Attr struct{ Name, Value string }
 // Attributes returns m's CloudEvents context attributes other than
 // datacontenttype (which every binding carries as its content type, see
 // ContentType): id = outbox id, source, specversion, type = outbox type,
-// time = commit time (RFC 3339, UTC; left out when unknown).
+// time = the message's EventTime (the time column, else the commit time;
+// RFC 3339, UTC; left out when unknown).
 func (s *Settings) Attributes(m *message.Message) []Attr {
 	attrs := make([]Attr, 0, 5)
 	attrs = append(attrs,
@@ -91,8 +92,8 @@ func (s *Settings) Attributes(m *message.Message) []Attr {
 		Attr{"source", s.Source},
 		Attr{"type", m.Type},
 	)
-	if !m.CommitTime.IsZero() {
-		attrs = append(attrs, Attr{"time", m.CommitTime.UTC().Format(time.RFC3339Nano)})
+	if t := m.EventTime(); !t.IsZero() {
+		attrs = append(attrs, Attr{"time", t.UTC().Format(time.RFC3339Nano)})
 	}
 	return attrs
 }

@@ -1,0 +1,120 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replication"
+)
+
+// ErrAdoptNeedsSentAt is returned by Setup with Adopt when columns.sent_at
+// is not mapped: it is what tells the rows a dispatcher has not sent.
+var ErrAdoptNeedsSentAt = errors.New("relay: --adopt needs columns.sent_at")
+
+// ErrAdoptSlotExists is returned by Setup with Adopt when the slot exists
+// already: rows committed before it were either adopted then or are
+// streamed by it, and adopting them now would be guessing.
+var ErrAdoptSlotExists = errors.New("relay: --adopt needs a new slot")
+
+// createSlotAdopting creates the slot and, in one transaction that sees
+// the database exactly as the slot starts (the snapshot the slot exports),
+// emits every row whose sent-at column is NULL as a transactional logical
+// message that the slot's relay reads as that row (decoder.AdoptPrefix):
+// rows committed before the slot and not sent are relayed once, rows
+// committed after it are streamed as usual, and no row is both. It
+// returns how many rows it adopted.
+func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (int64, error) {
+	t := cfg.Outbox()
+	if !t.Columns.Has(layout.SentAt) {
+		return 0, fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
+	}
+	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
+	if err != nil {
+		return 0, err
+	}
+	if info.Exists {
+		return 0, fmt.Errorf("%w: slot %q exists (confirmed %s); rows committed before it were not adopted then. If no relay has run on it yet, drop it (SELECT pg_drop_replication_slot('%s')) and run cdc init --adopt again; otherwise run cdc init without --adopt",
+			ErrAdoptSlotExists, cfg.Postgres.Slot, info.ConfirmedFlush, cfg.Postgres.Slot)
+	}
+	rc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL)
+	if err != nil {
+		return 0, err
+	}
+	repl, err := pgconn.ConnectConfig(ctx, rc)
+	if err != nil {
+		return 0, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(rc), err)
+	}
+	// The exported snapshot lives as long as this connection runs no
+	// other command: close it only once the adopting transaction is done.
+	defer repl.Close(context.Background())
+	slot, err := pglogrepl.CreateReplicationSlot(ctx, repl, cfg.Postgres.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		return 0, fmt.Errorf("creating replication slot %q: %w", cfg.Postgres.Slot, err)
+	}
+	n, err := adoptUnsent(ctx, conn, cfg, slot.SnapshotName)
+	if err != nil {
+		_, derr := conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", cfg.Postgres.Slot)
+		if derr != nil {
+			return 0, fmt.Errorf("%w (and dropping the slot again failed: %v; drop it before retrying)", err, derr)
+		}
+		return 0, fmt.Errorf("%w (the slot was dropped again: nothing changed)", err)
+	}
+	return n, nil
+}
+
+// adoptUnsent emits, in the snapshot, an adopt message per unsent row, in
+// the order of the time column (when mapped) and the id.
+func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot string) (int64, error) {
+	t := cfg.Outbox()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.Background())
+	for _, stmt := range []string{
+		"SET TRANSACTION SNAPSHOT '" + strings.ReplaceAll(snapshot, "'", "''") + "'",
+		"SET LOCAL datestyle = 'ISO, MDY'", "SET LOCAL timezone = 'UTC'",
+	} {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return 0, fmt.Errorf("adopting: %s: %w", stmt, err)
+		}
+	}
+	oids := make([]int64, layout.NumRoles)
+	values := make([]string, layout.NumRoles)
+	for role := range layout.NumRoles {
+		values[role] = "NULL"
+		if !t.Columns.Has(role) || role == layout.SentAt {
+			continue
+		}
+		if err := tx.QueryRow(ctx, "SELECT atttypid::int8 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped",
+			t.Qualified(), t.Columns[role]).Scan(&oids[role]); err != nil {
+			return 0, fmt.Errorf("adopting: reading the type of %s %q: %w", role.Field(), t.Columns[role], err)
+		}
+		values[role] = t.Columns.Column(role) + "::text"
+	}
+	order := t.Columns.Column(layout.ID)
+	if t.Columns.Has(layout.Time) {
+		order = t.Columns.Column(layout.Time) + ", " + order
+	}
+	// The outer SELECT evaluates pg_logical_emit_message over the sorted
+	// rows, in their order.
+	q := fmt.Sprintf(`SELECT count(pg_logical_emit_message(true, $1, json_build_object('v', 1, 'oids', $2::int8[], 'values', json_build_array(%s))::text))
+		FROM (SELECT * FROM %s WHERE %s IS NULL ORDER BY %s) unsent`,
+		strings.Join(values, ", "), t.Qualified(), t.Columns.Column(layout.SentAt), order)
+	var n int64
+	if err := tx.QueryRow(ctx, q, decoder.AdoptPrefix(cfg.Postgres.Slot), oids).Scan(&n); err != nil {
+		return 0, fmt.Errorf("adopting the unsent rows of %s: %w", t, err)
+	}
+	return n, tx.Commit(ctx)
+}

@@ -1,0 +1,110 @@
+package relaytest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// BuildCDC builds the relay binary (./cmd/cdc) once per test process and
+// returns its path, for tests that run cdc as a user does. go test puts
+// its own go command first on PATH; without one the test is skipped.
+func BuildCDC(t testing.TB) string {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command on PATH to build cmd/cdc: %v", err)
+	}
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "walpost-cdc-"); buildErr != nil {
+			return
+		}
+		cmd := exec.Command(goCmd, "build", "-o", filepath.Join(buildDir, "cdc"), "github.com/walpost/walpost/cmd/cdc")
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/cdc: %v\n%s", buildErr, buildOut)
+	}
+	return filepath.Join(buildDir, "cdc")
+}
+
+// Proc is a running cdc command.
+type Proc struct {
+	Cmd            *exec.Cmd
+	Stdout, Stderr *Buffer
+	done           chan struct{}
+}
+
+// StartCDC starts bin with args and extra environment variables
+// (KEY=value), and kills it when the test ends.
+func StartCDC(t testing.TB, bin string, env []string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Cmd: exec.Command(bin, args...), Stdout: &Buffer{}, Stderr: &Buffer{}, done: make(chan struct{})}
+	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Stdout, p.Stderr
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.Cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// Wait waits up to timeout for the process to end and returns its exit
+// code (-1 on timeout).
+func (p *Proc) Wait(timeout time.Duration) int {
+	select {
+	case <-p.done:
+		return p.Cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		return -1
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill9 kills the process with SIGKILL and waits for it to be gone.
+func (p *Proc) Kill9() {
+	p.Cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM and fails the test unless the process exits 0
+// within 20 s.
+func (p *Proc) Stop(t testing.TB) {
+	t.Helper()
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("cdc exited %d after SIGTERM, want 0\nstderr:\n%s", code, p.Stderr.String())
+	}
+}
+
+// Run runs bin with args to the end and returns its exit code and output.
+func Run(t testing.TB, bin string, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	p := StartCDC(t, bin, env, args...)
+	code = p.Wait(2 * time.Minute)
+	return code, p.Stdout.String(), p.Stderr.String()
+}
