@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
 )
 
@@ -99,5 +101,22 @@ func TestHTTPBearerAuthGuardsMetricsAndPprofNotProbes(t *testing.T) {
 	}
 	if code, _, _ := get(t, srv.Addr, "/readyz", ""); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without the token: %d, want 503 (not streaming), not 401", code)
+	}
+}
+
+// TestHTTPAuthSecretsAreRedacted: http.auth's password and bearer token are
+// among the config's secrets, so nothing the binary prints shows them.
+func TestHTTPAuthSecretsAreRedacted(t *testing.T) {
+	for secret, auth := range map[string]string{"Pw-19a7c3": "{username: u, password: 'Pw-19a7c3'}", "Tok-19a7c3": "{bearer_token: 'Tok-19a7c3'}"} {
+		cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: out, kind: discard}]\nhttp: {listen: '127.0.0.1:0', auth: "+auth+"}\n"),
+			func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		fmt.Fprintf(redact.NewSet(cfg.Secrets()...).Writer(&b), "user u, secret %s\n", secret)
+		if strings.Contains(b.String(), secret) || !strings.Contains(b.String(), "user u") {
+			t.Errorf("auth %s: printed %q", auth, b.String())
+		}
 	}
 }

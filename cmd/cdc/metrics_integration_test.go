@@ -98,10 +98,10 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 	}
 }
 
-// TestIntegrationHTTPAuthConfigErrors: http.auth with neither or both
+// TestHTTPAuthConfigErrors: http.auth with neither or both
 // schemes, or half of basic, is a configuration error naming the field
 // (exit 2), and the error never shows the secret.
-func TestIntegrationHTTPAuthConfigErrors(t *testing.T) {
+func TestHTTPAuthConfigErrors(t *testing.T) {
 	const secret = "Tok-3141-secret"
 	dir := t.TempDir()
 	for i, c := range []struct{ auth, want string }{
