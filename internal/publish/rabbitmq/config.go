@@ -1,0 +1,232 @@
+package rabbitmq
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/redact"
+)
+
+// rabbitConfig holds a rabbitmq sink's own settings: the keys of its YAML
+// mapping besides name, kind and route (see the package doc and
+// docs/sinks/rabbitmq.md).
+type rabbitConfig struct {
+	// URL is amqp://user:password@host:port/vhost or amqps://…; the
+	// password may come from ${VAR}. Required.
+	URL string `yaml:"url"`
+	// Exchange is the exchange name or a template with {type} and {key}.
+	// Required.
+	Exchange string `yaml:"exchange"`
+	// RoutingKey is the routing key or a template (default "{type}").
+	RoutingKey string `yaml:"routing_key"`
+	// DeclareExchange declares each exchange (durable, of ExchangeType)
+	// before its first use; when false (the default) a missing exchange is
+	// a Permanent error.
+	DeclareExchange bool `yaml:"declare_exchange"`
+	// ExchangeType is the type declared with declare_exchange: topic
+	// (default), direct, fanout or headers.
+	ExchangeType string `yaml:"exchange_type"`
+	// MaxInFlight is the most messages published and not yet confirmed on
+	// the channel (default 1000); 1 waits for each confirm in turn.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxMessageBytes is the largest body the sink sends (default 16 MiB,
+	// RabbitMQ 4's max_message_size); a larger message is refused.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// Timeout bounds connecting (TCP, TLS, AMQP handshake, channel, confirm
+	// mode, exchange checks) and the wait for each confirm (default 10s).
+	Timeout config.Duration `yaml:"timeout"`
+	// Heartbeat is the AMQP heartbeat interval (default 10s): a server
+	// that stays silent for about two of them counts as gone.
+	Heartbeat config.Duration `yaml:"heartbeat"`
+	// TLS configures amqps:// connections.
+	TLS tlsConfig `yaml:"tls"`
+
+	envelope.Settings `yaml:",inline"`
+}
+
+// tlsConfig are the TLS settings of an amqps:// URL; TLS is on exactly when
+// the URL's scheme is amqps.
+type tlsConfig struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	// ServerName overrides the name checked against the server's
+	// certificate (default: the URL's host).
+	ServerName string `yaml:"server_name"`
+}
+
+const (
+	defaultRoutingKey      = "{type}"
+	defaultExchangeType    = "topic"
+	defaultMaxInFlight     = 1000
+	defaultMaxMessageBytes = 16 << 20
+	defaultTimeout         = 10 * time.Second
+	defaultHeartbeat       = 10 * time.Second
+)
+
+// limits is the table of allowed ranges, checked by Validate.
+var limits = struct {
+	maxInFlight     [2]int
+	maxMessageBytes [2]int
+	timeout         [2]time.Duration
+	heartbeat       [2]time.Duration
+}{
+	maxInFlight:     [2]int{1, 65535},
+	maxMessageBytes: [2]int{1 << 10, 512 << 20}, // RabbitMQ caps max_message_size at 512 MiB
+	timeout:         [2]time.Duration{100 * time.Millisecond, 10 * time.Minute},
+	heartbeat:       [2]time.Duration{time.Second, 10 * time.Minute},
+}
+
+func (c *rabbitConfig) SetDefaults() {
+	if c.RoutingKey == "" {
+		c.RoutingKey = defaultRoutingKey
+	}
+	if c.ExchangeType == "" {
+		c.ExchangeType = defaultExchangeType
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = defaultMaxInFlight
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = defaultMaxMessageBytes
+	}
+	if c.Timeout == 0 {
+		c.Timeout = config.Duration(defaultTimeout)
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = config.Duration(defaultHeartbeat)
+	}
+	c.Settings.SetDefaults()
+}
+
+// Validate checks every field and names the first bad one, starting at the
+// field ("url: empty"); the registry prefixes the sink.
+func (c *rabbitConfig) Validate() error {
+	u, err := parseURL(c.URL)
+	if err != nil {
+		return err
+	}
+	ex, err := parseExchange(c.Exchange)
+	if err != nil {
+		return err
+	}
+	if _, err := parseRoutingKey(c.RoutingKey); err != nil {
+		return err
+	}
+	switch c.ExchangeType {
+	case "topic", "direct", "fanout", "headers":
+	default:
+		return fmt.Errorf("exchange_type: %q is not topic, direct, fanout or headers", c.ExchangeType)
+	}
+	if c.DeclareExchange && reservedExchange(ex) {
+		return fmt.Errorf("exchange: %q starts with amq., which RabbitMQ reserves: it cannot be declared (set declare_exchange: false to publish to it)", c.Exchange)
+	}
+	if c.MaxInFlight < limits.maxInFlight[0] || c.MaxInFlight > limits.maxInFlight[1] {
+		return fmt.Errorf("max_in_flight: %d is outside %d..%d", c.MaxInFlight, limits.maxInFlight[0], limits.maxInFlight[1])
+	}
+	if c.MaxMessageBytes < limits.maxMessageBytes[0] || c.MaxMessageBytes > limits.maxMessageBytes[1] {
+		return fmt.Errorf("max_message_bytes: %d is outside %d..%d", c.MaxMessageBytes, limits.maxMessageBytes[0], limits.maxMessageBytes[1])
+	}
+	if t := c.Timeout.D(); t < limits.timeout[0] || t > limits.timeout[1] {
+		return fmt.Errorf("timeout: %s is outside %s..%s", t, limits.timeout[0], limits.timeout[1])
+	}
+	if h := c.Heartbeat.D(); h < limits.heartbeat[0] || h > limits.heartbeat[1] {
+		return fmt.Errorf("heartbeat: %s is outside %s..%s", h, limits.heartbeat[0], limits.heartbeat[1])
+	}
+	if err := c.TLS.validate(u.Scheme == "amqps"); err != nil {
+		return err
+	}
+	return c.Settings.Validate()
+}
+
+// reservedExchange reports whether a fixed exchange name, or a template's
+// leading literal, is in the amq. namespace that only RabbitMQ declares.
+func reservedExchange(t *exchangeTemplate) bool {
+	return strings.HasPrefix(t.Text(), "amq.")
+}
+
+// parseURL checks an AMQP URL the way the client reads it. Its errors name
+// the field and never hold the password: url.Parse quotes the whole URL
+// in its errors, so they are shown redacted.
+func parseURL(s string) (amqp.URI, error) {
+	if s == "" {
+		return amqp.URI{}, errors.New(`url: empty (e.g. "amqp://walpost:${RABBITMQ_PASSWORD}@rabbitmq:5672/")`)
+	}
+	u, err := amqp.ParseURI(s)
+	if err != nil {
+		// The client's error is not shown: it quotes pieces of the URL
+		// (a password with an unescaped '/' reads as a port), which no
+		// redaction of the whole password finds.
+		return amqp.URI{}, fmt.Errorf("url: %s is not an AMQP URL: use amqp://user:password@host:port/vhost or amqps://…, "+
+			"with a numeric port and '@', ':', '/', '?', '#', '%%' and spaces in the user, password or vhost percent-encoded (%%40 for '@')",
+			redact.URL(s))
+	}
+	if u.Host == "" {
+		return amqp.URI{}, fmt.Errorf("url: %s has no host", redact.URL(s))
+	}
+	return u, nil
+}
+
+func (t *tlsConfig) validate(amqps bool) error {
+	if !amqps {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
+			{"insecure_skip_verify", t.InsecureSkipVerify}, {"server_name", t.ServerName != ""}} {
+			if f.set {
+				return fmt.Errorf("tls.%s: set, but url is amqp:// (use amqps:// for TLS)", f.name)
+			}
+		}
+		return nil
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		if t.CertFile == "" {
+			return errors.New("tls.cert_file: empty, but tls.key_file is set (a client certificate needs both)")
+		}
+		return errors.New("tls.key_file: empty, but tls.cert_file is set (a client certificate needs both)")
+	}
+	return nil
+}
+
+// build loads the files and returns the *tls.Config of an amqps:// URL, or
+// nil for amqp://. Errors name the field.
+func (t *tlsConfig) build(amqps bool) (*tls.Config, error) {
+	if !amqps {
+		return nil, nil
+	}
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in the config
+		ServerName:         t.ServerName,
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca_file: no PEM certificate in %s", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}

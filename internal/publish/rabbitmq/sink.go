@@ -1,0 +1,553 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/nametmpl"
+	"github.com/walpost/walpost/internal/redact"
+)
+
+func init() {
+	publish.Register("rabbitmq", publish.FactoryOf(New))
+}
+
+// HeaderKey is the header that carries the message's ordering key; it is
+// left out when the key is NULL.
+const HeaderKey = "key"
+
+// CloudEventsPrefix starts the name of every CloudEvents attribute in the
+// headers table with format: cloudevents (the AMQP binding's
+// application-property prefix).
+const CloudEventsPrefix = "cloudEvents:"
+
+// HeaderPartitionKey carries the ordering key with format: cloudevents
+// (the CloudEvents Partitioning extension), unless the key is NULL.
+const HeaderPartitionKey = CloudEventsPrefix + "partitionkey"
+
+// hasFoldPrefix reports whether s starts with prefix, in any case.
+func hasFoldPrefix(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// AppID is the app_id property of every message.
+const AppID = "walpost"
+
+// Sink publishes outbox messages to RabbitMQ (see the package doc).
+//
+// Publish calls are serialized by the sink (a second caller waits for the
+// first), which is what the ordering argument needs; Name and Close are
+// safe to call from any goroutine, also during a Publish (which then
+// fails). Publish is not called after Close.
+type Sink struct {
+	name         string
+	log          zerolog.Logger
+	exchange     *nametmpl.Template
+	routingKey   *nametmpl.Template
+	declare      bool
+	exchangeType string
+	maxInFlight  int
+	maxBytes     int
+	timeout      time.Duration
+	env          envelope.Settings
+	dialer       dialer
+	vhost        string
+	secrets      *redact.Set // the URL's password, in every form
+
+	mu  sync.Mutex // serializes Publish; guards the templates' caches and buf
+	buf []outgoing // reused between calls
+
+	sessMu sync.Mutex // guards sess and closed
+	sess   *session   // nil until the first Publish, and after a failure
+	closed bool
+}
+
+var _ publish.Sink = (*Sink)(nil)
+
+// outgoing is one message as it goes to RabbitMQ.
+type outgoing struct {
+	exchange, key string
+	pub           amqp.Publishing
+}
+
+// New makes a rabbitmq sink from its configuration: it decodes the kind's
+// settings strictly, fills in defaults, validates them (errors name the
+// field, e.g. "url: empty") and loads the TLS files. It does not connect:
+// the first Publish does, and a server that is down then is a transient
+// error, not a failed start.
+func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
+	var rc rabbitConfig
+	if err := publish.DecodeSettings(cfg, &rc); err != nil {
+		return nil, err
+	}
+	return open(cfg.Name, rc, log)
+}
+
+// open builds the sink from validated settings.
+func open(name string, rc rabbitConfig, log zerolog.Logger) (*Sink, error) {
+	u, err := parseURL(rc.URL)
+	if err != nil {
+		return nil, err
+	}
+	exchange, err := parseExchange(rc.Exchange)
+	if err != nil {
+		return nil, err
+	}
+	routingKey, err := parseRoutingKey(rc.RoutingKey)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := rc.TLS.build(u.Scheme == "amqps")
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		name:         name,
+		log:          log,
+		exchange:     exchange,
+		routingKey:   routingKey,
+		declare:      rc.DeclareExchange,
+		exchangeType: rc.ExchangeType,
+		maxInFlight:  rc.MaxInFlight,
+		maxBytes:     rc.MaxMessageBytes,
+		timeout:      rc.Timeout.D(),
+		env:          rc.Settings,
+		vhost:        u.Vhost,
+		secrets:      redact.NewSet(redact.URLSecrets(rc.URL)...),
+		dialer: dialer{
+			url:         rc.URL,
+			tls:         tc,
+			heartbeat:   rc.Heartbeat.D(),
+			timeout:     rc.Timeout.D(),
+			maxInFlight: rc.MaxInFlight,
+			name:        name,
+		},
+	}
+	if tc != nil && tc.InsecureSkipVerify {
+		log.Warn().Msg("rabbitmq sink with tls.insecure_skip_verify: the server's certificate is not verified, " +
+			"so a man-in-the-middle can read and alter messages (and the password); set tls.ca_file instead")
+	}
+	if tc == nil && u.Host != "127.0.0.1" && u.Host != "localhost" && u.Host != "::1" {
+		log.Info().Msg("rabbitmq sink without TLS: the password crosses the network in clear text (use amqps:// to encrypt)")
+	}
+	log.Info().Str("url", redact.URL(rc.URL)).Str("exchange", rc.Exchange).Str("routing_key", rc.RoutingKey).
+		Bool("declare_exchange", rc.DeclareExchange).Str("format", rc.Format).Msg("rabbitmq sink configured")
+	return s, nil
+}
+
+// Name returns the sink's configured name.
+func (s *Sink) Name() string { return s.name }
+
+// Publish sends msgs, in order, on one channel in confirm mode, and
+// returns nil only when RabbitMQ has confirmed (basic.ack) every one of
+// them and returned none (mandatory).
+//
+// A message whose exchange or routing key (from the templates) is not one
+// AMQP accepts, or whose body is over max_message_bytes, fails the call
+// before anything is sent, with a Rejected error naming it. A missing
+// exchange (declare_exchange: false) fails it before anything is sent,
+// with a Permanent error saying to create it. Up to max_in_flight
+// messages are unconfirmed at a time. On the first failure Publish
+// returns, marked with publish.Partial to report the confirmed prefix of
+// msgs: an unroutable message (basic.return) is a Rejected error naming
+// its exchange and routing key; a nack, a lost connection or channel, a
+// confirm that does not come within timeout are transient; refused
+// credentials or permissions are Permanent (see classify). After any
+// failure the session is dropped, and the next Publish connects anew.
+// When ctx ends Publish returns at once with an error wrapping ctx.Err().
+//
+// Every error names the message (id and LSN) it concerns, and none holds
+// the URL's password.
+func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rabbitmq: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+	}
+	out, err := s.prepare(msgs)
+	defer func() {
+		clear(out) // drop references to payloads
+		s.buf = out[:0]
+	}()
+	if err != nil {
+		return err
+	}
+	sess, err := s.session(ctx, msgs, out)
+	if err != nil {
+		return s.scrub(err)
+	}
+	stop := context.AfterFunc(ctx, sess.abort)
+	n, err := s.send(ctx, sess, msgs, out)
+	stop()
+	if err != nil {
+		s.drop(sess)
+		return s.scrub(publish.Partial(err, prefix(len(msgs), n)))
+	}
+	return nil
+}
+
+// prefix returns a done list of n messages whose first k are durable.
+func prefix(n, k int) []bool {
+	done := make([]bool, n)
+	for i := range k {
+		done[i] = true
+	}
+	return done
+}
+
+// prepare maps every message to its publishing, refusing one whose names
+// or size RabbitMQ would not take.
+func (s *Sink) prepare(msgs []*message.Message) ([]outgoing, error) {
+	out := s.buf[:0]
+	for _, m := range msgs {
+		exchange, err := s.exchange.Expand(m)
+		if err != nil {
+			return out, publish.Rejected(fmt.Errorf("rabbitmq: message %s (lsn %s, type %q): exchange %q from template %q: %w",
+				m.ID, m.LSN, m.Type, exchange, s.exchange.Text(), err))
+		}
+		key, err := s.routingKey.Expand(m)
+		if err != nil {
+			return out, publish.Rejected(fmt.Errorf("rabbitmq: message %s (lsn %s, type %q): routing key %q from template %q: %w",
+				m.ID, m.LSN, m.Type, key, s.routingKey.Text(), err))
+		}
+		if len(m.Payload) > s.maxBytes {
+			return out, publish.Rejected(fmt.Errorf("rabbitmq: message %s (lsn %s) to exchange %q: %d bytes, over max_message_bytes %d "+
+				"(raise it, and the server's max_message_size, or park the message with relay.on_refused: dead_letter)",
+				m.ID, m.LSN, exchange, len(m.Payload), s.maxBytes))
+		}
+		out = append(out, outgoing{exchange: exchange, key: key, pub: Publishing(m, &s.env)})
+	}
+	return out, nil
+}
+
+// Publishing maps an outbox message to its AMQP publishing (see the
+// package doc, "Mapping"): persistent, message_id = id, type = type,
+// content_type from the payload, timestamp = commit time (whole seconds),
+// app_id walpost, body = payload as stored; headers = the headers column,
+// "key" = the ordering key unless NULL (an entry named "key" in the column
+// is left out: the message's own key wins), and with format: cloudevents
+// the CloudEvents attributes as cloudEvents:specversion, cloudEvents:id,
+// cloudEvents:source, cloudEvents:type, cloudEvents:time and
+// cloudEvents:partitionkey (the key, unless NULL); a headers entry whose
+// name starts with cloudEvents: (any case) is then left out.
+func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
+	var headers amqp.Table
+	n := len(m.Headers) + 1
+	if env.IsCloudEvents() {
+		n += 6
+	}
+	if n > 1 || m.HasKey {
+		headers = make(amqp.Table, n)
+	}
+	ce := env.IsCloudEvents()
+	for k, v := range m.Headers {
+		if k == HeaderKey || ce && hasFoldPrefix(k, CloudEventsPrefix) {
+			continue
+		}
+		headers[k] = v
+	}
+	if m.HasKey {
+		headers[HeaderKey] = m.Key
+	}
+	if ce {
+		for _, a := range env.Attributes(m) {
+			headers[CloudEventsPrefix+a.Name] = a.Value
+		}
+		if m.HasKey {
+			headers[HeaderPartitionKey] = m.Key
+		}
+	}
+	if len(headers) == 0 {
+		headers = nil
+	}
+	body := m.Payload
+	if body == nil {
+		body = []byte{}
+	}
+	return amqp.Publishing{
+		Headers:      headers,
+		ContentType:  envelope.ContentType(m),
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.ID,
+		Type:         m.Type,
+		Timestamp:    m.CommitTime,
+		AppId:        AppID,
+		Body:         body,
+	}
+}
+
+// session returns the open session, connecting first when there is none
+// or it broke, and makes sure every exchange of out exists (declaring it
+// with declare_exchange), within timeout.
+func (s *Sink) session(ctx context.Context, msgs []*message.Message, out []outgoing) (*session, error) {
+	s.sessMu.Lock()
+	sess, closed := s.sess, s.closed
+	s.sessMu.Unlock()
+	if closed {
+		return nil, publish.Permanent(fmt.Errorf("rabbitmq: sink %s is closed", s.name))
+	}
+	if sess != nil && sess.broken() {
+		s.drop(sess)
+		sess = nil
+	}
+	if sess == nil {
+		var err error
+		sess, err = s.dialer.dial(ctx)
+		if err != nil {
+			return nil, s.failure(ctx, err, fmt.Sprintf("rabbitmq: connecting to %s for %d messages (first %s, lsn %s)",
+				redact.URL(s.dialer.url), len(msgs), msgs[0].ID, msgs[0].LSN))
+		}
+		s.log.Debug().Str("url", redact.URL(s.dialer.url)).Msg("rabbitmq sink connected")
+		s.sessMu.Lock()
+		if s.closed {
+			s.sessMu.Unlock()
+			sess.close()
+			return nil, publish.Permanent(fmt.Errorf("rabbitmq: sink %s is closed", s.name))
+		}
+		s.sess = sess
+		s.sessMu.Unlock()
+	}
+	if err := s.exchanges(ctx, sess, msgs, out); err != nil {
+		s.drop(sess)
+		return nil, err
+	}
+	return sess, nil
+}
+
+// exchanges checks (or declares) each exchange of out the session has not
+// seen yet, in the order of first use.
+func (s *Sink) exchanges(ctx context.Context, sess *session, msgs []*message.Message, out []outgoing) error {
+	first := slices.IndexFunc(out, func(o outgoing) bool { return !sess.known[o.exchange] })
+	if first < 0 {
+		return nil
+	}
+	// The client's declarations do not take a context: end them by
+	// closing the socket when ctx ends or timeout passes.
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	stop := context.AfterFunc(tctx, sess.abort)
+	defer stop() // runs before cancel, which would fire it
+	for i := first; i < len(out); i++ {
+		name := out[i].exchange
+		if sess.known[name] {
+			continue
+		}
+		var err error
+		if s.declare {
+			err = sess.ch.ExchangeDeclare(name, s.exchangeType, true, false, false, false, nil)
+		} else {
+			err = sess.ch.ExchangeDeclarePassive(name, s.exchangeType, true, false, false, false, nil)
+		}
+		if err != nil {
+			m := msgs[i]
+			if !s.declare && isNotFound(err) {
+				return publish.Permanent(fmt.Errorf("rabbitmq: message %s (lsn %s): exchange %q does not exist in vhost %q: %w; "+
+					"create it (durable, bound to the queues that should get the messages), or set declare_exchange: true",
+					m.ID, m.LSN, name, s.vhost, err))
+			}
+			what := "checking"
+			if s.declare {
+				what = "declaring"
+			}
+			return s.failure(ctx, err, fmt.Sprintf("rabbitmq: message %s (lsn %s): %s exchange %q", m.ID, m.LSN, what, name))
+		}
+		if len(sess.known) >= maxKnownExchanges {
+			clear(sess.known)
+		}
+		sess.known[name] = true
+	}
+	return nil
+}
+
+// send publishes out on the session's channel, at most maxInFlight
+// unconfirmed, and waits for the confirms in order. It returns how many
+// messages from the start of msgs RabbitMQ confirmed, and the first
+// failure.
+func (s *Sink) send(ctx context.Context, sess *session, msgs []*message.Message, out []outgoing) (int, error) {
+	dcs := make([]*amqp.DeferredConfirmation, len(out))
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	next := 0 // the first message not confirmed yet
+	for i := range out {
+		for i-next >= s.maxInFlight {
+			if err := s.await(ctx, sess, timer, dcs[next], msgs[next], &out[next]); err != nil {
+				return next, err
+			}
+			next++
+		}
+		o := &out[i]
+		dc, err := sess.ch.PublishWithDeferredConfirm(o.exchange, o.key, true, false, o.pub)
+		if err != nil {
+			return next, s.failure(ctx, s.closedErr(sess, err), s.about(msgs[i], o))
+		}
+		dcs[i] = dc
+		if i == next {
+			timer.Reset(s.timeout) // the wait for a confirm starts with its publish
+		}
+	}
+	for ; next < len(out); next++ {
+		if err := s.await(ctx, sess, timer, dcs[next], msgs[next], &out[next]); err != nil {
+			return next, err
+		}
+	}
+	return len(out), nil
+}
+
+// await waits for the confirm of m (published as o), at most timeout
+// after the previous confirm (or its publish), and checks that it was not
+// returned.
+func (s *Sink) await(ctx context.Context, sess *session, timer *time.Timer, dc *amqp.DeferredConfirmation, m *message.Message, o *outgoing) error {
+	select {
+	case <-dc.Done():
+	case <-ctx.Done():
+		return fmt.Errorf("%s: waiting for the confirm: %w", s.about(m, o), ctx.Err())
+	case <-timer.C:
+		sess.abort()
+		msg := fmt.Sprintf("%s: no confirm within timeout %s", s.about(m, o), s.timeout)
+		if reason := sess.blockedBy(); reason != "" {
+			msg += fmt.Sprintf(" (RabbitMQ blocks the connection: %q, a memory or disk alarm)", reason)
+		}
+		return fmt.Errorf("%s: %w", msg, errNoConfirm)
+	}
+	timer.Reset(s.timeout)
+	if !dc.Acked() {
+		if sess.ch.IsClosed() {
+			return s.failure(ctx, s.closedErr(sess, amqp.ErrClosed), s.about(m, o))
+		}
+		return fmt.Errorf("%s: %w (a queue refused it: a full queue with x-overflow: reject-publish, or a queue failure); it is sent again",
+			s.about(m, o), errNack)
+	}
+	if r, ok := sess.returned(m.ID, o); ok {
+		return publish.Rejected(fmt.Errorf("%s: unroutable, RabbitMQ returned it (%d %s): no queue is bound to exchange %q for routing key %q; "+
+			"bind a queue, or park the message with relay.on_refused: dead_letter", s.about(m, o), r.ReplyCode, r.ReplyText, o.exchange, o.key))
+	}
+	return nil
+}
+
+var (
+	// errNack is wrapped by the error for a message RabbitMQ nacked.
+	errNack = errors.New("rabbitmq: nacked by the server")
+	// errNoConfirm is wrapped by the error for a confirm that did not come
+	// within timeout.
+	errNoConfirm = errors.New("rabbitmq: no publisher confirm")
+)
+
+// returned reports whether RabbitMQ returned the message with id published
+// as o. Returns come in publish order, each before the ack of its message,
+// so once that ack arrived its return, if any, is in the buffer.
+func (sess *session) returned(id string, o *outgoing) (amqp.Return, bool) {
+	for more := true; more; {
+		select {
+		case r, ok := <-sess.returns:
+			if !ok {
+				more = false
+				break
+			}
+			sess.pending = append(sess.pending, r)
+		default:
+			more = false
+		}
+	}
+	if len(sess.pending) > 0 {
+		r := sess.pending[0]
+		if r.MessageId == id && r.Exchange == o.exchange && r.RoutingKey == o.key {
+			sess.pending = sess.pending[1:]
+			return r, true
+		}
+	}
+	return amqp.Return{}, false
+}
+
+// about names a message and where it went, for errors.
+func (s *Sink) about(m *message.Message, o *outgoing) string {
+	return fmt.Sprintf("rabbitmq: message %s (lsn %s) to exchange %q with routing key %q", m.ID, m.LSN, o.exchange, o.key)
+}
+
+// closedErr returns err, or the server's reason for closing the channel
+// when there is one (a channel or connection exception) and err is the
+// client's bare amqp.ErrClosed.
+func (s *Sink) closedErr(sess *session, err error) error {
+	if errors.Is(err, amqp.ErrClosed) {
+		if reason := sess.closeReason(); reason != nil {
+			return reason
+		}
+	}
+	return err
+}
+
+// failure turns err into the error to return: prefixed with what, marked
+// Permanent (with a hint) when classify says no retry helps, wrapping
+// ctx.Err() when ctx ended.
+func (s *Sink) failure(ctx context.Context, err error, what string) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("%s: %w (%w)", what, ctxErr, err)
+	}
+	v := classify(err)
+	if !v.permanent {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return publish.Permanent(fmt.Errorf("%s: %w; %s", what, err, v.hint))
+}
+
+// drop forgets sess and closes it in the background (a graceful close
+// waits up to a second for the server).
+func (s *Sink) drop(sess *session) {
+	s.sessMu.Lock()
+	if s.sess == sess {
+		s.sess = nil
+	}
+	s.sessMu.Unlock()
+	go sess.close()
+}
+
+// scrub hides the URL's password should an error text from the client or
+// the server hold it (none is known to; this is the second line of
+// defence, see internal/redact).
+func (s *Sink) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	text := err.Error()
+	if red := s.secrets.Redact(text); red != text {
+		return &scrubbed{text: red, err: err}
+	}
+	return err
+}
+
+// scrubbed is an error whose text was redacted; it still unwraps to the
+// original, so that publish.IsPermanent and publish.DoneOf see its marks.
+type scrubbed struct {
+	text string
+	err  error
+}
+
+func (e *scrubbed) Error() string { return e.text }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// Close closes the connection. A Publish running meanwhile fails. It is
+// safe to call more than once.
+func (s *Sink) Close() error {
+	s.sessMu.Lock()
+	sess := s.sess
+	s.sess, s.closed = nil, true
+	s.sessMu.Unlock()
+	if sess != nil {
+		sess.close()
+	}
+	return nil
+}
