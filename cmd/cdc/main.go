@@ -37,6 +37,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
+	_ "github.com/walpost/walpost/internal/publish/rabbitmq"   // registers kind: rabbitmq
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
