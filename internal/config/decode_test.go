@@ -189,7 +189,9 @@ log: {level: loud}
 		`columns.type: column "id" is already mapped by columns.id (line 5)`,
 	}
 	fixes := []func(string) string{
-		func(s string) string { return strings.Replace(s, "Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "Pub", 1) },
+		func(s string) string {
+			return strings.Replace(s, "Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "Pub", 1)
+		},
 		func(s string) string { return strings.Replace(s, "Bad-Slot", "slot", 1) },
 		func(s string) string { return strings.Replace(s, `key: "k\0"`, "key: k", 1) },
 		func(s string) string { return s + "sinks: [{name: a, kind: stdout}]\n" },

@@ -162,7 +162,7 @@ type Decoder struct {
 	m     Mapping
 	rels  map[uint32]*relation
 	adopt string // prefix of adopted rows' logical messages; "" for none
-	tx   struct {
+	tx    struct {
 		open       bool
 		commitLSN  pglogrepl.LSN
 		commitTime time.Time
