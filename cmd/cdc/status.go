@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,7 +60,7 @@ func readStatus(e *cmdEnv) (*status, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(ctx)
+	defer conn.Close(context.Background())
 	st := &status{cfg: cfg}
 	if st.slot, err = replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err != nil {
 		return nil, err
