@@ -107,6 +107,8 @@
 //     MessageId, CompleteMessage follows the commit, AbandonMessage
 //     follows a failed effect, and Service Bus redelivers and
 //     dead-letters.
+//   - inbox/inboxnats: the NATS JetStream loop, the same way (see its
+//     package documentation).
 //
 // inboxkafka is the model for new loops. What they share is here:
 // Processor (an *Inbox or *SQLInbox, generic in the transaction type),
