@@ -24,6 +24,7 @@ type options struct {
 	config string   // --config, or the one argument; "" until resolved
 	lsn    string   // skip: --lsn
 	json   bool     // status: --json
+	adopt  bool     // init: --adopt
 	args   []string // the arguments that are not flags
 
 	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
@@ -75,7 +76,10 @@ func commands() []*command {
 		{name: "run", summary: "relay outbox messages until SIGINT/SIGTERM (creates nothing: run init first)",
 			about: runAbout, exits: runExits, env: runEnv, withConfig: true, structured: true, run: runCmd},
 		{name: "init", summary: "create the outbox table (if missing), the publication, the slot, and the progress and dead-letter tables",
-			about: initAbout, exits: initExits, withConfig: true, run: initCmd},
+			about: initAbout, exits: initExits, withConfig: true, run: initCmd,
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.BoolVar(&o.adopt, "adopt", false, "when creating the slot, relay once the rows whose columns.sent_at is NULL (left unsent by the dispatcher walpost replaces); needs columns.sent_at and a new slot")
+			}},
 		{name: "status", summary: "show the slot: confirmed LSN, lag, active or not, per-sink progress, parked messages",
 			about: statusAbout, exits: statusExits, withConfig: true, run: statusCmd,
 			flags: func(fs *flag.FlagSet, o *options) {
@@ -199,7 +203,7 @@ func checkSkip(o *options) error {
 }
 
 func initCmd(e *cmdEnv) error {
-	return relay.Setup(e.ctx, e.cfg, func(line string) { fmt.Fprintln(e.stdout, line) })
+	return relay.SetupWith(e.ctx, e.cfg, relay.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
 }
 
 func skipCmd(e *cmdEnv) error {
