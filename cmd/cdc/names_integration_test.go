@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
