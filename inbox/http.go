@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // DefaultIDHeader is the request header HTTPHandler reads the message id
@@ -43,6 +44,17 @@ type HTTPOptions struct {
 	// MaxBodyBytes is the largest body accepted; larger requests get 413.
 	// Zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// SigningSecrets, when not empty, makes the handler verify every
+	// request's SignatureHeader (VerifySignature, constant-time) before
+	// anything else reads the body, and answer 401 to a request that is
+	// not signed, whose signature does not match its body with any of
+	// these secrets, or whose signature is older or newer than
+	// SignatureTolerance. List the new and the old secret while rotating
+	// it. The webhook sink signs with its `secret:` (docs/sinks/webhook.md).
+	SigningSecrets [][]byte
+	// SignatureTolerance is how far a signature's timestamp may be from
+	// the receiver's clock; zero means DefaultSignatureTolerance.
+	SignatureTolerance time.Duration
 	// OnError, when set, is called with the request, the message id (""
 	// when there is none) and the error of every request answered with a
 	// 4xx or 5xx status, e.g. to log it. It must be safe for concurrent
@@ -58,7 +70,11 @@ type HTTPOptions struct {
 //   - 500 when effect or the database failed: nothing was recorded, and
 //     the sender should retry;
 //   - 400 when the request carries no message id, 413 when its body is
-//     over HTTPOptions.MaxBodyBytes.
+//     over HTTPOptions.MaxBodyBytes;
+//   - 401 when HTTPOptions.SigningSecrets is set and the request's
+//     signature is missing, does not match its body or is stale:
+//     nothing was recorded (a sender with the wrong secret keeps
+//     failing, which is what it should see).
 //
 // The response body never carries error details; use HTTPOptions.OnError.
 // The handler is safe for concurrent use when p is.
@@ -85,6 +101,13 @@ func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx
 				fail(http.StatusBadRequest, "", err)
 			}
 			return
+		}
+		if len(opts.SigningSecrets) > 0 {
+			err := VerifySignature(r.Header.Get(SignatureHeader), body, time.Now(), opts.SignatureTolerance, opts.SigningSecrets...)
+			if err != nil {
+				fail(http.StatusUnauthorized, "", err)
+				return
+			}
 		}
 		id := strings.TrimSpace(r.Header.Get(opts.IDHeader))
 		if id == "" {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -107,4 +108,76 @@ func TestIntegrationHTTPHandlerAnswers2xxOnlyAfterTheCommit(t *testing.T) {
 			return err
 		})
 	})
+}
+
+// TestIntegrationHTTPHandlerVerifiesSignatures: with SigningSecrets the
+// handler answers 401, committing nothing, to a request that is not
+// signed, whose body was changed after signing, that is signed with
+// another secret or whose signature is stale, and processes a request
+// signed with any of the secrets once.
+func TestIntegrationHTTPHandlerVerifiesSignatures(t *testing.T) {
+	f := newFixture(t)
+	ib := f.open(t, variants[0], Options{}, 4).(pgxInbox)
+	secret, old := []byte("new secret"), []byte("old secret")
+	var mu sync.Mutex
+	var rejected []error
+	h := HTTPHandler(ib.Inbox, func(ctx context.Context, tx pgx.Tx, d Delivery) error {
+		_, err := tx.Exec(ctx, `UPDATE `+f.counter+` SET n = n + 1`)
+		return err
+	}, HTTPOptions{
+		SigningSecrets:     [][]byte{secret, old},
+		SignatureTolerance: time.Minute,
+		OnError: func(r *http.Request, msgID string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			rejected = append(rejected, err)
+		},
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	body := `{"id":"s1","n":1}`
+	now := time.Now()
+	for _, c := range []struct {
+		name       string
+		sig        string // "" sends no signature header
+		body       string
+		wantStatus int
+		wantErr    error
+		wantEffect int
+	}{
+		{"unsigned", "", body, 401, ErrNoSignature, 0},
+		{"body changed after signing", Sign(secret, now, []byte(body)), `{"id":"s1","n":2}`, 401, ErrBadSignature, 0},
+		{"another secret", Sign([]byte("guess"), now, []byte(body)), body, 401, ErrBadSignature, 0},
+		{"stale", Sign(secret, now.Add(-2*time.Minute), []byte(body)), body, 401, ErrStaleSignature, 0},
+		{"signed", Sign(secret, now, []byte(body)), body, 200, nil, 1},
+		{"redelivered with the old secret", Sign(old, now, []byte(body)), body, 200, nil, 1},
+	} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.sig != "" {
+			req.Header.Set(SignatureHeader, c.sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.wantStatus {
+			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.wantStatus)
+		}
+		if c.wantErr != nil {
+			mu.Lock()
+			last := rejected[len(rejected)-1]
+			mu.Unlock()
+			if !errors.Is(last, c.wantErr) {
+				t.Errorf("%s: OnError got %v, want %v", c.name, last, c.wantErr)
+			}
+		}
+		if n := f.effects(t); n != c.wantEffect {
+			t.Errorf("%s: %d effects committed, want %d", c.name, n, c.wantEffect)
+		}
+	}
 }
