@@ -1,0 +1,184 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/sinktest"
+)
+
+// inboxReceiver is inbox.HTTPHandler over a real Postgres inbox, with
+// signatures required, recording each effect (message id and body) in a
+// table of its own in the effect's transaction. Requests pass through
+// tamper first, when set.
+type inboxReceiver struct {
+	srv     *httptest.Server
+	obs     *pgx.Conn
+	effects string // table: id, body
+
+	mu       sync.Mutex
+	tamper   func(body []byte) []byte
+	rejected []error // errors of requests answered 4xx or 5xx
+}
+
+func newInboxReceiver(t *testing.T, secret string) *inboxReceiver {
+	t.Helper()
+	url := pgtest.URL(t)
+	ir := &inboxReceiver{effects: pgtest.Name(t, "effects"), obs: pgtest.Connect(t, url)}
+	pgtest.Exec(t, url, `CREATE TABLE `+ir.effects+` (seq serial, id text NOT NULL, body bytea NOT NULL)`)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ib, err := inbox.New(pool, inbox.Options{Table: "public." + pgtest.Name(t, "inbox")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ib.EnsureTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := inbox.HTTPHandler(ib, func(ctx context.Context, tx pgx.Tx, d inbox.Delivery) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+ir.effects+` (id, body) VALUES ($1, $2)`, d.ID, d.Body)
+		return err
+	}, inbox.HTTPOptions{
+		SigningSecrets: [][]byte{[]byte("old secret"), []byte(secret)},
+		MaxBodyBytes:   8 << 20,
+		OnError: func(r *http.Request, msgID string, err error) {
+			ir.mu.Lock()
+			defer ir.mu.Unlock()
+			ir.rejected = append(ir.rejected, err)
+		},
+	})
+	ir.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ir.mu.Lock()
+		tamper := ir.tamper
+		ir.mu.Unlock()
+		if tamper != nil {
+			b, _ := io.ReadAll(r.Body)
+			b = tamper(b)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ir.srv.Close)
+	return ir
+}
+
+// stored returns the effects committed, in commit order.
+func (ir *inboxReceiver) stored(t *testing.T) []*message.Message {
+	t.Helper()
+	rows, err := ir.obs.Query(context.Background(), `SELECT id, body FROM `+ir.effects+` ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*message.Message
+	for rows.Next() {
+		m := &message.Message{PayloadJSON: true}
+		if err := rows.Scan(&m.ID, &m.Payload); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func (ir *inboxReceiver) lastRejection() error {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	if len(ir.rejected) == 0 {
+		return nil
+	}
+	return ir.rejected[len(ir.rejected)-1]
+}
+
+// TestIntegrationSignedRequestsReachTheInboxOnce: the sink's signed
+// requests pass inbox.HTTPHandler's verification and each message's
+// effect commits once, in order, even when a batch is sent twice; a body
+// altered on the way, a stale signature and a wrong secret are answered
+// 401, commit nothing, and stop the relay (Permanent) rather than park
+// messages.
+func TestIntegrationSignedRequestsReachTheInboxOnce(t *testing.T) {
+	const secret = "s3cret signing key"
+	ir := newInboxReceiver(t, secret)
+	s := newSink(t, ir.srv.URL, "secret: '"+secret+"'")
+	g := sinktest.NewGen(81)
+	msgs := g.Interleave(40, sinktest.Keys(3)...)
+	for range 2 { // the second time, every one is a duplicate
+		if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := ir.stored(t)
+	if !sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true}, onlyIDAndPayload(msgs), got, nil) {
+		t.Fatal("the inbox did not commit each message once, in order")
+	}
+
+	more := g.Interleave(3, "agg-x")
+	for _, c := range []struct {
+		name    string
+		setup   func()
+		wantErr error
+	}{
+		{"tampered body", func() {
+			ir.tamper = func(b []byte) []byte { return append(bytes.Clone(b), ' ') }
+		}, inbox.ErrBadSignature},
+		{"stale timestamp", func() {
+			s.now = func() time.Time { return time.Now().Add(-10 * time.Minute) }
+		}, inbox.ErrStaleSignature},
+		{"timestamp from the future", func() {
+			s.now = func() time.Time { return time.Now().Add(10 * time.Minute) }
+		}, inbox.ErrStaleSignature},
+		{"wrong secret", func() { s.secret = []byte("not the secret") }, inbox.ErrBadSignature},
+		{"no signature", func() { s.secret = nil }, inbox.ErrNoSignature},
+	} {
+		ir.mu.Lock()
+		ir.tamper = nil
+		ir.mu.Unlock()
+		s.now, s.secret = time.Now, []byte(secret)
+		ir.mu.Lock()
+		c.setup()
+		ir.mu.Unlock()
+		err := s.Publish(ctxFor(t, 10*time.Second), more)
+		if err == nil || !publish.IsPermanent(err) || publish.IsRejected(err) {
+			t.Errorf("%s: Publish returned %v, want a Permanent error (401) that is not Rejected", c.name, err)
+		}
+		if !errors.Is(ir.lastRejection(), c.wantErr) {
+			t.Errorf("%s: the handler rejected with %v, want %v", c.name, ir.lastRejection(), c.wantErr)
+		}
+		if n := len(ir.stored(t)); n != len(msgs) {
+			t.Errorf("%s: %d effects committed, want still %d", c.name, n, len(msgs))
+		}
+	}
+	s.now, s.secret = time.Now, []byte(secret)
+	if err := s.Publish(ctxFor(t, 10*time.Second), more); err != nil {
+		t.Fatalf("with the right secret again: %v", err)
+	}
+	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true}, onlyIDAndPayload(append(msgs, more...)), ir.stored(t), nil)
+}
+
+// onlyIDAndPayload copies msgs with only what the inbox effect stores.
+func onlyIDAndPayload(msgs []*message.Message) []*message.Message {
+	out := make([]*message.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = &message.Message{ID: m.ID, Key: m.ID, HasKey: true, Payload: m.Payload, PayloadJSON: true}
+	}
+	return out
+}

@@ -1,0 +1,503 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/internal/backoff"
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/envelope"
+)
+
+func init() {
+	publish.Register("webhook", publish.FactoryOf(New))
+}
+
+// Headers the sink sets (besides Content-Type and the ce- headers of
+// format: cloudevents).
+const (
+	// headerID is the message id: the header inbox.HTTPHandler reads.
+	headerID = inbox.DefaultIDHeader
+	// headerType is the message type (format: raw).
+	headerType = "X-Message-Type"
+	// headerKey is the ordering key, absent for a NULL key (format: raw).
+	headerKey = "X-Message-Key"
+	// headerCount is the number of messages in a request of mode batch.
+	headerCount = "X-Message-Count"
+	// headerIdempotencyKey is the outbox id (mode message) or a digest
+	// of the batch's ids (mode batch).
+	headerIdempotencyKey = "Idempotency-Key"
+	// headerSignature signs the request when secret: is set.
+	headerSignature = inbox.SignatureHeader
+)
+
+const (
+	// userAgent is sent unless headers: sets User-Agent.
+	userAgent = "walpost"
+	// snippetBytes is how much of an error answer's body an error quotes.
+	snippetBytes = 256
+	// drainBytes is how much of an answer's body is read to reuse the
+	// connection; a longer body closes it.
+	drainBytes = 64 << 10
+)
+
+// Sink posts outbox messages to an HTTP endpoint (see the package doc).
+//
+// Publish calls are serialized by the sink (a second caller waits for
+// the first), so requests go out one at a time, in WAL order; Name and
+// Close are safe to call from any goroutine. Publish is not called after
+// Close.
+type Sink struct {
+	name          string
+	log           zerolog.Logger
+	url           string // the endpoint, never logged: it may hold a token
+	endpoint      string // scheme://host[:port], for logs and errors
+	mode          string
+	env           envelope.Settings
+	static        http.Header // headers:, canonical keys
+	secret        []byte
+	timeout       time.Duration
+	maxRetryAfter time.Duration
+	batchSize     int
+	batchBytes    int
+	scrub         scrubber
+
+	transport *http.Transport
+	client    *http.Client
+
+	mu       sync.Mutex // serializes Publish; guards bodyHint and head
+	bodyHint int        // the size of the last body of mode batch
+	head     [4096]byte // the start of an answer's body
+
+	// now is the clock of signatures and Retry-After dates; tests set it.
+	now func() time.Time
+
+	closeOnce sync.Once
+}
+
+var _ publish.Sink = (*Sink)(nil)
+
+// New builds a webhook sink from its configuration: it decodes the
+// kind's settings strictly, fills in defaults, validates them (errors
+// name the field, e.g. "url: empty", and never repeat the URL, secret or
+// a header's value) and loads the TLS files. It does not connect: the
+// first Publish does, and an endpoint that is down then is a transient
+// error, not a failed start.
+func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
+	var wc webhookConfig
+	if err := publish.DecodeSettings(cfg, &wc); err != nil {
+		return nil, err
+	}
+	return open(cfg.Name, wc, log)
+}
+
+// open builds the sink from validated settings.
+func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
+	u, err := parseURL(wc.URL)
+	if err != nil {
+		return nil, err
+	}
+	// timeout bounds each request as a whole through its context (send),
+	// from dialing to the end of the answer's body.
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        2,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	if u.Scheme == "https" {
+		if tr.TLSClientConfig, err = wc.TLS.build(); err != nil {
+			return nil, err
+		}
+	}
+	s := &Sink{
+		name:          name,
+		log:           log,
+		url:           wc.URL,
+		endpoint:      u.Scheme + "://" + u.Host,
+		mode:          wc.Mode,
+		env:           wc.Settings,
+		static:        make(http.Header, len(wc.Headers)),
+		secret:        []byte(wc.Secret),
+		timeout:       wc.Timeout.D(),
+		maxRetryAfter: wc.MaxRetryAfter.D(),
+		batchSize:     wc.BatchSize,
+		batchBytes:    wc.BatchBytes,
+		transport:     tr,
+		client: &http.Client{
+			Transport: tr,
+			// A redirected POST would go out again as a GET without its
+			// body (301, 302, 303), and credentials could follow it to
+			// another host: a 3xx is an answer, classified as permanent.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		now: time.Now,
+	}
+	for k, v := range wc.Headers {
+		s.static.Set(k, v)
+		s.scrub = append(s.scrub, v)
+	}
+	if wc.Secret != "" {
+		s.scrub = append(s.scrub, wc.Secret)
+	}
+	if p, ok := u.User.Password(); ok && p != "" {
+		s.scrub = append(s.scrub, p)
+	}
+	if u.User != nil && u.User.Username() != "" {
+		s.scrub = append(s.scrub, u.User.Username())
+	}
+	if len(u.EscapedPath()) > 1 {
+		s.scrub = append(s.scrub, u.EscapedPath(), u.Path)
+	}
+	if u.RawQuery != "" {
+		s.scrub = append(s.scrub, u.RawQuery)
+	}
+	s.warn(u, wc)
+	log.Info().Str("endpoint", s.endpoint).Str("mode", wc.Mode).Str("format", wc.Format).
+		Bool("signed", wc.Secret != "").Int("headers", len(wc.Headers)).Msg("webhook sink configured")
+	return s, nil
+}
+
+// warn logs the settings that weaken the relay's guarantees or expose
+// credentials.
+func (s *Sink) warn(u *url.URL, wc webhookConfig) {
+	if wc.TLS.InsecureSkipVerify {
+		s.log.Warn().Msg("webhook sink with tls.insecure_skip_verify: the server's certificate is not verified, " +
+			"so a man-in-the-middle can read and alter messages (and credentials); set tls.ca_file instead")
+	}
+	if u.Scheme == "http" && (u.User != nil || len(wc.Headers) > 0) {
+		s.log.Warn().Msg("webhook sink with an http url: the credentials in url and the headers cross the network in clear text; use https")
+	}
+}
+
+// Name returns the sink's configured name.
+func (s *Sink) Name() string { return s.name }
+
+// Close releases the idle connections. Publish is not called after it.
+func (s *Sink) Close() error {
+	s.closeOnce.Do(s.transport.CloseIdleConnections)
+	return nil
+}
+
+// Publish posts msgs, in order, one request at a time, and returns nil
+// only once every request was answered with a 2xx status.
+//
+// In mode message each message is one request; in mode batch the
+// messages go out in requests of at most batch_size messages and
+// batch_bytes of body. A request is sent only after the one before it
+// was answered 2xx. On the first failure Publish returns, marked with
+// publish.Partial for the messages of the requests answered 2xx before
+// it, so that the retry sends only the others; Permanent or Rejected as
+// classifyStatus and classifyError decide. A 429 or 503 answer's
+// Retry-After is waited out (at most max_retry_after) before Publish
+// returns. When ctx ends Publish returns at once with an error wrapping
+// ctx.Err().
+//
+// Every error names the message (id and LSN) or request it concerns and
+// the endpoint (scheme and host only).
+func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("webhook: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+	}
+	if s.mode == ModeBatch {
+		return s.publishBatches(ctx, msgs)
+	}
+	for i, m := range msgs {
+		h, err := s.messageHeader(m)
+		if err == nil {
+			err = s.send(ctx, m.Payload, h, msgs[i:i+1])
+		}
+		if err != nil {
+			return publish.Partial(err, prefix(len(msgs), i))
+		}
+	}
+	return nil
+}
+
+// publishBatches posts msgs as JSON arrays (mode batch).
+//
+// Each request gets a body of its own: after a failed request net/http
+// may still be reading the body it was given (http.Client.Do), so a
+// reused buffer could be rewritten under it.
+func (s *Sink) publishBatches(ctx context.Context, msgs []*message.Message) error {
+	for start := 0; start < len(msgs); {
+		body, end := appendBatch(make([]byte, 0, s.bodyHint), msgs, start, s.batchSize, s.batchBytes)
+		s.bodyHint = min(len(body), s.batchBytes)
+		if err := s.send(ctx, body, s.batchHeader(msgs[start:end]), msgs[start:end]); err != nil {
+			return publish.Partial(err, prefix(len(msgs), start))
+		}
+		start = end
+	}
+	return nil
+}
+
+// prefix returns done for a call of n messages whose first k are durable.
+func prefix(n, k int) []bool {
+	done := make([]bool, n)
+	for i := range k {
+		done[i] = true
+	}
+	return done
+}
+
+// appendBatch appends to b the JSON array of msgs[start:end], the file
+// sink's objects (publish.AppendJSONLine without the newline), and
+// returns it and end: at most size messages and, unless the first message
+// alone is larger, at most limit bytes.
+func appendBatch(b []byte, msgs []*message.Message, start, size, limit int) ([]byte, int) {
+	b = append(b, '[')
+	end := start
+	for end < len(msgs) && end-start < size {
+		n := len(b)
+		if end > start {
+			b = append(b, ',')
+		}
+		b = publish.AppendJSONLine(b, msgs[end])
+		b = b[:len(b)-1] // the newline
+		if end > start && len(b)+1 > limit {
+			b = b[:n]
+			break
+		}
+		end++
+	}
+	return append(b, ']'), end
+}
+
+// batchHeader returns the headers of a request of mode batch holding msgs.
+func (s *Sink) batchHeader(msgs []*message.Message) http.Header {
+	h := s.baseHeader(len(s.static) + 5)
+	h["Content-Type"] = []string{"application/json"}
+	h[headerCount] = []string{strconv.Itoa(len(msgs))}
+	h[headerIdempotencyKey] = []string{batchKey(msgs)}
+	return h
+}
+
+// batchKey is a batch's Idempotency-Key: the lower-case hex SHA-256 of
+// its messages' ids, each followed by a newline. A retry of the same
+// messages carries the same key; any other set of messages another.
+func batchKey(msgs []*message.Message) string {
+	d := sha256.New()
+	for _, m := range msgs {
+		io.WriteString(d, m.ID)
+		d.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(d.Sum(nil))
+}
+
+// baseHeader returns a new header holding headers: and the User-Agent.
+func (s *Sink) baseHeader(size int) http.Header {
+	h := make(http.Header, size)
+	h["User-Agent"] = []string{userAgent}
+	for k, v := range s.static {
+		h[k] = v
+	}
+	return h
+}
+
+// messageHeader returns the headers of m's request in mode message: the
+// headers column (entries the sink or headers: set are left out), then
+// headers:, then the sink's own. An entry of the headers column, or a
+// key, that cannot be an HTTP header is a refusal of m (Rejected).
+func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
+	h := s.baseHeader(len(s.static) + len(m.Headers) + 8)
+	if len(m.Headers) > 0 {
+		keys := make([]string, 0, len(m.Headers))
+		for k := range m.Headers {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if !validName(k) || !validValue(m.Headers[k]) {
+				return nil, publish.Rejected(fmt.Errorf("webhook: message %s (lsn %s): headers column entry %q: "+
+					"not an HTTP header name, or its value holds a control character", m.ID, m.LSN, k))
+			}
+			ck := http.CanonicalHeaderKey(k)
+			if isReserved(ck) || s.static[ck] != nil || ck == "User-Agent" {
+				continue
+			}
+			h[ck] = append(h[ck], m.Headers[k])
+		}
+	}
+	h["Content-Type"] = []string{envelope.ContentType(m)}
+	h[headerIdempotencyKey] = []string{m.ID}
+	h[headerID] = []string{m.ID}
+	if s.env.IsCloudEvents() {
+		for _, a := range s.env.Attributes(m) {
+			h["Ce-"+ceName(a.Name)] = []string{ceEncode(a.Value)}
+		}
+		if m.HasKey {
+			h["Ce-Partitionkey"] = []string{ceEncode(m.Key)}
+		}
+		return h, nil
+	}
+	h[headerType] = []string{m.Type}
+	if m.HasKey {
+		if !validValue(m.Key) {
+			return nil, publish.Rejected(fmt.Errorf("webhook: message %s (lsn %s): its key holds a control character, "+
+				"which an HTTP header cannot carry", m.ID, m.LSN))
+		}
+		h[headerKey] = []string{m.Key}
+	}
+	return h, nil
+}
+
+// ceName returns the canonical header key of CloudEvents attribute name
+// (lower-case letters and digits): "specversion" → "Specversion".
+func ceName(name string) string {
+	if name == "" {
+		return name
+	}
+	return string(name[0]-'a'+'A') + name[1:]
+}
+
+// ceEncode percent-encodes a CloudEvents attribute value for an HTTP
+// header, as the CloudEvents HTTP binding requires: space, double quote,
+// percent and every byte outside printable ASCII.
+func ceEncode(v string) string {
+	clean := true
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return v
+	}
+	const hexUpper = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+16)
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == '"' || c == '%' {
+			b = append(b, '%', hexUpper[c>>4], hexUpper[c&0xF])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// send posts one request holding msgs (in the body already) and returns
+// nil for a 2xx answer. The error of any other outcome names the
+// request's messages and is marked Permanent or Rejected per
+// classifyStatus and classifyError.
+func (s *Sink) send(ctx context.Context, body []byte, h http.Header, msgs []*message.Message) error {
+	if len(s.secret) > 0 {
+		h[headerSignature] = []string{inbox.Sign(s.secret, s.now(), body)}
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil { // the URL was checked: not expected
+		return publish.Permanent(fmt.Errorf("webhook: %s: building the request to %s failed", s.describe(msgs), s.endpoint))
+	}
+	req.Header = h
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return s.failed(ctx, rctx, err, msgs)
+	}
+	// A body broken off after the status does not matter: a 2xx status
+	// makes the messages durable, any other is an error already.
+	snippet := s.readAnswer(resp)
+	out, hint := classifyStatus(resp.StatusCode)
+	if out == delivered {
+		return nil
+	}
+	ferr := fmt.Errorf("webhook: %s: %s answered %s%s", s.describe(msgs), s.endpoint, resp.Status, snippet)
+	if hint != "" {
+		ferr = fmt.Errorf("%w (%s)", ferr, hint)
+	}
+	switch out {
+	case permanent:
+		return publish.Permanent(ferr)
+	case refused:
+		return publish.Rejected(ferr)
+	}
+	if wait := min(retryAfter(resp.Header, s.now()), s.maxRetryAfter); wait > 0 {
+		s.log.Info().Str("status", resp.Status).Dur("retry_after", wait).Str("first_msg_id", msgs[0].ID).
+			Msg("the endpoint asks to wait before the next attempt (Retry-After); waiting")
+		if !backoff.Sleep(ctx, wait) {
+			return fmt.Errorf("%w; waiting %s (Retry-After) ended: %w", ferr, wait, ctx.Err())
+		}
+	}
+	return ferr
+}
+
+// readAnswer reads an answer's body, up to drainBytes so that the
+// connection can carry the next request, and returns the start of it as
+// it goes into an error (": <quoted>", secrets replaced), or "" when
+// empty or when the status is 2xx.
+func (s *Sink) readAnswer(resp *http.Response) string {
+	defer resp.Body.Close()
+	n, err := io.ReadFull(resp.Body, s.head[:])
+	if err == nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
+	}
+	if n == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
+		return ""
+	}
+	text := s.scrub.scrub(string(s.head[:n]))
+	if len(text) > snippetBytes {
+		text = text[:snippetBytes] + "…"
+	}
+	return fmt.Sprintf(": %q", text)
+}
+
+// failed returns the error of a request that got no answer: wrapping
+// ctx.Err() when the caller's context ended, transient for a timeout of
+// the request's own (rctx), and as classifyError says otherwise. The
+// url.Error of net/http is unwrapped: its text holds the URL.
+func (s *Sink) failed(ctx, rctx context.Context, err error, msgs []*message.Message) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	what := s.describe(msgs)
+	if ctx.Err() != nil {
+		return fmt.Errorf("webhook: %s: POST to %s: %w", what, s.endpoint, ctx.Err())
+	}
+	if rctx.Err() != nil {
+		return fmt.Errorf("webhook: %s: POST to %s: no answer within timeout %s", what, s.endpoint, s.timeout)
+	}
+	out, hint := classifyError(err)
+	ferr := fmt.Errorf("webhook: %s: POST to %s: %w", what, s.endpoint, err)
+	if out == permanent {
+		return publish.Permanent(fmt.Errorf("%w (%s)", ferr, hint))
+	}
+	return ferr
+}
+
+// describe names the messages of a request: "message <id> (lsn <lsn>)" or
+// "request of <n> messages (first <id>, lsn <lsn>; last <id>)".
+func (s *Sink) describe(msgs []*message.Message) string {
+	if len(msgs) == 1 {
+		return fmt.Sprintf("message %s (lsn %s)", msgs[0].ID, msgs[0].LSN)
+	}
+	last := msgs[len(msgs)-1]
+	return fmt.Sprintf("request of %d messages (first %s, lsn %s; last %s, lsn %s)",
+		len(msgs), msgs[0].ID, msgs[0].LSN, last.ID, last.LSN)
+}
