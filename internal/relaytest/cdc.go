@@ -50,7 +50,15 @@ type Proc struct {
 // (KEY=value), and kills it when the test ends.
 func StartCDC(t testing.TB, bin string, env []string, args ...string) *Proc {
 	t.Helper()
+	return StartCDCIn(t, "", bin, env, args...)
+}
+
+// StartCDCIn is StartCDC in the working directory dir ("" for the
+// test's own).
+func StartCDCIn(t testing.TB, dir, bin string, env []string, args ...string) *Proc {
+	t.Helper()
 	p := &Proc{Cmd: exec.Command(bin, args...), Stdout: &Buffer{}, Stderr: &Buffer{}, done: make(chan struct{})}
+	p.Cmd.Dir = dir
 	p.Cmd.Env = append(os.Environ(), env...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Stdout, p.Stderr
 	if err := p.Cmd.Start(); err != nil {
