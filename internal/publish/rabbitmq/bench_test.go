@@ -17,7 +17,8 @@ import (
 // 20,000 messages (x-max-length, dropping the oldest) so that the shared
 // server does not fill up. ns/op is the latency of a call of that size
 // (what the sink adds to end-to-end latency at low rates), msgs/s the
-// catch-up throughput.
+// catch-up throughput. Figures of a run: docs/sinks/rabbitmq.md,
+// "Throughput".
 func BenchmarkRabbitMQPublish(b *testing.B) {
 	url := rabbittest.Start(b)
 	tp := rabbittest.Declare(b, url, rabbittest.Topology{QueueArgs: amqp.Table{"x-max-length": int32(20000)}})
