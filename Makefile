@@ -22,8 +22,10 @@ FUZZTIME ?= 5s
 build:
 	$(GO) build -o bin/cdc ./cmd/cdc
 
+# The demo is built, not `go run`: go run exits 1 when interrupted.
 demo: build
-	$(GO) run ./tools/demo -cdc bin/cdc
+	$(GO) build -o bin/demo ./tools/demo
+	bin/demo -cdc bin/cdc $(DEMOFLAGS)
 
 vet:
 	gofmt -l . | (! grep .) || (echo "gofmt: files above need formatting" && false)

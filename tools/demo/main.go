@@ -33,10 +33,24 @@ func main() {
 	n := flag.Int("n", 10, "sample transactions to commit (one per second)")
 	dur := flag.Duration("for", 0, "stop after this long (0: run until Ctrl-C)")
 	flag.Parse()
-	if err := run(*cdc, *n, *dur); err != nil {
+	restore := takeForeground()
+	err := run(*cdc, *n, *dur)
+	restore()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+// relayExited is the outcome of cdc run ending before the demo asked it
+// to: Ctrl-C in a terminal signals the whole process group, so the relay
+// may have stopped cleanly (exit 0) before the demo saw the signal.
+func relayExited(err error) error {
+	if err != nil {
+		return fmt.Errorf("cdc run exited: %v", err)
+	}
+	say("the relay stopped (exit 0)")
+	return nil
 }
 
 func say(format string, args ...any) { fmt.Fprintf(os.Stderr, "demo: "+format+"\n", args...) }
@@ -115,7 +129,7 @@ log: {level: info, format: console}
 		case <-time.After(time.Second):
 		case <-ctx.Done():
 		case err := <-done:
-			return fmt.Errorf("cdc run exited: %v", err)
+			return relayExited(err)
 		}
 	}
 	if ctx.Err() == nil {
@@ -124,7 +138,7 @@ log: {level: info, format: console}
 	select {
 	case <-ctx.Done():
 	case err := <-done:
-		return fmt.Errorf("cdc run exited: %v", err)
+		return relayExited(err)
 	}
 	say("stopping the relay (SIGTERM: drain, confirm, exit 0)")
 	_ = relay.Process.Signal(syscall.SIGTERM)
