@@ -131,9 +131,11 @@
 // When its context ends, Publish returns at once with an error wrapping
 // ctx.Err(): the socket is closed under the client, which does not take a
 // context for publishing (a connection RabbitMQ blocks for a memory or
-// disk alarm would otherwise block the write). A confirm that does not
-// come within timeout closes the session the same way, and the error says
-// when RabbitMQ had blocked the connection.
+// disk alarm would otherwise block the write). A write that blocks for
+// longer than timeout, and a confirm that does not come within timeout,
+// close the session the same way (the relay's runner gives Publish no
+// deadline of its own); the error is transient and says when RabbitMQ
+// had blocked the connection.
 //
 // # Tests
 //

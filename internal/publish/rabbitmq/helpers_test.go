@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -60,16 +59,19 @@ func newSink(t testing.TB, url, exchange string, extra ...string) *Sink {
 // proxyURL is the guest URL of the server behind a proxy listening on addr.
 func proxyURL(addr string) string { return "amqp://guest:guest@" + addr + "/" }
 
-// stallProxy forwards TCP connections to a server and can hold back what
-// the server sends (Stall) without closing anything: the client's
-// publishes reach RabbitMQ, its confirms do not come back, as on a
-// network path that stopped delivering in one direction.
+// stallProxy forwards TCP connections to a server and can hold back the
+// bytes of either direction without closing anything: Stall holds the
+// server's (the client's publishes reach RabbitMQ, its confirms do not
+// come back), StallUp the client's (the proxy stops reading, so the
+// client's writes block once the socket buffers are full, as when
+// RabbitMQ blocks a connection).
 type stallProxy struct {
 	ln     net.Listener
 	target string
 
 	mu    sync.Mutex
-	open  chan struct{} // closed while traffic flows
+	down  chan struct{} // closed while the server's bytes flow
+	up    chan struct{} // closed while the client's bytes flow
 	done  chan struct{} // closed at cleanup
 	conns []net.Conn
 }
@@ -80,8 +82,9 @@ func newStallProxy(t testing.TB, target string) *stallProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &stallProxy{ln: ln, target: target, open: make(chan struct{}), done: make(chan struct{})}
-	close(p.open)
+	p := &stallProxy{ln: ln, target: target, down: make(chan struct{}), up: make(chan struct{}), done: make(chan struct{})}
+	close(p.down)
+	close(p.up)
 	go p.accept()
 	t.Cleanup(func() {
 		ln.Close()
@@ -101,24 +104,36 @@ func (p *stallProxy) Addr() string { return p.ln.Addr().String() }
 func (p *stallProxy) Stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.open = make(chan struct{})
+	p.down = make(chan struct{})
 }
 
-// Resume lets the server's bytes through again.
+// StallUp stops reading the client's bytes until Resume.
+func (p *stallProxy) StallUp() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = make(chan struct{})
+}
+
+// Resume lets the bytes of both directions through again.
 func (p *stallProxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
+	for _, g := range []chan struct{}{p.down, p.up} {
+		select {
+		case <-g:
+		default:
+			close(g)
+		}
 	}
 }
 
-func (p *stallProxy) gate() chan struct{} {
+func (p *stallProxy) gate(up bool) chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.open
+	if up {
+		return p.up
+	}
+	return p.down
 }
 
 func (p *stallProxy) accept() {
@@ -135,29 +150,26 @@ func (p *stallProxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, up)
 		p.mu.Unlock()
-		go func() {
-			io.Copy(up, c)
-			up.Close()
-			c.Close()
-		}()
-		go p.down(c, up)
+		go p.pipe(up, c, true)
+		go p.pipe(c, up, false)
 	}
 }
 
-// down copies the server's bytes to the client, waiting at the gate.
-func (p *stallProxy) down(c, up net.Conn) {
-	defer c.Close()
-	defer up.Close()
+// pipe copies src to dst, each chunk read waiting at the gate of its
+// direction before it is written (and the next read).
+func (p *stallProxy) pipe(dst, src net.Conn, up bool) {
+	defer dst.Close()
+	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := up.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
 			select {
-			case <-p.gate():
+			case <-p.gate(up):
 			case <-p.done:
 				return
 			}
-			if _, werr := c.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}

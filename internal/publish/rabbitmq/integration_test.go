@@ -263,6 +263,39 @@ func TestIntegrationConfirmTimeoutIsRetried(t *testing.T) {
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, NullKey: true}, append(a, b...), got, dupOK)
 }
 
+// TestIntegrationBlockedWritesTimeOut: when the path to the server stops
+// taking bytes (as RabbitMQ does with a connection it blocks for a memory
+// or disk alarm), a Publish blocked in a write gives up after timeout with
+// a transient error, and the retry delivers once the path is back.
+func TestIntegrationBlockedWritesTimeOut(t *testing.T) {
+	url := rabbittest.Start(t)
+	tp := rabbittest.Declare(t, url, rabbittest.Topology{})
+	proxy := newStallProxy(t, rabbittest.Addr)
+	s := newSink(t, proxyURL(proxy.Addr()), tp.Exchange, "timeout: 500ms")
+	g := sinktest.NewGen(18)
+	if err := s.Publish(publishCtx(t), g.Interleave(1, "a")); err != nil { // connect
+		t.Fatal(err)
+	}
+	big := make([]*message.Message, 400) // 25 MB: more than the socket buffers hold
+	for i := range big {
+		big[i] = g.SizedMessage("a", 64<<10)
+	}
+	proxy.StallUp()
+	start := time.Now()
+	err := s.Publish(publishCtx(t), big)
+	el := time.Since(start)
+	if err == nil || publish.IsPermanent(err) || !errors.Is(err, errNoConfirm) || !strings.Contains(err.Error(), "sending it took longer") {
+		t.Fatalf("Publish with the writes blocked = %v, want a transient error about sending", err)
+	}
+	if el > 3*time.Second {
+		t.Errorf("Publish with the writes blocked returned after %s, want about the 500ms timeout", el)
+	}
+	proxy.Resume()
+	if err := (sinktest.Retry{}).Publish(publishCtx(t), s, big); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+}
+
 // TestIntegrationRefusedCredentialsArePermanent: a wrong password, an
 // unknown vhost and amqps:// on the plain port are Permanent errors saying
 // what to check, without the password.

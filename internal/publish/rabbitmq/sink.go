@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -382,6 +383,15 @@ func (s *Sink) send(ctx context.Context, sess *session, msgs []*message.Message,
 	dcs := make([]*amqp.DeferredConfirmation, len(out))
 	timer := time.NewTimer(s.timeout)
 	defer timer.Stop()
+	// A write blocks when RabbitMQ stops reading from the connection (it
+	// blocks publishers during a memory or disk alarm): the watchdog
+	// closes the socket when one write takes longer than timeout.
+	var stalled atomic.Bool
+	watchdog := time.AfterFunc(s.timeout, func() {
+		stalled.Store(true)
+		sess.abort()
+	})
+	defer watchdog.Stop()
 	next := 0 // the first message not confirmed yet
 	for i := range out {
 		for i-next >= s.maxInFlight {
@@ -391,8 +401,12 @@ func (s *Sink) send(ctx context.Context, sess *session, msgs []*message.Message,
 			next++
 		}
 		o := &out[i]
+		watchdog.Reset(s.timeout)
 		dc, err := sess.ch.PublishWithDeferredConfirm(o.exchange, o.key, true, false, o.pub)
 		if err != nil {
+			if stalled.Load() && ctx.Err() == nil {
+				return next, s.timedOut(sess, msgs[i], o, "sending it took longer than timeout")
+			}
 			return next, s.failure(ctx, s.closedErr(sess, err), s.about(msgs[i], o))
 		}
 		dcs[i] = dc
@@ -400,6 +414,7 @@ func (s *Sink) send(ctx context.Context, sess *session, msgs []*message.Message,
 			timer.Reset(s.timeout) // the wait for a confirm starts with its publish
 		}
 	}
+	watchdog.Stop() // the confirms have their own timer
 	for ; next < len(out); next++ {
 		if err := s.await(ctx, sess, timer, dcs[next], msgs[next], &out[next]); err != nil {
 			return next, err
@@ -418,11 +433,7 @@ func (s *Sink) await(ctx context.Context, sess *session, timer *time.Timer, dc *
 		return fmt.Errorf("%s: waiting for the confirm: %w", s.about(m, o), ctx.Err())
 	case <-timer.C:
 		sess.abort()
-		msg := fmt.Sprintf("%s: no confirm within timeout %s", s.about(m, o), s.timeout)
-		if reason := sess.blockedBy(); reason != "" {
-			msg += fmt.Sprintf(" (RabbitMQ blocks the connection: %q, a memory or disk alarm)", reason)
-		}
-		return fmt.Errorf("%s: %w", msg, errNoConfirm)
+		return s.timedOut(sess, m, o, "no confirm within timeout")
 	}
 	timer.Reset(s.timeout)
 	if !dc.Acked() {
@@ -437,6 +448,17 @@ func (s *Sink) await(ctx context.Context, sess *session, timer *time.Timer, dc *
 			"bind a queue, or park the message with relay.on_refused: dead_letter", s.about(m, o), r.ReplyCode, r.ReplyText, o.exchange, o.key))
 	}
 	return nil
+}
+
+// timedOut is the error for a message that made no progress within
+// timeout (what says how), naming the alarm when RabbitMQ blocks the
+// connection.
+func (s *Sink) timedOut(sess *session, m *message.Message, o *outgoing, what string) error {
+	msg := fmt.Sprintf("%s: %s %s", s.about(m, o), what, s.timeout)
+	if reason := sess.blockedBy(); reason != "" {
+		msg += fmt.Sprintf(" (RabbitMQ blocks the connection: %q, a memory or disk alarm)", reason)
+	}
+	return fmt.Errorf("%s: %w", msg, errNoConfirm)
 }
 
 var (
