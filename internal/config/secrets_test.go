@@ -106,7 +106,7 @@ sinks:
     kind: webhook
     endpoint: https://bob:webpass@hooks.example/x
     api_key: apikey123
-    headers: {Authorization: Bearer tok123, X-Trace: "on"}
+    headers: {Authorization: Bearer tok123, X-Trace: "on", X-Custom-Key: k3y-abcdef12}
     token: null
 `
 	c, err := Parse([]byte(y), env(map[string]string{"KAFKA_PW": "*kafka pw"}))
@@ -115,7 +115,7 @@ sinks:
 	}
 	got := c.Secrets()
 	for _, want := range []string{"pg%2Fpass", "pg/pass", "keypass", "*kafka pw", "sbKEY123=",
-		"Endpoint=sb://ns/;SharedAccessKeyName=send;SharedAccessKey=sbKEY123=", "webpass", "apikey123", "Bearer tok123"} {
+		"Endpoint=sb://ns/;SharedAccessKeyName=send;SharedAccessKey=sbKEY123=", "webpass", "apikey123", "Bearer tok123", "k3y-abcdef12"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("Secrets() = %q, want %q among them", got, want)
 		}

@@ -72,7 +72,8 @@ func (s *Sink) WrapError(index int, err error) error {
 }
 
 // secrets returns the secret values among the sink's settings: every
-// scalar under a key that redact.IsSecretKey (at any depth), with the key
+// scalar under a key that redact.IsSecretKey (at any depth) or under the
+// sink's own headers: mapping, with the key
 // and signature of a connection string in it, and the password of any URL
 // among the other values.
 func (s *Sink) secrets() []string {
@@ -93,6 +94,11 @@ func (s *Sink) secrets() []string {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := n.Content[i]
+				// A sink's headers: (webhook) may carry credentials under
+				// any name (X-Api-Key, a token in a custom header).
+				if n == s.node && k.Value == "headers" {
+					headerSecrets(n.Content[i+1], &out)
+				}
 				walk(n.Content[i+1], secret || (k.Kind == yaml.ScalarNode && redact.IsSecretKey(k.Value)))
 			}
 		case yaml.ScalarNode:
@@ -116,6 +122,24 @@ func (s *Sink) secrets() []string {
 		walk(s.node, false)
 	}
 	return out
+}
+
+// minHeaderSecret is the shortest header value taken for a secret: a
+// credential is longer, and redacting every "on" or "1" in the output
+// would garble it.
+const minHeaderSecret = 8
+
+// headerSecrets appends the values of a sink's headers: mapping that may
+// be credentials (at least minHeaderSecret bytes).
+func headerSecrets(n *yaml.Node, out *[]string) {
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 1; i < len(n.Content); i += 2 {
+		if v := n.Content[i]; v.Kind == yaml.ScalarNode && len(v.Value) >= minHeaderSecret {
+			*out = append(*out, v.Value)
+		}
+	}
 }
 
 // hasURLPassword reports whether v looks like a URL with a password in its
