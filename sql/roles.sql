@@ -21,6 +21,10 @@ GRANT USAGE ON SCHEMA public TO walpost_relay;
 -- itself needs no table privilege.
 GRANT SELECT ON public.outbox TO walpost_relay;
 
+-- Only with columns.sent_at (a dispatcher's "processed on" column that
+-- the relay fills in once every sink acknowledged a row), e.g.:
+--   GRANT UPDATE ("ProcessedOnUtc") ON public."OutboxMessages" TO walpost_relay;
+
 -- Per-sink progress: read at takeover, written as sinks acknowledge.
 GRANT SELECT, INSERT, UPDATE ON public.walpost_sink_progress TO walpost_relay;
 
