@@ -112,7 +112,7 @@
 // detection does not apply, since the message was stored once. Receivers
 // therefore record the MessageId with their effect in one transaction and
 // complete only after the commit: walpost's inbox package does that
-// (inbox.ServiceBusLoop).
+// (inboxsb.Loop).
 //
 // # Batching and ordering
 //
