@@ -55,6 +55,23 @@ func SleepBackoff(ctx context.Context, attempt int, limit time.Duration) error {
 	}
 }
 
+// CheckRetry checks a loop's RetryBackoff and MaxAttempts options, named
+// in errors as pkg.Options.RetryBackoff and pkg.Options.MaxAttempts
+// (errors wrap ErrInvalidOptions), and returns the backoff with its
+// default (DefaultRetryBackoff) filled in.
+func CheckRetry(pkg string, backoff time.Duration, maxAttempts int) (time.Duration, error) {
+	switch {
+	case backoff < 0:
+		return 0, fmt.Errorf("%w: %s.Options.RetryBackoff: negative (%v)", ErrInvalidOptions, pkg, backoff)
+	case backoff == 0:
+		backoff = DefaultRetryBackoff
+	}
+	if maxAttempts < 0 {
+		return 0, fmt.Errorf("%w: %s.Options.MaxAttempts: negative (%d)", ErrInvalidOptions, pkg, maxAttempts)
+	}
+	return backoff, nil
+}
+
 // Retry says how ProcessRetrying retries one message in place. The zero
 // value retries until ctx ends, waiting up to DefaultRetryBackoff between
 // attempts. A loop fills it from its own options, after checking them

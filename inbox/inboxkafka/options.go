@@ -2,7 +2,6 @@ package inboxkafka
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -72,14 +71,9 @@ type Options struct {
 // withDefaults checks o and fills in its defaults; errors wrap
 // inbox.ErrInvalidOptions and name the field.
 func (o Options) withDefaults() (Options, error) {
-	switch {
-	case o.RetryBackoff < 0:
-		return o, fmt.Errorf("%w: inboxkafka.Options.RetryBackoff: negative (%v)", inbox.ErrInvalidOptions, o.RetryBackoff)
-	case o.RetryBackoff == 0:
-		o.RetryBackoff = inbox.DefaultRetryBackoff
-	}
-	if o.MaxAttempts < 0 {
-		return o, fmt.Errorf("%w: inboxkafka.Options.MaxAttempts: negative (%d)", inbox.ErrInvalidOptions, o.MaxAttempts)
+	var err error
+	if o.RetryBackoff, err = inbox.CheckRetry("inboxkafka", o.RetryBackoff, o.MaxAttempts); err != nil {
+		return o, err
 	}
 	if o.IDHeader == "" {
 		o.IDHeader = DefaultIDHeader

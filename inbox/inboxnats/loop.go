@@ -53,14 +53,9 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
-	switch {
-	case o.RetryBackoff < 0:
-		return o, fmt.Errorf("%w: inboxnats.Options.RetryBackoff: negative (%v)", inbox.ErrInvalidOptions, o.RetryBackoff)
-	case o.RetryBackoff == 0:
-		o.RetryBackoff = inbox.DefaultRetryBackoff
-	}
-	if o.MaxAttempts < 0 {
-		return o, fmt.Errorf("%w: inboxnats.Options.MaxAttempts: negative (%d)", inbox.ErrInvalidOptions, o.MaxAttempts)
+	var err error
+	if o.RetryBackoff, err = inbox.CheckRetry("inboxnats", o.RetryBackoff, o.MaxAttempts); err != nil {
+		return o, err
 	}
 	if o.IDHeader == "" {
 		o.IDHeader = DefaultIDHeader

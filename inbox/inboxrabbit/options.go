@@ -79,14 +79,9 @@ func (o Options) withDefaults() (Options, error) {
 	case o.Prefetch == 0:
 		o.Prefetch = DefaultPrefetch
 	}
-	switch {
-	case o.RetryBackoff < 0:
-		return o, fmt.Errorf("%w: inboxrabbit.Options.RetryBackoff: negative (%v)", inbox.ErrInvalidOptions, o.RetryBackoff)
-	case o.RetryBackoff == 0:
-		o.RetryBackoff = inbox.DefaultRetryBackoff
-	}
-	if o.MaxAttempts < 0 {
-		return o, fmt.Errorf("%w: inboxrabbit.Options.MaxAttempts: negative (%d)", inbox.ErrInvalidOptions, o.MaxAttempts)
+	var err error
+	if o.RetryBackoff, err = inbox.CheckRetry("inboxrabbit", o.RetryBackoff, o.MaxAttempts); err != nil {
+		return o, err
 	}
 	return o, nil
 }
