@@ -1,12 +1,9 @@
 package kafka
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
 // kafkaConfig holds a kafka sink's own settings: the keys of its YAML
@@ -54,23 +52,12 @@ type kafkaConfig struct {
 	// error.
 	AutoCreateTopics bool `yaml:"auto_create_topics"`
 	// TLS configures encryption; off by default.
-	TLS tlsConfig `yaml:"tls"`
+	TLS tlsconf.Switch `yaml:"tls"`
 	// SASL configures authentication; nil means none.
 	SASL *saslConfig `yaml:"sasl"`
 	// Timeout bounds one write attempt: dialing, a metadata request, a
 	// produce request and its acknowledgement (default 10s).
 	Timeout config.Duration `yaml:"timeout"`
-}
-
-type tlsConfig struct {
-	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
-	// ServerName overrides the name checked against the broker's
-	// certificate (default: the broker's host).
-	ServerName string `yaml:"server_name"`
 }
 
 type saslConfig struct {
@@ -170,7 +157,7 @@ func (c *kafkaConfig) Validate() error {
 	if t := c.Timeout.D(); t < limits.timeout[0] || t > limits.timeout[1] {
 		return fmt.Errorf("timeout: %s is outside %s..%s", t, limits.timeout[0], limits.timeout[1])
 	}
-	if err := c.TLS.validate(); err != nil {
+	if err := c.TLS.Validate(); err != nil {
 		return err
 	}
 	if c.SASL != nil {
@@ -207,60 +194,6 @@ func compression(s string) (kafka.Compression, error) {
 		return kafka.Zstd, nil
 	}
 	return 0, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
-}
-
-func (t *tlsConfig) validate() error {
-	if !t.Enabled {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
-			{"insecure_skip_verify", t.InsecureSkipVerify}, {"server_name", t.ServerName != ""}} {
-			if f.set {
-				return fmt.Errorf("tls.%s: set, but tls.enabled is false (set enabled: true to use TLS)", f.name)
-			}
-		}
-		return nil
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		if t.CertFile == "" {
-			return errors.New("tls.cert_file: empty, but tls.key_file is set (a client certificate needs both)")
-		}
-		return errors.New("tls.key_file: empty, but tls.cert_file is set (a client certificate needs both)")
-	}
-	return nil
-}
-
-// build loads the files and returns the *tls.Config, or nil when TLS is
-// off. Errors name the field.
-func (t *tlsConfig) build() (*tls.Config, error) {
-	if !t.Enabled {
-		return nil, nil
-	}
-	tc := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in the config
-		ServerName:         t.ServerName,
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file: no PEM certificate in %s", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }
 
 func (s *saslConfig) validate() error {

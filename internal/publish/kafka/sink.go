@@ -94,7 +94,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc, err := kc.TLS.build()
+	tc, err := kc.TLS.Build()
 	if err != nil {
 		return nil, err
 	}

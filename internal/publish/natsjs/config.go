@@ -1,8 +1,6 @@
 package natsjs
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 	"github.com/walpost/walpost/internal/redact"
 )
 
@@ -51,7 +50,7 @@ type natsConfig struct {
 
 	// TLS configures encryption; off by default (a tls:// server turns it
 	// on with the system's roots).
-	TLS tlsConfig `yaml:"tls"`
+	TLS tlsconf.Switch `yaml:"tls"`
 }
 
 // streamConfig is the stream: part of the settings.
@@ -72,17 +71,6 @@ type streamConfig struct {
 	Storage         string          `yaml:"storage"`
 	Replicas        int             `yaml:"replicas"`
 	DuplicateWindow config.Duration `yaml:"duplicate_window"`
-}
-
-type tlsConfig struct {
-	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
-	// ServerName overrides the name checked against the server's
-	// certificate (default: the server's host).
-	ServerName string `yaml:"server_name"`
 }
 
 const (
@@ -169,7 +157,7 @@ func (c *natsConfig) Validate() error {
 	if err := c.validateAuth(); err != nil {
 		return err
 	}
-	return c.TLS.validate()
+	return c.TLS.Validate()
 }
 
 // validateServers checks the server list. Errors show a server through
@@ -323,58 +311,4 @@ func (s *streamConfig) validate(subject string) error {
 		return fmt.Errorf("stream.duplicate_window: %s is outside %s..%s", d, limits.duplicateWindow[0], limits.duplicateWindow[1])
 	}
 	return nil
-}
-
-func (t *tlsConfig) validate() error {
-	if !t.Enabled {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
-			{"insecure_skip_verify", t.InsecureSkipVerify}, {"server_name", t.ServerName != ""}} {
-			if f.set {
-				return fmt.Errorf("tls.%s: set, but tls.enabled is false (set enabled: true to use TLS)", f.name)
-			}
-		}
-		return nil
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		if t.CertFile == "" {
-			return errors.New("tls.cert_file: empty, but tls.key_file is set (a client certificate needs both)")
-		}
-		return errors.New("tls.key_file: empty, but tls.cert_file is set (a client certificate needs both)")
-	}
-	return nil
-}
-
-// build loads the files and returns the *tls.Config, or nil when TLS is
-// off. Errors name the field and never hold a file's contents.
-func (t *tlsConfig) build() (*tls.Config, error) {
-	if !t.Enabled {
-		return nil, nil
-	}
-	tc := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in the config
-		ServerName:         t.ServerName,
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", pathError(err))
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file: no PEM certificate in %s", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }

@@ -124,7 +124,7 @@ func (c *natsConfig) options() ([]nats.Option, *tls.Config, error) {
 	case c.User != "":
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	}
-	tc, err := c.TLS.build()
+	tc, err := c.TLS.Build()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,11 +1,8 @@
 package rabbitmq
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -13,6 +10,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 	"github.com/walpost/walpost/internal/redact"
 )
 
@@ -47,22 +45,11 @@ type rabbitConfig struct {
 	// Heartbeat is the AMQP heartbeat interval (default 10s): a server
 	// that stays silent for about two of them counts as gone.
 	Heartbeat config.Duration `yaml:"heartbeat"`
-	// TLS configures amqps:// connections.
-	TLS tlsConfig `yaml:"tls"`
+	// TLS configures amqps:// connections; TLS is on exactly when the
+	// URL's scheme is amqps.
+	TLS tlsconf.Settings `yaml:"tls"`
 
 	envelope.Settings `yaml:",inline"`
-}
-
-// tlsConfig are the TLS settings of an amqps:// URL; TLS is on exactly when
-// the URL's scheme is amqps.
-type tlsConfig struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
-	// ServerName overrides the name checked against the server's
-	// certificate (default: the URL's host).
-	ServerName string `yaml:"server_name"`
 }
 
 const (
@@ -143,7 +130,7 @@ func (c *rabbitConfig) Validate() error {
 	if h := c.Heartbeat.D(); h < limits.heartbeat[0] || h > limits.heartbeat[1] {
 		return fmt.Errorf("heartbeat: %s is outside %s..%s", h, limits.heartbeat[0], limits.heartbeat[1])
 	}
-	if err := c.TLS.validate(u.Scheme == "amqps"); err != nil {
+	if err := c.TLS.Validate(u.Scheme == "amqps", "url is amqp:// (use amqps:// for TLS)"); err != nil {
 		return err
 	}
 	return c.Settings.Validate()
@@ -175,58 +162,4 @@ func parseURL(s string) (amqp.URI, error) {
 		return amqp.URI{}, fmt.Errorf("url: %s has no host", redact.URL(s))
 	}
 	return u, nil
-}
-
-func (t *tlsConfig) validate(amqps bool) error {
-	if !amqps {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
-			{"insecure_skip_verify", t.InsecureSkipVerify}, {"server_name", t.ServerName != ""}} {
-			if f.set {
-				return fmt.Errorf("tls.%s: set, but url is amqp:// (use amqps:// for TLS)", f.name)
-			}
-		}
-		return nil
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		if t.CertFile == "" {
-			return errors.New("tls.cert_file: empty, but tls.key_file is set (a client certificate needs both)")
-		}
-		return errors.New("tls.key_file: empty, but tls.cert_file is set (a client certificate needs both)")
-	}
-	return nil
-}
-
-// build loads the files and returns the *tls.Config of an amqps:// URL, or
-// nil for amqp://. Errors name the field.
-func (t *tlsConfig) build(amqps bool) (*tls.Config, error) {
-	if !amqps {
-		return nil, nil
-	}
-	tc := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in the config
-		ServerName:         t.ServerName,
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file: no PEM certificate in %s", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -110,9 +111,11 @@ func open(name string, rc rabbitConfig, log zerolog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc, err := rc.TLS.build(u.Scheme == "amqps")
-	if err != nil {
-		return nil, err
+	var tc *tls.Config // TLS is on exactly for amqps://
+	if u.Scheme == "amqps" {
+		if tc, err = rc.TLS.Build(); err != nil {
+			return nil, err
+		}
 	}
 	s := &Sink{
 		name:         name,

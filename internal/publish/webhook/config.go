@@ -1,19 +1,17 @@
 package webhook
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
 // The modes.
@@ -56,21 +54,7 @@ type webhookConfig struct {
 	// than that goes alone.
 	BatchBytes int `yaml:"batch_bytes"`
 	// TLS configures https; it is refused with an http URL.
-	TLS tlsConfig `yaml:"tls"`
-}
-
-type tlsConfig struct {
-	// CAFile holds the PEM certificates the server's chain must lead to
-	// (default: the system's).
-	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are a client certificate (mutual TLS).
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// InsecureSkipVerify turns off the check of the server's certificate.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
-	// ServerName overrides the name checked against the server's
-	// certificate (default: the URL's host).
-	ServerName string `yaml:"server_name"`
+	TLS tlsconf.Settings `yaml:"tls"`
 }
 
 const (
@@ -149,7 +133,7 @@ func (c *webhookConfig) Validate() error {
 	if c.BatchBytes < limits.batchBytes[0] || c.BatchBytes > limits.batchBytes[1] {
 		return fmt.Errorf("batch_bytes: %d is outside %d..%d", c.BatchBytes, limits.batchBytes[0], limits.batchBytes[1])
 	}
-	return c.TLS.validate(u.Scheme == "https")
+	return c.TLS.Validate(u.Scheme == "https", "url is not https")
 }
 
 // parseURL checks the endpoint. Its errors never repeat it: a webhook
@@ -248,55 +232,4 @@ func validValue(s string) bool {
 		}
 	}
 	return true
-}
-
-func (t *tlsConfig) validate(https bool) error {
-	if !https {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"ca_file", t.CAFile != ""}, {"cert_file", t.CertFile != ""}, {"key_file", t.KeyFile != ""},
-			{"insecure_skip_verify", t.InsecureSkipVerify}, {"server_name", t.ServerName != ""}} {
-			if f.set {
-				return fmt.Errorf("tls.%s: set, but url is not https", f.name)
-			}
-		}
-		return nil
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		if t.CertFile == "" {
-			return errors.New("tls.cert_file: empty, but tls.key_file is set (a client certificate needs both)")
-		}
-		return errors.New("tls.key_file: empty, but tls.cert_file is set (a client certificate needs both)")
-	}
-	return nil
-}
-
-// build loads the files and returns the *tls.Config for an https URL.
-// Errors name the field.
-func (t *tlsConfig) build() (*tls.Config, error) {
-	tc := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in the config
-		ServerName:         t.ServerName,
-	}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file: no PEM certificate in %s", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }

@@ -126,7 +126,7 @@ func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	if u.Scheme == "https" {
-		if tr.TLSClientConfig, err = wc.TLS.build(); err != nil {
+		if tr.TLSClientConfig, err = wc.TLS.Build(); err != nil {
 			return nil, err
 		}
 	}
