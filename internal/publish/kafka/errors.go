@@ -1,12 +1,11 @@
 package kafka
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"net"
 
 	kafka "github.com/segmentio/kafka-go"
+
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
 // verdict is how a failed write is handled.
@@ -80,31 +79,13 @@ func classify(err error, autoCreate bool) verdict {
 		}
 		return verdict{}
 	}
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		alert    tls.AlertError
-		header   tls.RecordHeaderError
-	)
-	switch {
-	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+	switch tlsconf.Classify(err) {
+	case tlsconf.Unverified:
 		return verdict{permanent: true, hint: "the broker's certificate does not verify: check tls.ca_file and tls.server_name"}
-	case errors.As(err, &alert), isRemoteTLSAlert(err):
+	case tlsconf.Refused:
 		return verdict{permanent: true, hint: "the broker refused the TLS handshake: check tls.cert_file and tls.key_file"}
-	case errors.As(err, &header):
+	case tlsconf.NotTLS:
 		return verdict{permanent: true, hint: "the broker does not speak TLS on this port: check tls.enabled and brokers"}
 	}
 	return verdict{}
-}
-
-// isRemoteTLSAlert reports whether err is an alert the peer sent during
-// the TLS handshake (a client certificate refused or missing, no common
-// protocol version). crypto/tls reports those on TCP as a *net.OpError
-// whose Op is "remote error" (its alert type is unexported); the Op field
-// is the kind of the failure, not its text.
-func isRemoteTLSAlert(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "remote error"
 }

@@ -1,13 +1,12 @@
 package natsjs
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"net"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
 // verdict is how a failed publish is handled.
@@ -98,22 +97,18 @@ func classify(err error) verdict {
 // tlsVerdict decides the TLS failures that only a configuration change
 // fixes.
 func tlsVerdict(err error) (verdict, bool) {
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		alert    tls.AlertError
-		op       *net.OpError
-	)
 	switch {
 	case errors.Is(err, nats.ErrSecureConnRequired):
 		return verdict{permanent: true, hint: "the server requires TLS: set tls.enabled: true or use a tls:// server"}, true
 	case errors.Is(err, nats.ErrSecureConnWanted):
 		return verdict{permanent: true, hint: "the server does not offer TLS: check tls.enabled and servers"}, true
-	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+	}
+	// A non-TLS answer (tlsconf.NotTLS) is left to the caller: transient,
+	// on a fresh connection.
+	switch tlsconf.Classify(err) {
+	case tlsconf.Unverified:
 		return verdict{permanent: true, hint: "the server's certificate does not verify: check tls.ca_file and tls.server_name"}, true
-	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":
+	case tlsconf.Refused:
 		return verdict{permanent: true, hint: "the server refused the TLS handshake: check tls.cert_file and tls.key_file"}, true
 	}
 	return verdict{}, false

@@ -1,12 +1,11 @@
 package rabbitmq
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"net"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
 // verdict is how a failed connection, declaration or publish is handled.
@@ -61,32 +60,15 @@ func classify(err error) verdict {
 	case errors.Is(err, amqp.ErrVhost):
 		return verdict{permanent: true, hint: permanentCodes[amqp.NotAllowed]}
 	}
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		alert    tls.AlertError
-		header   tls.RecordHeaderError
-	)
-	switch {
-	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+	switch tlsconf.Classify(err) {
+	case tlsconf.Unverified:
 		return verdict{permanent: true, hint: "the server's certificate does not verify: check tls.ca_file and tls.server_name"}
-	case errors.As(err, &alert), isRemoteTLSAlert(err):
+	case tlsconf.Refused:
 		return verdict{permanent: true, hint: "the server refused the TLS handshake: check tls.cert_file and tls.key_file"}
-	case errors.As(err, &header):
+	case tlsconf.NotTLS:
 		return verdict{permanent: true, hint: "the server does not speak TLS on this port: use amqp:// or the TLS port (5671)"}
 	}
 	return verdict{}
-}
-
-// isRemoteTLSAlert reports whether err is an alert the peer sent during
-// the TLS handshake. crypto/tls reports those on TCP as a *net.OpError
-// whose Op is "remote error" (its alert type is unexported); the Op field
-// is the kind of the failure, not its text.
-func isRemoteTLSAlert(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // isNotFound reports whether err is RabbitMQ's 404 NOT_FOUND: an exchange

@@ -1,14 +1,12 @@
 package webhook
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
 // outcome is how the sink handles an answer or a failed request.
@@ -88,23 +86,12 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 // every other error (refused, reset, timeouts, DNS) is transient.
 // Retrying a request is always safe: duplicates, never reordering.
 func classifyError(err error) (outcome, string) {
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		alert    tls.AlertError
-		header   tls.RecordHeaderError
-		op       *net.OpError
-	)
-	switch {
-	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+	switch tlsconf.Classify(err) {
+	case tlsconf.Unverified:
 		return permanent, "the server's certificate does not verify: check tls.ca_file and tls.server_name"
-	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":
-		// crypto/tls reports an alert the peer sent as a *net.OpError
-		// whose Op (the kind of failure, not its text) is "remote error".
+	case tlsconf.Refused:
 		return permanent, "the server refused the TLS handshake: check tls.cert_file and tls.key_file"
-	case errors.As(err, &header):
+	case tlsconf.NotTLS:
 		return permanent, "the server does not speak TLS on this port: check url (http or https)"
 	}
 	return transient, ""
