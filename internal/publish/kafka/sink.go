@@ -203,7 +203,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("kafka: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+		return fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
 	km := s.buf[:0]
 	defer func() {
@@ -213,8 +213,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	for _, m := range msgs {
 		topic, err := s.topic.Expand(m)
 		if err != nil {
-			return publish.Rejected(fmt.Errorf("kafka: message %s (lsn %s, type %q): topic %q from template %q: %w",
-				m.ID, m.LSN, m.Type, topic, s.topic.Text(), err))
+			return publish.Rejected(fmt.Errorf("kafka: %w", publish.NameError(m, "topic", topic, s.topic.Text(), err)))
 		}
 		if s.env.IsCloudEvents() {
 			km = append(km, cloudEventsRecord(m, topic, &s.env))
@@ -260,10 +259,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 // kafka-go sets a message's entry to its produce request's error, so nil
 // means the request holding it succeeded.
 func acked(n, start int, werrs kafka.WriteErrors) []bool {
-	done := make([]bool, n)
-	for i := range start {
-		done[i] = true
-	}
+	done := publish.DonePrefix(n, start)
 	for i, e := range werrs {
 		done[start+i] = e == nil
 	}
@@ -399,8 +395,8 @@ func (s *Sink) chunkEnd(msgs []*message.Message, km []kafka.Message, start int) 
 	for end < len(km) && end-start < s.batchSize {
 		m := &km[end]
 		if n := kgoSize(m); n > s.batchBytes {
-			return 0, publish.Rejected(fmt.Errorf("kafka: message %s (lsn %s) to topic %q: %d bytes with key and headers, over batch_bytes %d: %w",
-				msgs[end].ID, msgs[end].LSN, m.Topic, n, s.batchBytes, kafka.MessageSizeTooLarge))
+			return 0, publish.Rejected(fmt.Errorf("kafka: %s to topic %q: %d bytes with key and headers, over batch_bytes %d: %w",
+				publish.Describe(msgs[end]), m.Topic, n, s.batchBytes, kafka.MessageSizeTooLarge))
 		}
 		size += wireBound(m)
 		if size > s.batchBytes && end > start {
@@ -418,8 +414,7 @@ func (s *Sink) chunkEnd(msgs []*message.Message, km []kafka.Message, start int) 
 // (those before msgs) were acknowledged; total is the call's size.
 func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, km []kafka.Message, acked, total int) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		return fmt.Errorf("kafka: publishing %d messages (first %s, lsn %s) to topic %q: %w",
-			len(msgs), msgs[0].ID, msgs[0].LSN, km[0].Topic, err)
+		return fmt.Errorf("kafka: publishing %s to topic %q: %w", publish.DescribeCall(msgs), km[0].Topic, err)
 	}
 	var (
 		idx    int
@@ -461,7 +456,7 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, k
 		}
 	}
 	m := msgs[idx]
-	msg := fmt.Sprintf("kafka: message %s (lsn %s) to topic %q", m.ID, m.LSN, km[idx].Topic)
+	msg := fmt.Sprintf("kafka: %s to topic %q", publish.Describe(m), km[idx].Topic)
 	if total > 1 {
 		// Earlier groups were acknowledged, later ones not sent.
 		notAcked := total - acked - (len(msgs) - failed)

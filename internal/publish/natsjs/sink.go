@@ -156,32 +156,27 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("nats: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+		return fmt.Errorf("nats: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
 	nm := make([]*nats.Msg, len(msgs))
 	for i, m := range msgs {
 		subject, err := s.subject.Expand(m)
 		if err != nil {
-			return publish.Rejected(fmt.Errorf("nats: message %s (lsn %s, type %q): subject %q from template %q: %w",
-				m.ID, m.LSN, m.Type, subject, s.subject.Text(), err))
+			return publish.Rejected(fmt.Errorf("nats: %w", publish.NameError(m, "subject", subject, s.subject.Text(), err)))
 		}
 		if nm[i], err = natsMsg(m, subject, &s.cfg.Settings); err != nil {
-			return publish.Rejected(fmt.Errorf("nats: message %s (lsn %s): %w", m.ID, m.LSN, err))
+			return publish.Rejected(fmt.Errorf("nats: %s: %w", publish.Describe(m), err))
 		}
 	}
 	sess, err := s.session(ctx)
 	if err != nil {
-		return fmt.Errorf("nats: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+		return fmt.Errorf("nats: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
 	n, err := s.send(ctx, sess, nm)
 	if err == nil {
 		return nil
 	}
-	done := make([]bool, len(msgs))
-	for i := range n {
-		done[i] = true
-	}
-	return publish.Partial(s.failed(ctx, err, msgs, nm, n), done)
+	return publish.Partial(s.failed(ctx, err, msgs, nm, n), publish.DonePrefix(len(msgs), n))
 }
 
 // failed turns the error of message i into the error Publish returns:
@@ -189,7 +184,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 // may be at fault.
 func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, nm []*nats.Msg, i int) error {
 	m := msgs[i]
-	msg := fmt.Sprintf("nats: message %s (lsn %s) to subject %q", m.ID, m.LSN, nm[i].Subject)
+	msg := fmt.Sprintf("nats: %s to subject %q", publish.Describe(m), nm[i].Subject)
 	if len(msgs) > 1 {
 		msg += fmt.Sprintf(" (%d of the call's %d messages not acknowledged)", len(msgs)-i, len(msgs))
 	}

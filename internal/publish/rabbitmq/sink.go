@@ -181,7 +181,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("rabbitmq: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+		return fmt.Errorf("rabbitmq: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
 	out, err := s.prepare(msgs)
 	defer func() {
@@ -200,18 +200,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	stop()
 	if err != nil {
 		s.drop(sess)
-		return s.scrub(publish.Partial(err, prefix(len(msgs), n)))
+		return s.scrub(publish.Partial(err, publish.DonePrefix(len(msgs), n)))
 	}
 	return nil
-}
-
-// prefix returns a done list of n messages whose first k are durable.
-func prefix(n, k int) []bool {
-	done := make([]bool, n)
-	for i := range k {
-		done[i] = true
-	}
-	return done
 }
 
 // prepare maps every message to its publishing, refusing one whose names
@@ -221,18 +212,16 @@ func (s *Sink) prepare(msgs []*message.Message) ([]outgoing, error) {
 	for _, m := range msgs {
 		exchange, err := s.exchange.Expand(m)
 		if err != nil {
-			return out, publish.Rejected(fmt.Errorf("rabbitmq: message %s (lsn %s, type %q): exchange %q from template %q: %w",
-				m.ID, m.LSN, m.Type, exchange, s.exchange.Text(), err))
+			return out, publish.Rejected(fmt.Errorf("rabbitmq: %w", publish.NameError(m, "exchange", exchange, s.exchange.Text(), err)))
 		}
 		key, err := s.routingKey.Expand(m)
 		if err != nil {
-			return out, publish.Rejected(fmt.Errorf("rabbitmq: message %s (lsn %s, type %q): routing key %q from template %q: %w",
-				m.ID, m.LSN, m.Type, key, s.routingKey.Text(), err))
+			return out, publish.Rejected(fmt.Errorf("rabbitmq: %w", publish.NameError(m, "routing key", key, s.routingKey.Text(), err)))
 		}
 		if len(m.Payload) > s.maxBytes {
-			return out, publish.Rejected(fmt.Errorf("rabbitmq: message %s (lsn %s) to exchange %q: %d bytes, over max_message_bytes %d "+
+			return out, publish.Rejected(fmt.Errorf("rabbitmq: %s to exchange %q: %d bytes, over max_message_bytes %d "+
 				"(raise it, and the server's max_message_size, or park the message with relay.on_refused: dead_letter)",
-				m.ID, m.LSN, exchange, len(m.Payload), s.maxBytes))
+				publish.Describe(m), exchange, len(m.Payload), s.maxBytes))
 		}
 		out = append(out, outgoing{exchange: exchange, key: key, pub: Publishing(m, &s.env)})
 	}
@@ -313,8 +302,7 @@ func (s *Sink) session(ctx context.Context, msgs []*message.Message, out []outgo
 		var err error
 		sess, err = s.dialer.dial(ctx)
 		if err != nil {
-			return nil, s.failure(ctx, err, fmt.Sprintf("rabbitmq: connecting to %s for %d messages (first %s, lsn %s)",
-				redact.URL(s.dialer.url), len(msgs), msgs[0].ID, msgs[0].LSN))
+			return nil, s.failure(ctx, err, fmt.Sprintf("rabbitmq: connecting to %s for %s", redact.URL(s.dialer.url), publish.DescribeCall(msgs)))
 		}
 		s.log.Debug().Str("url", redact.URL(s.dialer.url)).Msg("rabbitmq sink connected")
 		s.sessMu.Lock()
@@ -360,15 +348,15 @@ func (s *Sink) exchanges(ctx context.Context, sess *session, msgs []*message.Mes
 		if err != nil {
 			m := msgs[i]
 			if !s.declare && isNotFound(err) {
-				return publish.Permanent(fmt.Errorf("rabbitmq: message %s (lsn %s): exchange %q does not exist in vhost %q: %w; "+
+				return publish.Permanent(fmt.Errorf("rabbitmq: %s: exchange %q does not exist in vhost %q: %w; "+
 					"create it (durable, bound to the queues that should get the messages), or set declare_exchange: true",
-					m.ID, m.LSN, name, s.vhost, err))
+					publish.Describe(m), name, s.vhost, err))
 			}
 			what := "checking"
 			if s.declare {
 				what = "declaring"
 			}
-			return s.failure(ctx, err, fmt.Sprintf("rabbitmq: message %s (lsn %s): %s exchange %q", m.ID, m.LSN, what, name))
+			return s.failure(ctx, err, fmt.Sprintf("rabbitmq: %s: %s exchange %q", publish.Describe(m), what, name))
 		}
 		if len(sess.known) >= maxKnownExchanges {
 			clear(sess.known)
@@ -500,7 +488,7 @@ func (sess *session) returned(id string, o *outgoing) (amqp.Return, bool) {
 
 // about names a message and where it went, for errors.
 func (s *Sink) about(m *message.Message, o *outgoing) string {
-	return fmt.Sprintf("rabbitmq: message %s (lsn %s) to exchange %q with routing key %q", m.ID, m.LSN, o.exchange, o.key)
+	return fmt.Sprintf("rabbitmq: %s to exchange %q with routing key %q", publish.Describe(m), o.exchange, o.key)
 }
 
 // closedErr returns err, or the server's reason for closing the channel

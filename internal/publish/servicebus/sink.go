@@ -222,7 +222,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("servicebus: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+		return fmt.Errorf("servicebus: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
 	groups, err := s.group(msgs)
 	if err != nil {
@@ -338,14 +338,14 @@ func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 				m.ID, m.LSN, m.Type, name, s.entity.Field(), s.entity.Text(), err))
 		}
 		if s.sessions && len(m.OrderingKey()) > maxSessionIDLen {
-			return nil, publish.Rejected(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: key of %d characters is over Service Bus's %d for a session id (sessions: true)",
-				m.ID, m.LSN, name, len(m.OrderingKey()), maxSessionIDLen))
+			return nil, publish.Rejected(fmt.Errorf("servicebus: %s to entity %q: key of %d characters is over Service Bus's %d for a session id (sessions: true)",
+				publish.Describe(m), name, len(m.OrderingKey()), maxSessionIDLen))
 		}
 		g := byEntity[name]
 		if g == nil {
 			sender, err := s.sender(name)
 			if err != nil {
-				return nil, fmt.Errorf("servicebus: message %s (lsn %s): sender for entity %q: %w", m.ID, m.LSN, name, err)
+				return nil, fmt.Errorf("servicebus: %s: sender for entity %q: %w", publish.Describe(m), name, err)
 			}
 			g = &group{entity: name, sender: sender}
 			byEntity[name] = g
@@ -498,10 +498,10 @@ func (s *Sink) send(ctx context.Context, g *group, total int) error {
 		if err != nil {
 			m := g.msgs[i]
 			if errors.Is(err, azservicebus.ErrMessageTooLarge) {
-				return publish.Rejected(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: %d bytes of payload; with its properties it does not fit in an empty batch (%s): %w; %s",
-					m.ID, m.LSN, g.entity, len(m.Payload), s.limitName(), err, hintTooLarge))
+				return publish.Rejected(fmt.Errorf("servicebus: %s to entity %q: %d bytes of payload; with its properties it does not fit in an empty batch (%s): %w; %s",
+					publish.Describe(m), g.entity, len(m.Payload), s.limitName(), err, hintTooLarge))
 			}
-			return publish.Permanent(fmt.Errorf("servicebus: message %s (lsn %s) to entity %q: adding it to a batch: %w", m.ID, m.LSN, g.entity, err))
+			return publish.Permanent(fmt.Errorf("servicebus: %s to entity %q: adding it to a batch: %w", publish.Describe(m), g.entity, err))
 		}
 	}
 	return flush(len(g.msgs))
@@ -521,7 +521,7 @@ func (s *Sink) limitName() string {
 // acknowledged, and marks it Permanent when classify says so.
 func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, total int) error {
 	m := g.msgs[start]
-	what := fmt.Sprintf("message %s (lsn %s)", m.ID, m.LSN)
+	what := publish.Describe(m)
 	if n := end - start; n > 1 {
 		last := g.msgs[end-1]
 		what = fmt.Sprintf("batch of %d messages from %s (lsn %s) to %s (lsn %s)", n, m.ID, m.LSN, last.ID, last.LSN)

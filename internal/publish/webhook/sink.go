@@ -222,7 +222,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("webhook: publishing %d messages (first %s, lsn %s): %w", len(msgs), msgs[0].ID, msgs[0].LSN, err)
+		return fmt.Errorf("webhook: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
 	if s.mode == ModeBatch {
 		return s.publishBatches(ctx, msgs)
@@ -233,7 +233,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 			err = s.send(ctx, m.Payload, h, msgs[i:i+1])
 		}
 		if err != nil {
-			return publish.Partial(err, prefix(len(msgs), i))
+			return publish.Partial(err, publish.DonePrefix(len(msgs), i))
 		}
 	}
 	return nil
@@ -249,20 +249,11 @@ func (s *Sink) publishBatches(ctx context.Context, msgs []*message.Message) erro
 		body, end := appendBatch(make([]byte, 0, s.bodyHint), msgs, start, s.batchSize, s.batchBytes)
 		s.bodyHint = min(len(body), s.batchBytes)
 		if err := s.send(ctx, body, s.batchHeader(msgs[start:end]), msgs[start:end]); err != nil {
-			return publish.Partial(err, prefix(len(msgs), start))
+			return publish.Partial(err, publish.DonePrefix(len(msgs), start))
 		}
 		start = end
 	}
 	return nil
-}
-
-// prefix returns done for a call of n messages whose first k are durable.
-func prefix(n, k int) []bool {
-	done := make([]bool, n)
-	for i := range k {
-		done[i] = true
-	}
-	return done
 }
 
 // appendBatch appends to b the JSON array of msgs[start:end], the file
@@ -333,8 +324,8 @@ func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
 		slices.Sort(keys)
 		for _, k := range keys {
 			if !validName(k) || !validValue(m.Headers[k]) {
-				return nil, publish.Rejected(fmt.Errorf("webhook: message %s (lsn %s): headers column entry %q: "+
-					"not an HTTP header name, or its value holds a control character", m.ID, m.LSN, k))
+				return nil, publish.Rejected(fmt.Errorf("webhook: %s: headers column entry %q: "+
+					"not an HTTP header name, or its value holds a control character", publish.Describe(m), k))
 			}
 			ck := http.CanonicalHeaderKey(k)
 			if isReserved(ck) || s.static[ck] != nil || ck == "User-Agent" {
@@ -358,8 +349,8 @@ func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
 	h[headerType] = []string{m.Type}
 	if m.HasKey {
 		if !validValue(m.Key) {
-			return nil, publish.Rejected(fmt.Errorf("webhook: message %s (lsn %s): its key holds a control character, "+
-				"which an HTTP header cannot carry", m.ID, m.LSN))
+			return nil, publish.Rejected(fmt.Errorf("webhook: %s: its key holds a control character, "+
+				"which an HTTP header cannot carry", publish.Describe(m)))
 		}
 		h[headerKey] = []string{m.Key}
 	}
@@ -495,7 +486,7 @@ func (s *Sink) failed(ctx, rctx context.Context, err error, msgs []*message.Mess
 // "request of <n> messages (first <id>, lsn <lsn>; last <id>)".
 func (s *Sink) describe(msgs []*message.Message) string {
 	if len(msgs) == 1 {
-		return fmt.Sprintf("message %s (lsn %s)", msgs[0].ID, msgs[0].LSN)
+		return publish.Describe(msgs[0])
 	}
 	last := msgs[len(msgs)-1]
 	return fmt.Sprintf("request of %d messages (first %s, lsn %s; last %s, lsn %s)",
