@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"slices"
 	"unicode/utf8"
 
 	"github.com/walpost/walpost/internal/message"
@@ -52,23 +51,9 @@ func AppendJSONLine(b []byte, m *message.Message) []byte {
 	default:
 		b = append(b, m.Payload...)
 	}
-	b = append(b, `,"headers":{`...)
-	if len(m.Headers) > 0 {
-		keys := make([]string, 0, len(m.Headers))
-		for k := range m.Headers {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = appendString(b, m.Headers[k])
-		}
-	}
-	b = append(b, `},"lsn":"`...)
+	b = append(b, `,"headers":`...)
+	b = appendHeadersObject(b, m.Headers)
+	b = append(b, `,"lsn":"`...)
 	b = append(b, m.LSN.String()...)
 	b = append(b, `","commit_lsn":"`...)
 	b = append(b, m.CommitLSN.String()...)
