@@ -231,7 +231,7 @@ func TestSelectSystems(t *testing.T) {
 	for _, s := range got {
 		names = append(names, s.Name)
 	}
-	if !slices.Equal(names, []string{"ceiling", "walpost_discard", "walpost_file", "walpost_kafka"}) {
+	if !slices.Equal(names, []string{"ceiling", "walpost_discard", "walpost_file", "walpost_kafka", "walpost_nats", "walpost_rabbitmq"}) {
 		t.Fatalf("got %v", names)
 	}
 	if _, err := selectSystems("nope"); err == nil {
@@ -282,7 +282,7 @@ func TestJSONLineHasExactlyTheKeysWithNullsForWhatWasNotMeasured(t *testing.T) {
 	}
 	want := []string{"ceiling_msgs_per_s", "walpost_discard_msgs_per_s", "walpost_file_msgs_per_s", "walpost_kafka_msgs_per_s",
 		"poll_classic_msgs_per_s", "poll_tuned_msgs_per_s", "ceiling_p99_ms", "walpost_discard_p99_ms", "walpost_file_p99_ms",
-		"poll_tuned_p99_ms", "walpost_peak_rss_mb"}
+		"poll_tuned_p99_ms", "walpost_peak_rss_mb", "walpost_nats_msgs_per_s", "walpost_rabbitmq_msgs_per_s"}
 	var keys []string
 	for k := range m {
 		keys = append(keys, k)
@@ -295,7 +295,8 @@ func TestJSONLineHasExactlyTheKeysWithNullsForWhatWasNotMeasured(t *testing.T) {
 	if m["ceiling_msgs_per_s"] != 100000.0 || m["walpost_discard_msgs_per_s"] != 80000.0 {
 		t.Errorf("rates: %v, %v", m["ceiling_msgs_per_s"], m["walpost_discard_msgs_per_s"])
 	}
-	for _, k := range []string{"walpost_file_msgs_per_s", "walpost_kafka_msgs_per_s", "poll_classic_msgs_per_s", "walpost_file_p99_ms"} {
+	for _, k := range []string{"walpost_file_msgs_per_s", "walpost_kafka_msgs_per_s", "poll_classic_msgs_per_s", "walpost_file_p99_ms",
+		"walpost_nats_msgs_per_s", "walpost_rabbitmq_msgs_per_s"} {
 		if m[k] != nil {
 			t.Errorf("%s = %v, want null", k, m[k])
 		}
@@ -371,5 +372,56 @@ func TestMedianRunPicksTheMiddleRateAndKeepsTheRange(t *testing.T) {
 	}
 	if m := medianRun([]*runResult{mk(70_000)}); m.Repeats != 0 {
 		t.Fatalf("a single run has Repeats %d, want 0 (no range shown)", m.Repeats)
+	}
+}
+
+func TestReportPathsLeaveTheRepositoryAloneUnlessAsked(t *testing.T) {
+	root := t.TempDir()
+	// Default: a new temporary file, the chart beside it.
+	md, png, err := reportPaths(options{root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(md)
+	if !strings.HasPrefix(md, os.TempDir()) || !strings.HasSuffix(md, ".md") || png != strings.TrimSuffix(md, ".md")+".png" {
+		t.Fatalf("default: report %q, chart %q; want a temporary .md with its .png beside it", md, png)
+	}
+	if _, err := os.Stat(md); err != nil {
+		t.Fatalf("the temporary report file: %v", err)
+	}
+	for _, c := range []struct {
+		o        options
+		md, png  string
+		contains bool
+	}{
+		// The committed report, named either way, regenerates the committed chart.
+		{o: options{root: root, out: filepath.Join(root, "BENCHMARKS.md"), outSet: true},
+			md: filepath.Join(root, "BENCHMARKS.md"), png: filepath.Join(root, "bench", "results.png")},
+		{o: options{root: root, out: filepath.Join(root, "x", "..", "BENCHMARKS.md"), outSet: true},
+			md: filepath.Join(root, "x", "..", "BENCHMARKS.md"), png: filepath.Join(root, "bench", "results.png")},
+		// Another file: the chart beside it.
+		{o: options{root: root, out: "/tmp/q.md", outSet: true}, md: "/tmp/q.md", png: "/tmp/q.png"},
+		// Stdout: no chart unless asked for; none: none.
+		{o: options{root: root, out: "-", outSet: true}, md: "-", png: ""},
+		{o: options{root: root, out: "-", outSet: true, png: "/tmp/c.png", pngSet: true}, md: "-", png: "/tmp/c.png"},
+		{o: options{root: root, out: "", outSet: true}, md: "", png: ""},
+		// -png '' turns the chart off.
+		{o: options{root: root, out: "/tmp/q.md", outSet: true, png: "", pngSet: true}, md: "/tmp/q.md", png: ""},
+	} {
+		md, png, err := reportPaths(c.o)
+		if err != nil || md != c.md || png != c.png {
+			t.Errorf("%+v: report %q chart %q (%v); want %q, %q", c.o, md, png, err, c.md, c.png)
+		}
+	}
+}
+
+func TestSinkYAMLForTheBrokers(t *testing.T) {
+	name, y := sinkYAML("nats", "/d", sinkDest{NATSStream: "WPBENCH_AB", NATSSubject: "wpbench.ab.{type}"})
+	if name != "nats" || y != `  - {name: nats, kind: nats, servers: ["nats://127.0.0.1:4222"], subject: "wpbench.ab.{type}", stream: {name: WPBENCH_AB}}` {
+		t.Errorf("nats: %s %s", name, y)
+	}
+	name, y = sinkYAML("rabbitmq", "/d", sinkDest{RabbitExchange: "walpost.bench.x.ab"})
+	if name != "rabbitmq" || y != `  - {name: rabbitmq, kind: rabbitmq, url: "amqp://guest:guest@127.0.0.1:5672/", exchange: walpost.bench.x.ab}` {
+		t.Errorf("rabbitmq: %s %s", name, y)
 	}
 }

@@ -31,6 +31,8 @@ var (
 		"walpost_discard":    {31, 119, 180, 255},
 		"walpost_file":       {44, 160, 44, 255},
 		"walpost_kafka":      {23, 190, 207, 255},
+		"walpost_nats":       {140, 86, 75, 255},
+		"walpost_rabbitmq":   {188, 189, 34, 255},
 		"poll_classic":       {214, 39, 40, 255},
 		"poll_classic_100ms": {255, 127, 14, 255},
 		"poll_tuned":         {148, 103, 189, 255},

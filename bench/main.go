@@ -1,11 +1,15 @@
 // Command bench measures walpost side by side with the stream's own speed
 // (pg_recvlogical) and with two polling relays, on one throwaway PostgreSQL
 // cluster (internal/pgtest, fsync=off, synchronous_commit=on), and writes
-// BENCHMARKS.md and bench/results.png.
+// a markdown report and a chart. Running it changes no file of the
+// repository unless -out (or -png) says so: by default the report goes to
+// a new temporary file and the chart beside it, and the bench prints where.
 //
 //	go run ./bench                 full run (about 15 minutes on 2 cores)
+//	go run ./bench -out BENCHMARKS.md   ... regenerating the committed BENCHMARKS.md and bench/results.png
 //	go run ./bench -quick          smaller run (under 3 minutes)
 //	go run ./bench -quick -json    ... and the figures as JSON on the last line of stdout
+//	go run ./bench -out -          the report on stdout (no chart unless -png)
 //	go run ./bench -only ceiling,walpost_discard -runs catchup
 //	go run ./bench -only walpost_kafka -runs paced1k -pprof /tmp/prof   CPU profiles of the relay
 //
@@ -18,7 +22,10 @@
 //
 // Systems: ceiling (pg_recvlogical), walpost_discard, walpost_file,
 // walpost_kafka (the cdc binary, built from ./cmd/cdc, as a subprocess; the
-// Kafka broker is an in-process kfake), poll_classic (1 s timer, 20 rows,
+// Kafka broker is an in-process kfake), walpost_nats and walpost_rabbitmq
+// (catch-up only, no targets yet: a stream, or an exchange and a queue, of
+// the run's own on the machine's NATS at 127.0.0.1:4222 and RabbitMQ at
+// 127.0.0.1:5672; skipped when the server does not answer), poll_classic (1 s timer, 20 rows,
 // one commit per message), poll_classic_100ms, poll_tuned (one poll per
 // 100 ms tick, 1,000 rows with FOR UPDATE SKIP LOCKED, one UPDATE per
 // batch), and poll_tuned_drain (the same, polling again at once after a
@@ -57,6 +64,12 @@ var allSystems = []system{
 	{Name: "walpost_discard", Label: "walpost → discard", Kind: "walpost", Sink: "discard"},
 	{Name: "walpost_file", Label: "walpost → file (fsync per batch)", Kind: "walpost", Sink: "file"},
 	{Name: "walpost_kafka", Label: "walpost → Kafka (kfake, acks=all)", Kind: "walpost", Sink: "kafka"},
+	// No targets yet: catch-up only, against the machine's own servers
+	// (see brokers.go), reported beside the others.
+	{Name: "walpost_nats", Label: "walpost → NATS JetStream (file storage, PubAck per message)", Kind: "walpost", Sink: "nats",
+		Only: []string{wCatchUp}},
+	{Name: "walpost_rabbitmq", Label: "walpost → RabbitMQ (durable classic queue, persistent, confirms)", Kind: "walpost", Sink: "rabbitmq",
+		Only: []string{wCatchUp}},
 	{Name: "poll_classic", Label: "classic polling (1 s, 20 rows, commit per message)", Kind: "poll",
 		Poll: pollerSpec{Mode: "classic", Interval: time.Second, Batch: 20}},
 	{Name: "poll_classic_100ms", Label: "classic polling (100 ms, 20 rows, commit per message)", Kind: "poll",
@@ -113,19 +126,19 @@ func paramsFor(quick bool) params {
 
 // bench is one invocation.
 type bench struct {
-	p        params
-	quick    bool
-	cluster  *pgtest.Cluster
-	url      string
-	conn     *pgx.Conn // control connection: setup, LSNs, slot polling
-	cdc      string
-	hasKafka bool
-	tmp      string
-	log      io.Writer
-	results  []*runResult
-	machine  machineInfo
-	started  time.Time
-	closers  []func()
+	p       params
+	quick   bool
+	cluster *pgtest.Cluster
+	url     string
+	conn    *pgx.Conn // control connection: setup, LSNs, slot polling
+	cdc     string
+	sinks   map[string]bool // sink kinds of sinkPkgs the cdc binary registers
+	tmp     string
+	log     io.Writer
+	results []*runResult
+	machine machineInfo
+	started time.Time
+	closers []func()
 	// ceilingPipe: pg_recvlogical writes to a pipe in catch-up runs too.
 	ceilingPipe bool
 	cdcPkg      string
@@ -149,6 +162,9 @@ type options struct {
 	noise, noisy                          float64
 	repeats, retries                      int
 	root, cdcPkg, pprofDir                string
+	// outSet, pngSet: -out, -png were given (an empty value then means
+	// none; left out, the report goes to a temporary file).
+	outSet, pngSet bool
 }
 
 // parseFlags reads the command line.
@@ -156,8 +172,8 @@ func parseFlags() options {
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "smaller run (≤ 3 minutes): 50,000 catch-up messages once, 6 s paced runs, a 200,000-row transaction")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the figures as one JSON object on the last line of stdout")
-	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "markdown report to write (empty: none)")
-	flag.StringVar(&o.png, "png", "bench/results.png", "chart to write (empty: none)")
+	flag.StringVar(&o.out, "out", "", "markdown report to write: a file (BENCHMARKS.md regenerates the committed one), - for stdout, '' for none (default: a new temporary file, named in the output)")
+	flag.StringVar(&o.png, "png", "", "chart to write, '' for none (default: beside the report, with .png for its extension; bench/results.png for BENCHMARKS.md; none with -out -)")
 	flag.StringVar(&o.only, "only", "", "comma-separated systems (or globs, e.g. walpost_*) to run: "+systemNames())
 	flag.StringVar(&o.runs, "runs", "", "comma-separated workloads to run: "+strings.Join(allWorkloads, ","))
 	flag.Float64Var(&o.noise, "noise", 0, "unrelated single-row writes per second on another table during every run")
@@ -170,6 +186,10 @@ func parseFlags() options {
 	flag.StringVar(&o.cdcPkg, "cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
 	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run (http.pprof; read them with go tool pprof)")
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) {
+		o.outSet = o.outSet || f.Name == "out"
+		o.pngSet = o.pngSet || f.Name == "png"
+	})
 	return o
 }
 
@@ -265,9 +285,9 @@ func (b *bench) runWorkload(ctx context.Context, w string, systems []system) {
 			if rep > 0 && s.Kind == "poll" {
 				continue // bound by their timers, or capped: once is enough
 			}
-			if s.Sink == "kafka" && !b.hasKafka {
+			if _, extra := sinkPkgs[s.Sink]; extra && !b.sinks[s.Sink] {
 				runs[s.Name] = append(runs[s.Name], &runResult{System: s.Name, Workload: w,
-					Err: "n/a: " + b.cdcPkg + " does not register the kafka sink"})
+					Err: "n/a: " + b.cdcPkg + " does not register the " + s.Sink + " sink"})
 				continue
 			}
 			runs[s.Name] = append(runs[s.Name], b.runQuietly(ctx, s, w))
@@ -281,10 +301,15 @@ func (b *bench) runWorkload(ctx context.Context, w string, systems []system) {
 }
 
 // writeReport prints the summary to stdout, writes the markdown report
-// (with bench/NOTES.md appended) and the chart, and with -json prints the
-// figures on the last line of stdout.
+// (with bench/NOTES.md appended) and the chart where reportPaths says,
+// prints where they went, and with -json prints the figures on the last
+// line of stdout.
 func (b *bench) writeReport(rep *report, o options) error {
-	md := rep.markdown(relPNG(o.out, o.png))
+	mdPath, pngPath, err := reportPaths(o)
+	if err != nil {
+		return err
+	}
+	md := rep.markdown(relPNG(mdPath, pngPath))
 	// Notes kept by hand (micro-benchmarks, what each optimisation
 	// bought, known gaps) follow the generated part, so that re-running
 	// the tool keeps them.
@@ -294,22 +319,70 @@ func (b *bench) writeReport(rep *report, o options) error {
 		return err
 	}
 	fmt.Println(rep.summary())
-	if o.out != "" {
-		if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+	switch mdPath {
+	case "":
+		fmt.Println("report: none (-out '')")
+	case "-":
+		fmt.Println(md)
+	default:
+		if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
 			return err
 		}
-		b.logf("wrote %s", o.out)
+		b.logf("wrote %s", mdPath)
+		fmt.Println("report: " + mdPath)
 	}
-	if o.png != "" {
-		if err := writeChart(o.png, rep); err != nil {
+	if pngPath != "" {
+		if err := writeChart(pngPath, rep); err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
-		b.logf("wrote %s", o.png)
+		b.logf("wrote %s", pngPath)
+		fmt.Println("chart: " + pngPath)
 	}
 	if o.jsonOut {
 		fmt.Println(rep.jsonLine())
 	}
 	return nil
+}
+
+// reportPaths says where the report and the chart go: "" for none, "-"
+// (report only) for stdout. Unless -out names a file, the report goes to
+// a new temporary file (created here), so that a run changes nothing in
+// the repository; unless -png is given, the chart goes beside the report
+// with the extension .png, except for the committed report (BENCHMARKS.md
+// at -root), whose chart is bench/results.png.
+func reportPaths(o options) (md, png string, err error) {
+	md = o.out
+	if !o.outSet {
+		f, err := os.CreateTemp("", "walpost-bench-*.md")
+		if err != nil {
+			return "", "", err
+		}
+		md = f.Name()
+		f.Close()
+	}
+	if o.pngSet {
+		return md, o.png, nil
+	}
+	return md, defaultPNG(o.root, md), nil
+}
+
+// defaultPNG is the chart's path for report md when -png is not given.
+func defaultPNG(root, md string) string {
+	if md == "" || md == "-" {
+		return ""
+	}
+	if sameFile(md, filepath.Join(root, "BENCHMARKS.md")) {
+		return filepath.Join(root, "bench", "results.png")
+	}
+	return strings.TrimSuffix(md, filepath.Ext(md)) + ".png"
+}
+
+// sameFile reports whether paths a and b name the same file (compared
+// as absolute, cleaned paths: neither needs to exist).
+func sameFile(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
 }
 
 func systemNames() string {
@@ -404,11 +477,11 @@ func (b *bench) setup(root string, systems []system) error {
 	}
 	if needCDC {
 		b.logf("building %s", b.cdcPkg)
-		b.cdc, b.hasKafka, err = buildCDC(root, b.cdcPkg, b.tmp)
+		b.cdc, b.sinks, err = buildCDC(root, b.cdcPkg, b.tmp)
 		if err != nil {
 			return err
 		}
-		b.logf("cdc built; kafka sink: %v", b.hasKafka)
+		b.logf("cdc built; kafka sink: %v, nats sink: %v, rabbitmq sink: %v", b.sinks["kafka"], b.sinks["nats"], b.sinks["rabbitmq"])
 	}
 	b.logf("starting PostgreSQL (pgtest, fsync=off, synchronous_commit=on)")
 	b.cluster, err = pgtest.Start(pgtest.Options{Fsync: false})

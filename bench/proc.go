@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -114,4 +115,37 @@ func ctxSwitches(pid int) int64 {
 		}
 	}
 	return n
+}
+
+// brokerComms are the process names (/proc/PID/comm) of the servers a
+// sink kind publishes to on this machine: their CPU is the system's, not
+// other load.
+var brokerComms = map[string][]string{
+	"nats":     {"nats-server"},
+	"rabbitmq": {"beam.smp"},
+}
+
+// commCPU is the CPU seconds used so far by every process whose name is
+// one of comms (0 when none runs, or /proc hides them).
+func commCPU(comms ...string) float64 {
+	if len(comms) == 0 {
+		return 0
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || !slices.Contains(comms, strings.TrimSpace(string(b))) {
+			continue
+		}
+		sum += procCPU(pid)
+	}
+	return sum
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -51,11 +52,17 @@ func (r *report) value(system, workload string, f func(*runResult) float64) *flo
 func rate(x *runResult) float64 { return x.MsgsPerS }
 func p99(x *runResult) float64  { return x.P99 }
 
-// peakRSS is the largest peak RSS of any successful walpost run.
+// targetSinks are the walpost systems the targets (and peakRSS) cover;
+// walpost_nats and walpost_rabbitmq have none yet.
+var targetSinks = []string{"walpost_discard", "walpost_file", "walpost_kafka"}
+
+// peakRSS is the largest peak RSS of any successful run of targetSinks
+// (the key it fills predates the NATS and RabbitMQ runs, and keeps its
+// meaning).
 func (r *report) peakRSS() *float64 {
 	var best *float64
 	for _, x := range r.Results {
-		if strings.HasPrefix(x.System, "walpost_") && x.ok() && x.PeakRSSMB > 0 {
+		if slices.Contains(targetSinks, x.System) && x.ok() && x.PeakRSSMB > 0 {
 			if best == nil || x.PeakRSSMB > *best {
 				v := x.PeakRSSMB
 				best = &v
@@ -79,6 +86,8 @@ type figures struct {
 	WalpostFileP99     *float64 `json:"walpost_file_p99_ms"`
 	PollTunedP99       *float64 `json:"poll_tuned_p99_ms"`
 	WalpostPeakRSS     *float64 `json:"walpost_peak_rss_mb"`
+	WalpostNATSMsgs    *float64 `json:"walpost_nats_msgs_per_s"`
+	WalpostRabbitMsgs  *float64 `json:"walpost_rabbitmq_msgs_per_s"`
 }
 
 func (r *report) figures() figures {
@@ -102,6 +111,8 @@ func (r *report) figures() figures {
 		WalpostFileP99:     round(r.value("walpost_file", wPaced1k, p99), 3),
 		PollTunedP99:       round(r.value("poll_tuned", wPaced1k, p99), 3),
 		WalpostPeakRSS:     round(r.peakRSS(), 1),
+		WalpostNATSMsgs:    round(r.value("walpost_nats", wCatchUp, rate), 1),
+		WalpostRabbitMsgs:  round(r.value("walpost_rabbitmq", wCatchUp, rate), 1),
 	}
 }
 
@@ -193,7 +204,7 @@ func (r *report) catchUpVsCeiling() []target {
 // tuned polling relays', and, for reference, with the draining one's.
 func (r *report) catchUpVsPolling() []target {
 	var out []target
-	for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
+	for _, sink := range targetSinks {
 		wp := r.value(sink, wCatchUp, rate)
 		for _, t := range []struct {
 			sys string
@@ -226,7 +237,7 @@ func (r *report) pacedVsTuned() []target {
 	var out []target
 	for _, w := range []string{wPaced1k, wPaced2k} {
 		tuned := r.value("poll_tuned", w, p99)
-		for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
+		for _, sink := range targetSinks {
 			v := r.value(sink, w, p99)
 			tg := target{What: fmt.Sprintf("%s: %s p99 vs tuned polling p99", pacedName(w), shortLabel(sink)), Goal: "≤ 1/10"}
 			if v != nil && tuned != nil {
@@ -271,7 +282,7 @@ func (r *report) pacedFile() target {
 // peakRSSTargets is each sink's largest peak RSS over all its runs.
 func (r *report) peakRSSTargets() []target {
 	var out []target
-	for _, sink := range []string{"walpost_discard", "walpost_file", "walpost_kafka"} {
+	for _, sink := range targetSinks {
 		var worst *runResult
 		for _, x := range r.Results {
 			if x.System == sink && x.ok() && x.PeakRSSMB > 0 && (worst == nil || x.PeakRSSMB > worst.PeakRSSMB) {
@@ -304,6 +315,9 @@ func (r *report) why(sys, w, other string) string {
 			return shortLabel(s) + " not run"
 		}
 		if !x.ok() {
+			if isSkipped(x.Err) {
+				return shortLabel(s) + " " + x.Err
+			}
 			if strings.HasPrefix(x.Err, "n/a") {
 				return "n/a: " + shortLabel(s) + " " + strings.TrimPrefix(x.Err, "n/a: ")
 			}
@@ -466,7 +480,8 @@ func (r *report) writeIntro(p printer, png string) {
 	}
 	p("# walpost benchmarks\n\n")
 	p("Written by `go run ./bench` (%s) on %s; the run took %s. Every figure below was measured in that one run, "+
-		"on this machine, side by side; nothing is carried over from elsewhere. Re-run it to refresh this file.\n\n",
+		"on this machine, side by side; nothing is carried over from elsewhere. `go run ./bench -out BENCHMARKS.md` "+
+		"refreshes the committed file (without -out the report goes to a temporary file).\n\n",
 		mode, r.Machine.Date, r.Elapsed.Round(time.Second))
 	if r.Quick {
 		p("A `-quick` run is a smoke test, not a verdict: catch-up runs once per system, and a paced run lasts %s, so "+
@@ -522,10 +537,16 @@ func (r *report) writeCatchUp(p printer) {
 		"relays, the last row marked sent. Polling relays are cut off after %s and their rate is measured over that "+
 		"window (marked *capped*: the classic relay would need hours).\n\n", commas(int64(r.P.TxRows)), r.P.PollCap)
 	if r.P.CatchUpRepeats > 1 {
-		p("pg_recvlogical and walpost ran this workload %d times each, taking turns (ceiling, walpost → discard, → file, "+
-			"→ Kafka, then again), each time on a fresh backlog; every figure in a row is from the run with the median rate, "+
+		p("pg_recvlogical and walpost ran this workload %d times each, taking turns (%s, then again), each time on a "+
+			"fresh backlog; every figure in a row is from the run with the median rate, "+
 			"and msgs/s shows the range of the %d runs in brackets. The ratios to the ceiling compare median with median. "+
-			"The polling relays ran once.\n\n", r.P.CatchUpRepeats, r.P.CatchUpRepeats)
+			"The polling relays ran once.\n\n", r.P.CatchUpRepeats, r.turns(), r.P.CatchUpRepeats)
+	}
+	if r.get("walpost_nats", wCatchUp) != nil || r.get("walpost_rabbitmq", wCatchUp) != nil {
+		p("walpost → NATS and → RabbitMQ have no target yet. They publish to the machine's own servers (NATS at %s, "+
+			"RabbitMQ at %s), which share the same 2 cores, into a stream, or an exchange and a durable queue, of the "+
+			"run's own, deleted after it; a server that does not answer makes its row *skipped*. The server's own CPU "+
+			"(nats-server, RabbitMQ's beam.smp) is not counted as other load.\n\n", natsAddr, rabbitAddr)
 	}
 	p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -554,6 +575,30 @@ func (r *report) writeCatchUp(p printer) {
 			num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
 	}
 	p("\n")
+}
+
+// turns is the order in which the non-polling systems took turns in the
+// catch-up runs: "ceiling, walpost → discard, → file, → Kafka".
+func (r *report) turns() string {
+	short := map[string]string{"walpost_discard": "discard", "walpost_file": "file", "walpost_kafka": "Kafka",
+		"walpost_nats": "NATS", "walpost_rabbitmq": "RabbitMQ"}
+	var out []string
+	first := true
+	for _, s := range r.Systems {
+		if s.Kind == "poll" || r.get(s.Name, wCatchUp) == nil {
+			continue
+		}
+		switch {
+		case s.Kind == "ceiling":
+			out = append(out, "ceiling")
+		case first:
+			out = append(out, "walpost → "+short[s.Name])
+			first = false
+		default:
+			out = append(out, "→ "+short[s.Name])
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // writePaced writes the section of paced workload w; explain: with the
@@ -655,7 +700,7 @@ func (r *report) writeMethod(p printer) {
 	p("- One throwaway PostgreSQL cluster (internal/pgtest) for the whole run; every system and run gets a fresh outbox " +
 		"table, publication and slot, dropped afterwards (a slot left behind would collect every later insert).\n")
 	p("- walpost is the `cdc` binary built from ./cmd/cdc (`go build`), run as a subprocess after `cdc init`, with one sink " +
-		"(discard, file with fsync per batch, or kafka), default relay settings (window 10,000 messages, batches of 1,000), " +
+		"(discard, file with fsync per batch, kafka, nats or rabbitmq), default relay settings (window 10,000 messages, batches of 1,000), " +
 		"and SIGTERM at the end (it drains and must exit 0).\n")
 	p("- The ceiling is `pg_recvlogical --start -o proto_version=1 -o publication_names=...` on a pgoutput slot for " +
 		"the same kind of table: the stream's own speed, with no relay work. The bench parses its output (each message " +
@@ -689,6 +734,15 @@ func (r *report) writeMethod(p printer) {
 	} else {
 		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake), a fresh one per run, with its log on disk (DataDir, no fsync " +
 			"per batch, as Kafka's default), one topic of 6 partitions, acks=all.\n")
+	}
+	if r.get("walpost_nats", wCatchUp) != nil || r.get("walpost_rabbitmq", wCatchUp) != nil {
+		p("- NATS and RabbitMQ (catch-up only, no targets yet): the servers the machine runs, not throwaway ones, "+
+			"found at %s and %s when the run starts (a row is *skipped* when its server does not answer). For NATS "+
+			"the bench creates a JetStream stream of the run's own (file storage, 1 replica, a 2-minute duplicate "+
+			"window) and the sink publishes to it with `stream.name` set, counting a message once its PubAck came; "+
+			"for RabbitMQ it declares a topic exchange and a durable classic queue bound with `#`, and the sink "+
+			"publishes persistent messages with confirms (default settings: max_in_flight 1,000). After the timed "+
+			"window the bench checks that the stream or queue holds every message, then deletes it.\n", natsAddr, rabbitAddr)
 	}
 	if r.P.Noise > 0 {
 		p("- Unrelated write load: %.0f single-row inserts per second into another table during every run.\n", r.P.Noise)

@@ -33,7 +33,8 @@ func finished(rs ...*runResult) []*runResult {
 
 // fullReport is a full run with every section, every system and every
 // workload: passes, FAILs, n/a and failed runs, capped and behind polling
-// relays, repeated and retried runs, an error cell to trim.
+// relays, repeated and retried runs, an error cell to trim; a NATS run
+// (no target) and a RabbitMQ run skipped for want of a server.
 func fullReport() *report {
 	load := func(dead int64) *tableLoad {
 		return &tableLoad{DeadTuples: dead, LiveTuples: 200_000, Autovacuums: 2, PartialIdxBytes: 4 << 20, PKeyBytes: 9 << 10, TableBytes: 700}
@@ -49,6 +50,10 @@ func fullReport() *report {
 		&runResult{System: "walpost_file", Workload: wCatchUp, Produced: 200_000, Delivered: 200_000, Seconds: 2.8, RelayCPU: 1.7,
 			CtxSwitches: 5200, ServerCPU: 2.5, PeakRSSMB: 26.1, OtherCores: 0.05, Attempts: 1},
 		&runResult{System: "walpost_kafka", Workload: wCatchUp, Err: naKafka},
+		&runResult{System: "walpost_nats", Workload: wCatchUp, Produced: 200_000, Delivered: 200_000, Seconds: 8, RelayCPU: 2.4,
+			CtxSwitches: 30_000, ServerCPU: 2.6, PeakRSSMB: 31.2, OtherCores: 1.1, Attempts: 1},
+		&runResult{System: "walpost_rabbitmq", Workload: wCatchUp, Attempts: 1,
+			Err: "skipped: no RabbitMQ at 127.0.0.1:5672 (dial tcp 127.0.0.1:5672: connect: connection refused)"},
 		&runResult{System: "poll_classic", Workload: wCatchUp, Produced: 200_000, Delivered: 580, Seconds: 30, Capped: true, RelayCPU: 0.4,
 			CtxSwitches: 1200, ServerCPU: 0.9, PeakRSSMB: 12, OtherCores: 0.4, Attempts: 1, Queries: 1190, QPS: 39.5, Load: load(580)},
 		&runResult{System: "poll_classic_100ms", Workload: wCatchUp, Attempts: 1, Err: longErr},

@@ -16,23 +16,35 @@ import (
 	"github.com/walpost/walpost/internal/pgtest"
 )
 
+// sinkPkgs maps the sink kinds the bench measures beyond discard and file
+// to the package that registers each in the cdc binary.
+var sinkPkgs = map[string]string{
+	"kafka":    "/internal/publish/kafka",
+	"nats":     "/internal/publish/natsjs",
+	"rabbitmq": "/internal/publish/rabbitmq",
+}
+
 // buildCDC builds the cdc command (pkg, normally ./cmd/cdc) into dir and
-// reports whether the binary has the kafka sink (it imports
-// internal/publish/kafka).
-func buildCDC(root, pkg, dir string) (bin string, kafka bool, err error) {
+// reports which of the sinks of sinkPkgs the binary has (it imports their
+// packages).
+func buildCDC(root, pkg, dir string) (bin string, sinks map[string]bool, err error) {
 	bin = filepath.Join(dir, "cdc")
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", false, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		return "", nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
 	cmd = exec.Command("go", "list", "-deps", pkg)
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
-		return bin, false, fmt.Errorf("go list -deps %s: %v", pkg, err)
+		return bin, nil, fmt.Errorf("go list -deps %s: %v", pkg, err)
 	}
-	return bin, strings.Contains(string(out), "/internal/publish/kafka\n"), nil
+	sinks = map[string]bool{}
+	for kind, p := range sinkPkgs {
+		sinks[kind] = strings.Contains(string(out), p+"\n")
+	}
+	return bin, sinks, nil
 }
 
 // cdcProc is one `cdc run` subprocess.
@@ -46,12 +58,16 @@ type cdcProc struct {
 }
 
 // sinkYAML returns the sinks: entry for the system's sink kind.
-func sinkYAML(kind, dir, kafkaAddr string) (name, y string) {
+func sinkYAML(kind, dir string, d sinkDest) (name, y string) {
 	switch kind {
 	case "file":
 		return "file", fmt.Sprintf("  - {name: file, kind: file, path: %s}", filepath.Join(dir, "out.jsonl"))
 	case "kafka":
-		return "kafka", fmt.Sprintf("  - {name: kafka, kind: kafka, brokers: [%q], topic: %s}", kafkaAddr, kafkaTopic)
+		return "kafka", fmt.Sprintf("  - {name: kafka, kind: kafka, brokers: [%q], topic: %s}", d.KafkaAddr, kafkaTopic)
+	case "nats":
+		return "nats", fmt.Sprintf("  - {name: nats, kind: nats, servers: [%q], subject: %q, stream: {name: %s}}", natsURL, d.NATSSubject, d.NATSStream)
+	case "rabbitmq":
+		return "rabbitmq", fmt.Sprintf("  - {name: rabbitmq, kind: rabbitmq, url: %q, exchange: %s}", rabbitURL, d.RabbitExchange)
 	}
 	return "discard", "  - {name: discard, kind: discard}"
 }
@@ -228,7 +244,10 @@ type walpostRun struct {
 	dir, cfg string
 	port     int
 	sink     string
-	close    func() // stops what the run started besides the relay (its Kafka broker) and removes its files
+	// stored counts the messages the run's stream or queue holds (NATS,
+	// RabbitMQ; nil for the other sinks).
+	stored func() (int64, error)
+	close  func() // stops what the run started besides the relay (its Kafka broker), deletes its stream or queue, removes its files
 }
 
 func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walpostRun, error) {
@@ -238,32 +257,56 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	}
 	port, err := pgtest.FreePort()
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	// Every Kafka run gets a broker of its own: kfake lives in the bench
 	// process and keeps every record it was sent, so a broker shared by
-	// the runs of one invocation made each later run slower.
-	kafkaAddr, closeKafka := "", func() {}
-	if kind == "kafka" {
+	// the runs of one invocation made each later run slower. NATS and
+	// RabbitMQ runs get a stream, or an exchange and a queue, of their own
+	// on the machine's servers.
+	var dest sinkDest
+	var stored func() (int64, error)
+	closeBroker := func() {}
+	switch kind {
+	case "kafka":
 		c, addr, err := startKafka(dir, b.kafkaMem)
 		if err != nil {
+			os.RemoveAll(dir)
 			return nil, fmt.Errorf("kfake: %w", err)
 		}
-		kafkaAddr, closeKafka = addr, c.Close
+		dest.KafkaAddr, closeBroker = addr, c.Close
+	case "nats", "rabbitmq":
+		setup := natsStream
+		if kind == "rabbitmq" {
+			setup = rabbitTopology
+		}
+		t, err := setup()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		dest, stored = t.dest, t.stored
+		closeBroker = func() {
+			if err := t.remove(); err != nil {
+				b.logf("  %s: %v", kind, err)
+			}
+		}
 	}
-	sink, y := sinkYAML(kind, dir, kafkaAddr)
+	sink, y := sinkYAML(kind, dir, dest)
 	cfg, err := writeCDCConfig(dir, b.url, n, y, port, b.pprofDir != "")
 	if err == nil {
 		err = cdcInit(b.cdc, cfg)
 	}
 	if err != nil {
-		closeKafka()
+		closeBroker()
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	// The run's files (sink output, Kafka log) go with it: left behind,
 	// their writeback would slow later runs' fsyncs.
-	closeAll := func() { closeKafka(); os.RemoveAll(dir) }
-	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink, close: closeAll}, nil
+	closeAll := func() { closeBroker(); os.RemoveAll(dir) }
+	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: sink, stored: stored, close: closeAll}, nil
 }
 
 func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
