@@ -1,23 +1,16 @@
 package tlsconf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/walpost/walpost/internal/publish/sinktest"
+	"github.com/walpost/walpost/internal/publish/tlsconf/tlstest"
 )
 
 // TestValidateNamesTheField: each rule's error names the tls. field, and
@@ -88,7 +81,8 @@ func TestKeysAsUsersWriteThem(t *testing.T) {
 // field; a Switch that is off builds nothing.
 func TestBuildLoadsTheFilesAndNamesTheField(t *testing.T) {
 	dir := t.TempDir()
-	ca, cert, key := writePKI(t, dir)
+	pki := tlstest.NewPKI(t)
+	ca, cert, key := pki.CAFile, pki.ClientCert, pki.ClientKey
 	tc, err := (&Settings{CAFile: ca, CertFile: cert, KeyFile: key, ServerName: "h", InsecureSkipVerify: true}).Build()
 	if err != nil {
 		t.Fatal(err)
@@ -118,42 +112,4 @@ func TestBuildLoadsTheFilesAndNamesTheField(t *testing.T) {
 	if tc, err := (&Switch{Settings: Settings{CAFile: empty}}).Build(); tc != nil || err != nil {
 		t.Errorf("Switch off: %v, %v; want nothing built", tc, err)
 	}
-}
-
-// writePKI writes a throwaway CA and a client certificate signed by it
-// into dir, and returns the CA's, the certificate's and the key's paths.
-func writePKI(t *testing.T, dir string) (ca, cert, key string) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tlsconf test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "client"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, caCert, &leafKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(leafKey)
-	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
-	for path, block := range map[string]*pem.Block{
-		ca:   {Type: "CERTIFICATE", Bytes: caDER},
-		cert: {Type: "CERTIFICATE", Bytes: leafDER},
-		key:  {Type: "EC PRIVATE KEY", Bytes: kb},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ca, cert, key
 }
