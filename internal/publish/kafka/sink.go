@@ -327,14 +327,15 @@ func appendHeaders(hs []kafka.Header, headers map[string]string, skip func(strin
 }
 
 // bare returns m's record with headers hs: key = ordering key, value =
-// payload as stored (never nil: nil is a tombstone), timestamp = commit
-// time (now when unknown).
+// payload as stored (never nil: nil is a tombstone), timestamp = the
+// message's time (columns.time when mapped, else the commit time; now when
+// unknown).
 func bare(m *message.Message, topic string, hs []kafka.Header) kafka.Message {
 	value := m.Payload
 	if value == nil {
 		value = []byte{} // nil would be a tombstone
 	}
-	ts := m.CommitTime
+	ts := m.EventTime()
 	if ts.IsZero() {
 		ts = time.Now()
 	}

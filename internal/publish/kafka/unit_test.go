@@ -161,7 +161,11 @@ func TestRecordMapsKeyValueHeadersAndTime(t *testing.T) {
 	if !r.Time.Equal(m.CommitTime) || r.Topic != "t" {
 		t.Errorf("time %s topic %q", r.Time, r.Topic)
 	}
-	m.CommitTime = time.Time{}
+	m.Time = time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC) // columns.time mapped
+	if r := record(m, "t"); !r.Time.Equal(m.Time) {
+		t.Errorf("time %s, want the time column's %s", r.Time, m.Time)
+	}
+	m.Time, m.CommitTime = time.Time{}, time.Time{}
 	if r := record(m, "t"); time.Since(r.Time) > time.Minute {
 		t.Errorf("a zero commit time gave timestamp %s, want now", r.Time)
 	}

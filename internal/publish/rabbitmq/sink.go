@@ -278,7 +278,7 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID,
 		Type:         m.Type,
-		Timestamp:    m.CommitTime,
+		Timestamp:    m.EventTime(),
 		AppId:        AppID,
 		Body:         body,
 	}
