@@ -31,12 +31,14 @@ func cdc(t *testing.T, env []string, args ...string) (code int, stdout, stderr s
 // stderr and exits 2.
 func TestHelpOfEveryCommandNamesItsFlags(t *testing.T) {
 	want := map[string][]string{
-		"run":     {"--config file", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL", "CDC_RELAY_WINDOW_MESSAGES", "GOMAXPROCS"},
-		"init":    {"--config file", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
-		"status":  {"--config file", "--json", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
-		"skip":    {"--config file", "--lsn LSN", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
-		"version": {"-h, --help", "exit codes:", "(unknown revision)"},
-		"help":    {"-h, --help", "exit codes:"},
+		"run":         {"--config file", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL", "CDC_RELAY_WINDOW_MESSAGES", "GOMAXPROCS"},
+		"init":        {"--config file", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
+		"status":      {"--config file", "--json", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
+		"skip":        {"--config file", "--lsn LSN", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
+		"replay":      {"--config file", "--since duration", "--from-id id", "--to-id id", "--sink name", "--skip-rejected", "130  interrupted", "CDC_CONFIG"},
+		"dead-letter": {"--config file", "--json", "--all", "--sink name", "list | show ID", "exit codes:", "CDC_CONFIG"},
+		"version":     {"-h, --help", "exit codes:", "(unknown revision)"},
+		"help":        {"-h, --help", "exit codes:"},
 	}
 	var names []string
 	for _, c := range commands() {

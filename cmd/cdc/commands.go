@@ -28,6 +28,8 @@ type options struct {
 	args   []string // the arguments that are not flags
 
 	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
+
+	replayOptions // replay and dead-letter (replay.go)
 }
 
 // command is one of cdc's commands: its help (help.go) and how it runs.
@@ -41,6 +43,10 @@ type command struct {
 	// withConfig: the command loads the configuration file (--config F,
 	// or F as its one argument) and reads the CDC_* variables.
 	withConfig bool
+	// argsUsage, when set, says the command takes arguments of its own
+	// (cdc dead-letter list): the configuration is then --config F or
+	// $CDC_CONFIG only, and the usage line ends with argsUsage.
+	argsUsage string
 	// structured: errors are logged as the config's log says (cdc run);
 	// the other commands print them as one plain line on stderr.
 	structured bool
@@ -68,6 +74,7 @@ type cmdEnv struct {
 	reg    *prometheus.Registry
 	relay  *relay.Relay
 	stdout io.Writer
+	stderr io.Writer // progress and reports (cdc replay, cdc dead-letter)
 }
 
 // commands returns cdc's commands in the order the overview lists them.
@@ -90,6 +97,8 @@ func commands() []*command {
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.StringVar(&o.lsn, "lsn", "", "the `LSN` of the row the relay stops at, as its error names it (e.g. 0/16B3748)")
 			}},
+		replayCommand(),
+		deadLetterCommand(),
 		{name: "version", summary: "print the version, VCS revision and Go version", about: versionAbout, plain: versionCmd},
 		{name: "help", summary: "print this overview, or with a command's name that command's help", about: helpAbout, plain: helpCmd},
 	}
@@ -117,7 +126,10 @@ func (c *command) flagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("cdc "+c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	if c.withConfig {
+	switch {
+	case c.withConfig && c.argsUsage != "":
+		fs.StringVar(&o.config, "config", "", "the configuration `file` (default: $CDC_CONFIG, then ./cdc.yaml)")
+	case c.withConfig:
 		fs.StringVar(&o.config, "config", "", "the configuration `file` (default: $CDC_CONFIG, then ./cdc.yaml); may also be given as the one argument")
 	}
 	if c.flags != nil {
@@ -154,7 +166,9 @@ func (c *command) parse(args []string) (*options, error) {
 			return nil, fmt.Errorf("--%s is required: %s", name, usage)
 		}
 	}
-	if c.withConfig {
+	if c.withConfig && c.argsUsage != "" {
+		o.config = cmp.Or(o.config, os.Getenv("CDC_CONFIG"), "cdc.yaml")
+	} else if c.withConfig {
 		if err := o.resolveConfig(); err != nil {
 			return nil, err
 		}

@@ -81,7 +81,7 @@ command's help (the same as cdc <command> --help).`
 func printOverview(w io.Writer) {
 	fmt.Fprint(w, "usage: cdc <command> [flags] [config file]\n\ncommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Exit codes: 0 success, 1 runtime error, 2 usage or configuration error.
@@ -133,6 +133,8 @@ func (c *command) synopsis(fs *flag.FlagSet) string {
 		parts = append(parts, p)
 	})
 	switch {
+	case c.argsUsage != "":
+		parts = append(parts, c.argsUsage)
 	case c.withConfig:
 		parts = append(parts, "[file]")
 	case c.name == "help":

@@ -6,6 +6,8 @@
 //	cdc init   [--config F]            create the outbox table (if missing), publication, slot and state tables
 //	cdc status [--config F] [--json]   slot, confirmed LSN, lag, active or not, sinks, parked messages
 //	cdc skip   [--config F] --lsn X    park the one bad row a relay stops at
+//	cdc replay [--config F] --since D | --from-id X --to-id Y [--sink S]   publish outbox rows again
+//	cdc dead-letter [--config F] list | show ID | resend ID… | resend --all | drop ID…
 //	cdc version
 //	cdc help [command]                 also cdc <command> --help
 //
@@ -17,7 +19,8 @@
 //
 // The files: main.go dispatches; commands.go holds the command table and
 // parses each command's own flags; help.go the help texts; runcmd.go is
-// cdc run; status.go cdc status; http.go the /metrics, /healthz, /readyz
+// cdc run; status.go cdc status; replay.go cdc replay; deadletter.go
+// cdc dead-letter; http.go the /metrics, /healthz, /readyz
 // listener and its authentication; version.go the version and VCS
 // revision. README.md ("Use it") documents the commands for users.
 package main
@@ -106,7 +109,7 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	defer r.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout})
+	err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout, stderr: stderr})
 	switch {
 	case err == nil:
 		return 0
@@ -114,6 +117,9 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 		log.Error().Err(err).Msg("cdc " + cmd.name + " failed")
 	default:
 		fmt.Fprintf(stderr, "cdc %s: %v\n", cmd.name, err)
+	}
+	if ec := (*exitCode)(nil); errors.As(err, &ec) {
+		return ec.code // cdc replay interrupted: 130 (replay.go)
 	}
 	return 1
 }

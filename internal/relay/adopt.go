@@ -14,6 +14,7 @@ import (
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/replication"
 )
 
@@ -90,30 +91,17 @@ func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapsh
 			return 0, fmt.Errorf("adopting: %s: %w", stmt, err)
 		}
 	}
-	oids := make([]int64, layout.NumRoles)
-	values := make([]string, layout.NumRoles)
-	for role := range layout.NumRoles {
-		values[role] = "NULL"
-		if !t.Columns.Has(role) || role == layout.SentAt {
-			continue
-		}
-		if err := tx.QueryRow(ctx, "SELECT atttypid::int8 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped",
-			t.Qualified(), t.Columns[role]).Scan(&oids[role]); err != nil {
-			return 0, fmt.Errorf("adopting: reading the type of %s %q: %w", role.Field(), t.Columns[role], err)
-		}
-		values[role] = t.Columns.Column(role) + "::text"
-	}
-	order := t.Columns.Column(layout.ID)
-	if t.Columns.Has(layout.Time) {
-		order = t.Columns.Column(layout.Time) + ", " + order
+	rows, err := replay.ReadRows(ctx, tx, t)
+	if err != nil {
+		return 0, fmt.Errorf("adopting: %w", err)
 	}
 	// The outer SELECT evaluates pg_logical_emit_message over the sorted
 	// rows, in their order.
-	q := fmt.Sprintf(`SELECT count(pg_logical_emit_message(true, $1, json_build_object('v', 1, 'oids', $2::int8[], 'values', json_build_array(%s))::text))
+	q := fmt.Sprintf(`SELECT count(pg_logical_emit_message(true, $1, %s))
 		FROM (SELECT * FROM %s WHERE %s IS NULL ORDER BY %s) unsent`,
-		strings.Join(values, ", "), t.Qualified(), t.Columns.Column(layout.SentAt), order)
+		rows.Adopted(), t.Qualified(), t.Columns.Column(layout.SentAt), rows.OrderBy())
 	var n int64
-	if err := tx.QueryRow(ctx, q, decoder.AdoptPrefix(cfg.Postgres.Slot), oids).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, q, decoder.AdoptPrefix(cfg.Postgres.Slot)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("adopting the unsent rows of %s: %w", t, err)
 	}
 	return n, tx.Commit(ctx)

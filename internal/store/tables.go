@@ -53,7 +53,9 @@ const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
 // deadLetterDDL is the dead-letter table. sink is ” for a row that cannot
 // be mapped (parked for every sink), or the name of the sink that refused
 // the message; row_data is then the message as the file sink writes it
-// (id, type, key, payload, headers, lsn, ...).
+// (id, type, key, payload, headers, lsn, ...). resent_at is set by `cdc
+// dead-letter resend` (parked.go); tables made before it get it from
+// resentAtDDL.
 const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
     slot       text        NOT NULL,
     lsn        pg_lsn      NOT NULL,
@@ -63,8 +65,12 @@ const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
     error      text        NOT NULL,
     row_data   jsonb       NOT NULL,
     parked_at  timestamptz NOT NULL DEFAULT now(),
+    resent_at  timestamptz,
     PRIMARY KEY (slot, lsn, sink)
 )`
+
+// resentAtDDL adds resent_at to a dead-letter table made before it.
+const resentAtDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS resent_at timestamptz`
 
 // Result says what Setup did with one table.
 type Result struct {
@@ -89,6 +95,11 @@ func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 		if !exists {
 			if _, err := conn.Exec(ctx, fmt.Sprintf(x.ddl, x.table)); err != nil {
 				return out, fmt.Errorf("%s: creating %s: %w", x.field, x.table, err)
+			}
+		}
+		if exists && x.table == t.DeadLetter {
+			if err := addResentAt(ctx, conn, x.table); err != nil {
+				return out, fmt.Errorf("%s: adding resent_at to %s: %w", x.field, x.table, err)
 			}
 		}
 		out = append(out, Result{Table: x.table, Created: !exists})

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replay"
+	"github.com/walpost/walpost/internal/store"
+)
+
+func deadLetterCommand() *command {
+	return &command{name: "dead-letter", summary: "list | show ID | resend ID… | resend --all | drop ID…: the parked messages",
+		about: deadLetterAbout, exits: deadLetterExits, withConfig: true, run: deadLetterCmd, check: checkDeadLetter,
+		argsUsage: "list | show ID... | resend ID... | resend --all | drop ID...",
+		flags: func(fs *flag.FlagSet, o *options) {
+			fs.BoolVar(&o.json, "json", false, "list, show: print a JSON array of the parked rows (row_data included) instead of text")
+			fs.BoolVar(&o.all, "all", false, "resend: every parked message not resent yet (with --sink: those that sink refused)")
+			fs.StringVar(&o.sink, "sink", "", "list, show, resend, drop: only the messages the sink `name` refused")
+		}}
+}
+
+const deadLetterAbout = `Handle the parked messages of the slot (postgres.dead_letter_table): rows
+that could not be mapped (relay.on_invalid: dead_letter, cdc skip; sink
+"-") and messages a sink refused for good (relay.on_refused: dead_letter).
+
+  list           a table: id, lsn, sink, parked_at, resent_at, error excerpt
+  show ID...     each in full, row_data pretty-printed
+  resend ID...   publish again and mark resent (resent_at): a refused
+                 message exactly as parked (same id, same bytes) to the
+                 sink that refused it; a row that could not be mapped,
+                 decoded again with the current mapping (fix its row_data,
+                 or the config, first), to every sink whose route takes
+                 it. Each failure is reported; the others go on.
+  resend --all   every parked message not resent yet
+  drop ID...     delete parked rows (asks nothing; prints what it
+                 dropped). Drop a row parked for every sink only once the
+                 relay went past it: the relay looks it up to go past it.
+
+ID is a message id, or an LSN (0/16B3748) for a row without a readable
+id; list prints both. An id names every row of that message (one per sink
+that refused it); --sink narrows to one sink. A running relay is no
+obstacle: resend publishes on connections of its own (a file sink the
+relay holds is waited for, as with cdc replay). The table needs the
+resent_at column: run cdc init once after upgrading to add it.`
+
+var deadLetterExits = []string{"0  done (resend: every message delivered)",
+	"1  a runtime error, an ID that names no parked row, a resend that failed (each reported), or no resent_at column (run cdc init)", usageExit}
+
+var deadLetterSubs = map[string]struct{ minArgs, maxArgs int }{
+	"list": {0, 0}, "show": {1, -1}, "resend": {0, -1}, "drop": {1, -1},
+}
+
+func checkDeadLetter(o *options) error {
+	if len(o.args) == 0 {
+		return errors.New("give a subcommand: list, show, resend or drop")
+	}
+	sub, ids := o.args[0], o.args[1:]
+	n, ok := deadLetterSubs[sub]
+	switch {
+	case !ok:
+		return fmt.Errorf("unknown subcommand %q: list, show, resend or drop", sub)
+	case o.all && sub != "resend":
+		return fmt.Errorf("--all is for resend, not %s", sub)
+	case len(ids) < n.minArgs:
+		return fmt.Errorf("%s: give the IDs (message ids or LSNs, as list prints them)", sub)
+	case n.maxArgs == 0 && len(ids) > 0:
+		return fmt.Errorf("%s takes no arguments; got %s", sub, quoteAll(ids))
+	case sub == "resend" && o.all == (len(ids) > 0):
+		return errors.New("resend: give the IDs, or --all")
+	case o.json && sub != "list" && sub != "show":
+		return fmt.Errorf("--json is for list and show, not %s", sub)
+	}
+	return nil
+}
+
+// deadLetterCmd is cdc dead-letter.
+func deadLetterCmd(e *cmdEnv) error {
+	sub, ids := e.opts.args[0], e.opts.args[1:]
+	conn, err := pgconnect.Connect(e.ctx, e.cfg.Postgres.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	t := store.TablesOf(e.cfg)
+	if err := store.CheckParkedTable(e.ctx, conn, t); err != nil {
+		return err
+	}
+	parked, err := store.ListParked(e.ctx, conn, t, store.ParkedFilter{IDs: ids, Sink: e.opts.sink, Unsent: e.opts.all})
+	if err != nil {
+		return err
+	}
+	missing := unmatched(ids, parked)
+	switch sub {
+	case "list":
+		return printParked(e.stdout, parked, e.opts.json)
+	case "show":
+		if err := showParked(e.stdout, parked, e.opts.json); err != nil {
+			return err
+		}
+	case "resend":
+		if err := resendParked(e, parked); err != nil {
+			return err
+		}
+	case "drop":
+		for i := range parked {
+			p := &parked[i]
+			ok, err := store.DropParked(e.ctx, conn, t, p)
+			if err != nil {
+				return err
+			}
+			if ok {
+				fmt.Fprintf(e.stdout, "dropped %s (lsn %s, sink %s)\n", p.Name(), p.LSN, sinkLabel(p.Sink))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no parked message of slot %s in %s is %s (see cdc dead-letter list)", t.Slot, t.DeadLetterName, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// unmatched returns the ids that name none of parked.
+func unmatched(ids []string, parked []store.Parked) []string {
+	var out []string
+	for _, id := range ids {
+		found := false
+		for i := range parked {
+			if parked[i].ID == id || (strings.Contains(id, "/") && parked[i].LSN.String() == strings.ToUpper(id)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// resendParked resends parked and reports each outcome.
+func resendParked(e *cmdEnv, parked []store.Parked) error {
+	failed, err := replay.Resend(e.ctx, e.cfg, parked, e.log, func(o replay.Outcome) {
+		to := strings.Join(o.Sinks, ", ")
+		if to == "" {
+			to = "no sink (none routes it)"
+		}
+		if o.Err != nil {
+			fmt.Fprintf(e.stdout, "failed  %s (lsn %s, sink %s): %v\n", o.Parked.Name(), o.Parked.LSN, sinkLabel(o.Parked.Sink), o.Err)
+			return
+		}
+		fmt.Fprintf(e.stdout, "resent  %s (lsn %s) to %s\n", o.Parked.Name(), o.Parked.LSN, to)
+	})
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d messages were not resent (reported above); they stay parked, not marked resent", failed, len(parked))
+	}
+	if len(parked) == 0 && e.opts.all {
+		fmt.Fprintln(e.stdout, "nothing to resend: every parked message was resent already")
+	}
+	return nil
+}
+
+func sinkLabel(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// parkedJSON is a parked row in --json output.
+type parkedJSON struct {
+	ID        *string         `json:"id"`
+	LSN       string          `json:"lsn"`
+	CommitLSN string          `json:"commit_lsn"`
+	Sink      string          `json:"sink"`
+	ParkedAt  time.Time       `json:"parked_at"`
+	ResentAt  *time.Time      `json:"resent_at"`
+	Error     string          `json:"error"`
+	RowData   json.RawMessage `json:"row_data"`
+}
+
+func writeJSON(w io.Writer, parked []store.Parked) error {
+	out := make([]parkedJSON, len(parked))
+	for i, p := range parked {
+		out[i] = parkedJSON{LSN: p.LSN.String(), CommitLSN: p.CommitLSN.String(), Sink: p.Sink, ParkedAt: p.ParkedAt.UTC(), Error: p.Error, RowData: p.RowData}
+		if p.ID != "" {
+			out[i].ID = &parked[i].ID
+		}
+		if !p.ResentAt.IsZero() {
+			r := p.ResentAt.UTC()
+			out[i].ResentAt = &r
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// printParked prints the list table (or JSON).
+func printParked(w io.Writer, parked []store.Parked, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, parked)
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLSN\tSINK\tPARKED_AT\tRESENT_AT\tERROR")
+	unmapped := false
+	for _, p := range parked {
+		id := p.ID
+		if id == "" {
+			id = "-"
+		}
+		unmapped = unmapped || p.Sink == ""
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, p.LSN, sinkLabel(p.Sink), p.ParkedAt.UTC().Format(time.RFC3339), timeLabel(p.ResentAt), excerpt(p.Error, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if unmapped {
+		fmt.Fprintln(w, "sink -: a row that could not be mapped, parked for every sink (resend decodes it again and sends it to each sink that routes it)")
+	}
+	if len(parked) == 0 {
+		fmt.Fprintln(w, "(no parked messages)")
+	}
+	return nil
+}
+
+func timeLabel(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// excerpt is s's first line, cut to n characters.
+func excerpt(s string, n int) string {
+	s, _, cut := strings.Cut(s, "\n")
+	if utf8.RuneCountInString(s) > n {
+		s, cut = string([]rune(s)[:n]), true
+	}
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+// showParked prints each parked row in full.
+func showParked(w io.Writer, parked []store.Parked, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, parked)
+	}
+	for i, p := range parked {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		id, sink := p.ID, p.Sink
+		if id == "" {
+			id = "- (no readable id)"
+		}
+		if sink == "" {
+			sink = "- (could not be mapped: parked for every sink)"
+		}
+		var pretty bytes.Buffer
+		if err := json.Indent(&pretty, p.RowData, "  ", "  "); err != nil {
+			pretty.Reset()
+			pretty.Write(p.RowData)
+		}
+		fmt.Fprintf(w, "id:          %s\nlsn:         %s\ncommit_lsn:  %s\nsink:        %s\nparked_at:   %s\nresent_at:   %s\nerror:       %s\nrow_data:\n  %s\n",
+			id, p.LSN, p.CommitLSN, sink, p.ParkedAt.UTC().Format(time.RFC3339Nano), timeLabel(p.ResentAt), p.Error, pretty.String())
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// TestIntegrationDeadLetterListShowResendDrop: a relay with on_refused and
+// on_invalid: dead_letter parks a message its webhook refuses (400) and a
+// row with an empty type. cdc dead-letter list (text and --json) and show
+// print them; resend delivers the refused message to the webhook with the
+// same id and the same body bytes it refused, and marks it resent; the
+// unmappable row fails to resend until its row_data is fixed, then goes,
+// with its id and LSN, to every routed sink; drop deletes; a table
+// without resent_at is explained (run cdc init), and cdc init adds it.
+func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	hook, hookURL := newRecHook(t)
+	hook.poison.Store(true)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, timeout: 5s}\n  - {name: out, kind: file, path: %s}", hookURL, out),
+		"relay: {on_refused: dead_letter, on_invalid: dead_letter, refused_attempts: 1}")
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+
+	ok1, ok2 := relaytest.NewMsg("ok", "k", 1), relaytest.NewMsg("ok", "k", 3)
+	poison := relaytest.NewMsg("p", "k", 2)
+	poison.Payload = `{"poison": true, "b": [1, 2], "a": "x"}`
+	bad := relaytest.NewMsg("bad", "k", 4)
+	ob.InsertTx(t, conn, ok1, poison)
+	if _, err := conn.Exec(ctx, "INSERT INTO "+ob.Table+" (id, type, key, payload) VALUES ($1, '', 'k', '{\"n\": 4}')", bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	ob.InsertTx(t, conn, ok2)
+	relay := startCDC(t, "run", "--config", cfg)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{ok1, poison, ok2}, 60*time.Second, relay.stderr.String)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return len(hook.got()) == 2 }) {
+		t.Fatalf("the webhook got %v, want %s and %s\n%s", hook.got(), ok1.ID, ok2.ID, relay.stderr.String())
+	}
+	relay.cmd.Process.Signal(syscall.SIGTERM)
+	if code := relay.wait(30 * time.Second); code != 0 {
+		t.Fatalf("relay: exit %d\n%s", code, relay.stderr.String())
+	}
+
+	// list and show.
+	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "list")
+	if code != 0 || !strings.Contains(stdout, "ID") || !strings.Contains(stdout, poison.ID) || !strings.Contains(stdout, bad.ID) ||
+		!strings.Contains(stdout, " hook ") || !strings.Contains(stdout, "sink -:") {
+		t.Fatalf("dead-letter list: exit %d\n%s%s", code, stdout, stderr)
+	}
+	rows := listParked(t, cfg)
+	if len(rows) != 2 || *rows[0].ID != poison.ID || rows[0].Sink != "hook" || *rows[1].ID != bad.ID || rows[1].Sink != "" ||
+		rows[0].ResentAt != nil || !strings.Contains(rows[0].Error, "400") || !strings.Contains(rows[1].Error, "type is NULL or empty") {
+		t.Fatalf("dead-letter list --json: %+v", rows)
+	}
+	code, stdout, _ = cdc(t, nil, "dead-letter", "--config", cfg, "show", poison.ID)
+	if code != 0 || !strings.Contains(stdout, "lsn:         "+rows[0].LSN) || !strings.Contains(stdout, "\"poison\": true") || !strings.Contains(stdout, rows[0].Error) {
+		t.Fatalf("dead-letter show: exit %d\n%s", code, stdout)
+	}
+
+	// resend of the refused message: same id, same bytes, to hook only.
+	refusedBody := hook.bodiesOf(poison.ID)[0]
+	code, stdout, _ = cdc(t, nil, "dead-letter", "--config", cfg, "resend", poison.ID)
+	if code != 1 || !strings.Contains(stdout, "failed  "+poison.ID) {
+		t.Fatalf("resend while the webhook still refuses: exit %d, want 1 reporting it\n%s", code, stdout)
+	}
+	hook.poison.Store(false)
+	code, stdout, stderr = cdc(t, nil, "dead-letter", "--config", cfg, "resend", poison.ID)
+	if code != 0 || !strings.Contains(stdout, "resent  "+poison.ID) {
+		t.Fatalf("resend: exit %d\n%s%s", code, stdout, stderr)
+	}
+	bodies := hook.bodiesOf(poison.ID)
+	if got := hook.got(); got[len(got)-1] != poison.ID || bodies[len(bodies)-1] != refusedBody {
+		t.Fatalf("resent %v with body %q, want %s with the body refused: %q", got, bodies[len(bodies)-1], poison.ID, refusedBody)
+	}
+	if n := len(relaytest.ReadLines(t, out)); n != 3 {
+		t.Fatalf("the resend of a message hook refused went to out too: %d lines", n)
+	}
+	if rows = listParked(t, cfg); rows[0].ResentAt == nil || rows[1].ResentAt != nil {
+		t.Fatalf("after resend: %+v, want the first marked resent only", rows)
+	}
+
+	// The unmappable row: refused until fixed, then to every routed sink.
+	code, stdout, _ = cdc(t, nil, "dead-letter", "--config", cfg, "resend", "--all")
+	if code != 1 || !strings.Contains(stdout, "failed  "+bad.ID) || !strings.Contains(stdout, "still cannot be mapped") || strings.Contains(stdout, poison.ID) {
+		t.Fatalf("resend --all of the unfixed row: exit %d, want 1 and only it reported\n%s", code, stdout)
+	}
+	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"fixed"') WHERE message_id = '%s'`, dlq, bad.ID))
+	code, stdout, stderr = cdc(t, nil, "dead-letter", "--config", cfg, "resend", "--all")
+	if code != 0 || !strings.Contains(stdout, "resent  "+bad.ID) || !strings.Contains(stdout, "to hook, out") {
+		t.Fatalf("resend --all of the fixed row: exit %d\n%s%s", code, stdout, stderr)
+	}
+	lines := relaytest.ReadLines(t, out)
+	last := lines[len(lines)-1]
+	if last.ID != bad.ID || last.Type != "fixed" || last.LSN != rows[1].LSN || !slices.Contains(hook.got(), bad.ID) {
+		t.Fatalf("the fixed row went out as %+v (webhook %v), want id %s, type fixed, lsn %s to both", last, hook.got(), bad.ID, rows[1].LSN)
+	}
+
+	// drop.
+	code, stdout, _ = cdc(t, nil, "dead-letter", "--config", cfg, "drop", poison.ID)
+	if code != 0 || !strings.Contains(stdout, "dropped "+poison.ID) {
+		t.Fatalf("drop: exit %d\n%s", code, stdout)
+	}
+	if rows = listParked(t, cfg); len(rows) != 1 || *rows[0].ID != bad.ID {
+		t.Fatalf("after drop: %+v", rows)
+	}
+	if code, _, stderr = cdc(t, nil, "dead-letter", "--config", cfg, "drop", poison.ID); code != 1 || !strings.Contains(stderr, "no parked message") {
+		t.Fatalf("drop of a dropped id: exit %d, want 1\n%s", code, stderr)
+	}
+	code, stdout, _ = cdc(t, nil, "dead-letter", "--config", cfg, "drop", rows[0].LSN)
+	if code != 0 || !strings.Contains(stdout, "dropped "+bad.ID) {
+		t.Fatalf("drop by lsn: exit %d\n%s", code, stdout)
+	}
+
+	// A table from before resent_at.
+	pgtest.Exec(t, url, "ALTER TABLE "+dlq+" DROP COLUMN resent_at")
+	if code, _, stderr = cdc(t, nil, "dead-letter", "--config", cfg, "list"); code != 1 || !strings.Contains(stderr, "run 'cdc init'") {
+		t.Fatalf("list without resent_at: exit %d, want 1 saying to run cdc init\n%s", code, stderr)
+	}
+	cdcInit(t, cfg)
+	if rows = listParked(t, cfg); len(rows) != 0 {
+		t.Fatalf("after cdc init: %+v", rows)
+	}
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// recHook is a webhook endpoint that records the id, type and body of
+// every request it answers 2xx, in arrival order, answers 400 to a body
+// holding "poison" while poison is set, and runs onMessage (if set) with
+// the count of accepted requests. Safe for concurrent use.
+type recHook struct {
+	poison    atomic.Bool
+	onMessage func(n int)
+
+	mu      sync.Mutex
+	ids     []string
+	types   []string
+	bodies  map[string][]string // by id, every body received (refused ones too)
+	refused int
+}
+
+func newRecHook(t *testing.T) (*recHook, string) {
+	h := &recHook{bodies: map[string][]string{}}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return h, srv.URL + "/hook"
+}
+
+func (h *recHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	id := r.Header.Get("X-Message-Id")
+	h.mu.Lock()
+	h.bodies[id] = append(h.bodies[id], string(body))
+	if h.poison.Load() && strings.Contains(string(body), "poison") {
+		h.refused++
+		h.mu.Unlock()
+		http.Error(w, "poison refused for the test", http.StatusBadRequest)
+		return
+	}
+	h.ids = append(h.ids, id)
+	h.types = append(h.types, r.Header.Get("X-Message-Type"))
+	n := len(h.ids)
+	h.mu.Unlock()
+	if h.onMessage != nil {
+		h.onMessage(n)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (h *recHook) got() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.ids)
+}
+
+func (h *recHook) bodiesOf(id string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.bodies[id])
+}
+
+func idsOf(lines []relaytest.Line) []string {
+	ids := make([]string, len(lines))
+	for i, l := range lines {
+		ids[i] = l.ID
+	}
+	return ids
+}
+
+// TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns: while a
+// relay streams the slot to its own file sink, cdc replay (another config
+// on the same slot and table, two file sinks, one routed to b.* only)
+// publishes every row again with its id, type, key, payload and headers,
+// in id order (UUIDv7: time order; --since without columns.time), each
+// to the sinks its route takes; with --sink and --from-id/--to-id only
+// that sink gets only that range. The relay neither stops nor gets a
+// message twice, and the slot is untouched by replay.
+func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	dir := t.TempDir()
+	live, all, onlyB := filepath.Join(dir, "live.jsonl"), filepath.Join(dir, "all.jsonl"), filepath.Join(dir, "b.jsonl")
+	relayCfg := ob.Config(t, fmt.Sprintf("  - {name: live, kind: file, path: %s}", live), "")
+	replayCfg := ob.Config(t, fmt.Sprintf("  - {name: all, kind: file, path: %s}\n  - {name: onlyb, kind: file, path: %s, route: {include: [\"b.*\"]}}", all, onlyB), "")
+	cdcInit(t, relayCfg)
+	relay := startCDC(t, "run", "--config", relayCfg)
+	conn := pgtest.Connect(t, url)
+	var msgs []relaytest.Msg
+	for tx := range 4 {
+		var batch []relaytest.Msg
+		for i := range 8 {
+			typ := []string{"a.x", "b.x"}[i%2]
+			m := relaytest.NewMsg(typ, fmt.Sprintf("k%d", i%3), tx*8+i)
+			m.Headers = map[string]string{"seq": fmt.Sprintf("%d.%d", tx, i)}
+			batch = append(batch, m)
+		}
+		ob.InsertTx(t, conn, batch...)
+		msgs = append(msgs, batch...)
+	}
+	streamed := relaytest.WaitAllDelivered(t, live, msgs, 60*time.Second, relay.stderr.String)
+	slotBefore := relaytest.SlotConfirmed(t, conn, ob.Slot)
+
+	code, _, stderr := cdc(t, nil, "replay", "--config", replayCfg, "--since", "1h", "--batch", "7")
+	if code != 0 || !strings.Contains(stderr, "32/32 rows") {
+		t.Fatalf("cdc replay: exit %d, want 0 and progress 32/32:\n%s", code, stderr)
+	}
+	wantIDs := make([]string, len(msgs))
+	var wantB []string
+	for i, m := range msgs {
+		wantIDs[i] = m.ID
+		if strings.HasPrefix(m.Type, "b.") {
+			wantB = append(wantB, m.ID)
+		}
+	}
+	got := relaytest.ReadLines(t, all)
+	if !slices.Equal(idsOf(got), wantIDs) {
+		t.Fatalf("replayed to all: %v\nwant the committed ids in order: %v", idsOf(got), wantIDs)
+	}
+	byID := map[string]relaytest.Line{}
+	for _, l := range streamed {
+		byID[l.ID] = l
+	}
+	for _, l := range got {
+		s := byID[l.ID]
+		if l.Type != s.Type || keyOf(l) != keyOf(s) || string(l.Payload) != string(s.Payload) || fmt.Sprint(l.Headers) != fmt.Sprint(s.Headers) {
+			t.Errorf("replayed %+v\nstreamed %+v", l, s)
+		}
+	}
+	if ids := idsOf(relaytest.ReadLines(t, onlyB)); !slices.Equal(ids, wantB) {
+		t.Fatalf("replayed to onlyb (route b.*): %v, want %v", ids, wantB)
+	}
+
+	// One sink, a range of ids.
+	code, _, stderr = cdc(t, nil, "replay", "--config", replayCfg, "--sink", "onlyb", "--from-id", msgs[5].ID, "--to-id", msgs[20].ID)
+	if code != 0 {
+		t.Fatalf("cdc replay --sink onlyb: exit %d\n%s", code, stderr)
+	}
+	var wantRange []string
+	for _, m := range msgs[5:21] {
+		if strings.HasPrefix(m.Type, "b.") {
+			wantRange = append(wantRange, m.ID)
+		}
+	}
+	if ids := idsOf(relaytest.ReadLines(t, onlyB)); !slices.Equal(ids, append(slices.Clone(wantB), wantRange...)) {
+		t.Fatalf("onlyb after --sink onlyb --from-id --to-id: %v, want %v then %v", ids, wantB, wantRange)
+	}
+	if n := len(relaytest.ReadLines(t, all)); n != len(msgs) {
+		t.Fatalf("--sink onlyb wrote to all too: %d lines, want %d", n, len(msgs))
+	}
+	if relay.exited() {
+		t.Fatalf("the relay stopped during replay:\n%s", relay.stderr.String())
+	}
+	if n := len(relaytest.ReadLines(t, live)); n != len(msgs) {
+		t.Fatalf("the relay's sink has %d lines, want %d (replay must not touch the slot)", n, len(msgs))
+	}
+	if after := relaytest.SlotConfirmed(t, conn, ob.Slot); after < slotBefore {
+		t.Fatalf("the slot went back from %s to %s", slotBefore, after)
+	}
+	// A range of ids not in the table, and --since on ids that are not UUIDv7.
+	if code, _, stderr = cdc(t, nil, "replay", "--config", replayCfg, "--from-id", "00000000-0000-4000-8000-000000000000"); code != 1 || !strings.Contains(stderr, "no row of") {
+		t.Fatalf("replay --from-id of no row: exit %d, want 1 naming it:\n%s", code, stderr)
+	}
+}
+
+// TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight: SIGINT in
+// the middle of a replay finishes the batch in flight, exits 130 and
+// prints how to go on; the printed command replays exactly the rest, so
+// the two runs together deliver every id once, in order.
+func TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	hook, hookURL := newRecHook(t)
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, timeout: 5s}", hookURL), "")
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	var msgs []relaytest.Msg
+	for i := range 40 {
+		msgs = append(msgs, relaytest.NewMsg("t", "k", i))
+	}
+	ob.InsertTx(t, conn, msgs...)
+
+	var p *proc
+	started := make(chan struct{})
+	hook.onMessage = func(n int) {
+		if n == 12 { // in the third batch of 5
+			<-started
+			p.cmd.Process.Signal(syscall.SIGINT)
+		}
+	}
+	p = startCDC(t, "replay", "--config", cfg, "--from-id", msgs[0].ID, "--batch", "5")
+	close(started)
+	if code := p.wait(60 * time.Second); code != 130 {
+		t.Fatalf("interrupted replay: exit %d, want 130\n%s", code, p.stderr.String())
+	}
+	got := hook.got()
+	if len(got) != 15 || !slices.Equal(got, idsOfMsgs(msgs[:15])) {
+		t.Fatalf("interrupted in the third batch of 5: delivered %d %v, want the first 15 in order", len(got), got)
+	}
+	m := regexp.MustCompile(`to go on: cdc replay --config \S+ --from-id (\S+) --to-id (\S+)`).FindStringSubmatch(p.stderr.String())
+	if m == nil || m[1] != msgs[15].ID || m[2] != msgs[39].ID {
+		t.Fatalf("the interrupted replay does not say how to go on from %s to %s:\n%s", msgs[15].ID, msgs[39].ID, p.stderr.String())
+	}
+	hook.onMessage = nil
+	if code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--from-id", m[1], "--to-id", m[2]); code != 0 {
+		t.Fatalf("going on: exit %d\n%s", code, stderr)
+	}
+	if got := hook.got(); !slices.Equal(got, idsOfMsgs(msgs)) {
+		t.Fatalf("both runs delivered %v, want every id once in order", got)
+	}
+}
+
+func keyOf(l relaytest.Line) string {
+	if l.Key == nil {
+		return "<null>"
+	}
+	return *l.Key
+}
+
+func idsOfMsgs(msgs []relaytest.Msg) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// parkedRow is one element of cdc dead-letter list --json.
+type parkedRow struct {
+	ID        *string         `json:"id"`
+	LSN       string          `json:"lsn"`
+	Sink      string          `json:"sink"`
+	ResentAt  *time.Time      `json:"resent_at"`
+	Error     string          `json:"error"`
+	RowData   json.RawMessage `json:"row_data"`
+	CommitLSN string          `json:"commit_lsn"`
+}
+
+func listParked(t *testing.T, cfg string) []parkedRow {
+	t.Helper()
+	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "list", "--json")
+	if code != 0 {
+		t.Fatalf("dead-letter list --json: exit %d\n%s", code, stderr)
+	}
+	var rows []parkedRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("dead-letter list --json: %v\n%s", err, stdout)
+	}
+	return rows
+}

@@ -1,0 +1,229 @@
+package replay
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/backoff"
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// Outcome is what Resend did with one parked row.
+type Outcome struct {
+	Parked store.Parked
+	// Sinks are the sinks it was published to (or tried).
+	Sinks []string
+	// Err is why it was not delivered to all of them; nil: delivered, and
+	// marked resent.
+	Err error
+}
+
+// resendAttempts is how often Resend tries a message on a sink whose
+// error is not permanent before it reports the failure.
+const resendAttempts = 5
+
+// Resend publishes parked rows again and marks each delivered one resent
+// (store.MarkResent). A message a sink refused goes, as parked (same id,
+// same bytes as the dead-letter table holds them), to that sink only; a
+// row that could not be mapped is decoded again with the configuration's
+// current mapping and the table's current column types, and goes to every
+// sink whose route takes it. report gets each row's Outcome, in order;
+// Resend returns how many failed. It stops early only when ctx ends.
+func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	ss, _ := newSinks(cfg, "", log)
+	defer ss.close()
+	var rows *Rows // read when a row that could not be mapped comes
+	dec := decoder.New(cfg.Outbox())
+	tables := store.TablesOf(cfg)
+	for _, p := range parked {
+		if err := ctx.Err(); err != nil {
+			return failed, err
+		}
+		var msg *message.Message
+		var to []int
+		if p.Sink != "" {
+			msg, err = MessageOfLine(p.RowData)
+			if i := ss.index(p.Sink); i < 0 && err == nil {
+				err = fmt.Errorf("sink %s is not in the configuration any more", p.Sink)
+			} else {
+				to = []int{i}
+			}
+		} else {
+			if rows == nil {
+				if rows, err = ReadRows(ctx, conn, cfg.Outbox()); err != nil {
+					return failed, err
+				}
+			}
+			msg, err = decodeParked(dec, rows, &p)
+			if err == nil {
+				to = ss.routes(msg)
+			}
+		}
+		out := Outcome{Parked: p}
+		if err == nil {
+			out.Sinks, err = resendTo(ctx, ss, to, msg)
+		}
+		if err == nil {
+			err = store.MarkResent(ctx, conn, tables, &p)
+		}
+		if out.Err = err; err != nil {
+			failed++
+		}
+		report(out)
+	}
+	return failed, nil
+}
+
+// resendTo publishes msg to the sinks to, each in turn, and returns their
+// names; it stops at the first that fails.
+func resendTo(ctx context.Context, ss *sinks, to []int, msg *message.Message) ([]string, error) {
+	var names []string
+	for _, i := range to {
+		names = append(names, ss.cfg.Sinks[i].Name)
+		sink, err := ss.get(ctx, i)
+		if err != nil {
+			return names, err
+		}
+		if err := publishOne(ctx, sink, msg); err != nil {
+			return names, fmt.Errorf("sink %s: %w", sink.Name(), err)
+		}
+	}
+	return names, nil
+}
+
+// publishOne publishes m to sink, retrying an error that is not permanent
+// a few times with backoff.
+func publishOne(ctx context.Context, sink publish.Sink, m *message.Message) error {
+	b := backoff.New(100*time.Millisecond, 2*time.Second)
+	var err error
+	for range resendAttempts {
+		if err = sink.Publish(ctx, []*message.Message{m}); err == nil || publish.IsPermanent(err) {
+			return err
+		}
+		if !backoff.Sleep(ctx, b.Next()) {
+			return errors.Join(err, ctx.Err())
+		}
+	}
+	return fmt.Errorf("%w (tried %d times)", err, resendAttempts)
+}
+
+// MessageOfLine reads a message back from its JSON line, the form the
+// file sink writes and the dead-letter table keeps refused messages in
+// (publish.AppendJSONLine): id, type, key, payload (or its base64 with
+// payload_encoding), headers, lsn and commit_lsn. The payload keeps the
+// bytes of the line's JSON value.
+func MessageOfLine(line []byte) (*message.Message, error) {
+	var l struct {
+		ID, Type        string
+		Key             *string
+		Payload         json.RawMessage
+		PayloadEncoding string `json:"payload_encoding"`
+		Headers         map[string]string
+		LSN             string
+		CommitLSN       string `json:"commit_lsn"`
+	}
+	if err := json.Unmarshal(line, &l); err != nil {
+		return nil, fmt.Errorf("row_data is not a message line: %w", err)
+	}
+	if l.ID == "" || l.Type == "" || l.Payload == nil {
+		return nil, errors.New("row_data is not a message line: id, type or payload missing")
+	}
+	m := &message.Message{ID: l.ID, Type: l.Type, Payload: l.Payload, PayloadJSON: true}
+	if l.Key != nil {
+		m.Key, m.HasKey = *l.Key, true
+	}
+	if len(l.Headers) > 0 {
+		m.Headers = l.Headers
+	}
+	if l.PayloadEncoding == "base64" {
+		var s string
+		err := json.Unmarshal(l.Payload, &s)
+		if err == nil {
+			m.Payload, err = base64.StdEncoding.DecodeString(s)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("row_data: payload is not base64: %w", err)
+		}
+		m.PayloadJSON = false
+	}
+	m.LSN, _ = pglogrepl.ParseLSN(l.LSN)
+	m.CommitLSN, _ = pglogrepl.ParseLSN(l.CommitLSN)
+	return m, nil
+}
+
+// decodeParked decodes a row that could not be mapped (row_data: its
+// mapped columns by name, decoder.RowValues) with the current mapping and
+// column types, at its LSNs. A row parked as a malformed adopt message
+// ({"adopt_message": ...}) is decoded as that message.
+func decodeParked(dec *decoder.Decoder, rows *Rows, p *store.Parked) (*message.Message, error) {
+	var vals map[string]json.RawMessage
+	if err := json.Unmarshal(p.RowData, &vals); err != nil {
+		return nil, fmt.Errorf("row_data is not an object of column values: %w", err)
+	}
+	text := func(name string) (*string, error) {
+		raw, ok := vals[name]
+		if !ok {
+			return nil, nil
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return &s, nil
+		}
+		var b struct{ Base64 []byte }
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return nil, fmt.Errorf("row_data: %q is neither a string nor {\"base64\": ...}", name)
+		}
+		s = string(b.Base64)
+		return &s, nil
+	}
+	var content []byte
+	if adopt, _ := text("adopt_message"); adopt != nil && len(vals) == 1 && !mapped(rows.Table.Columns, "adopt_message") {
+		content = []byte(*adopt)
+	} else {
+		a := decoder.Adopted{V: 1, OIDs: make([]uint32, layout.NumRoles), Values: make([]*string, layout.NumRoles)}
+		for role, oid := range rows.OIDs {
+			if oid == 0 {
+				continue
+			}
+			a.OIDs[role] = uint32(oid)
+			v, err := text(rows.Table.Columns[role])
+			if err != nil {
+				return nil, err
+			}
+			a.Values[role] = v
+		}
+		content, _ = json.Marshal(a)
+	}
+	m, err := dec.TableRow(content, p.LSN, p.CommitLSN, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("still cannot be mapped: %w", err)
+	}
+	return m, nil
+}
+
+func mapped(c layout.Columns, name string) bool {
+	for _, n := range c {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
