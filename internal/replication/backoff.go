@@ -8,8 +8,8 @@ import (
 // Backoff bounds (internal/backoff). A reconnect waits BackoffStart
 // (jittered) after a connection that streamed, doubling up to
 // StreamOptions.MaxBackoff while attempts keep failing; a slot held by
-// another process is tried again every SlotPoll (jittered), however long
-// it stays held.
+// another process is tried again every StreamOptions.SlotPoll (default
+// SlotPoll, postgres.standby_poll; jittered), however long it stays held.
 const (
 	BackoffStart = 250 * time.Millisecond
 	SlotPoll     = time.Second

@@ -44,7 +44,7 @@
 //
 // Acquire and reconnects. Acquire connects and starts replication before
 // Run, waiting while another process holds the slot (SQLSTATE 55006,
-// polled every SlotPoll: a second walpost instance is a hot standby) and
+// polled every StreamOptions.SlotPoll: a second walpost instance is a hot standby) and
 // retrying while the server cannot be reached; the relay opens its sinks
 // only once it returns. A connection lost while streaming is
 // re-established with exponential backoff and jitter, which returns to

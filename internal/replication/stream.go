@@ -56,6 +56,9 @@ type StreamOptions struct {
 	StatusInterval time.Duration
 	// MaxBackoff caps the wait between reconnect attempts.
 	MaxBackoff time.Duration
+	// SlotPoll is how often a slot held by another process is tried
+	// again, jittered by ±25% (default SlotPoll).
+	SlotPoll time.Duration
 	// Drained is closed by the relay when every sink has drained after the
 	// stream stopped reading; the stream then sends its final status.
 	Drained <-chan struct{}
@@ -96,6 +99,9 @@ func NewStream(opt StreamOptions, cp Confirmer) *Stream {
 	}
 	if opt.MaxBackoff <= 0 {
 		opt.MaxBackoff = 30 * time.Second
+	}
+	if opt.SlotPoll <= 0 {
+		opt.SlotPoll = SlotPoll
 	}
 	s := &Stream{opt: opt, cp: cp, sleep: backoff.Sleep}
 	s.dial = s.connect
@@ -149,11 +155,12 @@ func (s *Stream) Acquire(ctx context.Context) error {
 		}
 		var wait time.Duration
 		if errors.Is(err, errSlotActive) {
-			wait = jitter(SlotPoll)
+			wait = jitter(s.opt.SlotPoll)
 			if !waiting {
 				s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).
 					Msg("slot is held by another process (another walpost instance?); waiting for it as a standby: no sink is opened until it is free")
 			}
+			s.opt.Log.Debug().Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("slot still held; polling it again")
 			waiting = true
 			retry.Reset()
 		} else {
@@ -215,7 +222,7 @@ func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 		case errors.Is(err, errSlotActive) && !first:
 			return fmt.Errorf("%w: %v", ErrSlotLost, err)
 		case errors.Is(err, errSlotActive):
-			wait = jitter(SlotPoll)
+			wait = jitter(s.opt.SlotPoll)
 			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Msg("slot is held by another process (another walpost instance?); waiting for it")
 		default:
 			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")

@@ -27,6 +27,8 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	// thawed is closed by Thaw; non-nil while the proxy is frozen.
+	thawed chan struct{}
 }
 
 // New listens on a free port of 127.0.0.1 and forwards every connection to
@@ -75,7 +77,7 @@ func (p *Proxy) accept(ln net.Listener) {
 // pipe copies from src to dst; when either side ends, both are closed.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
+	io.Copy(gate{p, dst}, src)
 	p.mu.Lock()
 	delete(p.conns, src)
 	delete(p.conns, dst)
@@ -103,6 +105,10 @@ func (p *Proxy) Cut() {
 		c.Close()
 	}
 	clear(p.conns)
+	if p.thawed != nil { // the held writes fail on the closed connections
+		close(p.thawed)
+		p.thawed = nil
+	}
 }
 
 // Restore listens on the proxy's address again.
