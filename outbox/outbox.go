@@ -90,6 +90,12 @@ type Writer struct {
 	// returns "", the traceparent from ContextWithTraceparent is used. A
 	// traceparent set in Message.Headers takes precedence over both.
 	Traceparent func(ctx context.Context) string
+	// DeleteAfterInsert deletes the row again, in the same transaction,
+	// right after inserting it: the WAL keeps the insert, which the relay
+	// streams, and the table stays empty with no cleanup job, but nothing
+	// can be replayed from it (see delete.go and the README, "Keeping the
+	// outbox small").
+	DeleteAfterInsert bool
 }
 
 // PgxExecer is the part of a pgx.Tx that Enqueue uses. Pass the pgx.Tx of
@@ -158,6 +164,9 @@ func (w Writer) insert(ctx context.Context, msg Message, exec func(stmt string, 
 	}
 	if err := exec(stmt, args); err != nil {
 		return fmt.Errorf("outbox: inserting message %s (type %q) into %s: %w", args[0], msg.Type, w.table(), err)
+	}
+	if w.DeleteAfterInsert {
+		return w.deleteInserted(args[0], msg, exec)
 	}
 	return nil
 }
