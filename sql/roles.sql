@@ -25,6 +25,12 @@ GRANT SELECT ON public.outbox TO walpost_relay;
 -- the relay fills in once every sink acknowledged a row), e.g.:
 --   GRANT UPDATE ("ProcessedOnUtc") ON public."OutboxMessages" TO walpost_relay;
 
+-- Only with relay.retention (the relay deletes delivered rows: README,
+-- "Keeping the outbox small"): DELETE on the outbox, and its marks table
+-- (created by `cdc init`, relay.retention.marks_table):
+--   GRANT DELETE ON public.outbox TO walpost_relay;
+--   GRANT SELECT, INSERT, DELETE ON public.walpost_retention_marks TO walpost_relay;
+
 -- Per-sink progress: read at takeover, written as sinks acknowledge.
 GRANT SELECT, INSERT, UPDATE ON public.walpost_sink_progress TO walpost_relay;
 

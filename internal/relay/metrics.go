@@ -18,8 +18,9 @@ type Metrics struct {
 	failing   *prometheus.GaugeVec
 	latency   *prometheus.HistogramVec
 
-	deadLettered prometheus.Counter
-	refused      *prometheus.CounterVec
+	deadLettered     prometheus.Counter
+	refused          *prometheus.CounterVec
+	retentionDeleted prometheus.Counter
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -40,12 +41,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Outbox rows that could not be mapped and were parked in the dead-letter table."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_refused_total",
 			Help: "Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter)."}, []string{"sink"}),
+		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_retention_deleted_total",
+			Help: "Delivered outbox rows deleted by relay.retention."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walpost_end_to_end_latency_seconds",
 			Help:    "From the transaction's commit (its Begin message's commit time) to the sink's acknowledgement.",
 			Buckets: latencyBuckets}, []string{"sink"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused,
+		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
