@@ -167,6 +167,10 @@ type Decoder struct {
 		commitLSN  pglogrepl.LSN
 		commitTime time.Time
 	}
+
+	// envelope is the table-less outbox's prefix (AcceptMessages); ""
+	// for an outbox table.
+	envelope string
 }
 
 // relation is a cached Relation message: the outbox table with the index of
@@ -273,6 +277,9 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 	}
 	switch data[0] {
 	case 'I':
+		if d.envelope != "" {
+			return Event{Kind: Skip}, nil // a table-less outbox: table rows are not messages
+		}
 		return d.insert(walStart, data)
 	case 'B':
 		m, err := parse[*pglogrepl.BeginMessage](walStart, data)
@@ -302,10 +309,13 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
+		if d.envelope != "" && m.Prefix == d.envelope {
+			return d.enveloped(m)
+		}
 		if !m.Transactional && !d.tx.open {
 			return Event{Kind: Progress, LSN: m.LSN}, nil
 		}
-		if m.Transactional && d.adopt != "" && m.Prefix == d.adopt {
+		if m.Transactional && d.adopt != "" && d.envelope == "" && m.Prefix == d.adopt {
 			return d.adopted(m)
 		}
 		return Event{Kind: Skip}, nil
