@@ -36,6 +36,13 @@
 // Decode panic. FuzzDecode checks that, and that every message and error
 // it returns is valid UTF-8.
 //
+// Table-less outbox. After AcceptMessages(prefix) (postgres.source:
+// messages), a transactional logical message with exactly that prefix is a
+// Row whose Message comes from its content, a JSON envelope
+// (DecodeEnvelope; docs/design.md, "Table-less outbox envelope"), validated
+// as a row is; a bad envelope, or a non-transactional message with the
+// prefix, is an *Error at the message's LSN. Inserts are skipped then.
+//
 // Relation messages are cached by relation id and replaced when the server
 // sends one again (after ALTER TABLE, or on a new connection). A mapped
 // column that is missing is reported on the first row, not on the Relation
