@@ -17,7 +17,8 @@ import (
 // Names are taken as they appear in the catalog, with no case folding:
 // "public.OutboxMessages" names table OutboxMessages. A part may be
 // written in double quotes, as in SQL, when it holds a dot or a quote
-// ("public"."Outbox.Messages", a "" inside quotes standing for one "). It
+// ("public"."Outbox.Messages", a "" inside quotes standing for one "); a
+// quote inside a part that does not start with one is taken literally. It
 // returns an error wrapping invalid (the caller's sentinel) when the name
 // is empty, has an empty part, more than two parts, an unterminated quote,
 // or a part that is not a valid identifier (see Check).
@@ -86,9 +87,6 @@ func nextPart(s string) (part, after string, err error) {
 		i := strings.IndexByte(s, '.')
 		if i < 0 {
 			i = len(s)
-		}
-		if strings.Contains(s[:i], `"`) {
-			return "", "", errors.New(`has a quote inside an unquoted part; quote the whole part ("My""Table")`)
 		}
 		return s[:i], s[i:], nil
 	}
