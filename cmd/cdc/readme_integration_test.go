@@ -82,6 +82,9 @@ func TestIntegrationReadmeKafkaExampleDelivers(t *testing.T) {
 	relaytest.WaitAllDelivered(t, filepath.Join(dir, "out", "messages.jsonl"), all, 30*time.Second, p.Stderr.String)
 	var recs int
 	pgtest.Await(t, 30*time.Second, "3 records in topic outbox.order.created", func() bool {
+		if kc.PartitionInfos("outbox.order.created") == nil {
+			return false // not created yet: the sink may still be on its way
+		}
 		recs = len(kc.ReadAll(t, "outbox.order.created"))
 		return recs >= 3
 	})
