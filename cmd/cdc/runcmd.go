@@ -45,8 +45,14 @@ func runCmd(e *cmdEnv) error {
 		}
 		log.Info().Str("listen", srv.Addr).Bool("auth", cfg.HTTP.Auth != nil).Msg("http: " + paths)
 	}
-	log.Info().Int("procs", runtime.GOMAXPROCS(0)).Str("version", b.version).Str("revision", b.revisionLabel()).
-		Str("slot", cfg.Postgres.Slot).Str("table", cfg.Postgres.Table).Int("sinks", len(cfg.Sinks)).Msg("starting")
+	start := log.Info()
+	if cfg.Postgres.TableLess() {
+		start = start.Str("source", cfg.Postgres.Source).Str("prefix", cfg.Postgres.MessagePrefix)
+	} else {
+		start = start.Str("table", cfg.Postgres.Table)
+	}
+	start.Int("procs", runtime.GOMAXPROCS(0)).Str("version", b.version).Str("revision", b.revisionLabel()).
+		Str("slot", cfg.Postgres.Slot).Int("sinks", len(cfg.Sinks)).Msg("starting")
 	warnInsecure(cfg, log)
 	e.relay.ConfigPath = e.opts.config
 	return e.relay.Run(e.ctx)

@@ -40,8 +40,16 @@ type Postgres struct {
 	URL string `yaml:"url"`
 	// Table is the outbox table, schema-qualified (default public.outbox).
 	Table string `yaml:"table"`
+	// Source is where the messages come from: "table" (default), the
+	// INSERTs into Table; or "messages", a table-less outbox: the
+	// application emits each message with pg_logical_emit_message(true,
+	// MessagePrefix, envelope) in its transaction (outbox.Emit; source.go).
+	Source string `yaml:"source"`
+	// MessagePrefix is the prefix of the table-less outbox's logical
+	// messages (default walpost); only with source: messages.
+	MessagePrefix string `yaml:"message_prefix"`
 	// Publication is created FOR TABLE <table> WITH (publish = 'insert')
-	// when missing (default walpost_outbox).
+	// when missing, empty with source: messages (default walpost_outbox).
 	Publication string `yaml:"publication"`
 	// Slot is the pgoutput logical replication slot (default walpost_outbox).
 	Slot string `yaml:"slot"`
@@ -65,6 +73,16 @@ type Postgres struct {
 	// ReconnectBackoff is the longest wait between reconnect attempts
 	// (default 30s; attempts start at 250ms and double).
 	ReconnectBackoff Duration `yaml:"reconnect_backoff"`
+	// StandbyPoll is how often an instance waiting for the slot (a hot
+	// standby: another process holds it) tries to take it, jittered by
+	// ±25% (default 1s; 100ms to 1m). Each try opens a replication
+	// connection.
+	StandbyPoll Duration `yaml:"standby_poll"`
+	// FailoverSlot makes cdc init create the slot with failover = true
+	// (PostgreSQL 17+), so that standbys with sync_replication_slots = on
+	// keep a copy a promoted standby streams from; refused by cdc init and
+	// cdc run on older servers, and checked by cdc run (default false).
+	FailoverSlot bool `yaml:"failover_slot"`
 }
 
 // Policy says what happens to a row that cannot be mapped (relay.on_invalid)
@@ -163,6 +181,9 @@ type Relay struct {
 	// RetryBackoff is the longest wait between two attempts of a batch that
 	// a sink failed to publish (default 30s; attempts start at 100ms).
 	RetryBackoff Duration `yaml:"retry_backoff"`
+	// Retention, when set, deletes delivered outbox rows older than its
+	// keep (retention.go; docs/design.md, "Retention"). Off by default.
+	Retention *Retention `yaml:"retention"`
 }
 
 // Route selects the messages a sink receives by type, with path.Match globs.
@@ -341,6 +362,7 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 // SetDefaults fills every unset field with its default.
 func (c *Config) SetDefaults() {
 	p := &c.Postgres
+	c.setSourceDefaults()
 	def(&p.Table, "public.outbox")
 	def(&p.Publication, "walpost_outbox")
 	def(&p.Slot, "walpost_outbox")
@@ -355,6 +377,9 @@ func (c *Config) SetDefaults() {
 	}
 	if p.ReconnectBackoff == 0 {
 		p.ReconnectBackoff = Duration(30 * time.Second)
+	}
+	if p.StandbyPoll == 0 {
+		p.StandbyPoll = Duration(time.Second)
 	}
 	if parts, err := sqlident.Split(p.Table); err == nil && len(parts) == 1 {
 		p.Table = "public." + p.Table
@@ -392,6 +417,7 @@ func (c *Config) SetDefaults() {
 	if r.RetryBackoff == 0 {
 		r.RetryBackoff = Duration(30 * time.Second)
 	}
+	c.setRetentionDefaults()
 	def(&c.Log.Level, "info")
 	def(&c.Log.Format, "json")
 }

@@ -29,7 +29,7 @@ var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // environment variables, as connecting will.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{
-		c.validatePostgres, c.validateColumns, c.validateRelay, c.validateSinks, c.validateHTTP, c.validateLog,
+		c.validatePostgres, c.validateSource, c.validateColumns, c.validateRelay, c.validateRetention, c.validateSinks, c.validateHTTP, c.validateLog,
 		c.validateColumnsDistinct, c.validateSinkNamesDistinct,
 	} {
 		if err := check(); err != nil {
@@ -83,6 +83,9 @@ func (c *Config) validatePostgres() error {
 	}
 	if p.StatusInterval.D() < 100*time.Millisecond {
 		return c.fail("postgres.status_interval", "%v is under 100ms", p.StatusInterval.D())
+	}
+	if d := p.StandbyPoll.D(); d < 100*time.Millisecond || d > time.Minute {
+		return c.fail("postgres.standby_poll", "%v is not between 100ms and 1m", d)
 	}
 	if p.HeartbeatInterval != nil && p.HeartbeatInterval.D() < 0 {
 		return c.fail("postgres.heartbeat_interval", "%v is negative (0 disables the heartbeat)", p.HeartbeatInterval.D())

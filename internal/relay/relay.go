@@ -51,6 +51,7 @@ import (
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/sentat"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -66,6 +67,9 @@ type Relay struct {
 	// sentStmt is the UPDATE that fills in columns.sent_at (from the
 	// check), "" when it is not mapped.
 	sentStmt string
+	// retention deletes delivered rows (relay.retention; from the check),
+	// nil when it is off.
+	retention *retention.Job
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -99,7 +103,8 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 
 // TargetOf derives the replication target from the config.
 func TargetOf(cfg *config.Config) replication.Target {
-	return replication.Target{Outbox: cfg.Outbox(), Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot}
+	return replication.Target{Outbox: cfg.Outbox(), Publication: cfg.Postgres.Publication, Slot: cfg.Postgres.Slot,
+		TableLess: cfg.Postgres.TableLess()}
 }
 
 // Close releases what New made (nothing today: sinks are opened and
@@ -130,11 +135,13 @@ func (e restart) Unwrap() error { return e.error }
 // package documentation for the cycles it runs.
 func (r *Relay) Run(ctx context.Context) error {
 	retry := backoff.New(replication.BackoffStart, r.cfg.Postgres.ReconnectBackoff.D())
+	held := false // a cycle streamed: the slot existed where this process streamed
 	for {
 		streamed, err := r.cycle(ctx)
+		held = held || streamed
 		var re restart
 		if !errors.As(err, &re) {
-			return err
+			return r.explainMissingSlot(err, held)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -174,7 +181,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	stream := replication.NewStream(replication.StreamOptions{
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
-		Drained: drained, Log: r.log,
+		SlotPoll: cfg.Postgres.StandbyPoll.D(), Drained: drained, Log: r.log,
 	}, confirmer)
 	r.setStream(stream, nil, false)
 	if err := stream.Acquire(ctx); err != nil {
@@ -232,12 +239,20 @@ func (r *Relay) check(ctx context.Context) error {
 	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
 		return err
 	}
+	if r.cfg.Postgres.FailoverSlot {
+		if err := replication.CheckFailoverSlot(ctx, conn, r.target.Slot); err != nil {
+			return err
+		}
+	}
 	if r.target.Outbox.Columns.Has(layout.SentAt) {
 		if r.sentStmt, err = sentat.Check(ctx, conn, r.target.Outbox); err != nil {
 			return err
 		}
 	}
-	return store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters())
+	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters()); err != nil {
+		return err
+	}
+	return r.checkRetention(ctx, conn)
 }
 
 // slotState is what a relay holding the slot reads of it.
@@ -387,6 +402,9 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	if marker != nil {
 		g.Go(func() error { return marker.Run(sd.read, sentAtInterval) })
 	}
+	if job := r.retention; job != nil {
+		g.Go(func() error { return job.Run(sd.read) }) // off the hot path; never stops the relay
+	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
 		return replication.RunHeartbeat(sd.read, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
@@ -439,9 +457,14 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *publish.Window,
 }
 
 // newDecoder returns the decoder of cfg's outbox, which also reads the
-// rows `cdc init --adopt` emitted for its slot.
+// rows `cdc init --adopt` emitted for its slot; for a table-less outbox,
+// the decoder of its envelopes.
 func newDecoder(cfg *config.Config) *decoder.Decoder {
 	d := decoder.New(cfg.Outbox())
+	if cfg.Postgres.TableLess() {
+		d.AcceptMessages(cfg.Postgres.MessagePrefix)
+		return d
+	}
 	d.AcceptAdopted(decoder.AdoptPrefix(cfg.Postgres.Slot))
 	return d
 }

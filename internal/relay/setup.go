@@ -11,6 +11,7 @@ import (
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/store"
 	"github.com/walpost/walpost/outbox"
 )
@@ -42,6 +43,13 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	}
 	defer conn.Close(context.Background())
 	t := TargetOf(cfg)
+	if opts.Adopt && t.TableLess {
+		return errors.New("--adopt hands the unsent rows of an outbox table to the stream; postgres.source: messages has no table: run cdc init without --adopt")
+	}
+	slotOpts, err := failoverSlotOptions(ctx, conn, cfg, opts)
+	if err != nil {
+		return err // before anything is created
+	}
 	if err := ensureTable(ctx, conn, cfg, t, report); err != nil {
 		return err
 	}
@@ -60,7 +68,7 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		}
 		report(fmt.Sprintf("slot %s: created; %d unsent row(s) of %s adopted: cdc run relays them first, once", t.Slot, n, t.Outbox))
 	} else {
-		info, created, err := replication.EnsureSlot(ctx, conn, t.Slot)
+		info, created, err := replication.EnsureSlotWith(ctx, conn, t.Slot, slotOpts)
 		if err != nil {
 			return err
 		}
@@ -70,10 +78,21 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	for _, res := range results {
 		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
 	}
+	if s := retention.SettingsOf(cfg); s != nil && err == nil {
+		res, err := retention.Setup(ctx, conn, *s) // relay.retention's marks
+		if err != nil {
+			return err
+		}
+		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
+	}
 	return err
 }
 
 func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t replication.Target, report func(string)) error {
+	if t.TableLess {
+		report(fmt.Sprintf("postgres.source messages: no outbox table; the application emits prefix %q (outbox.Emit)", cfg.Postgres.MessagePrefix))
+		return nil
+	}
 	exists, err := store.TableExists(ctx, conn, t.QualifiedTable())
 	if err != nil {
 		return err

@@ -18,6 +18,9 @@ type Target struct {
 	Outbox      layout.Table
 	Publication string
 	Slot        string
+	// TableLess: postgres.source is messages; there is no outbox table
+	// (Outbox is unused) and the publication is empty (messages.go).
+	TableLess bool
 }
 
 // QualifiedTable returns the quoted schema.table.
@@ -56,6 +59,9 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	if !super && !repl {
 		return fmt.Errorf("%w: role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION as a superuser (and allow it a replication connection in pg_hba.conf)",
 			ErrPrivileges, role, pgx.Identifier{role}.Sanitize())
+	}
+	if t.TableLess {
+		return checkMessagesServer(ctx, conn)
 	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.QualifiedTable()).Scan(&exists); err != nil {
@@ -108,6 +114,9 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, t Target) error {
 	if err != nil {
 		return fmt.Errorf("reading publication %q: %w", t.Publication, err)
 	}
+	if t.TableLess {
+		return nil // any publication carries logical messages
+	}
 	var covered bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)",
 		t.Publication, t.Outbox.Schema, t.Outbox.Name).Scan(&covered); err != nil {
@@ -130,6 +139,9 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, t Target) (created b
 	}
 	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
 		pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
+	if t.TableLess {
+		sql = "CREATE PUBLICATION " + pgx.Identifier{t.Publication}.Sanitize() // empty: pgoutput needs one by name
+	}
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return false, explain(fmt.Errorf("creating publication %q: %w", t.Publication, err))
 	}
@@ -223,11 +235,16 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, erro
 // one uses pgoutput in this database (`cdc init`). It returns the slot's
 // state.
 func EnsureSlot(ctx context.Context, conn *pgx.Conn, slot string) (info SlotInfo, created bool, err error) {
+	return EnsureSlotWith(ctx, conn, slot, SlotOptions{})
+}
+
+// EnsureSlotWith is EnsureSlot creating the slot with opts.
+func EnsureSlotWith(ctx context.Context, conn *pgx.Conn, slot string, opts SlotOptions) (info SlotInfo, created bool, err error) {
 	info, err = CheckSlot(ctx, conn, slot)
 	if !errors.Is(err, ErrSlotMissing) {
 		return info, false, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+	if _, err := conn.Exec(ctx, createSlotSQL(opts), slot); err != nil {
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // 42710: made meanwhile by another instance
 			return info, false, explain(fmt.Errorf("creating replication slot %q: %w", slot, err))

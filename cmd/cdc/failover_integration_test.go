@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+	"github.com/walpost/walpost/internal/tcpproxy"
+)
+
+// startCluster starts a throwaway cluster of the test's own with extra
+// postgresql.conf lines, closed when the test ends.
+func startCluster(t *testing.T, settings ...string) *pgtest.Cluster {
+	t.Helper()
+	c, err := pgtest.Start(pgtest.Options{Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// pollWaits returns the waits (retry_in) a standby logged between its
+// tries of a held slot.
+func pollWaits(t *testing.T, stderr string) []time.Duration {
+	t.Helper()
+	var waits []time.Duration
+	sc := bufio.NewScanner(strings.NewReader(stderr))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Msg     string  `json:"message"`
+			RetryIn float64 `json:"retry_in"` // zerolog: milliseconds
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "slot still held; polling it again" {
+			waits = append(waits, time.Duration(l.RetryIn*float64(time.Millisecond)))
+		}
+	}
+	return waits
+}
+
+// TestIntegrationStandbyPollsAtTheConfiguredIntervalAndTakesOverAfterKill9:
+// with postgres.standby_poll: 300ms the waiting instance tries the slot
+// every 225–375 ms (jitter ±25%), and after a kill -9 of the active one it
+// delivers within that poll plus a margin: well under the 10 s target.
+// Nothing committed is lost.
+func TestIntegrationStandbyPollsAtTheConfiguredIntervalAndTakesOverAfterKill9(t *testing.T) {
+	const poll = 300 * time.Millisecond
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "relay: {batch_size: 50}")
+	addPostgres(t, cfg, "standby_poll: "+poll.String())
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	prod := ob.StartProducer(t, 8, 2*time.Millisecond)
+	active := startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(out) > 100 }) {
+		t.Fatalf("the first instance did not deliver\n%s", active.stderr.String())
+	}
+	standby := startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return len(pollWaits(t, standby.stderr.String())) >= 5 }) {
+		t.Fatalf("the standby did not poll the held slot 5 times\n%s", standby.stderr.String())
+	}
+	for _, w := range pollWaits(t, standby.stderr.String()) {
+		if w < poll*3/4 || w > poll*5/4 {
+			t.Errorf("the standby waited %v between tries, want %v ±25%%", w, poll)
+		}
+	}
+	atKill := relaytest.CountLines(out)
+	active.kill9(t)
+	killed := time.Now()
+	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(out) > atKill }) {
+		t.Fatalf("the standby did not deliver within 30 s of the kill\n%s", standby.stderr.String())
+	}
+	takeover := time.Since(killed)
+	prod.Stop()
+	committed := prod.Committed(t, conn)
+	pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) })
+	r := relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, out))
+	t.Logf("standby_poll %v: kill -9 of the active instance → first delivery by the standby: %v; %d committed, %d duplicates",
+		poll, takeover.Round(time.Millisecond), r.Committed, r.Duplicates)
+	if bound := poll*5/4 + 2*time.Second; takeover > bound {
+		t.Errorf("takeover took %v, want under %v (one poll and a margin)", takeover, bound)
+	}
+}
+
+// TestIntegrationNetworkCutTakeoverIsBoundedByWalSenderTimeout: the active
+// instance reaches Postgres through a proxy that is frozen (no byte, FIN
+// or RST passes either way: a lost network, not a dead process). The
+// server keeps the slot active until its WAL sender has heard nothing for
+// wal_sender_timeout; only then can the standby (on its own path to the
+// server) take it. The takeover is measured and must lie between
+// wal_sender_timeout minus one status interval (the relay's last status
+// update before the cut) and wal_sender_timeout + one poll + a margin.
+// When the network comes back, the old active instance finds the slot
+// held, closes its sinks and waits as a standby. Nothing committed is
+// lost. WALPOST_TEST_WAL_SENDER_TIMEOUT=60s measures PostgreSQL's default.
+func TestIntegrationNetworkCutTakeoverIsBoundedByWalSenderTimeout(t *testing.T) {
+	timeout, poll, status := 5*time.Second, 500*time.Millisecond, time.Second // status: ob.Config's status_interval
+	if v := os.Getenv("WALPOST_TEST_WAL_SENDER_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timeout = d
+	}
+	c := startCluster(t, fmt.Sprintf("wal_sender_timeout = %dms", timeout.Milliseconds()))
+	url := c.URL("postgres")
+	ob := relaytest.NewOutbox(t, url)
+	proxy, err := tcpproxy.New(fmt.Sprintf("127.0.0.1:%d", c.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	viaProxy := ob
+	viaProxy.URL = strings.Replace(url, fmt.Sprintf("127.0.0.1:%d", c.Port), proxy.Addr(), 1)
+	dir := t.TempDir()
+	activeOut, standbyOut := filepath.Join(dir, "active.jsonl"), filepath.Join(dir, "standby.jsonl")
+	activeCfg := viaProxy.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", activeOut), "relay: {batch_size: 50}")
+	standbyCfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", standbyOut), "relay: {batch_size: 50}")
+	addPostgres(t, standbyCfg, "standby_poll: "+poll.String())
+	cdcInit(t, standbyCfg)
+	conn := pgtest.Connect(t, url)
+	prod := ob.StartProducer(t, 8, 5*time.Millisecond)
+	active := startCDC(t, "run", "--config", activeCfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(activeOut) > 50 }) {
+		t.Fatalf("the active instance did not deliver\n%s", active.stderr.String())
+	}
+	standby := startCDC(t, "run", "--config", standbyCfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "held by another process") }) {
+		t.Fatalf("the standby did not wait for the slot\n%s", standby.stderr.String())
+	}
+	logAtCut := len(active.stderr.String())
+	proxy.Freeze()
+	cut := time.Now()
+	if !pgtest.WaitFor(timeout+60*time.Second, func() bool { return relaytest.CountLines(standbyOut) > 0 }) {
+		t.Fatalf("the standby did not deliver within wal_sender_timeout + 60 s of the cut\n%s", standby.stderr.String())
+	}
+	takeover := time.Since(cut)
+	noticed := strings.Contains(active.stderr.String()[logAtCut:], "replication connection lost")
+	t.Logf("wal_sender_timeout %v, standby_poll %v: network cut of the active instance → first delivery by the standby: %v (the active instance noticed the cut by then: %v)",
+		timeout, poll, takeover.Round(time.Millisecond), noticed)
+	if low, high := timeout-status-500*time.Millisecond, timeout+poll*5/4+3*time.Second; takeover < low || takeover > high {
+		t.Errorf("takeover took %v, want between %v and %v (governed by wal_sender_timeout)", takeover, low, high)
+	}
+	proxy.Thaw()
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		return strings.Contains(active.stderr.String()[logAtCut:], "sinks closed; waiting for the slot again")
+	}) {
+		t.Fatalf("once the network was back, the old active instance did not close its sinks and wait:\n%s", active.stderr.String()[logAtCut:])
+	}
+	prod.Stop()
+	committed := prod.Committed(t, conn)
+	lines := func() []relaytest.Line {
+		return append(relaytest.ReadLines(t, activeOut), relaytest.ReadLines(t, standbyOut)...)
+	}
+	pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, lines()) })
+	r := relaytest.CheckDelivered(t, "file", committed, lines())
+	t.Logf("%d committed, %d duplicates", r.Committed, r.Duplicates)
+}
+
+// TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone: what the
+// README recommends to shorten a takeover after a network cut without
+// changing the server's default: wal_sender_timeout is a per-session
+// setting (PostgreSQL 12+), so ALTER ROLE … SET applies it to the relay's
+// replication connections only.
+func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
+	url := pgtest.URL(t)
+	role := pgtest.Name(t, "r")
+	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN REPLICATION", "ALTER ROLE "+role+" SET wal_sender_timeout = '7s'")
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+role) })
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	repl, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repl.Close(ctx)
+	res := repl.PgConn().Exec(ctx, "SHOW wal_sender_timeout")
+	results, err := res.ReadAll()
+	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 {
+		t.Fatalf("SHOW wal_sender_timeout on a replication connection: %v %v", results, err)
+	}
+	if got := string(results[0].Rows[0][0]); got != "7s" {
+		t.Fatalf("wal_sender_timeout on the role's replication connection: %s, want 7s", got)
+	}
+	var def string
+	pgtest.Connect(t, url).QueryRow(ctx, "SHOW wal_sender_timeout").Scan(&def)
+	if def == "7s" {
+		t.Fatal("the setting leaked to other roles")
+	}
+}
+
+// TestIntegrationFailoverSlotIsRefusedBeforePostgres17: with
+// postgres.failover_slot: true, cdc init refuses a server older than
+// PostgreSQL 17 before it creates anything, and cdc run refuses to stream
+// from a slot that cannot survive a failover. (On PostgreSQL 17+ the slot
+// is created with failover = true; these machines run 15.)
+func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
+	url := pgtest.URL(t)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+	var version int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	ob := relaytest.NewOutbox(t, url)
+	cfg := ob.Config(t, "  - {name: out, kind: stdout}", "")
+	addPostgres(t, cfg, "failover_slot: true")
+	exists := func(q, name string) bool {
+		var n int
+		if err := conn.QueryRow(ctx, q, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	const slotQ, pubQ = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", "SELECT count(*) FROM pg_publication WHERE pubname = $1"
+	p := startCDC(t, "init", "--config", cfg)
+	code := p.wait(60 * time.Second)
+	if version >= 170000 {
+		var failover bool
+		if code != 0 || conn.QueryRow(ctx, "SELECT failover FROM pg_replication_slots WHERE slot_name = $1", ob.Slot).Scan(&failover) != nil || !failover {
+			t.Fatalf("PostgreSQL %d: cdc init exited %d, failover %v\n%s", version, code, failover, p.stderr.String())
+		}
+		return
+	}
+	plainError(t, "init", p.stderr.String(), "failover slots need PostgreSQL 17 or later: postgres.failover_slot is true but this server is PostgreSQL")
+	if code != 1 || exists(slotQ, ob.Slot) || exists(pubQ, ob.Publication) {
+		t.Fatalf("cdc init exited %d; slot created %v, publication created %v (want 1, nothing created)", code, exists(slotQ, ob.Slot), exists(pubQ, ob.Publication))
+	}
+	// A slot made without failover_slot, then the key turned on: cdc run
+	// refuses it rather than stream from a slot the standbys do not have.
+	plain := ob.Config(t, "  - {name: out, kind: stdout}", "")
+	cdcInit(t, plain)
+	p = startCDC(t, "run", "--config", cfg)
+	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "failover slots need PostgreSQL 17 or later") {
+		t.Fatalf("cdc run with failover_slot on PostgreSQL %d exited %d:\n%s", version, code, p.stderr.String())
+	}
+}
+
+// TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation: the
+// relay streams from a primary whose physical replica (pg_basebackup: no
+// slots) is in postgres.url as the second host (target_session_attrs=
+// read-write). The primary stops, the replica is promoted, the relay
+// reconnects to it and finds no slot there: it stops (exit 1) explaining
+// the failover, what may be lost and what to do, and creates no slot. A
+// relay started afterwards on the promoted server (it never streamed in
+// that process) tells the same from what the server holds: the progress
+// table's positions of the slot and timeline 2.
+func TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation(t *testing.T) {
+	primary := startCluster(t)
+	replica, err := primary.StartReplica()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	ob := relaytest.NewOutbox(t, primary.URL("postgres"))
+	both := ob
+	both.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, replica.Port)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := both.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
+	addPostgres(t, cfg, "reconnect_backoff: 1s")
+	cdcInit(t, cfg)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, primary.URL("postgres"))
+	p := startCDC(t, "run", "--config", cfg)
+	first := relaytest.NewMsg("t", "k", 1)
+	ob.InsertTx(t, conn, first)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	onReplica := pgtest.Connect(t, replica.URL("postgres"))
+	count := func(q string, args ...any) int {
+		var n int
+		if err := onReplica.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		return count("SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1", ob.Slot) > 0
+	}) {
+		t.Fatal("the sink's progress did not reach the replica")
+	}
+	if err := primary.Stop("fast"); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	const slotQ = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1"
+	server := fmt.Sprintf("does not exist on the server at 127.0.0.1:%d", replica.Port)
+	wants := []string{server, "failover to a server the slot was not synchronized to", "walpost never creates a slot by itself",
+		"cdc init --config " + cfg, "cdc replay --config " + cfg, "postgres.failover_slot: true"}
+	check := func(p *proc, evidence ...string) {
+		t.Helper()
+		if code := p.wait(90 * time.Second); code != 1 {
+			t.Fatalf("cdc run exited %d, want 1:\n%s", code, p.stderr.String())
+		}
+		for _, w := range append(wants, evidence...) {
+			if !strings.Contains(p.stderr.String(), w) {
+				t.Errorf("cdc run's error lacks %q:\n%s", w, p.stderr.String())
+			}
+		}
+		if n := count(slotQ, ob.Slot); n != 0 {
+			t.Fatalf("a slot was created on the promoted server")
+		}
+	}
+	check(p, "this process was streaming from it until its connection was lost")
+	t.Logf("the relay that streamed:\n%s", lastLine(p.stderr.String()))
+	again := startCDC(t, "run", "--config", cfg)
+	check(again, "walpost_sink_progress records what sinks acknowledged from it (out at ", "this server is on timeline 2")
+	if strings.Contains(again.stderr.String(), "this process was streaming") {
+		t.Errorf("a new process claims it streamed:\n%s", again.stderr.String())
+	}
+}
+
+// lastLine returns s's last non-empty line.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestIntegrationRunNeverCreatesTheSlot: cdc run on a database whose slot
+// is missing stops (exit 1) and creates nothing. Where nothing says a
+// relay ever streamed from it, it only asks for cdc init; once the
+// progress table holds the slot's positions (a relay streamed, then the
+// slot was dropped), it explains that messages may be lost and how to
+// re-send them.
+func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
+	url, ob, out, cfg := fileOutbox(t, "")
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+	slotCount := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", ob.Slot).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
+	p := startCDC(t, "run", "--config", cfg)
+	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "run 'cdc init'") ||
+		strings.Contains(p.stderr.String(), "failover") || slotCount() != 0 {
+		t.Fatalf("never streamed: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.stderr.String())
+	}
+	cdcInit(t, cfg)
+	p = startCDC(t, "run", "--config", cfg)
+	first := relaytest.NewMsg("t", "k", 1)
+	ob.InsertTx(t, conn, first)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		var n int
+		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1", ob.Slot).Scan(&n)
+		return n > 0
+	}) {
+		t.Fatal("no sink progress saved")
+	}
+	p.cmd.Process.Signal(os.Interrupt)
+	if code := p.wait(60 * time.Second); code != 0 {
+		t.Fatalf("cdc run exited %d on SIGINT", code)
+	}
+	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
+	p = startCDC(t, "run", "--config", cfg)
+	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "walpost never creates a slot by itself") ||
+		!strings.Contains(p.stderr.String(), "records what sinks acknowledged from it") || slotCount() != 0 {
+		t.Fatalf("after streaming: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.stderr.String())
+	}
+}

@@ -1,0 +1,87 @@
+package config
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// The sources of outbox messages (postgres.source).
+const (
+	// SourceTable: the messages are the INSERTs into postgres.table.
+	SourceTable = "table"
+	// SourceMessages: a table-less outbox. The application writes no row;
+	// in its transaction it calls pg_logical_emit_message(true,
+	// postgres.message_prefix, envelope) (outbox.Emit), and walpost relays
+	// the envelope (docs/design.md, "Table-less outbox").
+	SourceMessages = "messages"
+)
+
+// DefaultMessagePrefix is postgres.message_prefix's default.
+const DefaultMessagePrefix = "walpost"
+
+// reservedPrefixes are the starts of the logical message prefixes walpost
+// itself writes: the heartbeat (decoder.HeartbeatPrefix) and cdc init
+// --adopt (decoder.AdoptPrefix). A table-less outbox's prefix may not
+// start with them.
+var reservedPrefixes = []string{"walpost_heartbeat", "walpost.adopt."}
+
+// TableLess reports whether the outbox is table-less (postgres.source:
+// messages): no outbox table, columns: unused, an empty publication.
+func (p Postgres) TableLess() bool { return p.Source == SourceMessages }
+
+// setSourceDefaults fills postgres.source and, for a table-less outbox,
+// postgres.message_prefix.
+func (c *Config) setSourceDefaults() {
+	p := &c.Postgres
+	def(&p.Source, SourceTable)
+	if p.Source == SourceMessages {
+		def(&p.MessagePrefix, DefaultMessagePrefix)
+	}
+}
+
+// validateSource checks postgres.source and postgres.message_prefix, and
+// refuses, for a table-less outbox, the settings that only a table has
+// when they are set (in the file or by a CDC_* variable): they would do
+// nothing, and their presence suggests the table is read.
+func (c *Config) validateSource() error {
+	p := c.Postgres
+	switch p.Source {
+	case SourceTable:
+		if c.isSet("postgres.message_prefix") {
+			return c.fail("postgres.message_prefix", "only used with postgres.source: messages (postgres.source is table)")
+		}
+		return nil
+	case SourceMessages:
+	default:
+		return c.fail("postgres.source", "%s is not %s or %s", c.q("postgres.source", p.Source), SourceTable, SourceMessages)
+	}
+	const field = "postgres.message_prefix"
+	switch pre := p.MessagePrefix; {
+	case pre == "":
+		return c.fail(field, "empty (the prefix the application passes to pg_logical_emit_message; default walpost)")
+	case !utf8.ValidString(pre) || strings.ContainsRune(pre, 0):
+		return c.fail(field, "%s is not text PostgreSQL can pass as a prefix (invalid UTF-8 or a NUL)", c.q(field, pre))
+	}
+	for _, r := range reservedPrefixes {
+		if strings.HasPrefix(p.MessagePrefix, r) {
+			return c.fail(field, "%s starts with %q, which walpost's own messages use; choose another prefix", c.q(field, p.MessagePrefix), r)
+		}
+	}
+	for _, f := range []string{"postgres.table", "columns", "relay.retention"} {
+		if c.isSet(f) {
+			return c.fail(f, "not used with postgres.source: messages (a table-less outbox: the envelopes carry every field and there is no table); remove it")
+		}
+	}
+	return nil
+}
+
+// isSet reports whether the setting at field, or one under it, was given
+// in the file or by a CDC_* variable.
+func (c *Config) isSet(field string) bool {
+	for p := range c.src {
+		if p == field || strings.HasPrefix(p, field+".") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,26 @@
+package relay
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/retention"
+)
+
+// checkRetention prepares relay.retention's job, when it is on, checking
+// what it needs of the server (docs/design.md, "Retention"). The job runs
+// beside the pipeline while the relay holds the slot (streamCycle).
+func (r *Relay) checkRetention(ctx context.Context, conn *pgx.Conn) error {
+	r.retention = nil
+	s := retention.SettingsOf(r.cfg)
+	if s == nil {
+		return nil
+	}
+	job := retention.New(r.cfg.Postgres.URL, *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
+	if err := job.Check(ctx, conn); err != nil {
+		return err
+	}
+	r.retention = job
+	return nil
+}
