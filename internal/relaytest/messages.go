@@ -36,20 +36,7 @@ func NewMessagesOutbox(t testing.TB, url string) MessagesOutbox {
 	name := pgtest.Name(t, "mo")
 	mo := MessagesOutbox{URL: url, Publication: name, Slot: name, Prefix: "app." + name, State: "public." + name + "_state"}
 	pgtest.Exec(t, url, "CREATE TABLE "+mo.State+" (seq bigserial PRIMARY KEY, id uuid NOT NULL, type text NOT NULL, key text, payload jsonb NOT NULL)")
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			return
-		}
-		defer conn.Close(ctx)
-		pgtest.WaitFor(10e9, func() bool {
-			_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", mo.Slot)
-			return err == nil
-		})
-		conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+mo.Publication)
-		conn.Exec(ctx, "DROP TABLE IF EXISTS "+mo.State)
-	})
+	dropAtEnd(t, url, mo.Slot, mo.Publication, mo.State)
 	return mo
 }
 
@@ -152,24 +139,5 @@ func (mo MessagesOutbox) EmitSeqTx(t testing.TB, conn *pgx.Conn, n, keys int, ro
 // is the truth), for CheckDelivered.
 func (mo MessagesOutbox) Committed(t testing.TB, conn *pgx.Conn) map[string]Seq {
 	t.Helper()
-	rows, err := conn.Query(context.Background(), "SELECT id::text, payload::text FROM "+mo.State+" WHERE type = 'torture'")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]Seq{}
-	for rows.Next() {
-		var id, payload string
-		if err := rows.Scan(&id, &payload); err != nil {
-			t.Fatal(err)
-		}
-		var s Seq
-		if err := json.Unmarshal([]byte(payload), &s); err != nil {
-			t.Fatal(err)
-		}
-		out[id] = s
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return committedIn(t, conn, mo.State)
 }

@@ -116,7 +116,14 @@ func (p *Producer) Attempts() (tries, failed int) {
 // truth, whatever an attempt's error said), in commit order per key.
 func (p *Producer) Committed(t testing.TB, conn *pgx.Conn) map[string]Seq {
 	t.Helper()
-	rows, err := conn.Query(context.Background(), "SELECT id::text, payload::text FROM "+p.ob.Table+" WHERE type = 'torture'")
+	return committedIn(t, conn, p.ob.Table)
+}
+
+// committedIn reads the "torture" messages of table (an outbox, or a
+// table-less outbox's state table): id, and the Seq in their payload.
+func committedIn(t testing.TB, conn *pgx.Conn, table string) map[string]Seq {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), "SELECT id::text, payload::text FROM "+table+" WHERE type = 'torture'")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,13 @@ func NewOutbox(t testing.TB, url string) Outbox {
 	name := pgtest.Name(t, "ob")
 	ob := Outbox{URL: url, Table: "public." + name, Publication: name, Slot: name}
 	pgtest.Exec(t, url, outbox.DDL(ob.Table))
+	dropAtEnd(t, url, ob.Slot, ob.Publication, ob.Table)
+	return ob
+}
+
+// dropAtEnd drops the slot (waiting for a relay to let go of it), the
+// publication and the table when the test ends.
+func dropAtEnd(t testing.TB, url, slot, publication, table string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		conn, err := pgx.Connect(ctx, url)
@@ -49,13 +56,12 @@ func NewOutbox(t testing.TB, url string) Outbox {
 		defer conn.Close(ctx)
 		// The relay may still be letting go of the slot.
 		pgtest.WaitFor(10e9, func() bool {
-			_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", ob.Slot)
+			_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
 			return err == nil
 		})
-		conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+ob.Publication)
-		conn.Exec(ctx, "DROP TABLE IF EXISTS "+ob.Table)
+		conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+publication)
+		conn.Exec(ctx, "DROP TABLE IF EXISTS "+table)
 	})
-	return ob
 }
 
 // Config writes a config file for ob with the given sinks YAML (a list,
