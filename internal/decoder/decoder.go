@@ -257,7 +257,7 @@ func (d *Decoder) adopted(m *pglogrepl.LogicalDecodingMessage) (Event, error) {
 		}
 	}
 	rel.bad = checkTypes(rel, d.m.Columns)
-	msg, err := d.row(rel, m.LSN, vals, nulls)
+	msg, err := d.row(rel, m.LSN, vals, nulls, false)
 	if err != nil {
 		return Event{}, err
 	}
@@ -272,6 +272,26 @@ func (d *Decoder) InTransaction() bool { return d.tx.open }
 // error wrapping ErrProtocol for malformed bytes. Messages returned do not
 // alias data.
 func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
+	return d.decode(walStart, data, false)
+}
+
+// DecodeOwned is Decode for data that the caller hands over: it must not
+// read, modify or reuse data afterwards. In return a large message is not
+// held twice: a payload of at least aliasMin bytes is data's own bytes
+// rather than a copy (a bytea payload is decoded from hex over its own
+// text), so the message keeps data alive. Smaller payloads are copied, so
+// that a small message does not keep a larger buffer that data may be part
+// of alive. An *Error's Row holds the values as sent, as with Decode.
+func (d *Decoder) DecodeOwned(walStart pglogrepl.LSN, data []byte) (Event, error) {
+	return d.decode(walStart, data, true)
+}
+
+// aliasMin is the size from which DecodeOwned keeps a payload in the
+// caller's buffer instead of copying it (a variable for the fuzz target,
+// which sets it to 0).
+var aliasMin = 64 << 10
+
+func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event, error) {
 	if len(data) == 0 {
 		return Event{}, fmt.Errorf("%w: empty message at %s", ErrProtocol, walStart)
 	}
@@ -280,7 +300,7 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (Event, error) {
 		if d.envelope != "" {
 			return Event{Kind: Skip}, nil // a table-less outbox: table rows are not messages
 		}
-		return d.insert(walStart, data)
+		return d.insert(walStart, data, owned)
 	case 'B':
 		m, err := parse[*pglogrepl.BeginMessage](walStart, data)
 		if err != nil {
@@ -505,7 +525,7 @@ func checkTypes(r *relation, names layout.Columns) error {
 // insert decodes 'I' relid(4) 'N' tupledata by hand: pglogrepl's TupleData
 // allocates and copies every column, and this is the hot path. It checks
 // every length against data: no input makes it index out of range.
-func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
+func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte, owned bool) (Event, error) {
 	if len(data) < 8 {
 		return Event{}, fmt.Errorf("%w: short Insert at %s (%d bytes)", ErrProtocol, lsn, len(data))
 	}
@@ -557,14 +577,16 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte) (Event, error) {
 			}
 		}
 	}
-	msg, err := d.row(rel, lsn, vals, nulls)
+	msg, err := d.row(rel, lsn, vals, nulls, owned)
 	if err != nil {
 		return Event{}, err
 	}
 	return Event{Kind: Row, Msg: msg, LSN: lsn, CommitLSN: d.tx.commitLSN}, nil
 }
 
-func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool) (*message.Message, error) {
+// row maps an outbox row's values to a message. owned: the values' bytes
+// are the decoder's (DecodeOwned), and a large payload may alias them.
+func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool, owned bool) (*message.Message, error) {
 	id := ""
 	if rel.idx[colID] >= 0 && vals[colID] != nil && utf8.Valid(vals[colID]) {
 		id = string(vals[colID])
@@ -594,11 +616,15 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]
 	if err := d.fill(m, rel, vals, nulls); err != nil {
 		return invalid(err, false)
 	}
+	// The row is good: only now may its bytes change (a bytea payload
+	// decoded in place), since an invalid row's Row keeps them as sent.
+	setPayload(m, rel.oid[colPayload], vals[colPayload], owned)
 	return m, nil
 }
 
-// fill checks the row's values and sets m's fields from them; m.ID is set
-// already. Its error says what is wrong with the row.
+// fill checks the row's values and sets m's fields from them, but for
+// the payload (setPayload); m.ID is set already. Its error says what is
+// wrong with the row.
 func (d *Decoder) fill(m *message.Message, rel *relation, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool) error {
 	// text returns the error for a text value of role that is not valid
 	// UTF-8: raw bytes would reach the sinks, or be replaced by U+FFFD.
@@ -638,7 +664,7 @@ func (d *Decoder) fill(m *message.Message, rel *relation, vals [layout.NumRoles]
 	if nulls[colPayload] || vals[colPayload] == nil {
 		return errors.New("payload is NULL")
 	}
-	if err := payload(m, rel.oid[colPayload], vals[colPayload], text); err != nil {
+	if err := checkPayload(rel.oid[colPayload], vals[colPayload], text); err != nil {
 		return err
 	}
 	if rel.idx[colHeaders] >= 0 && !nulls[colHeaders] && vals[colHeaders] != nil {
@@ -685,23 +711,18 @@ func parseTimestamp(v []byte) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%s is not a timestamp walpost can publish (infinite, BC, or not in DateStyle ISO)", excerpt(v))
 }
 
-// payload sets m's payload from v, a column of type oid.
-func payload(m *message.Message, oid uint32, v []byte, text func(layout.Role) error) error {
+// checkPayload checks v, the payload column's value, of type oid.
+func checkPayload(oid uint32, v []byte, text func(layout.Role) error) error {
 	switch oid {
 	case oidJSONB:
 		// Valid JSON by construction, but in a SQL_ASCII database its
 		// strings may hold any bytes.
-		if err := text(colPayload); err != nil {
-			return err
-		}
-		m.Payload, m.PayloadJSON = clone(v), true
+		return text(colPayload)
 	case oidBytea:
-		b, err := unhexBytea(v)
-		if err != nil {
+		if err := checkBytea(v); err != nil {
 			return fmt.Errorf("payload: %v", err)
 		}
-		// Bytes, published as JSON only when they are JSON text.
-		m.Payload, m.PayloadJSON = b, utf8.Valid(b) && json.Valid(b)
+		return nil
 	default:
 		if err := text(colPayload); err != nil {
 			return err
@@ -709,9 +730,29 @@ func payload(m *message.Message, oid uint32, v []byte, text func(layout.Role) er
 		if !json.Valid(v) {
 			return fmt.Errorf("payload is not valid JSON (%s)", excerpt(v))
 		}
-		m.Payload, m.PayloadJSON = clone(v), true
+		return nil
 	}
-	return nil
+}
+
+// setPayload sets m's payload from v, a column of type oid that
+// checkPayload accepted. owned: v is the decoder's to keep, and to decode
+// in place, when it is at least aliasMin bytes long.
+func setPayload(m *message.Message, oid uint32, v []byte, owned bool) {
+	alias := owned && len(v) >= max(aliasMin, 1) // never empty: clone gives nil
+	if oid != oidBytea {
+		m.Payload, m.PayloadJSON = clone(v), true
+		if alias {
+			m.Payload = v[:len(v):len(v)]
+		}
+		return
+	}
+	out := make([]byte, (len(v)-2)/2)
+	if alias {
+		out = v[:len(out):len(out)] // decoded over its own text
+	}
+	unhex(out, v[2:])
+	// Bytes, published as JSON only when they are JSON text.
+	m.Payload, m.PayloadJSON = out, utf8.Valid(out) && json.Valid(out)
 }
 
 // invalidUTF8 is the error for a value of column col (playing role) that
@@ -801,17 +842,46 @@ func hex4(b []byte, i int) (rune, bool) {
 	return rune(v), err == nil
 }
 
-// unhexBytea decodes bytea's text output (hex format, "\x0a1b...").
-func unhexBytea(v []byte) ([]byte, error) {
+// checkBytea checks that v is bytea's text output in hex format
+// ("\x0a1b..."), which setPayload decodes.
+func checkBytea(v []byte) error {
 	if len(v) < 2 || v[0] != '\\' || v[1] != 'x' {
-		return nil, errors.New("bytea is not in hex output format; set bytea_output = 'hex'")
+		return errors.New("bytea is not in hex output format; set bytea_output = 'hex'")
 	}
-	out := make([]byte, hex.DecodedLen(len(v)-2))
-	if _, err := hex.Decode(out, v[2:]); err != nil {
-		return nil, fmt.Errorf("bytea: %v", err)
+	for _, c := range v[2:] {
+		if hexValue[c] < 0 {
+			return fmt.Errorf("bytea: %v", hex.InvalidByteError(c))
+		}
 	}
-	return out, nil
+	if len(v)%2 == 1 {
+		return fmt.Errorf("bytea: %v", hex.ErrLength)
+	}
+	return nil
 }
+
+// unhex decodes the hex digits src, which checkBytea checked, into dst,
+// len(src)/2 bytes. dst may start where src does or before: each byte is
+// written after the digits it comes from are read, and at or before them.
+func unhex(dst, src []byte) {
+	for i := range dst {
+		dst[i] = byte(hexValue[src[2*i]])<<4 | byte(hexValue[src[2*i+1]])
+	}
+}
+
+// hexValue is each byte's value as a hex digit, -1 for a byte that is not
+// one.
+var hexValue = func() (t [256]int8) {
+	for i := range t {
+		t[i] = -1
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = int8(i)
+	}
+	for i, c := range "ABCDEF" {
+		t[c] = int8(10 + i)
+	}
+	return t
+}()
 
 // printable returns s, or s quoted with Go escapes when it is not valid
 // UTF-8, for error texts.

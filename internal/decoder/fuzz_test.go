@@ -74,14 +74,19 @@ func joinFrames(mapping byte, frames ...frame) []byte {
 // to JSON that gives back its bytes; every Row message has a valid UTF-8 id
 // (a UUID), type, key and headers, a JSON payload in valid UTF-8 when
 // PayloadJSON, and does not alias the input (see checkFuzzRow for what is
-// trusted to the column's type).
+// trusted to the column's type). DecodeOwned, aliasing every payload here,
+// gives the same events and errors.
 func FuzzDecode(f *testing.F) {
+	defer func(n int) { aliasMin = n }(aliasMin)
+	aliasMin = 0
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, frames := splitFrames(in)
-		d := New(m)
+		d, owned := New(m), New(m)
 		for i, fr := range frames {
+			oev, oerr := owned.DecodeOwned(fr.lsn, bytes.Clone(fr.data))
 			data := bytes.Clone(fr.data)
 			ev, err := d.Decode(fr.lsn, data)
+			checkFuzzOwned(t, i, ev, err, oev, oerr)
 			if err != nil {
 				checkFuzzError(t, i, err)
 				continue
@@ -91,6 +96,20 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkFuzzOwned checks that DecodeOwned's event and error are Decode's.
+func checkFuzzOwned(t *testing.T, i int, ev Event, err error, oev Event, oerr error) {
+	if (err == nil) != (oerr == nil) || err != nil && err.Error() != oerr.Error() {
+		t.Fatalf("frame %d: Decode: %v; DecodeOwned: %v", i, err, oerr)
+	}
+	var de, ode *Error
+	if errors.As(err, &de) && errors.As(oerr, &ode) && !reflect.DeepEqual(de.Row, ode.Row) {
+		t.Fatalf("frame %d: Decode's row %q, DecodeOwned's %q", i, de.Row, ode.Row)
+	}
+	if !reflect.DeepEqual(ev, oev) {
+		t.Fatalf("frame %d: Decode gave %+v, DecodeOwned %+v", i, ev.Msg, oev.Msg)
+	}
 }
 
 func checkFuzzError(t *testing.T, i int, err error) {

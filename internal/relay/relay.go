@@ -662,7 +662,9 @@ func (p *pipeline) flush(ctx context.Context) error {
 }
 
 func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
-	e, err := p.dec.Decode(ev.LSN, ev.Data)
+	// The event's data is the pipeline's (replication.Event.Data): a large
+	// payload stays in it instead of being copied.
+	e, err := p.dec.DecodeOwned(ev.LSN, ev.Data)
 	if err != nil {
 		var de *decoder.Error
 		switch {
