@@ -312,9 +312,15 @@ func (s *Sink) baseHeader(size int) http.Header {
 
 // messageHeader returns the headers of m's request in mode message: the
 // headers column (entries the sink or headers: set are left out), then
-// headers:, then the sink's own. An entry of the headers column, or a
-// key, that cannot be an HTTP header is a refusal of m (Rejected).
+// headers:, then the sink's own. An id, type (format raw), key or entry of
+// the headers column that cannot be an HTTP header is a refusal of m
+// (Rejected): net/http would refuse the request, and retrying would not
+// change that.
 func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
+	if !validValue(m.ID) {
+		return nil, publish.Rejected(fmt.Errorf("webhook: message %q (lsn %s): its id holds a control character, "+
+			"which an HTTP header (Idempotency-Key, %s) cannot carry", m.ID, m.LSN, headerID))
+	}
 	h := s.baseHeader(len(s.static) + len(m.Headers) + 8)
 	if len(m.Headers) > 0 {
 		keys := make([]string, 0, len(m.Headers))
@@ -345,6 +351,10 @@ func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
 			h["Ce-Partitionkey"] = []string{ceEncode(m.Key)}
 		}
 		return h, nil
+	}
+	if !validValue(m.Type) {
+		return nil, publish.Rejected(fmt.Errorf("webhook: %s: its type %q holds a control character, "+
+			"which an HTTP header (%s) cannot carry", publish.Describe(m), m.Type, headerType))
 	}
 	h[headerType] = []string{m.Type}
 	if m.HasKey {

@@ -410,6 +410,40 @@ func TestUnsendableHeaderEntryIsRejected(t *testing.T) {
 	}
 }
 
+// TestUnsendableIDOrTypeIsRejected: an id or (format raw) a type holding
+// a control character cannot be an HTTP header; net/http would refuse the
+// request, which is no network error to retry: the message is refused
+// (Rejected, named), after the messages before it were delivered, and
+// nothing of it is sent.
+func TestUnsendableIDOrTypeIsRejected(t *testing.T) {
+	for _, c := range []struct {
+		name, format string
+		spoil        func(m *message.Message)
+		want         string
+	}{
+		{"type", "raw", func(m *message.Message) { m.Type = "order.created\r\nX-Evil: 1" }, "type"},
+		{"id", "raw", func(m *message.Message) { m.ID += "\nX-Evil: 1" }, "id"},
+		{"id with cloudevents", "cloudevents", func(m *message.Message) { m.ID += "\x7f" }, "id"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rc := newReceiver(t)
+			s := newSink(t, rc.srv.URL, "format: "+c.format)
+			msgs := sinktest.NewGen(20).Interleave(3, "a")
+			id := msgs[1].ID
+			c.spoil(msgs[1])
+			err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+			if !publish.IsRejected(err) || !strings.Contains(err.Error(), id) ||
+				!strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a Rejected error naming the message and its %s", err, c.want)
+			}
+			requirePartial(t, err, 3, 1)
+			if n := len(rc.requests()); n != 1 {
+				t.Errorf("%d requests delivered, want 1 (the one before the refused message)", n)
+			}
+		})
+	}
+}
+
 // TestOneRequestAtATime: concurrent Publish calls still reach the
 // endpoint one request at a time.
 func TestOneRequestAtATime(t *testing.T) {
