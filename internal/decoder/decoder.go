@@ -740,15 +740,16 @@ func checkPayload(oid uint32, v []byte, text func(layout.Role) error) error {
 func setPayload(m *message.Message, oid uint32, v []byte, owned bool) {
 	alias := owned && len(v) >= max(aliasMin, 1) // never empty: clone gives nil
 	if oid != oidBytea {
-		m.Payload, m.PayloadJSON = clone(v), true
-		if alias {
-			m.Payload = v[:len(v):len(v)]
+		m.Payload, m.PayloadJSON = v[:len(v):len(v)], true
+		if !alias {
+			m.Payload = clone(v)
 		}
 		return
 	}
-	out := make([]byte, (len(v)-2)/2)
-	if alias {
-		out = v[:len(out):len(out)] // decoded over its own text
+	n := (len(v) - 2) / 2
+	out := v[:n:n] // decoded over its own text
+	if !alias {
+		out = make([]byte, n)
 	}
 	unhex(out, v[2:])
 	// Bytes, published as JSON only when they are JSON text.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -53,9 +54,16 @@ func TestDecodeOwnedKeepsALargePayloadInPlace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			data := insertMsg(16384, s(id1), s("t"), nil, s(c.value), nil, nil)
 			want := mustDecode(t, ownedDecoder(t, c.oid), 3, bytes.Clone(data))
-			ev, err := ownedDecoder(t, c.oid).DecodeOwned(3, data)
+			d := ownedDecoder(t, c.oid)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			ev, err := d.DecodeOwned(3, data)
+			runtime.ReadMemStats(&after)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; c.alias && n >= uint64(len(c.payload)) {
+				t.Fatalf("DecodeOwned allocated %d bytes for a payload of %d", n, len(c.payload))
 			}
 			if string(ev.Msg.Payload) != c.payload || !ev.Msg.PayloadJSON {
 				t.Fatalf("payload %.40q… (%d bytes), JSON %v; want %.40q… (%d bytes)", ev.Msg.Payload, len(ev.Msg.Payload), ev.Msg.PayloadJSON, c.payload, len(c.payload))
