@@ -3,6 +3,7 @@ package publish
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,7 +104,7 @@ type FileSink struct {
 	cutTo  int64 // ≥ 0: a failed write's bytes beyond cutTo are still to cut
 	fsync  bool
 	env    envelope.Settings
-	buf    []byte
+	lines  lines
 	closed bool
 	// testWrite, when set, replaces the write to f (tests inject failures).
 	testWrite func(b []byte) (int, error)
@@ -557,14 +558,12 @@ func (s *FileSink) Publish(ctx context.Context, msgs []*message.Message) error {
 			return fmt.Errorf("file sink %s: cutting back the failed write to %s: %w", s.name, s.path, err)
 		}
 	}
-	s.buf = appendLines(s.buf[:0], msgs, &s.env)
-	var n int
-	var err error
+	s.lines.build(msgs, &s.env)
+	write := s.f.Write
 	if s.testWrite != nil {
-		n, err = s.testWrite(s.buf)
-	} else {
-		n, err = s.f.Write(s.buf)
+		write = s.testWrite
 	}
+	n, err := s.lines.writeTo(write)
 	if err == nil && s.fsync {
 		err = unix.Fdatasync(s.fd)
 	}
@@ -578,9 +577,7 @@ func (s *FileSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	} else {
 		s.size += int64(n)
 	}
-	if cap(s.buf) > 4<<20 {
-		s.buf = nil // do not keep a huge batch's buffer
-	}
+	s.lines.release()
 	return nil
 }
 
@@ -633,27 +630,101 @@ func (s *FileSink) Close() error {
 	return s.f.Close()
 }
 
-// appendLines appends msgs as lines of the format env says.
-func appendLines(b []byte, msgs []*message.Message, env *envelope.Settings) []byte {
+// lines are a batch's lines, in the format env says, ready to write: a
+// buffer of the lines, less the large payloads (raw format: see
+// appendJSONLineOut), which are written from the messages, so that a
+// large message is not copied into a line first.
+type lines struct {
+	buf  []byte
+	outs []outPayload
+}
+
+// outPayload is a payload left out of lines.buf: it goes at buf[at:].
+type outPayload struct {
+	at   int
+	p    []byte
+	form payloadForm
+}
+
+// build makes the lines of msgs, dropping the previous ones.
+func (l *lines) build(msgs []*message.Message, env *envelope.Settings) {
+	l.buf, l.outs = l.buf[:0], l.outs[:0]
 	if env.IsCloudEvents() {
 		for _, m := range msgs {
-			b = AppendCloudEventLine(b, m, env)
+			l.buf = AppendCloudEventLine(l.buf, m, env)
 		}
-		return b
+		return
 	}
 	for _, m := range msgs {
-		b = AppendJSONLine(b, m)
+		var at int
+		var form payloadForm
+		var out bool
+		l.buf, at, form, out = appendJSONLineOut(l.buf, m)
+		if out {
+			l.outs = append(l.outs, outPayload{at: at, p: m.Payload, form: form})
+		}
 	}
-	return b
+}
+
+// writeTo writes the lines with write, which writes all of b or fails
+// (as os.File.Write does), and returns the bytes written.
+func (l *lines) writeTo(write func(b []byte) (int, error)) (int, error) {
+	n, at := 0, 0
+	for _, o := range l.outs {
+		k, err := write(l.buf[at:o.at])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		at = o.at
+		if o.form == payloadBase64 {
+			k, err = writeBase64(write, o.p)
+		} else {
+			k, err = write(o.p)
+		}
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	k, err := write(l.buf[at:])
+	return n + k, err
+}
+
+// writeBase64 writes p in standard base64, a piece at a time.
+func writeBase64(write func(b []byte) (int, error), p []byte) (int, error) {
+	const piece = 48 << 10 // a multiple of 3: no padding but at the end
+	buf := make([]byte, 0, base64.StdEncoding.EncodedLen(piece))
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), piece)
+		w, err := write(base64.StdEncoding.AppendEncode(buf[:0], p[:k]))
+		n += w
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// release drops the written lines: the payloads they refer to, and a huge
+// batch's buffer.
+func (l *lines) release() {
+	clear(l.outs)
+	l.outs = l.outs[:0]
+	if cap(l.buf) > 4<<20 {
+		l.buf = nil
+	}
 }
 
 // WriterSink writes JSON lines to an io.Writer (stdout) and acknowledges
 // after the write returns. Publish must not be called concurrently.
 type WriterSink struct {
-	name string
-	w    io.Writer
-	env  envelope.Settings
-	buf  []byte
+	name  string
+	w     io.Writer
+	env   envelope.Settings
+	lines lines
 }
 
 // NewWriterSink returns a sink writing JSON lines to w (format: raw).
@@ -694,8 +765,10 @@ func (s *WriterSink) Publish(ctx context.Context, msgs []*message.Message) error
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.buf = appendLines(s.buf[:0], msgs, &s.env)
-	if _, err := s.w.Write(s.buf); err != nil {
+	s.lines.build(msgs, &s.env)
+	_, err := s.lines.writeTo(s.w.Write)
+	s.lines.release()
+	if err != nil {
 		// A closed pipe will not reopen: retrying cannot help.
 		if errors.Is(err, unix.EPIPE) || errors.Is(err, os.ErrClosed) {
 			return Permanent(fmt.Errorf("stdout sink %s: %w", s.name, err))

@@ -22,6 +22,61 @@ import (
 // several lines (a json column keeps the text as written) is compacted so
 // that every message is exactly one line.
 func AppendJSONLine(b []byte, m *message.Message) []byte {
+	b, form := appendJSONLineHead(b, m)
+	switch form {
+	case payloadBase64:
+		b = base64.StdEncoding.AppendEncode(b, m.Payload)
+	case payloadCompact:
+		b = appendCompact(b, m.Payload)
+	default:
+		b = append(b, m.Payload...)
+	}
+	return appendJSONLineTail(b, m, form)
+}
+
+// payloadForm is how a payload goes into its line.
+type payloadForm uint8
+
+const (
+	payloadVerbatim payloadForm = iota // the JSON as it is
+	payloadBase64                      // a base64 string
+	payloadCompact                     // JSON over several lines, compacted
+)
+
+// outOfLineMin is the payload size from which appendJSONLineOut leaves a
+// payload out of the line it builds, for the writer to write it from the
+// message: a large message is then not copied into a line first.
+const outOfLineMin = 64 << 10
+
+// appendJSONLineOut appends m's line to b as AppendJSONLine does, but
+// leaves out a payload of outOfLineMin bytes or more that goes in verbatim
+// or in base64 (out is true): the line is then b[:at], the payload (in
+// base64 when form says so), and the rest of b.
+func appendJSONLineOut(b []byte, m *message.Message) (_ []byte, at int, form payloadForm, out bool) {
+	if len(m.Payload) < outOfLineMin {
+		return AppendJSONLine(b, m), 0, 0, false
+	}
+	b, form = appendJSONLineHead(b, m)
+	if form == payloadCompact {
+		return appendJSONLineTail(appendCompact(b, m.Payload), m, form), 0, 0, false
+	}
+	at = len(b)
+	return appendJSONLineTail(b, m, form), at, form, true
+}
+
+// appendCompact appends the JSON text p without its insignificant white
+// space, or as it is should it not be JSON.
+func appendCompact(b, p []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, p) == nil {
+		return append(b, buf.Bytes()...)
+	}
+	return append(b, p...)
+}
+
+// appendJSONLineHead appends m's line up to its payload (for base64, up
+// to the opening quote) and returns how the payload goes in.
+func appendJSONLineHead(b []byte, m *message.Message) ([]byte, payloadForm) {
 	b = append(b, `{"id":`...)
 	b = appendString(b, m.ID)
 	b = append(b, `,"type":`...)
@@ -38,18 +93,19 @@ func AppendJSONLine(b []byte, m *message.Message) []byte {
 		// JSON text is UTF-8 (RFC 8259): JSON-shaped bytes that are not
 		// (the decoder never marks them JSON) would make the line
 		// unreadable to strict parsers.
-		b = append(b, '"')
-		b = base64.StdEncoding.AppendEncode(b, m.Payload)
-		b = append(b, `","payload_encoding":"base64"`...)
+		return append(b, '"'), payloadBase64
 	case bytes.ContainsAny(m.Payload, "\r\n"):
-		var buf bytes.Buffer
-		if json.Compact(&buf, m.Payload) == nil {
-			b = append(b, buf.Bytes()...)
-		} else {
-			b = append(b, m.Payload...)
-		}
+		return b, payloadCompact
 	default:
-		b = append(b, m.Payload...)
+		return b, payloadVerbatim
+	}
+}
+
+// appendJSONLineTail appends the rest of m's line after its payload, which
+// went in as form says.
+func appendJSONLineTail(b []byte, m *message.Message, form payloadForm) []byte {
+	if form == payloadBase64 {
+		b = append(b, `","payload_encoding":"base64"`...)
 	}
 	b = append(b, `,"headers":`...)
 	b = appendHeadersObject(b, m.Headers)
