@@ -27,10 +27,12 @@ var (
 	grey   = color.RGBA{200, 200, 200, 255}
 	dark   = color.RGBA{90, 90, 90, 255}
 	colors = map[string]color.RGBA{
+		"decode_ceiling":     {60, 60, 60, 255},
 		"ceiling":            {110, 110, 110, 255},
 		"walpost_discard":    {31, 119, 180, 255},
 		"walpost_file":       {44, 160, 44, 255},
 		"walpost_kafka":      {23, 190, 207, 255},
+		"walpost_fanout3":    {65, 105, 225, 255},
 		"walpost_nats":       {140, 86, 75, 255},
 		"walpost_rabbitmq":   {188, 189, 34, 255},
 		"poll_classic":       {214, 39, 40, 255},

@@ -12,17 +12,22 @@
 //	go run ./bench -out -          the report on stdout (no chart unless -png)
 //	go run ./bench -only ceiling,walpost_discard -runs catchup
 //	go run ./bench -only walpost_kafka -runs paced1k -pprof /tmp/prof   CPU profiles of the relay
+//	go run ./bench -quick -only @issue16 -json   only the rows of issue #16
 //
 // Workloads: catch-up (a backlog of 1,000-row transactions committed first,
 // then the system started and timed to its last message), paced (1,000
 // single-row transactions/s, and 2,000 messages/s in 100-row
-// transactions), and one big transaction (1,000,000 rows) for memory. Each
+// transactions), one big transaction (1,000,000 rows) and one 50 MiB
+// message (bigmsg, walpost → discard and → file) for memory. Each
 // system gets a fresh outbox table, publication and slot per run, dropped
 // afterwards.
 //
-// Systems: ceiling (pg_recvlogical), walpost_discard, walpost_file,
-// walpost_kafka (the cdc binary, built from ./cmd/cdc, as a subprocess; the
-// Kafka broker is an in-process kfake), walpost_nats and walpost_rabbitmq
+// Systems: decode_ceiling (PostgreSQL decoding the catch-up backlog
+// in-server: pg_logical_slot_peek_binary_changes, no client), ceiling
+// (pg_recvlogical), walpost_discard, walpost_file, walpost_kafka (the cdc
+// binary, built from ./cmd/cdc, as a subprocess; the Kafka broker is an
+// in-process kfake), walpost_fanout3 (file + Kafka + discard from one
+// slot, catch-up only), walpost_nats and walpost_rabbitmq
 // (catch-up only, no targets yet: a stream, or an exchange and a queue, of
 // the run's own on the machine's NATS at 127.0.0.1:4222 and RabbitMQ at
 // 127.0.0.1:5672; skipped when the server does not answer), poll_classic (1 s timer, 20 rows,
@@ -60,10 +65,18 @@ type system struct {
 }
 
 var allSystems = []system{
+	// Not a reader: PostgreSQL decoding the backlog in-server
+	// (pg_logical_slot_peek_binary_changes, pgoutput), with no client and
+	// no socket; the ceiling of the catch-up table since issue #16.
+	{Name: "decode_ceiling", Label: "PostgreSQL decoding in-server (ceiling: peek_binary_changes, no client)", Kind: "decode",
+		Only: []string{wCatchUp}},
 	{Name: "ceiling", Label: "pg_recvlogical (ceiling)", Kind: "ceiling"},
 	{Name: "walpost_discard", Label: "walpost → discard", Kind: "walpost", Sink: "discard"},
 	{Name: "walpost_file", Label: "walpost → file (fsync per batch)", Kind: "walpost", Sink: "file"},
 	{Name: "walpost_kafka", Label: "walpost → Kafka (kfake, acks=all)", Kind: "walpost", Sink: "kafka"},
+	// Three sinks at once from one slot (issue #16's fan-out target).
+	{Name: "walpost_fanout3", Label: "walpost → file + Kafka + discard (three sinks, one slot)", Kind: "walpost", Sink: sinkFanout3,
+		Only: []string{wCatchUp}},
 	// No targets yet: catch-up only, against the machine's own servers
 	// (see brokers.go), reported beside the others.
 	{Name: "walpost_nats", Label: "walpost → NATS JetStream (file storage, PubAck per message)", Kind: "walpost", Sink: "nats",
@@ -94,9 +107,31 @@ const (
 	wPaced1k = "paced1k"
 	wPaced2k = "paced2k"
 	wBigTx   = "bigtx"
+	wBigMsg  = "bigmsg"
 )
 
-var allWorkloads = []string{wCatchUp, wPaced1k, wPaced2k, wBigTx}
+var allWorkloads = []string{wCatchUp, wPaced1k, wPaced2k, wBigTx, wBigMsg}
+
+// workloadSystems restricts a workload to some systems (a workload not
+// listed runs on every system, as their Only allows). One 50 MiB message
+// measures the relay's memory: a Kafka broker refuses it (1 MB by
+// default), and neither the ceiling nor a polling relay holds it.
+var workloadSystems = map[string][]string{
+	wBigMsg: {"walpost_discard", "walpost_file"},
+}
+
+// presets are named selections of -only: each runs the listed systems
+// in the listed workloads only (not their cross product). -runs, when
+// given too, narrows the workloads further.
+var presets = map[string]map[string][]string{
+	// Issue #16's rows: the in-server decode ceiling, fan-out, relay CPU
+	// per message at 1,000 tx/s, one 50 MiB message, Kafka's p99.
+	"@issue16": {
+		wCatchUp: {"decode_ceiling", "ceiling", "walpost_discard", "walpost_kafka", "walpost_fanout3"},
+		wPaced1k: {"ceiling", "walpost_discard", "walpost_kafka"},
+		wBigMsg:  {"walpost_discard", "walpost_file"},
+	},
+}
 
 // params are the sizes of a run.
 type params struct {
@@ -113,16 +148,23 @@ type params struct {
 	// CatchUpRepeats is how often each non-polling system runs the
 	// catch-up workload (the median run is reported).
 	CatchUpRepeats int
+	// BigMsgBytes is the size of the one message of the bigmsg workload
+	// (its JSON payload's blob; the payload is a few bytes more).
+	BigMsgBytes int
 }
 
 func paramsFor(quick bool) params {
 	if quick {
 		return params{CatchUpN: 50_000, TxRows: 1000, PacedDur: 6 * time.Second, PollCap: 5 * time.Second,
-			PollDrain: time.Second, BigN: 200_000, RelayLimit: 5 * time.Minute, CatchUpRepeats: 1}
+			PollDrain: time.Second, BigN: 200_000, RelayLimit: 5 * time.Minute, CatchUpRepeats: 1, BigMsgBytes: bigMsgBytes}
 	}
 	return params{CatchUpN: 200_000, TxRows: 1000, PacedDur: 20 * time.Second, PollCap: 30 * time.Second,
-		PollDrain: 5 * time.Second, BigN: 1_000_000, RelayLimit: 15 * time.Minute, CatchUpRepeats: 5}
+		PollDrain: 5 * time.Second, BigN: 1_000_000, RelayLimit: 15 * time.Minute, CatchUpRepeats: 5, BigMsgBytes: bigMsgBytes}
 }
+
+// bigMsgBytes is the blob of the bigmsg workload's one message: 50 MiB
+// (the same in a -quick run, so that its target means the same).
+const bigMsgBytes = 50 << 20
 
 // bench is one invocation.
 type bench struct {
@@ -146,6 +188,9 @@ type bench struct {
 	// pprofDir: walpost runs with http.pprof and its paced runs are
 	// profiled into this directory.
 	pprofDir string
+	// pairs, from a preset of -only: the systems each workload runs (nil:
+	// every selected system).
+	pairs map[string][]string
 }
 
 func main() {
@@ -170,11 +215,12 @@ type options struct {
 // parseFlags reads the command line.
 func parseFlags() options {
 	var o options
-	flag.BoolVar(&o.quick, "quick", false, "smaller run (≤ 3 minutes): 50,000 catch-up messages once, 6 s paced runs, a 200,000-row transaction")
+	flag.BoolVar(&o.quick, "quick", false, "smaller run (≤ 3 minutes): 50,000 catch-up messages once, 6 s paced runs, a 200,000-row transaction (the 50 MiB message is the same)")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the figures as one JSON object on the last line of stdout")
 	flag.StringVar(&o.out, "out", "", "markdown report to write: a file (BENCHMARKS.md regenerates the committed one), - for stdout, '' for none (default: a new temporary file, named in the output)")
 	flag.StringVar(&o.png, "png", "", "chart to write, '' for none (default: beside the report, with .png for its extension; bench/results.png for BENCHMARKS.md; none with -out -)")
-	flag.StringVar(&o.only, "only", "", "comma-separated systems (or globs, e.g. walpost_*) to run: "+systemNames())
+	flag.StringVar(&o.only, "only", "", "comma-separated systems (or globs, e.g. walpost_*) to run: "+systemNames()+
+		"; or a preset: @issue16 (the rows of issue #16: decode ceiling, fan-out, CPU per message at 1,000 tx/s, one 50 MiB message)")
 	flag.StringVar(&o.runs, "runs", "", "comma-separated workloads to run: "+strings.Join(allWorkloads, ","))
 	flag.Float64Var(&o.noise, "noise", 0, "unrelated single-row writes per second on another table during every run")
 	flag.BoolVar(&o.ceilingPipe, "ceiling-pipe", false, "catch-up: pg_recvlogical writes to a pipe the bench reads, not to a file it tails")
@@ -197,12 +243,7 @@ func parseFlags() options {
 // each selected system and writes the report; it returns the exit code.
 func run() int {
 	o := parseFlags()
-	systems, err := selectSystems(o.only)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 2
-	}
-	workloads, err := selectWorkloads(o.runs)
+	systems, workloads, pairs, err := selectRuns(o.only, o.runs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
@@ -212,6 +253,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
+	b.pairs = pairs
 	if err := b.setup(o.root, systems); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		b.teardown()
@@ -279,15 +321,15 @@ func (b *bench) runWorkload(ctx context.Context, w string, systems []system) {
 			if w == wBigTx && s.Kind == "poll" {
 				continue // the big transaction measures the relay's memory
 			}
-			if s.Only != nil && !slices.Contains(s.Only, w) {
+			if !b.runs(s, w) {
 				continue
 			}
 			if rep > 0 && s.Kind == "poll" {
 				continue // bound by their timers, or capped: once is enough
 			}
-			if _, extra := sinkPkgs[s.Sink]; extra && !b.sinks[s.Sink] {
+			if missing := b.missingSink(s); missing != "" {
 				runs[s.Name] = append(runs[s.Name], &runResult{System: s.Name, Workload: w,
-					Err: "n/a: " + b.cdcPkg + " does not register the " + s.Sink + " sink"})
+					Err: "n/a: " + b.cdcPkg + " does not register the " + missing + " sink"})
 				continue
 			}
 			runs[s.Name] = append(runs[s.Name], b.runQuietly(ctx, s, w))
@@ -298,6 +340,79 @@ func (b *bench) runWorkload(ctx context.Context, w string, systems []system) {
 			b.results = append(b.results, medianRun(rs))
 		}
 	}
+}
+
+// runs reports whether system s runs workload w: its Only, the
+// workload's workloadSystems and the preset's pairs allow it.
+func (b *bench) runs(s system, w string) bool {
+	if s.Only != nil && !slices.Contains(s.Only, w) {
+		return false
+	}
+	if only, ok := workloadSystems[w]; ok && !slices.Contains(only, s.Name) {
+		return false
+	}
+	return b.pairs == nil || slices.Contains(b.pairs[w], s.Name)
+}
+
+// missingSink is a sink kind system s needs that the cdc binary does not
+// register ("" when it has them all).
+func (b *bench) missingSink(s system) string {
+	for _, k := range sinkKinds(s.Sink) {
+		if _, extra := sinkPkgs[k]; extra && !b.sinks[k] {
+			return k
+		}
+	}
+	return ""
+}
+
+// selectRuns applies -only and -runs: the systems, the workloads, and
+// for a preset (-only @name) the systems each workload runs.
+func selectRuns(only, runs string) ([]system, []string, map[string][]string, error) {
+	name := strings.TrimSpace(only)
+	preset, ok := presets[name]
+	if !ok {
+		if strings.HasPrefix(name, "@") {
+			var names []string
+			for k := range presets {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			return nil, nil, nil, fmt.Errorf("-only: unknown preset %q (presets: %s)", name, strings.Join(names, ","))
+		}
+		systems, err := selectSystems(only)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		workloads, err := selectWorkloads(runs)
+		return systems, workloads, nil, err
+	}
+	var names, ws []string
+	for _, w := range allWorkloads {
+		if _, ok := preset[w]; ok {
+			ws = append(ws, w)
+		}
+	}
+	for _, s := range allSystems {
+		for _, w := range ws {
+			if slices.Contains(preset[w], s.Name) {
+				names = append(names, s.Name)
+				break
+			}
+		}
+	}
+	systems, err := selectSystems(strings.Join(names, ","))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	workloads := ws
+	if strings.TrimSpace(runs) != "" {
+		asked, err := selectWorkloads(runs)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		workloads = slices.DeleteFunc(asked, func(w string) bool { return !slices.Contains(ws, w) })
+	}
+	return systems, workloads, preset, nil
 }
 
 // writeReport prints the summary to stdout, writes the markdown report

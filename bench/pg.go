@@ -113,6 +113,21 @@ func insertBacklog(ctx context.Context, conn *pgx.Conn, table string, total, txR
 	return nil
 }
 
+// insertBigMessage commits one row whose payload is {"n": 1, "blob":
+// "<size hex digits>"}, the digits random (so that TOAST cannot compress
+// them away), and returns the payload's size as JSON text: the bytes of
+// the column pgoutput sends.
+func insertBigMessage(ctx context.Context, conn *pgx.Conn, table string, size int) (int64, error) {
+	raw := make([]byte, (size+1)/2)
+	_, _ = rand.Read(raw)
+	blob := hex.EncodeToString(raw)[:size]
+	var n int64
+	err := conn.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (id, type, key, payload)
+		VALUES (gen_random_uuid(), 'order.created', 'big', jsonb_build_object('n', 1, 'blob', $1::text))
+		RETURNING octet_length(payload::text)`, table), blob).Scan(&n)
+	return n, err
+}
+
 // pace commits transactions of txRows rows at rate rows per second for d,
 // on schedule (open loop: a late transaction does not push the next ones
 // back). It returns the rows committed and the time taken.

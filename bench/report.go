@@ -57,12 +57,12 @@ func p99(x *runResult) float64  { return x.P99 }
 var targetSinks = []string{"walpost_discard", "walpost_file", "walpost_kafka"}
 
 // peakRSS is the largest peak RSS of any successful run of targetSinks
-// (the key it fills predates the NATS and RabbitMQ runs, and keeps its
-// meaning).
+// but the 50 MiB message's (the key it fills predates the NATS and
+// RabbitMQ runs and the big message, and keeps its meaning).
 func (r *report) peakRSS() *float64 {
 	var best *float64
 	for _, x := range r.Results {
-		if slices.Contains(targetSinks, x.System) && x.ok() && x.PeakRSSMB > 0 {
+		if slices.Contains(targetSinks, x.System) && x.Workload != wBigMsg && x.ok() && x.PeakRSSMB > 0 {
 			if best == nil || x.PeakRSSMB > *best {
 				v := x.PeakRSSMB
 				best = &v
@@ -88,6 +88,15 @@ type figures struct {
 	WalpostPeakRSS     *float64 `json:"walpost_peak_rss_mb"`
 	WalpostNATSMsgs    *float64 `json:"walpost_nats_msgs_per_s"`
 	WalpostRabbitMsgs  *float64 `json:"walpost_rabbitmq_msgs_per_s"`
+	// Issue #16.
+	DecodeCeilingMsgs  *float64 `json:"decode_ceiling_msgs_per_s"`
+	WalpostFanout3Msgs *float64 `json:"walpost_fanout3_msgs_per_s"`
+	WalpostCPU1k       *float64 `json:"walpost_cpu_us_per_msg_1k"`
+	WalpostKafkaCPU1k  *float64 `json:"walpost_kafka_cpu_us_per_msg_1k"`
+	CeilingCPU1k       *float64 `json:"pg_recvlogical_cpu_us_per_msg_1k"`
+	WalpostKafkaP99    *float64 `json:"walpost_kafka_p99_ms"`
+	BigMsgPeakRSS      *float64 `json:"walpost_bigmsg_peak_rss_mb"`
+	BigMsgSize         *float64 `json:"walpost_bigmsg_size_mb"`
 }
 
 func (r *report) figures() figures {
@@ -113,7 +122,42 @@ func (r *report) figures() figures {
 		WalpostPeakRSS:     round(r.peakRSS(), 1),
 		WalpostNATSMsgs:    round(r.value("walpost_nats", wCatchUp, rate), 1),
 		WalpostRabbitMsgs:  round(r.value("walpost_rabbitmq", wCatchUp, rate), 1),
+		DecodeCeilingMsgs:  round(r.value("decode_ceiling", wCatchUp, rate), 1),
+		WalpostFanout3Msgs: round(r.value("walpost_fanout3", wCatchUp, rate), 1),
+		WalpostCPU1k:       round(r.value("walpost_discard", wPaced1k, cpuPerMsg), 2),
+		WalpostKafkaCPU1k:  round(r.value("walpost_kafka", wPaced1k, cpuPerMsg), 2),
+		CeilingCPU1k:       round(r.value("ceiling", wPaced1k, cpuPerMsg), 2),
+		WalpostKafkaP99:    round(r.value("walpost_kafka", wPaced1k, p99), 3),
+		BigMsgPeakRSS:      round(r.bigMsgRSS(), 1),
+		BigMsgSize:         round(r.bigMsgSize(), 1),
 	}
+}
+
+// cpuPerMsg is the relay's CPU in µs per delivered message.
+func cpuPerMsg(x *runResult) float64 { return per100k(x.RelayCPU, x.Delivered) * 10 }
+
+// bigMsgSystems are the systems that relay the 50 MiB message.
+var bigMsgSystems = []string{"walpost_file", "walpost_discard"}
+
+// bigMsgRSS is the largest peak RSS of the bigmsg runs (file, discard).
+func (r *report) bigMsgRSS() *float64 {
+	var best *float64
+	for _, sys := range bigMsgSystems {
+		if v := r.value(sys, wBigMsg, func(x *runResult) float64 { return x.PeakRSSMB }); v != nil && (best == nil || *v > *best) {
+			best = v
+		}
+	}
+	return best
+}
+
+// bigMsgSize is the big message's size in MiB, as its runs measured it.
+func (r *report) bigMsgSize() *float64 {
+	for _, sys := range bigMsgSystems {
+		if v := r.value(sys, wBigMsg, func(x *runResult) float64 { return float64(x.MsgBytes) / (1 << 20) }); v != nil && *v > 0 {
+			return v
+		}
+	}
+	return nil
 }
 
 func (r *report) jsonLine() string {
@@ -154,8 +198,9 @@ func (r *report) label(system string) string {
 }
 
 func shortLabel(system string) string {
-	return strings.NewReplacer("walpost_", "walpost→", "poll_classic_100ms", "classic polling 100 ms",
-		"poll_classic", "classic polling", "poll_tuned_drain", "tuned polling (draining)", "poll_tuned", "tuned polling", "ceiling", "pg_recvlogical").Replace(system)
+	return strings.NewReplacer("walpost_fanout3", "walpost→file+Kafka+discard", "decode_ceiling", "in-server decode", "walpost_", "walpost→", "poll_classic_100ms", "classic polling 100 ms",
+		"poll_classic", "classic polling", "poll_tuned_drain", "tuned polling (draining)", "poll_tuned", "tuned polling",
+		"decode_ceiling", "in-server decode", "walpost_fanout3", "walpost→file+Kafka+discard", "ceiling", "pg_recvlogical").Replace(system)
 }
 
 // targets are the lines of the targets table, in order: catch-up against
@@ -167,8 +212,86 @@ func (r *report) targets() []target {
 	out = append(out, r.catchUpVsPolling()...)
 	out = append(out, r.pacedVsTuned()...)
 	out = append(out, r.pacedVsCeiling(), r.pacedFile())
-	return append(out, r.peakRSSTargets()...)
+	out = append(out, r.peakRSSTargets()...)
+	return append(out, r.nextBarTargets()...)
 }
+
+// nextBarTargets are issue #16's: catch-up against PostgreSQL's in-server
+// decode, fan-out to three sinks against one, relay CPU per message at
+// 1,000 tx/s against pg_recvlogical's, Kafka's p99 against
+// pg_recvlogical's, and the peak RSS of relaying one 50 MiB message.
+func (r *report) nextBarTargets() []target {
+	var out []target
+	dec := r.value("decode_ceiling", wCatchUp, rate)
+	for _, t := range []struct {
+		sys  string
+		min  float64
+		info bool
+	}{{"walpost_discard", 0.6, false}, {"walpost_kafka", 0.5, false}, {"ceiling", 0, true}} {
+		v := r.value(t.sys, wCatchUp, rate)
+		tg := target{What: "catch-up " + shortLabel(t.sys) + " vs in-server decode", Goal: fmt.Sprintf("≥ %.1f×", t.min), Info: t.info}
+		if t.info {
+			tg.Goal = "none (reference)"
+		}
+		if x := quotient(v, dec); x != nil {
+			tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*v), num(*dec))
+			tg.Pass = boolp(*x >= t.min)
+		} else {
+			tg.Measured = r.why(t.sys, wCatchUp, "decode_ceiling")
+		}
+		if t.info && tg.Pass == nil {
+			continue // a reference line only when both ran
+		}
+		out = append(out, tg)
+	}
+	fan, one := r.value("walpost_fanout3", wCatchUp, rate), r.value("walpost_discard", wCatchUp, rate)
+	tg := target{What: "catch-up " + shortLabel("walpost_fanout3") + " (three sinks, one slot) vs walpost→discard", Goal: "≥ 0.8×"}
+	if x := quotient(fan, one); x != nil {
+		tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*fan), num(*one))
+		tg.Pass = boolp(*x >= 0.8)
+	} else {
+		tg.Measured = r.why("walpost_fanout3", wCatchUp, "walpost_discard")
+	}
+	out = append(out, tg)
+	ceilCPU := r.value("ceiling", wPaced1k, cpuPerMsg)
+	for _, sys := range []string{"walpost_discard", "walpost_kafka"} {
+		v := r.value(sys, wPaced1k, cpuPerMsg)
+		tg := target{What: "paced 1,000 tx/s: relay CPU per message, " + shortLabel(sys) + " vs pg_recvlogical", Goal: "≤ 1.0×"}
+		if x := quotient(v, ceilCPU); x != nil {
+			tg.Measured = fmt.Sprintf("%.2f× (%s vs %s µs/msg)", *x, num(*v), num(*ceilCPU))
+			tg.Pass = boolp(*x <= 1.0)
+		} else {
+			tg.Measured = r.why(sys, wPaced1k, "ceiling")
+		}
+		out = append(out, tg)
+	}
+	v, c := r.value("walpost_kafka", wPaced1k, p99), r.value("ceiling", wPaced1k, p99)
+	tg = target{What: "paced 1,000 tx/s: walpost→kafka p99 vs pg_recvlogical p99", Goal: "within 1 ms"}
+	if v != nil && c != nil {
+		tg.Measured = fmt.Sprintf("%s ms vs %s ms (%+.2f ms)", ms(*v), ms(*c), *v-*c)
+		tg.Pass = boolp(*v-*c <= 1)
+	} else {
+		tg.Measured = r.why("walpost_kafka", wPaced1k, "ceiling")
+	}
+	out = append(out, tg)
+	for _, sys := range bigMsgSystems {
+		tg := target{What: "one 50 MiB message: peak RSS of " + shortLabel(sys), Goal: "≤ 2 × message + 50 MiB"}
+		if x := r.get(sys, wBigMsg); x != nil && x.ok() && x.PeakRSSMB > 0 && x.MsgBytes > 0 {
+			msg := float64(x.MsgBytes) / (1 << 20)
+			bound := bigMsgBound(x.MsgBytes)
+			tg.Measured = fmt.Sprintf("%.1f MiB for a %.1f MiB message (%.2f× the message; bound %.1f MiB)", x.PeakRSSMB, msg, x.PeakRSSMB/msg, bound)
+			tg.Pass = boolp(x.PeakRSSMB <= bound)
+		} else {
+			tg.Measured = r.why(sys, wBigMsg, "")
+		}
+		out = append(out, tg)
+	}
+	return out
+}
+
+// bigMsgBound is issue #16's bound on the relay's peak RSS, in MiB, for
+// one message of n bytes: twice the message plus 50 MiB.
+func bigMsgBound(n int64) float64 { return 2*float64(n)/(1<<20) + 50 }
 
 // quotient is a/b, nil when either is not measured or b is 0.
 func quotient(a, b *float64) *float64 {
@@ -285,11 +408,11 @@ func (r *report) peakRSSTargets() []target {
 	for _, sink := range targetSinks {
 		var worst *runResult
 		for _, x := range r.Results {
-			if x.System == sink && x.ok() && x.PeakRSSMB > 0 && (worst == nil || x.PeakRSSMB > worst.PeakRSSMB) {
+			if x.System == sink && x.Workload != wBigMsg && x.ok() && x.PeakRSSMB > 0 && (worst == nil || x.PeakRSSMB > worst.PeakRSSMB) {
 				worst = x
 			}
 		}
-		tg := target{What: "peak RSS of " + shortLabel(sink) + ", every run (incl. the big transaction)", Goal: "≤ 100 MB"}
+		tg := target{What: "peak RSS of " + shortLabel(sink) + ", every run but the 50 MiB message (incl. the big transaction)", Goal: "≤ 100 MB"}
 		if worst != nil {
 			tg.Measured = fmt.Sprintf("%.1f MB (%s)", worst.PeakRSSMB, worst.Workload)
 			tg.Pass = boolp(worst.PeakRSSMB <= 100)
@@ -467,6 +590,9 @@ func (r *report) markdown(png string) string {
 	if r.has(wBigTx) {
 		r.writeBigTx(p)
 	}
+	if r.has(wBigMsg) {
+		r.writeBigMsg(p)
+	}
 	r.writePollLoad(p)
 	r.writeMethod(p)
 	return b.String()
@@ -537,7 +663,7 @@ func (r *report) writeCatchUp(p printer) {
 		"relays, the last row marked sent. Polling relays are cut off after %s and their rate is measured over that "+
 		"window (marked *capped*: the classic relay would need hours).\n\n", commas(int64(r.P.TxRows)), r.P.PollCap)
 	if r.P.CatchUpRepeats > 1 {
-		p("pg_recvlogical and walpost ran this workload %d times each, taking turns (%s, then again), each time on a "+
+		p("Every system but the polling relays ran this workload %d times, taking turns (%s, then again), each time on a "+
 			"fresh backlog; every figure in a row is from the run with the median rate, "+
 			"and msgs/s shows the range of the %d runs in brackets. The ratios to the ceiling compare median with median. "+
 			"The polling relays ran once.\n\n", r.P.CatchUpRepeats, r.turns(), r.P.CatchUpRepeats)
@@ -548,20 +674,47 @@ func (r *report) writeCatchUp(p printer) {
 			"run's own, deleted after it; a server that does not answer makes its row *skipped*. The server's own CPU "+
 			"(nats-server, RabbitMQ's beam.smp) is not counted as other load.\n\n", natsAddr, rabbitAddr)
 	}
-	p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	// With the in-server decode measured, it is the ceiling and
+	// pg_recvlogical a reference reader, each with a ratio column.
+	decRate := r.value("decode_ceiling", wCatchUp, rate)
+	if r.get("decode_ceiling", wCatchUp) != nil {
+		p("The ceiling is PostgreSQL decoding the same backlog in-server, with no client and no socket: one `SELECT count(*) … " +
+			"FROM pg_logical_slot_peek_binary_changes(slot, NULL, NULL, 'proto_version', '1', 'publication_names', pub)` " +
+			"on a slot created before the backlog, timed from sending it to its result; its CPU is PostgreSQL's (there is no relay process). " +
+			"pg_recvlogical is kept as a reference reader.\n\n")
+		p("| system | messages | seconds | msgs/s | × ceiling (in-server decode) | × pg_recvlogical | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		p("| system | messages | seconds | msgs/s | × ceiling | relay CPU s / 100k msgs | relay context switches / 1k msgs | PostgreSQL CPU s / 100k msgs | relay peak RSS MB | other load, cores |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	}
+	withDecode := r.get("decode_ceiling", wCatchUp) != nil
 	for _, s := range r.Systems {
 		x := r.get(s.Name, wCatchUp)
 		if x == nil {
 			continue
 		}
+		if withDecode && s.Name == "ceiling" {
+			s.Label = "pg_recvlogical (reference)"
+		}
 		if !x.ok() {
-			p("| %s | %s |  |  |  |  |  |  |  |  |\n", s.Label, errCell(x))
+			empty := 8
+			if withDecode {
+				empty = 9
+			}
+			p("| %s | %s |%s\n", s.Label, errCell(x), strings.Repeat("  |", empty))
 			continue
 		}
 		ratio := "–"
 		if ceilRate != nil && *ceilRate > 0 {
 			ratio = fmtRatio(x.MsgsPerS / *ceilRate)
+		}
+		if withDecode {
+			dr := "–"
+			if decRate != nil && *decRate > 0 {
+				dr = fmtRatio(x.MsgsPerS / *decRate)
+			}
+			ratio = dr + " | " + ratio
 		}
 		capped := ""
 		if x.Capped {
@@ -571,8 +724,12 @@ func (r *report) writeCatchUp(p printer) {
 		if x.Repeats > 1 {
 			rateCell += fmt.Sprintf(" (%s–%s)", num(x.RateMin), num(x.RateMax))
 		}
+		relayCPU, relayCS := num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered))
+		if s.Kind == "decode" {
+			relayCPU, relayCS = "–", "–" // no relay process
+		}
 		p("| %s | %s%s | %.2f | %s | %s | %s | %s | %s | %s | %.2f |\n", rowLabel(s, x), commas(x.Delivered), capped, x.Seconds, rateCell, ratio,
-			num(per100k(x.RelayCPU, x.Delivered)), num(per1k(x.CtxSwitches, x.Delivered)), num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
+			relayCPU, relayCS, num(per100k(x.ServerCPU, x.Delivered)), mb(x.PeakRSSMB), x.OtherCores)
 	}
 	p("\n")
 }
@@ -581,7 +738,7 @@ func (r *report) writeCatchUp(p printer) {
 // catch-up runs: "ceiling, walpost → discard, → file, → Kafka".
 func (r *report) turns() string {
 	short := map[string]string{"walpost_discard": "discard", "walpost_file": "file", "walpost_kafka": "Kafka",
-		"walpost_nats": "NATS", "walpost_rabbitmq": "RabbitMQ"}
+		"walpost_fanout3": "file + Kafka + discard", "walpost_nats": "NATS", "walpost_rabbitmq": "RabbitMQ"}
 	var out []string
 	first := true
 	for _, s := range r.Systems {
@@ -589,8 +746,10 @@ func (r *report) turns() string {
 			continue
 		}
 		switch {
+		case s.Kind == "decode":
+			out = append(out, "in-server decode")
 		case s.Kind == "ceiling":
-			out = append(out, "ceiling")
+			out = append(out, "pg_recvlogical")
 		case first:
 			out = append(out, "walpost → "+short[s.Name])
 			first = false
@@ -669,6 +828,34 @@ func (r *report) writeBigTx(p printer) {
 	p("\n")
 }
 
+// writeBigMsg writes the section of the one 50 MiB message.
+func (r *report) writeBigMsg(p printer) {
+	p("## One message of %.0f MiB\n\n", float64(r.P.BigMsgBytes)/(1<<20))
+	p("One row whose payload (jsonb, the outbox's payload column) is `{\"n\": 1, \"blob\": \"…\"}` with a string of %s "+
+		"random hex digits (random, as a real blob would be; the relay receives the whole text either way), committed before the relay starts; pgoutput sends "+
+		"the payload as its JSON text, whose size is *message bytes*. Timed from starting the relay to the slot "+
+		"confirming the commit; memory is the relay process's VmHWM read just before SIGTERM. Issue #16's bound: "+
+		"peak RSS ≤ 2 × the message + 50 MiB.\n\n", commas(int64(r.P.BigMsgBytes)))
+	p("| system | message bytes | seconds | peak RSS MiB | × message | bound MiB | relay CPU s | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Systems {
+		x := r.get(s.Name, wBigMsg)
+		if x == nil {
+			continue
+		}
+		if !x.ok() {
+			p("| %s | %s |  |  |  |  |  |  |\n", s.Label, errCell(x))
+			continue
+		}
+		times, bound := "–", "–"
+		if x.MsgBytes > 0 {
+			times = fmt.Sprintf("%.2f×", x.PeakRSSMB/(float64(x.MsgBytes)/(1<<20)))
+			bound = fmt.Sprintf("%.1f", bigMsgBound(x.MsgBytes))
+		}
+		p("| %s | %s | %.2f | %s | %s | %s | %.2f | %.2f |\n", rowLabel(s, x), commas(x.MsgBytes), x.Seconds, mb(x.PeakRSSMB), times, bound, x.RelayCPU, x.OtherCores)
+	}
+	p("\n")
+}
+
 // writePollLoad writes what the polling relays did to the outbox table,
 // when any of them ran successfully.
 func (r *report) writePollLoad(p printer) {
@@ -728,6 +915,25 @@ func (r *report) writeMethod(p printer) {
 		"fsyncs (seen as 40–130 ms p99 spikes of the file sink at 2,000 msgs/s).\n")
 	p("- Relay CPU is user + system time of the relay's own process (/proc/PID/stat) over the measured window; " +
 		"PostgreSQL CPU is the whole server's (postmaster, its children, and reaped children). Peak RSS is VmHWM.\n")
+	if r.get("decode_ceiling", wCatchUp) != nil {
+		p("- The in-server decode (the catch-up ceiling): a slot and publication made as for the readers, the backlog " +
+			"committed, then one `SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = 73) FROM " +
+			"pg_logical_slot_peek_binary_changes(slot, NULL, NULL, 'proto_version', '1', 'publication_names', pub)` on " +
+			"the bench's control connection, timed from sending it to its result (the second count, the Inserts, must " +
+			"equal the rows committed). Peeking decodes with pgoutput as the WAL sender does, but hands each message to " +
+			"a tuplestore instead of a socket, and consumes nothing.\n")
+	}
+	if r.get("walpost_fanout3", wCatchUp) != nil {
+		p("- Fan-out: walpost with three sinks in one config (file with fsync per batch, Kafka with a broker of its " +
+			"own, discard), one slot; the slot confirms a position only once every sink has acknowledged it, so the " +
+			"run ends when the slowest sink is done; the messages delivered are the smallest of the three sinks' " +
+			"published counts.\n")
+	}
+	if r.has(wPaced1k) {
+		p("- Relay CPU per message at 1,000 tx/s (issue #16's CPU targets) is the paced run's relay CPU over the " +
+			"messages delivered (µs/msg = s/100k × 10): the window runs from just before the producer starts to the " +
+			"last message (walpost: slot confirmed; pg_recvlogical: last Insert read from its pipe).\n")
+	}
 	if r.KafkaMem {
 		p("- Kafka: an in-process kfake broker (github.com/twmb/franz-go/pkg/kfake), a fresh one per run, with its log in memory (`-kafka-mem`), " +
 			"one topic of 6 partitions, acks=all.\n")

@@ -59,7 +59,10 @@ type runResult struct {
 	QPS              float64    `json:"queries_per_s,omitempty"`
 	Load             *tableLoad `json:"table,omitempty"`
 	Backlog          int64      `json:"backlog,omitempty"` // paced: produced but not delivered when the run ended
-	Err              string     `json:"error,omitempty"`
+	// MsgBytes (bigmsg): the one message's payload, in bytes of its JSON
+	// text (as pgoutput sends it).
+	MsgBytes int64  `json:"msg_bytes,omitempty"`
+	Err      string `json:"error,omitempty"`
 }
 
 func (r *runResult) ok() bool { return r.Err == "" }
@@ -121,6 +124,7 @@ type workload struct {
 	total   int     // backlog: rows
 	txRows  int     // rows per transaction
 	rate    float64 // paced: rows per second
+	bigMsg  int     // backlog of one row whose payload holds a blob of this many bytes
 }
 
 func (b *bench) workload(w string) workload {
@@ -133,6 +137,8 @@ func (b *bench) workload(w string) workload {
 		return workload{rate: 1000, txRows: 1}
 	case wPaced2k:
 		return workload{rate: 2000, txRows: 100}
+	case wBigMsg:
+		return workload{backlog: true, total: 1, txRows: 1, bigMsg: b.p.BigMsgBytes}
 	}
 	panic("unknown workload " + w)
 }
@@ -194,6 +200,8 @@ func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 	syscall.Sync()
 	var err error
 	switch s.Kind {
+	case "decode":
+		err = b.runDecode(ctx, b.workload(w), n, r)
 	case "ceiling":
 		err = b.runCeiling(ctx, b.workload(w), n, r)
 	case "walpost":
@@ -222,6 +230,16 @@ func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 // produce commits the workload's rows (backlog) or paces them (paced), and
 // returns the WAL position after the last commit.
 func (b *bench) produce(ctx context.Context, wl workload, table string, r *runResult) error {
+	if wl.bigMsg > 0 {
+		t0 := time.Now()
+		size, err := insertBigMessage(ctx, b.conn, table, wl.bigMsg)
+		if err != nil {
+			return fmt.Errorf("inserting the big message: %w", err)
+		}
+		r.Produced, r.MsgBytes = 1, size
+		b.logf("  one message of %d bytes (payload as JSON text) committed in %.1fs", size, time.Since(t0).Seconds())
+		return nil
+	}
 	if wl.backlog {
 		t0 := time.Now()
 		if err := insertBacklog(ctx, b.conn, table, wl.total, wl.txRows); err != nil {
@@ -394,6 +412,46 @@ func (p *cdcProc) kill() {
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
+}
+
+// decodeQuery decodes everything the slot holds in-server, with the
+// options pg_recvlogical and walpost pass, without consuming it; it counts
+// the changes and, of them, the Inserts (pgoutput message type 'I').
+const decodeQuery = `SELECT count(*), count(*) FILTER (WHERE get_byte(data, 0) = 73)
+	FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`
+
+// runDecode times PostgreSQL decoding the backlog in-server: a slot made
+// before the backlog is committed, then one peek of all its changes, so
+// that the query decodes exactly the backlog, as the readers do, but with
+// no client and no socket. Only the server's CPU is measured (there is no
+// relay process).
+func (b *bench) runDecode(ctx context.Context, wl workload, n names, r *runResult) error {
+	if !wl.backlog {
+		return fmt.Errorf("the in-server decode runs on a backlog only")
+	}
+	if err := createOutbox(ctx, b.conn, n, false); err != nil {
+		return err
+	}
+	if err := createReplication(ctx, b.conn, n); err != nil {
+		return err
+	}
+	if err := b.produce(ctx, wl, n.Qualified(), r); err != nil {
+		return err
+	}
+	snap := b.snap()
+	t0 := time.Now()
+	var changes, inserts int64
+	if err := b.conn.QueryRow(ctx, decodeQuery, n.Slot, n.Publication).Scan(&changes, &inserts); err != nil {
+		return fmt.Errorf("peeking the slot: %w", err)
+	}
+	r.Seconds = time.Since(t0).Seconds()
+	r.Delivered = inserts
+	r.ServerCPU, r.OtherCores = b.since(snap, 0)
+	b.logf("  %d changes decoded, %d of them Inserts", changes, inserts)
+	if inserts != r.Produced {
+		return fmt.Errorf("the slot decoded %d Inserts, not the %d committed", inserts, r.Produced)
+	}
+	return nil
 }
 
 func (b *bench) runCeiling(ctx context.Context, wl workload, n names, r *runResult) error {
