@@ -82,10 +82,15 @@
 // on before it resolves the ack; the return buffer holds max_in_flight,
 // so it never overflows. Each confirm is checked against the returns
 // received so far (in publish order, matched by message id, exchange and
-// routing key): a returned message is a publish.Rejected error naming the
-// message, the exchange and the routing key, so that relay.on_refused
-// decides (stop, or park it and go on). A missing exchange is different:
-// every message to it would fail, so it is a Permanent error saying to
+// routing key): a returned message is an error naming the message, the
+// exchange and the routing key. When the exchange or the routing key
+// comes from a template ({type}, {key}), the route depends on the message
+// and others may go through: the error is publish.Rejected, so that
+// relay.on_refused decides (stop, or park it and go on). When both are
+// fixed, every message would come back (a binding is missing), and
+// parking them all would drop them silently: the error is Permanent. A
+// missing exchange is Permanent too: every message to it would fail, so
+// the error says to
 // create the exchange or to set declare_exchange: true. The sink checks
 // each exchange once per connection (exchange.declare, passive unless
 // declare_exchange) before the first message to it is sent.

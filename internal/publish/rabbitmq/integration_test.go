@@ -108,6 +108,47 @@ func TestIntegrationUnroutableMessageIsRejectedNamingExchangeAndRoutingKey(t *te
 	}
 }
 
+// TestIntegrationUnroutableWithFixedNamesIsPermanent: with a fixed
+// exchange and routing key every message goes the same way, so a
+// returned one means a missing binding: Publish reports it Permanent (not
+// Rejected: relay.on_refused: dead_letter would park every message),
+// naming the message, exchange and routing key and saying to bind a
+// queue, with the messages before it durable.
+func TestIntegrationUnroutableWithFixedNamesIsPermanent(t *testing.T) {
+	url := rabbittest.Start(t)
+	tp := rabbittest.Declare(t, url, rabbittest.Topology{BindingKey: "order.#"})
+	g := sinktest.NewGen(14)
+
+	// The binding matches the fixed key: delivered.
+	ok := newSink(t, url, tp.Exchange, `routing_key: "order.fixed"`)
+	if err := ok.Publish(publishCtx(t), g.Interleave(2, "k1")); err != nil {
+		t.Fatalf("Publish with a bound fixed routing key: %v", err)
+	}
+	rabbittest.Await(t, url, tp.Queue, 2, 10*time.Second)
+
+	s := newSink(t, url, tp.Exchange, `routing_key: "invoice.fixed"`)
+	msgs := g.Interleave(3, "k1")
+	err := s.Publish(publishCtx(t), msgs)
+	if !publish.IsPermanent(err) || publish.IsRejected(err) {
+		t.Fatalf("Publish = %v, want a Permanent error that is not Rejected", err)
+	}
+	for _, want := range []string{msgs[0].ID, tp.Exchange, `routing key "invoice.fixed"`, "unroutable", "bind a queue"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "dead_letter") {
+		t.Errorf("error %q suggests parking the message", err)
+	}
+	if _, ok := publish.DoneOf(err); ok {
+		t.Errorf("error reports messages durable: %v", err)
+	}
+	// Alone (as a retry would send it), still Permanent.
+	if err := s.Publish(publishCtx(t), msgs[:1]); !publish.IsPermanent(err) || publish.IsRejected(err) {
+		t.Fatalf("Publish of one message = %v, want Permanent, not Rejected", err)
+	}
+}
+
 // TestIntegrationMissingExchangeIsPermanentAndSaysToCreateIt: without
 // declare_exchange a missing exchange stops the relay (Permanent, not
 // Rejected: parking every message would not help) with an error naming

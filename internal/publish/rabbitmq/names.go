@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/walpost/walpost/internal/publish/nametmpl"
@@ -49,6 +50,11 @@ var routingKeyRules = nametmpl.Rules{
 }
 
 type exchangeTemplate = nametmpl.Template
+
+// fixedName reports whether t is a fixed name, without a placeholder:
+// every message gets the same name. (A '{' in a parsed template always
+// starts a placeholder.)
+func fixedName(t *nametmpl.Template) bool { return !strings.Contains(t.Text(), "{") }
 
 // parseExchange parses and checks the exchange template; errors start
 // with "exchange: ".

@@ -165,8 +165,10 @@ func (s *Sink) Name() string { return s.name }
 // with a Permanent error saying to create it. Up to max_in_flight
 // messages are unconfirmed at a time. On the first failure Publish
 // returns, marked with publish.Partial to report the confirmed prefix of
-// msgs: an unroutable message (basic.return) is a Rejected error naming
-// its exchange and routing key; a nack, a lost connection or channel, a
+// msgs: an unroutable message (basic.return) is an error naming its
+// exchange and routing key, Rejected when the exchange or routing key
+// comes from a template that depends on the message, Permanent when both
+// are fixed (every message would come back: a binding is missing); a nack, a lost connection or channel, a
 // confirm that does not come within timeout are transient; refused
 // credentials or permissions are Permanent (see classify). After any
 // failure the session is dropped, and the next Publish connects anew.
@@ -435,10 +437,25 @@ func (s *Sink) await(ctx context.Context, sess *session, timer *time.Timer, dc *
 			s.about(m, o), errNack)
 	}
 	if r, ok := sess.returned(m.ID, o); ok {
-		return publish.Rejected(fmt.Errorf("%s: unroutable, RabbitMQ returned it (%d %s): no queue is bound to exchange %q for routing key %q; "+
-			"bind a queue, or park the message with relay.on_refused: dead_letter", s.about(m, o), r.ReplyCode, r.ReplyText, o.exchange, o.key))
+		return s.unroutable(m, o, r)
 	}
 	return nil
+}
+
+// unroutable is the error for m, published as o, that RabbitMQ returned.
+// When the exchange or the routing key comes from a template that depends
+// on the message, another message may well be routed: the error is
+// Rejected, so that relay.on_refused decides. With a fixed exchange and
+// routing key every message goes the same way and would come back too:
+// the binding is missing, and parking every message would hide that, so
+// the error is Permanent.
+func (s *Sink) unroutable(m *message.Message, o *outgoing, r amqp.Return) error {
+	err := fmt.Errorf("%s: unroutable, RabbitMQ returned it (%d %s): no queue is bound to exchange %q for routing key %q; "+
+		"bind a queue", s.about(m, o), r.ReplyCode, r.ReplyText, o.exchange, o.key)
+	if fixedName(s.exchange) && fixedName(s.routingKey) {
+		return publish.Permanent(fmt.Errorf("%w (every message goes to this exchange with this routing key: parking them would not help)", err))
+	}
+	return publish.Rejected(fmt.Errorf("%w, or park the message with relay.on_refused: dead_letter", err))
 }
 
 // timedOut is the error for a message that made no progress within
