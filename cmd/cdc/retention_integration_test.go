@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -367,4 +368,44 @@ func uncommented(t *testing.T, sql, prefix string) string {
 	}
 	t.Fatalf("sql/roles.sql has no commented line %q", prefix)
 	return ""
+}
+
+// TestIntegrationInitForgetsTheMarksOfAnEarlierSlot: a slot dropped and
+// created again by cdc init (as after a failover) starts at the current
+// WAL, past every mark of the old one; cdc init deletes those marks, which
+// would otherwise prove delivered rows the old slot never confirmed. An
+// init that finds the slot keeps them.
+func TestIntegrationInitForgetsTheMarksOfAnEarlierSlot(t *testing.T) {
+	ro := newRetentionOutbox(t)
+	cfg := ro.Config(t, "  - {name: out, kind: discard}", ro.retention("keep: 1h"))
+	cdcInit(t, cfg)
+	pgtest.Exec(t, ro.URL, fmt.Sprintf("INSERT INTO %s (slot, lsn, taken_at) VALUES ('%s', '0/1', now() - interval '1 day'), ('other', '0/1', now())", ro.marks, ro.Slot))
+	cdcInit(t, cfg) // the slot exists: its marks stay
+	if n := ro.marksOf(t, ro.Slot); n != 1 {
+		t.Fatalf("%d marks of the existing slot after cdc init, want 1 kept", n)
+	}
+	pgtest.Exec(t, ro.URL, "SELECT pg_drop_replication_slot('"+ro.Slot+"')")
+	var out bytes.Buffer
+	if code := run([]string{"init", "--config", cfg}, &out, &out); code != 0 {
+		t.Fatalf("cdc init exited %d: %s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "1 mark(s) of an earlier slot "+ro.Slot+" deleted") {
+		t.Fatalf("cdc init did not report the forgotten marks:\n%s", out.String())
+	}
+	if n := ro.marksOf(t, ro.Slot); n != 0 {
+		t.Fatalf("%d marks of the dropped slot left, want 0", n)
+	}
+	if n := ro.marksOf(t, "other"); n != 1 {
+		t.Fatalf("another slot's marks were deleted too (%d left)", n)
+	}
+}
+
+// marksOf counts slot's marks.
+func (ro retentionOutbox) marksOf(t *testing.T, slot string) int {
+	t.Helper()
+	var n int
+	if err := ro.conn.QueryRow(context.Background(), "SELECT count(*) FROM "+ro.marks+" WHERE slot = $1", slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

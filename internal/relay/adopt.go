@@ -27,6 +27,10 @@ var ErrAdoptNeedsSentAt = errors.New("relay: --adopt needs columns.sent_at")
 // streamed by it, and adopting them now would be guessing.
 var ErrAdoptSlotExists = errors.New("relay: --adopt needs a new slot")
 
+// ErrAdoptNeedsPG14 is returned by Setup with Adopt on a server older
+// than PostgreSQL 14.
+var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
+
 // createSlotAdopting creates the slot and, in one transaction that sees
 // the database exactly as the slot starts (the snapshot the slot exports),
 // emits every row whose sent-at column is NULL as a transactional logical
@@ -38,6 +42,14 @@ func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config)
 	t := cfg.Outbox()
 	if !t.Columns.Has(layout.SentAt) {
 		return 0, fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
+	}
+	// Adopted rows travel as logical messages, which pgoutput sends from
+	// PostgreSQL 14 on: on an older server they would be lost.
+	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+		return 0, err
+	} else if v < 140000 {
+		return 0, fmt.Errorf("%w: --adopt needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages, which pgoutput sends from 14 on",
+			ErrAdoptNeedsPG14, v/10000, v%10000)
 	}
 	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
 	if err != nil {
@@ -85,7 +97,7 @@ func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapsh
 	defer tx.Rollback(context.Background())
 	for _, stmt := range []string{
 		"SET TRANSACTION SNAPSHOT '" + strings.ReplaceAll(snapshot, "'", "''") + "'",
-		"SET LOCAL datestyle = 'ISO, MDY'", "SET LOCAL timezone = 'UTC'",
+		"SET LOCAL datestyle = 'ISO, MDY'", "SET LOCAL timezone = 'UTC'", "SET LOCAL bytea_output = 'hex'",
 	} {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return 0, fmt.Errorf("adopting: %s: %w", stmt, err)

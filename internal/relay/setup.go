@@ -61,17 +61,19 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		return err
 	}
 	report(fmt.Sprintf("publication %s: %s", t.Publication, createdOrExists(created)))
+	slotCreated := true
 	if opts.Adopt {
 		n, err := createSlotAdopting(ctx, conn, cfg)
 		if err != nil {
 			return err
 		}
-		report(fmt.Sprintf("slot %s: created; %d unsent row(s) of %s adopted: cdc run relays them first, once", t.Slot, n, t.Outbox))
+		report(fmt.Sprintf("slot %s: created; %d unsent row(s) of %s adopted: cdc run relays them once, before what commits after this (stop the writers during --adopt to keep each key's order)", t.Slot, n, t.Outbox))
 	} else {
 		info, created, err := replication.EnsureSlotWith(ctx, conn, t.Slot, slotOpts)
 		if err != nil {
 			return err
 		}
+		slotCreated = created
 		report(fmt.Sprintf("slot %s: %s (confirmed %s)", t.Slot, createdOrExists(created), info.ConfirmedFlush))
 	}
 	results, err := store.Setup(ctx, conn, store.TablesOf(cfg))
@@ -79,13 +81,33 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
 	}
 	if s := retention.SettingsOf(cfg); s != nil && err == nil {
-		res, err := retention.Setup(ctx, conn, *s) // relay.retention's marks
-		if err != nil {
-			return err
-		}
-		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
+		return setupRetention(ctx, conn, *s, slotCreated, report)
 	}
 	return err
+}
+
+// setupRetention creates relay.retention's marks table and, when the slot
+// was created now, forgets the marks of an earlier slot of that name:
+// the new slot starts at the current WAL, past every old mark, which
+// would otherwise prove delivered rows the old slot never confirmed
+// (docs/design.md, "Retention and delete-after-insert").
+func setupRetention(ctx context.Context, conn *pgx.Conn, s retention.Settings, slotCreated bool, report func(string)) error {
+	res, err := retention.Setup(ctx, conn, s)
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
+	if !slotCreated || res.Created {
+		return nil
+	}
+	n, err := retention.ForgetMarks(ctx, conn, s)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		report(fmt.Sprintf("table %s: %d mark(s) of an earlier slot %s deleted: they prove nothing for the new slot", res.Table, n, s.Slot))
+	}
+	return nil
 }
 
 func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t replication.Target, report func(string)) error {

@@ -62,6 +62,17 @@ func Setup(ctx context.Context, conn *pgx.Conn, s Settings) (store.Result, error
 	return store.SetupMarks(ctx, conn, store.QuoteTable(s.Retention.MarksTable))
 }
 
+// ForgetMarks deletes the marks of s.Slot (`cdc init`, when it created
+// the slot: marks of an earlier slot of the same name prove nothing for
+// it) and returns how many there were.
+func ForgetMarks(ctx context.Context, conn *pgx.Conn, s Settings) (int64, error) {
+	tag, err := conn.Exec(ctx, "DELETE FROM "+store.QuoteTable(s.Retention.MarksTable)+" WHERE slot = $1", s.Slot)
+	if err != nil {
+		return 0, fmt.Errorf("deleting the marks of slot %q from %s: %w", s.Slot, s.Retention.MarksTable, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // Check verifies, read-only, what the Job needs: the time column exists
 // and is a timestamp, the role may delete from the outbox, the marks table
 // exists with its grants. It prepares the DELETE statement.
