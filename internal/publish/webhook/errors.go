@@ -96,15 +96,3 @@ func classifyError(err error) (outcome, string) {
 	}
 	return transient, ""
 }
-
-// scrubber replaces secret values in text the sink did not write itself
-// (the start of an answer's body, which a receiver may fill with what it
-// was sent: an echoed header, its own 404 page quoting the path).
-type scrubber []string
-
-func (s scrubber) scrub(text string) string {
-	for _, v := range s {
-		text = strings.ReplaceAll(text, v, "[REDACTED]")
-	}
-	return text
-}

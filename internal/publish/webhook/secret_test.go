@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish/sinktest"
+	"github.com/walpost/walpost/internal/redact"
 )
 
 // The secrets of the tests below: none may appear in an error or a log
@@ -90,7 +92,7 @@ func TestRuntimeErrorsAndLogsDoNotRepeatSecrets(t *testing.T) {
 			if err == nil {
 				t.Fatalf("status %d: no error", code)
 			}
-			if !strings.Contains(err.Error(), "[REDACTED]") || !strings.Contains(err.Error(), strconv.Itoa(code)) {
+			if !strings.Contains(err.Error(), redact.Mask) || !strings.Contains(err.Error(), strconv.Itoa(code)) {
 				t.Errorf("status %d: error %q does not quote the answer's body (with secrets replaced)", code, err)
 			}
 			requireNoSecret(t, "error", err.Error())
@@ -114,6 +116,42 @@ func TestRuntimeErrorsAndLogsDoNotRepeatSecrets(t *testing.T) {
 	requireNoSecret(t, "log", logs.String())
 	if !strings.Contains(logs.String(), "webhook sink configured") || !strings.Contains(logs.String(), "Retry-After") {
 		t.Errorf("test bug: the sink did not log what it should: %s", logs.String())
+	}
+}
+
+// TestEchoedSecretsInEscapedFormsAreRedacted: an answer that echoes what
+// it was sent JSON-encoded (quotes and '<' escaped), percent-encoded, or
+// as the Basic authentication header's base64 is quoted with the secrets
+// cut out all the same.
+func TestEchoedSecretsInEscapedFormsAreRedacted(t *testing.T) {
+	const (
+		token  = `Bearer tok"en<with>esc` // JSON: tok\"en\u003cwith\u003eesc
+		secret = `sig"secret&more`
+		pw     = "pw/with spaces"
+	)
+	rc := newReceiver(t)
+	u := strings.Replace(rc.srv.URL, "http://", "http://user1:"+strings.NewReplacer("/", "%2F", " ", "%20").Replace(pw)+"@", 1) + "/p?k=v%2Fq%20r"
+	s := newSink(t, u, "headers: {X-Token: '"+token+"'}", "secret: '"+secret+"'")
+	rc.setAnswer(func(w http.ResponseWriter, r request) bool {
+		echo, _ := json.Marshal(map[string]string{
+			"token": r.header.Get("X-Token"), "bare": strings.TrimPrefix(r.header.Get("X-Token"), "Bearer "),
+			"secret": secret, "auth": r.header.Get("Authorization"), "query": "v/q r", "pw": pw,
+		})
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write(echo)
+		return true
+	})
+	err := s.Publish(ctxFor(t, 10*time.Second), sinktest.NewGen(33).Interleave(1, "a"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, frag := range []string{"en<with", `en\\u003cwith`, "secret&", `secret\\u0026`, "dXNlcjE6", "with spaces", "v/q r"} {
+		if strings.Contains(err.Error(), frag) {
+			t.Errorf("error holds %q: %s", frag, err)
+		}
+	}
+	if !strings.Contains(err.Error(), redact.Mask) {
+		t.Errorf("error %q does not quote the answer with the secrets replaced", err)
 	}
 }
 

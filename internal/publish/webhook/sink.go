@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/redact"
 )
 
 func init() {
@@ -77,7 +80,7 @@ type Sink struct {
 	maxRetryAfter time.Duration
 	batchSize     int
 	batchBytes    int
-	scrub         scrubber
+	secrets       *redact.Set // cut out of answers quoted in errors
 
 	transport *http.Transport
 	client    *http.Client
@@ -155,27 +158,44 @@ func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
 	}
 	for k, v := range wc.Headers {
 		s.static.Set(k, v)
-		s.scrub = append(s.scrub, v)
 	}
-	if wc.Secret != "" {
-		s.scrub = append(s.scrub, wc.Secret)
-	}
-	if p, ok := u.User.Password(); ok && p != "" {
-		s.scrub = append(s.scrub, p)
-	}
-	if u.User != nil && u.User.Username() != "" {
-		s.scrub = append(s.scrub, u.User.Username())
-	}
-	if len(u.EscapedPath()) > 1 {
-		s.scrub = append(s.scrub, u.EscapedPath(), u.Path)
-	}
-	if u.RawQuery != "" {
-		s.scrub = append(s.scrub, u.RawQuery)
-	}
+	s.secrets = secretsOf(u, wc)
 	s.warn(u, wc)
 	log.Info().Str("endpoint", s.endpoint).Str("mode", wc.Mode).Str("format", wc.Format).
 		Bool("signed", wc.Secret != "").Int("headers", len(wc.Headers)).Msg("webhook sink configured")
 	return s, nil
+}
+
+// secretsOf returns what an answer's body may echo of the sink's
+// credentials: the values of headers: (and, for "<scheme> <credentials>"
+// such as "Bearer …", the credentials alone), the signing secret, the
+// URL's user, password and their Basic authentication form, its path and
+// its query (as sent and decoded). redact.Set also finds their escaped
+// forms (JSON, Go-quoted, percent-encoded).
+func secretsOf(u *url.URL, wc webhookConfig) *redact.Set {
+	var v []string
+	for _, h := range wc.Headers {
+		v = append(v, h)
+		if _, cred, ok := strings.Cut(strings.TrimSpace(h), " "); ok {
+			v = append(v, strings.TrimSpace(cred))
+		}
+	}
+	v = append(v, wc.Secret)
+	if u.User != nil {
+		p, _ := u.User.Password()
+		v = append(v, u.User.Username(), p,
+			base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+p)))
+	}
+	if len(u.EscapedPath()) > 1 {
+		v = append(v, u.EscapedPath(), u.Path)
+	}
+	if u.RawQuery != "" {
+		v = append(v, u.RawQuery)
+		for _, vals := range u.Query() {
+			v = append(v, vals...)
+		}
+	}
+	return redact.NewSet(v...)
 }
 
 // warn logs the settings that weaken the relay's guarantees or expose
@@ -461,7 +481,7 @@ func (s *Sink) readAnswer(resp *http.Response) string {
 	if n == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
 		return ""
 	}
-	text := s.scrub.scrub(string(s.head[:n]))
+	text := s.secrets.Redact(string(s.head[:n]))
 	if len(text) > snippetBytes {
 		text = text[:snippetBytes] + "…"
 	}
