@@ -231,7 +231,9 @@ func (d *Decoder) AcceptAdopted(prefix string) { d.adopt = prefix }
 // the same values would be.
 func (d *Decoder) adopted(m *pglogrepl.LogicalDecodingMessage) (Event, error) {
 	var a Adopted
-	if err := json.Unmarshal(m.Content, &a); err != nil || a.V != 1 || len(a.OIDs) != int(layout.NumRoles) || len(a.Values) != int(layout.NumRoles) {
+	// encoding/json would replace invalid UTF-8 (a SQL_ASCII database)
+	// with U+FFFD: such a row is invalid, as in an INSERT.
+	if err := json.Unmarshal(m.Content, &a); err != nil || !utf8.Valid(m.Content) || a.V != 1 || len(a.OIDs) != int(layout.NumRoles) || len(a.Values) != int(layout.NumRoles) {
 		// Bad input, not a protocol failure: on_invalid and cdc skip
 		// apply, as to a row.
 		return Event{}, &Error{LSN: m.LSN, CommitLSN: d.tx.commitLSN, Row: RowValues{"adopt_message": string(m.Content)},

@@ -93,6 +93,10 @@ func TestDecodeAdoptedRowIsTheRowItStandsFor(t *testing.T) {
 	if !errors.As(err, &de) || errors.Is(err, ErrProtocol) || de.LSN != 0x70 || de.Row["adopt_message"] != `{"v": 2}` {
 		t.Fatalf("malformed adopt message: %v", err)
 	}
+	notUTF8 := strings.Replace(adopt, "OrderPlaced", "Order\xffPlaced", 1)
+	if _, err := d.Decode(0x78, logicalMsgWith(0x78, "walpost.adopt.walpost_outbox", notUTF8)); !errors.As(err, &de) || de.LSN != 0x78 {
+		t.Fatalf("adopted row that is not UTF-8: %v (it must not be published with U+FFFD)", err)
+	}
 	bad := strings.Replace(adopt, `"{\"n\": 1}"`, `"not json"`, 1)
 	if _, err := d.Decode(0x80, logicalMsgWith(0x80, "walpost.adopt.walpost_outbox", bad)); !errors.As(err, &de) || !strings.Contains(err.Error(), "payload is not valid JSON") {
 		t.Fatalf("adopted row with a bad payload: %v", err)

@@ -83,11 +83,19 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 // goes past those, as after an earlier cdc skip in the same transaction),
 // or nil.
 func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead *store.DeadLetter) (*decoder.Error, error) {
+	// Logical messages (adopted rows, a table-less outbox) as the stream
+	// asks for them: from PostgreSQL 14 on, where pgoutput knows the option.
+	messages := ""
+	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+		return nil, err
+	} else if v >= 140000 {
+		messages = ", 'messages', 'true'"
+	}
 	for _, limit := range skipPeeks {
 		dec := newDecoder(cfg)
 		n := 0
 		rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
-			'proto_version', '1', 'publication_names', $3, 'messages', 'true')`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
+			'proto_version', '1', 'publication_names', $3`+messages+`)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
 		if err != nil {
 			return nil, fmt.Errorf("reading the slot's pending changes: %w", err)
 		}
