@@ -9,7 +9,9 @@
 // protocol's binding (see docs/design.md, "Formats"):
 //
 //	Kafka        headers ce_id, ce_source, … and content-type
-//	HTTP, NATS   headers ce-id, ce-source, … and Content-Type
+//	HTTP         headers ce-id, ce-source, … and Content-Type
+//	NATS         headers ce-id, ce-source, … and content-type (NATS
+//	             headers are case-sensitive; the binding uses lower case)
 //	AMQP         application properties cloudEvents:id, … and content-type
 //
 // The payload is the event's data, byte for byte, in both formats.

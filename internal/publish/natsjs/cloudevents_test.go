@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
@@ -32,8 +33,18 @@ func TestIntegrationCloudEventsDecodeWithTheSDK(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d messages stored", len(got))
 	}
+	// NATS headers are case-sensitive, and the SDK's NATS binding takes
+	// the datacontenttype from "content-type" and the attributes from
+	// "ce-"-prefixed names, exactly: pass on only what it would see
+	// (http.Header alone would normalise the case and hide a mismatch).
+	if ct := got[0].Header["content-type"]; len(ct) != 1 || ct[0] != "application/json" {
+		t.Errorf("header content-type = %q, want [application/json] under that exact name (headers %v)", ct, got[0].Header)
+	}
 	h := http.Header{}
 	for k, vs := range got[0].Header {
+		if k != "content-type" && !strings.HasPrefix(k, "ce-") {
+			continue
+		}
 		for _, v := range vs {
 			h.Add(k, v)
 		}

@@ -18,15 +18,16 @@
 //     so the resends of a retry are not stored twice.
 //   - Format raw (default): Walpost-Type = the type. Format cloudevents
 //     (CloudEvents 1.0 NATS binding, binary mode): ce-specversion, ce-id,
-//     ce-source, ce-type, ce-time and Content-Type, from
-//     envelope.Attributes and envelope.ContentType.
+//     ce-source, ce-type, ce-time and content-type (lower case: NATS
+//     headers are case-sensitive, and the binding looks for that name),
+//     from envelope.Attributes and envelope.ContentType.
 //   - Walpost-Key: the ordering key, in both formats; absent when the key
 //     is NULL.
 //   - Then every entry of the headers column (traceparent travels), with
 //     its name's case kept. Names starting with Nats- or Walpost- (any
 //     case) are left out: the server acts on Nats-Rollup, Nats-TTL and
 //     Nats-Expected-*, and the sink's own headers win. With cloudevents,
-//     ce-* and Content-Type of the column are left out too. A name NATS
+//     ce-* and content-type (any case) of the column are left out too. A name NATS
 //     cannot carry is refused as publish.Rejected. NATS replaces a
 //     value's line breaks with spaces and trims white space around it.
 //   - With stream.name set, every message carries Nats-Expected-Stream,

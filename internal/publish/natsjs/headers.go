@@ -23,8 +23,9 @@ const (
 	// (both formats).
 	HeaderKey = "Walpost-Key"
 	// HeaderContentType is the CloudEvents binding's datacontenttype
-	// (format cloudevents).
-	HeaderContentType = "Content-Type"
+	// (format cloudevents), in lower case: NATS headers are case-sensitive,
+	// and the CloudEvents SDK's NATS binding looks for "content-type".
+	HeaderContentType = "content-type"
 	// cePrefix starts the CloudEvents attribute headers (ce-id, …).
 	cePrefix = "ce-"
 )
@@ -32,14 +33,14 @@ const (
 // reservedHeader reports whether a header of the headers column named k
 // is left out because the sink sets or NATS reads a header of that name:
 // Nats-* (the server acts on Nats-Msg-Id, Nats-Expected-*, Nats-Rollup,
-// Nats-TTL, …), Walpost-*, and with CloudEvents ce-* and Content-Type.
+// Nats-TTL, …), Walpost-*, and with CloudEvents ce-* and content-type.
 // The comparison ignores case, as receivers often do.
 func reservedHeader(k string, ce bool) bool {
 	l := strings.ToLower(k)
 	if strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "walpost-") {
 		return true
 	}
-	return ce && (strings.HasPrefix(l, cePrefix) || l == "content-type")
+	return ce && (strings.HasPrefix(l, cePrefix) || l == HeaderContentType)
 }
 
 // headerKeyOK mirrors nats.go's rule for header names (printable ASCII

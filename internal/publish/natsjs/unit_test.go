@@ -57,9 +57,11 @@ func TestRawHeaderMapping(t *testing.T) {
 }
 
 // TestCloudEventsHeaderMapping: format cloudevents sets ce-specversion,
-// ce-id, ce-source, ce-type, ce-time and Content-Type from
-// envelope.Attributes and ContentType, keeps Nats-Msg-Id (the duplicate
-// window) and drops ce-* and Content-Type of the headers column.
+// ce-id, ce-source, ce-type, ce-time and content-type (in lower case: NATS
+// headers are case-sensitive, and the CloudEvents NATS binding looks for
+// "content-type") from envelope.Attributes and ContentType, keeps
+// Nats-Msg-Id (the duplicate window) and drops ce-* and Content-Type (any
+// case) of the headers column.
 func TestCloudEventsHeaderMapping(t *testing.T) {
 	env := envelope.Settings{Format: envelope.CloudEvents, Source: "/orders"}
 	env.SetDefaults()
@@ -71,7 +73,7 @@ func TestCloudEventsHeaderMapping(t *testing.T) {
 	want := nats.Header{
 		"Nats-Msg-Id": {m.ID}, "Walpost-Key": {"order-1"},
 		"ce-specversion": {"1.0"}, "ce-id": {m.ID}, "ce-source": {"/orders"}, "ce-type": {"order.created"},
-		"ce-time": {"2026-12-03T09:08:16.123456Z"}, "Content-Type": {"application/json"},
+		"ce-time": {"2026-12-03T09:08:16.123456Z"}, "content-type": {"application/json"},
 		"traceparent": {"00-abc-def-01"}, "X-Tenant": {"acme"},
 	}
 	if !maps.EqualFunc(nm.Header, want, func(a, b []string) bool { return strings.Join(a, "|") == strings.Join(b, "|") }) {
@@ -79,8 +81,13 @@ func TestCloudEventsHeaderMapping(t *testing.T) {
 	}
 	m.PayloadJSON = false
 	nm, _ = natsMsg(m, "s", &env)
-	if nm.Header.Get("Content-Type") != "application/octet-stream" {
-		t.Errorf("binary payload: Content-Type %q", nm.Header.Get("Content-Type"))
+	if got := nm.Header["content-type"]; len(got) != 1 || got[0] != "application/octet-stream" {
+		t.Errorf("binary payload: content-type %q", got)
+	}
+	m.Headers["CONTENT-TYPE"] = "text/plain"
+	nm, _ = natsMsg(m, "s", &env)
+	if got := nm.Header["CONTENT-TYPE"]; got != nil {
+		t.Errorf("CONTENT-TYPE of the headers column kept: %q", got)
 	}
 }
 
