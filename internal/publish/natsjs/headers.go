@@ -2,7 +2,6 @@ package natsjs
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -93,14 +92,4 @@ func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.
 		data = []byte{}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: data}, nil
-}
-
-// headerNames returns h's names sorted, for logs and tests.
-func headerNames(h nats.Header) []string {
-	ks := make([]string, 0, len(h))
-	for k := range h {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
