@@ -134,6 +134,9 @@ func (c *natsConfig) Validate() error {
 	if err := c.Settings.Validate(); err != nil {
 		return err
 	}
+	if p := headerValueProblem(c.Source); c.IsCloudEvents() && p != "" {
+		return fmt.Errorf("source: %q: its value %s (it travels in the ce-source header)", c.Source, p)
+	}
 	if err := validateServers(c.Servers); err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{ok + "subject: s\nstream: {name: x, create: true, replicas: 7}\n", "stream.replicas: 7"},
 		{ok + "subject: s\nformat: avro\n", "format: unknown \"avro\""},
 		{ok + "subject: s\nsource: /x\n", "source: only used with format: cloudevents"},
+		{ok + "subject: s\nformat: cloudevents\nsource: \"/x \"\n", "source: \"/x \": its value starts or ends with white space"},
 		{ok + "subject: s\nbrokers: [a]\n", "brokers"},
 	} {
 		doc := "name: events\nkind: nats\n" + c.yaml

@@ -28,8 +28,12 @@
 //     case) are left out: the server acts on Nats-Rollup, Nats-TTL and
 //     Nats-Expected-*, and the sink's own headers win. With cloudevents,
 //     ce-* and content-type (any case) of the column are left out too. A name NATS
-//     cannot carry is refused as publish.Rejected. NATS replaces a
-//     value's line breaks with spaces and trims white space around it.
+//     cannot carry is refused as publish.Rejected. nats.go replaces a
+//     value's line breaks with spaces and trims white space around it, so
+//     a value it would change (a headers-column value, the key, the type
+//     or the id with a line break, or white space at an end) is refused
+//     as publish.Rejected too, naming the message and the header, rather
+//     than delivered altered.
 //   - With stream.name set, every message carries Nats-Expected-Stream,
 //     which the server keeps with the message.
 //
@@ -89,7 +93,7 @@
 //   - Rejected (relay.on_refused applies): a message over the server's
 //     max_payload (refused by the client before sending) or the stream's
 //     max_msg_size (10054), an illegal subject, a header name NATS cannot
-//     carry.
+//     carry, a header value NATS would change.
 //   - Permanent (the relay stops): no stream covers the subject (the
 //     server answers "no responders"; create a stream or set
 //     stream.create), bad credentials, a permissions violation on publish

@@ -2,6 +2,7 @@ package natsjs
 
 import (
 	"fmt"
+	"net/textproto"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -58,11 +59,26 @@ func headerKeyOK(k string) bool {
 	return true
 }
 
+// headerValueProblem returns why NATS would not carry v as it is, or "":
+// nats.go trims white space around a header value and turns CR and LF
+// into spaces, so that the receiver would get another value than the
+// outbox holds.
+func headerValueProblem(v string) string {
+	switch {
+	case strings.ContainsAny(v, "\r\n"):
+		return "holds a line break, which NATS turns into a space"
+	case textproto.TrimString(v) != v:
+		return "starts or ends with white space, which NATS trims"
+	}
+	return ""
+}
+
 // natsMsg maps an outbox message to the NATS message published to
 // subject: the payload as data, Nats-Msg-Id = id, the identity headers of
 // the format, Walpost-Key when the key is not NULL, then the headers
 // column (reserved names left out). Header names keep their case. A
-// header name that NATS cannot carry is an error naming it.
+// header name that NATS cannot carry, or a value it would change (see
+// headerValueProblem), is an error naming the header.
 func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.Msg, error) {
 	h := make(nats.Header, len(m.Headers)+8)
 	ce := env.IsCloudEvents()
@@ -73,7 +89,15 @@ func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.
 		if !headerKeyOK(k) {
 			return nil, fmt.Errorf("header %q of the headers column: NATS header names are printable ASCII without white space or any of \"()/,:;<=>?@[\\]{}", k)
 		}
+		if p := headerValueProblem(v); p != "" {
+			return nil, fmt.Errorf("header %q of the headers column: its value %s; fix the value in the outbox row", k, p)
+		}
 		h[k] = []string{v}
+	}
+	for _, f := range []struct{ what, v string }{{"id", m.ID}, {"type", m.Type}, {"ordering key", m.Key}} {
+		if p := headerValueProblem(f.v); p != "" {
+			return nil, fmt.Errorf("the message's %s (sent as a header): its value %s; fix the value in the outbox row", f.what, p)
+		}
 	}
 	h[HeaderMsgID] = []string{m.ID}
 	if ce {

@@ -112,6 +112,39 @@ func TestBadHeaderNameOrSubjectIsRejectedBeforeSending(t *testing.T) {
 	}
 }
 
+// TestHeaderValuesNATSWouldChangeAreRejectedBeforeSending: nats.go trims
+// white space around a header value and turns line breaks into spaces, so
+// a headers-column value, key, type or id with those would reach the
+// receiver changed: the message is Rejected, naming it and the header,
+// before anything is sent. White space inside a value passes.
+func TestHeaderValuesNATSWouldChangeAreRejectedBeforeSending(t *testing.T) {
+	s := newSink(t, "servers: [\"nats://127.0.0.1:1\"]\nsubject: outbox.fixed\n")
+	g := sinktest.NewGen(2)
+	var bad []*message.Message
+	for _, v := range []string{" lead", "trail ", "tab\t", "a\nb", "a\r\nb"} {
+		col := g.Message("k")
+		col.Headers["X-Tenant"] = v
+		key := g.Message(v)
+		typ := g.Message("k")
+		typ.Type = v
+		bad = append(bad, col, key, typ)
+	}
+	for _, m := range bad {
+		err := s.Publish(t.Context(), []*message.Message{g.Message("k"), m})
+		if !publish.IsRejected(err) || !strings.Contains(err.Error(), m.ID) {
+			t.Errorf("key %q type %q headers %q: %v, want Rejected naming %s", m.Key, m.Type, m.Headers, err, m.ID)
+		}
+	}
+	env := envelope.Settings{}
+	env.SetDefaults()
+	m := g.Message("order 1")
+	m.Headers["X-Tenant"] = "acme corp"
+	nm, err := natsMsg(m, "s", &env)
+	if err != nil || nm.Header[HeaderKey][0] != "order 1" || nm.Header["X-Tenant"][0] != "acme corp" {
+		t.Errorf("inner white space: %v, headers %v", err, nm.Header)
+	}
+}
+
 // TestUnreachableServerIsTransient: a server that refuses connections is
 // an error the relay retries, not Permanent.
 func TestUnreachableServerIsTransient(t *testing.T) {
