@@ -230,3 +230,39 @@ func TestIntegrationConnectionCutMidCallLosesNothingAndKeepsOrder(t *testing.T) 
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, NullKey: true}, msgs, tg.read(t), dupOK)
 }
+
+// TestIntegrationMaxPendingAboveTheClientDefaultIsHonoured: with
+// max_pending above nats.go's own cap on PubAcks in flight (4000) the
+// sink keeps sending while the PubAcks are slow to come: the connection
+// is frozen, so none comes, for longer than nats.go waits for room
+// (200ms) before it fails a publish with ErrTooManyStalledMsgs. The call
+// succeeds once the PubAcks arrive, and the stream holds every message in
+// order.
+func TestIntegrationMaxPendingAboveTheClientDefaultIsHonoured(t *testing.T) {
+	tg := newTarget(t, jetstream.StreamConfig{Storage: jetstream.MemoryStorage})
+	s := tg.sink(t, "max_pending: 6000")
+	g := sinktest.NewGen(15)
+	if err := s.Publish(publishCtx(t), []*message.Message{g.Message("k")}); err != nil {
+		t.Fatal(err) // connected
+	}
+	msgs := make([]*message.Message, 5000)
+	for i := range msgs {
+		msgs[i] = g.Message(sinktest.Keys(4)[i%4])
+		msgs[i].Payload = []byte(`{}`) // small: what is held fits the socket buffers
+	}
+	tg.proxy.Freeze()
+	thawed := make(chan struct{})
+	go func() {
+		defer close(thawed)
+		time.Sleep(time.Second) // the freeze must outlast nats.go's 200ms stall wait
+		tg.proxy.Thaw()
+	}()
+	err := s.Publish(publishCtx(t), msgs)
+	<-thawed
+	if err != nil {
+		t.Fatalf("Publish of %d messages with max_pending 6000 and the PubAcks held back: %v", len(msgs), err)
+	}
+	if got := tg.read(t); len(got) != len(msgs)+1 {
+		t.Fatalf("stream holds %d messages, want %d", len(got), len(msgs)+1)
+	}
+}

@@ -102,7 +102,10 @@ func (s *Sink) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, s.connectError(err)
 	}
-	js, err := jetstream.New(nc)
+	// nats.go caps the PubAcks in flight on its own (4000 by default) and
+	// fails a publish that waits 200ms for room: the sink's max_pending
+	// must be the only cap.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(s.cfg.MaxPending))
 	if err != nil {
 		nc.Close()
 		return nil, err
