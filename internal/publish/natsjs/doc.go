@@ -95,7 +95,8 @@
 //     max_msg_size (10054), an illegal subject, a header name NATS cannot
 //     carry, a header value NATS would change.
 //   - Permanent (the relay stops): no stream covers the subject (the
-//     server answers "no responders"; create a stream or set
+//     server answers "no responders", and JetStream, asked once which
+//     stream covers the subject, names none; create a stream or set
 //     stream.create), bad credentials, a permissions violation on publish
 //     or on the reply inbox, TLS settings that cannot work, JetStream not
 //     enabled, the wrong stream (10060), a stream that refuses to store
@@ -103,7 +104,9 @@
 //     status, a stream.create that the server refuses.
 //   - Transient, retried by the relay: a server that cannot be reached, a
 //     connection lost, a PubAck that did not come, insufficient resources
-//     (10023), 5xx API errors, anything unknown.
+//     (10023), 5xx API errors, "no responders" on a subject a stream
+//     covers (a clustered stream electing a leader) or when the lookup
+//     fails, anything unknown.
 //
 // Every error names the message it concerns (id, LSN, subject) and how
 // many of the call's messages were not acknowledged, and is marked with

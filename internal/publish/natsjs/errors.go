@@ -53,7 +53,9 @@ var apiVerdicts = map[jetstream.ErrorCode]verdict{
 //   - a message over the server's max_payload (nats.ErrMaxPayload, checked
 //     by the client) or the stream's max_msg_size (code 10054): rejected;
 //   - no stream covers the subject (jetstream.ErrNoStreamResponse: the
-//     server answered "no responders"): permanent;
+//     server answered "no responders"): permanent (Publish then asks
+//     JetStream whether a stream covers the subject, and retries when one
+//     does, see noRespondersVerdict);
 //   - bad credentials, a permissions violation, TLS settings that do not
 //     work, JetStream not enabled, a store refusal (code 10077), the wrong
 //     stream (10060), other API errors with a 4xx status: permanent;
@@ -92,6 +94,18 @@ func classify(err error) verdict {
 		return v
 	}
 	return verdict{reconnect: true}
+}
+
+// noRespondersVerdict decides a "no responders" answer to a publish by
+// the lookup of the stream that covers its subject (lookupErr, from
+// StreamNameBySubject): none (jetstream.ErrStreamNotFound) is Permanent;
+// a stream found, or a lookup that failed, is transient, since a
+// clustered stream answers no one while it elects a leader.
+func noRespondersVerdict(lookupErr error) verdict {
+	if errors.Is(lookupErr, jetstream.ErrStreamNotFound) {
+		return classify(jetstream.ErrNoStreamResponse)
+	}
+	return verdict{hint: "a stream covers the subject but did not answer (a clustered stream electing a leader); retrying"}
 }
 
 // tlsVerdict decides the TLS failures that only a configuration change

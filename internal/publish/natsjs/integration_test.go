@@ -3,10 +3,12 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walpost/walpost/internal/message"
@@ -264,5 +266,38 @@ func TestIntegrationMaxPendingAboveTheClientDefaultIsHonoured(t *testing.T) {
 	}
 	if got := tg.read(t); len(got) != len(msgs)+1 {
 		t.Fatalf("stream holds %d messages, want %d", len(got), len(msgs)+1)
+	}
+}
+
+// TestIntegrationNoRespondersIsPermanentOnlyWithoutAStream: "no
+// responders" to a publish is Permanent only when JetStream says no stream
+// covers the subject; for a subject a stream covers (a clustered stream
+// answers no one while it moves its leader) it is retried. A lookup that
+// fails is retried too.
+func TestIntegrationNoRespondersIsPermanentOnlyWithoutAStream(t *testing.T) {
+	tg := newTarget(t, jetstream.StreamConfig{})
+	s := tg.sink(t)
+	g := sinktest.NewGen(16)
+	if err := s.Publish(publishCtx(t), []*message.Message{g.Message("k")}); err != nil {
+		t.Fatal(err) // connected
+	}
+	sess, err := s.session(publishCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	noResp := fmt.Errorf("publishing: %w", jetstream.ErrNoStreamResponse)
+	msgs := []*message.Message{g.Message("k")}
+	covered := []*nats.Msg{{Subject: tg.prefix + ".outbox.order.created"}}
+	err = s.failed(publishCtx(t), sess, noResp, msgs, covered, 0)
+	if publish.IsPermanent(err) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Errorf("no responders on a subject stream %s covers: %v, want a transient error", tg.stream, err)
+	}
+	orphan := []*nats.Msg{{Subject: natstest.Unique(t) + ".outbox.order.created"}}
+	err = s.failed(publishCtx(t), sess, noResp, msgs, orphan, 0)
+	if !publish.IsPermanent(err) || publish.IsRejected(err) || !strings.Contains(err.Error(), "no stream covers the subject") {
+		t.Errorf("no responders on a subject no stream covers: %v, want Permanent saying so", err)
+	}
+	if v := noRespondersVerdict(context.DeadlineExceeded); v.permanent {
+		t.Errorf("a failed lookup: %+v, want transient", v)
 	}
 }

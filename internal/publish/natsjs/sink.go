@@ -176,13 +176,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err == nil {
 		return nil
 	}
-	return publish.Partial(s.failed(ctx, err, msgs, nm, n), publish.DonePrefix(len(msgs), n))
+	return publish.Partial(s.failed(ctx, sess, err, msgs, nm, n), publish.DonePrefix(len(msgs), n))
 }
 
 // failed turns the error of message i into the error Publish returns:
 // named, classified, and with the session dropped when the connection
 // may be at fault.
-func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, nm []*nats.Msg, i int) error {
+func (s *Sink) failed(ctx context.Context, sess *session, err error, msgs []*message.Message, nm []*nats.Msg, i int) error {
 	m := msgs[i]
 	msg := fmt.Sprintf("nats: %s to subject %q", publish.Describe(m), nm[i].Subject)
 	if len(msgs) > 1 {
@@ -192,6 +192,9 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, n
 		return fmt.Errorf("%s: %w", msg, err)
 	}
 	v := classify(err)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		v = s.noResponders(ctx, sess, nm[i].Subject)
+	}
 	if v.hint != "" {
 		err = fmt.Errorf("%s: %w; %s", msg, err, v.hint)
 	} else {
@@ -207,6 +210,19 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, n
 		s.dropSession()
 	}
 	return err
+}
+
+// noResponders decides a publish to subject that the server answered
+// with "no responders". That is what a subject no stream covers gets, but
+// also, briefly, a subject of a clustered stream that is moving its
+// leader: the sink asks JetStream once (within ack_timeout) which stream
+// covers the subject, and the error is Permanent only when the answer is
+// none.
+func (s *Sink) noResponders(ctx context.Context, sess *session, subject string) verdict {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout.D())
+	defer cancel()
+	_, err := sess.js.StreamNameBySubject(ctx, subject)
+	return noRespondersVerdict(err)
 }
 
 // errClosed ends a Publish that Close interrupted.
