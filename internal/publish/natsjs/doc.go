@@ -41,7 +41,8 @@
 //
 // The sink keeps WAL order within a stream (so per subject, and per key
 // across subjects of one stream) — duplicates possible, reordering not —
-// because:
+// as long as the server stores or loses a prefix of what a connection
+// sent (a failed connection, a relay that stops), because:
 //
 //  1. The relay makes one Publish call at a time, in WAL order, and
 //     retries what was not reported durable, in order, before anything
@@ -67,14 +68,27 @@
 //     the stream holds each once as long as retries come within it.
 //
 // What this does not cover: on a live connection the server may refuse
-// one message and store the next of the same subject. For a message over
-// max_msg_size that is a refusal of that message (Rejected: it is parked
-// or stops the relay, and never stored); a stream full under discard: new
-// (error 10077) is Permanent, so the relay stops instead of storing later
-// messages around a refused one. A resend after the duplicate window has
-// passed (a relay down for longer than the window with messages in flight)
-// is stored again: set duplicate_window to more than your longest outage,
-// or rely on the inbox, which drops the duplicates anyway.
+// or drop message k and store k+1, which was already in flight. A
+// transient refusal — insufficient resources (10023), a 5xx API error,
+// "no responders" from a stream electing a leader — or a PubAck that does
+// not come during a leader change fails the call at k, and the retry
+// sends k again, now after k+1; the resent k+1 is then dropped by the
+// duplicate window, so the stream holds k+1 before k. Points 2 and 5
+// bound what is reported durable, not what the server stored after a
+// gap. With max_pending: 1 no message is in flight behind k, so such a
+// refusal cannot reorder: set it for strict per-key order under
+// server-side refusals (at the cost of a round trip per message). The
+// sink does not turn these refusals into a stop: they are what a healthy
+// cluster answers for seconds during a leader change.
+//
+// For a message over max_msg_size the refusal is of that message
+// (Rejected: it is parked or stops the relay, and never stored); a stream
+// full under discard: new (error 10077) is Permanent, so the relay stops
+// instead of storing later messages around a refused one. A resend after
+// the duplicate window has passed (a relay down for longer than the
+// window with messages in flight) is stored again: set duplicate_window
+// to more than your longest outage, or rely on the inbox, which drops the
+// duplicates anyway.
 //
 // # Acknowledgements
 //
