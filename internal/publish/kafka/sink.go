@@ -182,8 +182,8 @@ func (s *Sink) Name() string { return s.name }
 // acknowledged every one of them with the configured acks.
 //
 // A message whose topic (from the template) is not a legal Kafka name
-// fails the whole call before anything is sent, with a Permanent error
-// naming it. The messages are sent in as few produce requests as
+// fails the whole call before anything is sent, with a publish.Rejected
+// error naming it (relay.on_refused applies). The messages are sent in as few produce requests as
 // batch_size and batch_bytes allow, one request per partition at a time:
 // a later group of requests only once every request of the group before
 // it was acknowledged. On the first failure Publish returns; Permanent

@@ -200,7 +200,8 @@ type group struct {
 //
 // A message whose entity (from the template) is not a legal name, or
 // whose session id would be over Service Bus's 128 characters, fails the
-// whole call before anything is sent, with a Permanent error naming it.
+// whole call before anything is sent, with a publish.Rejected error
+// naming it (relay.on_refused applies).
 // The messages of each entity go out in batches as large as the entity
 // (or max_batch_bytes) allows, one batch at a time: a batch is sent only
 // once the one before it was acknowledged. With an entity template the
