@@ -45,11 +45,11 @@ type HTTPOptions struct {
 	// Zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// SigningSecrets, when not empty, makes the handler verify every
-	// request's SignatureHeader (VerifySignature, constant-time) before
-	// anything else reads the body, and answer 401 to a request that is
-	// not signed, whose signature does not match its body with any of
-	// these secrets, or whose signature is older or newer than
-	// SignatureTolerance. List the new and the old secret while rotating
+	// request's SignatureHeader (VerifySignature, constant-time) with the
+	// message id it read and the body, before the effect sees either,
+	// and answer 401 to a request that is not signed, whose signature
+	// does not match its id and body with any of these secrets, or whose
+	// signature is older or newer than SignatureTolerance. List the new and the old secret while rotating
 	// it. The webhook sink signs with its `secret:` (docs/sinks/webhook.md).
 	SigningSecrets [][]byte
 	// SignatureTolerance is how far a signature's timestamp may be from
@@ -72,7 +72,8 @@ type HTTPOptions struct {
 //   - 400 when the request carries no message id, 413 when its body is
 //     over HTTPOptions.MaxBodyBytes;
 //   - 401 when HTTPOptions.SigningSecrets is set and the request's
-//     signature is missing, does not match its body or is stale:
+//     signature is missing, does not match its id and body (a request
+//     replayed with another id) or is stale:
 //     nothing was recorded (a sender with the wrong secret keeps
 //     failing, which is what it should see).
 //
@@ -102,25 +103,19 @@ func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx
 			}
 			return
 		}
+		id := requestID(r, opts.IDHeader, body)
+		if id == "" {
+			fail(http.StatusBadRequest, "", errors.New("inbox: request has no message id (no "+opts.IDHeader+" header, no \"id\" field in a JSON body)"))
+			return
+		}
 		if len(opts.SigningSecrets) > 0 {
-			err := VerifySignature(r.Header.Get(SignatureHeader), body, time.Now(), opts.SignatureTolerance, opts.SigningSecrets...)
+			// The signature covers the id as well as the body: the id
+			// the effect is recorded under is the one verified.
+			err := VerifySignature(r.Header.Get(SignatureHeader), id, body, time.Now(), opts.SignatureTolerance, opts.SigningSecrets...)
 			if err != nil {
 				fail(http.StatusUnauthorized, "", err)
 				return
 			}
-		}
-		id := strings.TrimSpace(r.Header.Get(opts.IDHeader))
-		if id == "" {
-			var v struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(body, &v) == nil {
-				id = strings.TrimSpace(v.ID)
-			}
-		}
-		if id == "" {
-			fail(http.StatusBadRequest, "", errors.New("inbox: request has no message id (no "+opts.IDHeader+" header, no \"id\" field in a JSON body)"))
-			return
 		}
 		d := Delivery{ID: id, Body: body, Request: r}
 		res, err := p.Process(r.Context(), id, func(ctx context.Context, tx Tx) error {
@@ -133,4 +128,20 @@ func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, res.String()+"\n")
 	})
+}
+
+// requestID returns the message id of a request: the header named
+// header, else the "id" field of a JSON object body; "" when neither
+// holds one. Spaces at either end are trimmed.
+func requestID(r *http.Request, header string, body []byte) string {
+	if id := strings.TrimSpace(r.Header.Get(header)); id != "" {
+		return id
+	}
+	var v struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		return strings.TrimSpace(v.ID)
+	}
+	return ""
 }

@@ -112,7 +112,8 @@ func TestIntegrationHTTPHandlerAnswers2xxOnlyAfterTheCommit(t *testing.T) {
 
 // TestIntegrationHTTPHandlerVerifiesSignatures: with SigningSecrets the
 // handler answers 401, committing nothing, to a request that is not
-// signed, whose body was changed after signing, that is signed with
+// signed, whose body or id was changed after signing (a captured request
+// replayed under a fresh id within the tolerance), that is signed with
 // another secret or whose signature is stale, and processes a request
 // signed with any of the secrets once.
 func TestIntegrationHTTPHandlerVerifiesSignatures(t *testing.T) {
@@ -138,24 +139,33 @@ func TestIntegrationHTTPHandlerVerifiesSignatures(t *testing.T) {
 
 	body := `{"id":"s1","n":1}`
 	now := time.Now()
+	sign := func(secret []byte, at time.Time, id, body string) string { return Sign(secret, at, id, []byte(body)) }
 	for _, c := range []struct {
 		name       string
 		sig        string // "" sends no signature header
+		id         string // the id header; "" sends none (the body's id is used)
 		body       string
 		wantStatus int
 		wantErr    error
 		wantEffect int
 	}{
-		{"unsigned", "", body, 401, ErrNoSignature, 0},
-		{"body changed after signing", Sign(secret, now, []byte(body)), `{"id":"s1","n":2}`, 401, ErrBadSignature, 0},
-		{"another secret", Sign([]byte("guess"), now, []byte(body)), body, 401, ErrBadSignature, 0},
-		{"stale", Sign(secret, now.Add(-2*time.Minute), []byte(body)), body, 401, ErrStaleSignature, 0},
-		{"signed", Sign(secret, now, []byte(body)), body, 200, nil, 1},
-		{"redelivered with the old secret", Sign(old, now, []byte(body)), body, 200, nil, 1},
+		{"unsigned", "", "s1", body, 401, ErrNoSignature, 0},
+		{"body changed after signing", sign(secret, now, "s1", body), "s1", `{"id":"s1","n":2}`, 401, ErrBadSignature, 0},
+		{"another secret", sign([]byte("guess"), now, "s1", body), "s1", body, 401, ErrBadSignature, 0},
+		{"stale", sign(secret, now.Add(-2*time.Minute), "s1", body), "s1", body, 401, ErrStaleSignature, 0},
+		{"signed for another id", sign(secret, now, "s0", body), "s1", body, 401, ErrBadSignature, 0},
+		{"signed", sign(secret, now, "s1", body), "s1", body, 200, nil, 1},
+		{"replayed with a fresh id", sign(secret, now, "s1", body), "s1-replay", body, 401, ErrBadSignature, 1},
+		{"replayed with the id in the body changed", sign(secret, now, "s1", body), "", `{"id":"s2","n":1}`, 401, ErrBadSignature, 1},
+		{"redelivered with the old secret", sign(old, now, "s1", body), "s1", body, 200, nil, 1},
+		{"id from the body, signed", sign(secret, now, "s1", body), "", body, 200, nil, 1},
 	} {
 		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(c.body))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.id != "" {
+			req.Header.Set(DefaultIDHeader, c.id)
 		}
 		if c.sig != "" {
 			req.Header.Set(SignatureHeader, c.sig)

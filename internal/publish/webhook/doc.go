@@ -56,9 +56,13 @@
 // with mode batch.
 //
 // With secret: set, every request carries inbox.SignatureHeader,
-// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, t + "." + body)>",
-// computed anew for each attempt (inbox.Sign); receivers check it with
-// inbox.VerifySignature or HTTPOptions.SigningSecrets.
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, t + "." + key + "\n" + body)>"
+// where key is the request's Idempotency-Key (the message id in mode
+// message, the batch's digest in mode batch), computed anew for each
+// attempt (inbox.Sign); receivers check it with inbox.VerifySignature or
+// HTTPOptions.SigningSecrets. Signing the key keeps a captured request
+// from being replayed under a fresh id: the ids travel in headers, and
+// in mode message the body is the bare payload.
 //
 // # Ordering
 //

@@ -182,3 +182,67 @@ func onlyIDAndPayload(msgs []*message.Message) []*message.Message {
 	}
 	return out
 }
+
+// TestIntegrationReplayUnderAFreshIDIsRefused: a signed request captured
+// on the way and sent again within the tolerance under a fresh message id
+// (X-Message-Id, Idempotency-Key) does not verify, since the signature
+// covers the idempotency key: inbox.HTTPHandler answers 401 and runs no
+// effect, while the request as signed is processed once. In mode batch
+// the signature verifies with the batch's Idempotency-Key and no other.
+func TestIntegrationReplayUnderAFreshIDIsRefused(t *testing.T) {
+	const secret = "replay secret"
+	ir := newInboxReceiver(t, secret)
+	tap := newReceiver(t)
+	s := newSink(t, tap.srv.URL, "secret: '"+secret+"'")
+	m := sinktest.NewGen(82).Interleave(1, "a")
+	if err := s.Publish(ctxFor(t, 10*time.Second), m); err != nil {
+		t.Fatal(err)
+	}
+	captured := tap.requests()[0]
+	post := func(id string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, ir.srv.URL, bytes.NewReader(captured.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = captured.header.Clone()
+		req.Header.Set(headerID, id)
+		req.Header.Set(headerIdempotencyKey, id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(m[0].ID); code != http.StatusOK {
+		t.Fatalf("the request as signed: %d, want 200", code)
+	}
+	if code := post(m[0].ID + "-replayed"); code != http.StatusUnauthorized {
+		t.Errorf("replayed under a fresh id: %d, want 401", code)
+	}
+	if !errors.Is(ir.lastRejection(), inbox.ErrBadSignature) {
+		t.Errorf("the handler rejected with %v, want inbox.ErrBadSignature", ir.lastRejection())
+	}
+	if n := len(ir.stored(t)); n != 1 {
+		t.Errorf("%d effects committed, want 1 (the replay under a fresh id ran the effect again)", n)
+	}
+
+	tb := newReceiver(t)
+	sb := newSink(t, tb.srv.URL, "secret: '"+secret+"'", "mode: batch")
+	if err := sb.Publish(ctxFor(t, 10*time.Second), sinktest.NewGen(83).Interleave(3, "a")); err != nil {
+		t.Fatal(err)
+	}
+	r := tb.requests()[0]
+	key, sig := r.header.Get(headerIdempotencyKey), r.header.Get(inbox.SignatureHeader)
+	if err := inbox.VerifySignature(sig, key, r.body, time.Now(), 0, []byte(secret)); err != nil {
+		t.Errorf("batch request: %v, want it to verify with its Idempotency-Key", err)
+	}
+	other := "0" + key[1:]
+	if key[0] == '0' {
+		other = "1" + key[1:]
+	}
+	if err := inbox.VerifySignature(sig, other, r.body, time.Now(), 0, []byte(secret)); !errors.Is(err, inbox.ErrBadSignature) {
+		t.Errorf("batch request with another key: %v, want inbox.ErrBadSignature", err)
+	}
+}

@@ -428,7 +428,7 @@ func ceEncode(v string) string {
 // classifyStatus and classifyError.
 func (s *Sink) send(ctx context.Context, body []byte, h http.Header, msgs []*message.Message) error {
 	if len(s.secret) > 0 {
-		h[headerSignature] = []string{inbox.Sign(s.secret, s.now(), body)}
+		h[headerSignature] = []string{inbox.Sign(s.secret, s.now(), h.Get(headerIdempotencyKey), body)}
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
