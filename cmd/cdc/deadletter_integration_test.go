@@ -134,3 +134,69 @@ func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
 		t.Fatalf("after cdc init: %+v", rows)
 	}
 }
+
+// TestIntegrationDeadLetterResendOfATableLessOutboxDecodesTheEnvelope: a
+// table-less outbox parks a bad envelope (on_invalid: dead_letter) and
+// then a message its webhook refuses (on_refused: dead_letter). resend
+// --all decodes the parked envelope as an envelope (no outbox table is
+// read): it fails, reported with the envelope's error, and the refused
+// message after it is resent all the same. Once its row_data is fixed, the
+// envelope goes, with its id and parked LSN, to every routed sink.
+func TestIntegrationDeadLetterResendOfATableLessOutboxDecodesTheEnvelope(t *testing.T) {
+	url := pgtest.URL(t)
+	mo := relaytest.NewMessagesOutbox(t, url)
+	hook, hookURL := newRecHook(t)
+	hook.poison.Store(true)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := mo.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, timeout: 5s}\n  - {name: out, kind: file, path: %s}", hookURL, out), "",
+		"relay: {on_refused: dead_letter, on_invalid: dead_letter, refused_attempts: 1}")
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+
+	ok1, ok2 := relaytest.NewMsg("ok", "k", 1), relaytest.NewMsg("ok", "k", 3)
+	bad := relaytest.NewMsg("fixed", "k", 2)
+	poison := relaytest.NewMsg("p", "k", 4)
+	poison.Payload = `{"poison": true}`
+	mo.EmitTx(t, conn, ok1)
+	var badLSN string
+	if err := conn.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2)::text", mo.Prefix,
+		fmt.Sprintf(`{"id":%q,"type":"","payload":%s}`, bad.ID, bad.Payload)).Scan(&badLSN); err != nil {
+		t.Fatal(err)
+	}
+	mo.EmitTx(t, conn, poison)
+	mo.EmitTx(t, conn, ok2)
+	relay := startCDC(t, "run", "--config", cfg)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{ok1, poison, ok2}, 60*time.Second, relay.stderr.String)
+	pgtest.Await(t, 30*time.Second, "the webhook's two messages", func() bool { return len(hook.got()) == 2 })
+	pgtest.Await(t, 30*time.Second, "two parked rows", func() bool { return len(listParked(t, cfg)) == 2 })
+	stopGracefully(t, relay)
+	rows := listParked(t, cfg)
+	if *rows[0].ID != bad.ID || rows[0].Sink != "" || rows[0].LSN != badLSN || *rows[1].ID != poison.ID || rows[1].Sink != "hook" {
+		t.Fatalf("parked %+v, want the bad envelope (sink -, lsn %s) then the refused message", rows, badLSN)
+	}
+
+	hook.poison.Store(false)
+	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", "--all")
+	if code != 1 || !strings.Contains(stdout, "failed  "+bad.ID) || !strings.Contains(stdout, "still cannot be mapped") ||
+		!strings.Contains(stdout, "type") || !strings.Contains(stdout, "resent  "+poison.ID) {
+		t.Fatalf("resend --all: exit %d, want 1, the envelope's failure reported and the refused message resent:\n%s%s", code, stdout, stderr)
+	}
+	if got := hook.got(); got[len(got)-1] != poison.ID {
+		t.Fatalf("the webhook got %v, want %s last", got, poison.ID)
+	}
+
+	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_build_object('envelope', '{"id":"%s","type":"fixed","key":"k","payload":%s}') WHERE lsn = '%s'`,
+		dlq, bad.ID, bad.Payload, badLSN))
+	code, stdout, stderr = cdc(t, nil, "dead-letter", "--config", cfg, "resend", "--all")
+	if code != 0 || !strings.Contains(stdout, "resent  "+bad.ID) || !strings.Contains(stdout, "to hook, out") {
+		t.Fatalf("resend --all of the fixed envelope: exit %d\n%s%s", code, stdout, stderr)
+	}
+	lines := relaytest.ReadLines(t, out)
+	last := lines[len(lines)-1]
+	if last.ID != bad.ID || last.Type != "fixed" || keyOf(last) != "k" || string(last.Payload) != bad.Payload || last.LSN != badLSN ||
+		!slices.Contains(hook.got(), bad.ID) {
+		t.Fatalf("the fixed envelope went out as %+v (webhook %v), want id %s, type fixed, payload %s, lsn %s to both", last, hook.got(), bad.ID, bad.Payload, badLSN)
+	}
+}

@@ -34,6 +34,10 @@ func (e *exitCode) Unwrap() error { return e.error }
 // interruptedExit is cdc replay's exit code when interrupted (128+SIGINT).
 const interruptedExit = 130
 
+// usageExitCode is the exit code of a usage or configuration error
+// (usageExit).
+const usageExitCode = 2
+
 func replayCommand() *command {
 	return &command{name: "replay", summary: "--since D | --from-id X --to-id Y: publish the rows still in the outbox table again, in order, with their ids",
 		about: replayAbout, exits: replayExits, withConfig: true, run: replayCmd, check: checkReplay,
@@ -57,6 +61,8 @@ UUIDv7 id holds; other ids are refused), or --from-id X and/or --to-id Y
 (both included); it ends at the last row when replay starts: later rows
 are the relay's. Rows whose columns.time is NULL have no place in that
 order and are not replayed.
+A table-less outbox (postgres.source: messages) keeps no rows: replay
+refuses it (exit 2).
 
 cdc replay reads the table, never the slot: a relay keeps running on the
 slot meanwhile, and nothing is marked anywhere, so running it again is
@@ -131,6 +137,8 @@ func replayCmd(e *cmdEnv) error {
 		}
 	}
 	switch {
+	case errors.Is(err, replay.ErrTableLess):
+		return &exitCode{err, usageExitCode} // a configuration error: nothing was done
 	case errors.Is(err, replay.ErrInterrupted):
 		next := "every row of the range was done"
 		if res.Next != "" {

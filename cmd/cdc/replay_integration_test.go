@@ -263,3 +263,19 @@ func listParked(t *testing.T, cfg string) []parkedRow {
 	}
 	return rows
 }
+
+// TestIntegrationReplayRefusesATableLessOutbox: with postgres.source:
+// messages there is no table to read, so cdc replay says so and exits 2
+// (a configuration error, nothing done) instead of reading postgres.table's
+// default, public.outbox, a table of something else or none.
+func TestIntegrationReplayRefusesATableLessOutbox(t *testing.T) {
+	_, _, out, cfg := messagesOutbox(t, "", "")
+	code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h")
+	if code != 2 || !strings.Contains(stderr, "a table-less outbox (postgres.source: messages) keeps no rows to replay") ||
+		!strings.Contains(stderr, "cdc dead-letter resend") || strings.Count(stderr, "\n") != 1 {
+		t.Fatalf("cdc replay of a table-less outbox: exit %d, want 2 and one line saying it has no rows:\n%s", code, stderr)
+	}
+	if n := len(relaytest.ReadLines(t, out)); n != 0 {
+		t.Fatalf("cdc replay of a table-less outbox published %d messages", n)
+	}
+}

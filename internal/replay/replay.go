@@ -25,6 +25,10 @@ var ErrInterrupted = errors.New("replay: interrupted")
 // left rows out: rows that cannot be mapped (reported on Progress).
 var ErrIncomplete = errors.New("replay: some rows were not published")
 
+// ErrTableLess is returned by Replay for a table-less outbox
+// (postgres.source: messages): it keeps no rows to replay.
+var ErrTableLess = errors.New("replay: a table-less outbox (postgres.source: messages) keeps no rows to replay")
+
 // Options says what Replay re-publishes and where.
 type Options struct {
 	// Since selects the rows of the last Since: by the time column when
@@ -64,11 +68,16 @@ type Result struct {
 // their ids, a batch at a time: it reads a batch by keyset pagination,
 // publishes it to the sinks (retrying as the relay does, until every
 // sink acknowledged it) and goes on. It marks nothing anywhere, so
-// running it again is harmless. When stop ends it finishes the batch in
+// running it again is harmless. A table-less outbox has no rows: Replay
+// refuses it (ErrTableLess) before connecting. When stop ends it finishes the batch in
 // flight and returns ErrInterrupted; when ctx ends it abandons the batch
 // (the relay keeps running: nothing is lost, some messages may have gone
 // out twice).
 func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, error) {
+	if cfg.Postgres.TableLess() {
+		return Result{}, fmt.Errorf("%w: its messages are in the WAL only, until the relay delivered them; "+
+			"cdc dead-letter resend publishes the parked ones again", ErrTableLess)
+	}
 	if o.Batch <= 0 {
 		o.Batch = 500
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/backoff"
@@ -39,8 +40,10 @@ const resendAttempts = 5
 // (store.MarkResent). A message a sink refused goes, as parked (same id,
 // same bytes as the dead-letter table holds them), to that sink only; a
 // row that could not be mapped is decoded again with the configuration's
-// current mapping and the table's current column types, and goes to every
-// sink whose route takes it. report gets each row's Outcome, in order;
+// current mapping and the table's current column types (a bad envelope of
+// a table-less outbox: as an envelope), and goes to every sink whose route
+// takes it. report gets each row's Outcome, in order, a row's failure
+// (the table's column types unreadable included) in its Outcome.Err;
 // Resend returns how many failed. It stops early only when ctx ends.
 func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
 	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
@@ -50,8 +53,7 @@ func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log 
 	defer conn.Close(context.Background())
 	ss, _ := newSinks(cfg, "", log)
 	defer ss.close()
-	var rows *Rows // read when a row that could not be mapped comes
-	dec := decoder.New(cfg.Outbox())
+	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox())}
 	tables := store.TablesOf(cfg)
 	for _, p := range parked {
 		if err := ctx.Err(); err != nil {
@@ -67,12 +69,7 @@ func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log 
 				to = []int{i}
 			}
 		} else {
-			if rows == nil {
-				if rows, err = ReadRows(ctx, conn, cfg.Outbox()); err != nil {
-					return failed, err
-				}
-			}
-			msg, err = decodeParked(dec, rows, &p)
+			msg, err = un.decode(ctx, &p)
 			if err == nil {
 				to = ss.routes(msg)
 			}
@@ -90,6 +87,59 @@ func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log 
 		report(out)
 	}
 	return failed, nil
+}
+
+// unmapped decodes parked rows that could not be mapped (sink "").
+type unmapped struct {
+	conn    *pgx.Conn
+	cfg     *config.Config
+	dec     *decoder.Decoder
+	rows    *Rows // the outbox table's column types, read at the first table row
+	rowsErr error // why they could not be read
+}
+
+// decode decodes p again: an envelope of a table-less outbox
+// ({"envelope": ...}) with decoder.DecodeEnvelope, a table row with the
+// current mapping and column types (decodeParked), both at p's LSNs. An
+// error (the column types cannot be read, the row still cannot be
+// mapped) is p's alone.
+func (u *unmapped) decode(ctx context.Context, p *store.Parked) (*message.Message, error) {
+	tableLess := u.cfg.Postgres.TableLess()
+	if env, ok := parkedEnvelope(p.RowData); ok && (tableLess || !mapped(u.cfg.Outbox().Columns, "envelope")) {
+		m, err := decoder.DecodeEnvelope([]byte(env))
+		if err != nil {
+			return nil, fmt.Errorf("still cannot be mapped: %w", err)
+		}
+		m.LSN, m.CommitLSN = p.LSN, p.CommitLSN
+		return m, nil
+	}
+	if tableLess {
+		return nil, errors.New(`row_data holds no envelope ({"envelope": "<content>"}, what a table-less outbox parks): nothing to decode`)
+	}
+	if u.rows == nil && u.rowsErr == nil {
+		if u.rows, u.rowsErr = ReadRows(ctx, u.conn, u.cfg.Outbox()); u.rowsErr != nil {
+			u.rowsErr = fmt.Errorf("the outbox table %s: %w", u.cfg.Outbox(), u.rowsErr)
+		}
+	}
+	if u.rowsErr != nil {
+		return nil, u.rowsErr
+	}
+	return decodeParked(u.dec, u.rows, p)
+}
+
+// parkedEnvelope returns the envelope of row_data {"envelope": ...}, the
+// one field of a bad message of a table-less outbox (as text, or
+// {"base64": ...} when it is not UTF-8).
+func parkedEnvelope(rowData []byte) (string, bool) {
+	var vals map[string]json.RawMessage
+	if json.Unmarshal(rowData, &vals) != nil || len(vals) != 1 {
+		return "", false
+	}
+	env, err := parkedText(vals, "envelope")
+	if err != nil || env == nil {
+		return "", false
+	}
+	return *env, true
 }
 
 // resendTo publishes msg to the sinks to, each in turn, and returns their
@@ -178,22 +228,7 @@ func decodeParked(dec *decoder.Decoder, rows *Rows, p *store.Parked) (*message.M
 	if err := json.Unmarshal(p.RowData, &vals); err != nil {
 		return nil, fmt.Errorf("row_data is not an object of column values: %w", err)
 	}
-	text := func(name string) (*string, error) {
-		raw, ok := vals[name]
-		if !ok {
-			return nil, nil
-		}
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return &s, nil
-		}
-		var b struct{ Base64 []byte }
-		if err := json.Unmarshal(raw, &b); err != nil {
-			return nil, fmt.Errorf("row_data: %q is neither a string nor {\"base64\": ...}", name)
-		}
-		s = string(b.Base64)
-		return &s, nil
-	}
+	text := func(name string) (*string, error) { return parkedText(vals, name) }
 	var content []byte
 	if adopt, _ := text("adopt_message"); adopt != nil && len(vals) == 1 && !mapped(rows.Table.Columns, "adopt_message") {
 		content = []byte(*adopt)
@@ -217,6 +252,25 @@ func decodeParked(dec *decoder.Decoder, rows *Rows, p *store.Parked) (*message.M
 		return nil, fmt.Errorf("still cannot be mapped: %w", err)
 	}
 	return m, nil
+}
+
+// parkedText returns the value of row_data's field name: a string, or the
+// bytes of {"base64": ...}; nil when absent.
+func parkedText(vals map[string]json.RawMessage, name string) (*string, error) {
+	raw, ok := vals[name]
+	if !ok {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return &s, nil
+	}
+	var b struct{ Base64 []byte }
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, fmt.Errorf("row_data: %q is neither a string nor {\"base64\": ...}", name)
+	}
+	s = string(b.Base64)
+	return &s, nil
 }
 
 func mapped(c layout.Columns, name string) bool {
