@@ -40,40 +40,34 @@ func (s *Sink) session(ctx context.Context) (*session, error) {
 		return cur, nil
 	}
 	s.dropSession()
-	type result struct {
-		sess *session
-		err  error
-	}
-	ch := make(chan result, 1)
+	// Close ends the wait as ctx does.
+	dctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
-		sess, err := s.connect(ctx)
-		ch <- result{sess, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
-		}
-		s.sessMu.Lock()
-		defer s.sessMu.Unlock()
 		select {
 		case <-s.closed:
-			r.sess.nc.Close()
-			return nil, errClosed
-		default:
+			cancel(errClosed)
+		case <-dctx.Done():
 		}
-		s.sess = r.sess
-		return r.sess, nil
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.sess != nil {
-				r.sess.nc.Close()
-			}
-		}()
-		return nil, ctx.Err()
-	case <-s.closed:
-		return nil, errClosed
+	}()
+	sess, err := publish.DialContext(dctx, func() (*session, error) { return s.connect(ctx) },
+		func(sess *session) { sess.nc.Close() })
+	if err != nil {
+		if errors.Is(context.Cause(dctx), errClosed) {
+			return nil, errClosed
+		}
+		return nil, err
 	}
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	select {
+	case <-s.closed:
+		sess.nc.Close()
+		return nil, errClosed
+	default:
+	}
+	s.sess = sess
+	return sess, nil
 }
 
 // connect opens a connection and, with stream.create, makes sure the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walpost/walpost/internal/publish"
 )
 
 // session is one AMQP connection with one channel in confirm mode, the
@@ -53,26 +55,7 @@ const maxKnownExchanges = 4096
 // promptly when ctx ends (a handshake still running is abandoned and its
 // connection closed when it completes, within timeout).
 func (d *dialer) dial(ctx context.Context) (*session, error) {
-	type result struct {
-		s   *session
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		s, err := d.open()
-		done <- result{s, err}
-	}()
-	select {
-	case r := <-done:
-		return r.s, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-done; r.s != nil {
-				r.s.close()
-			}
-		}()
-		return nil, ctx.Err()
-	}
+	return publish.DialContext(ctx, d.open, (*session).close)
 }
 
 // open does dial's work synchronously, bounded by d.timeout.
