@@ -69,8 +69,14 @@ type HTTPOptions struct {
 //     when the id was already processed, so the sender stops retrying;
 //   - 500 when effect or the database failed: nothing was recorded, and
 //     the sender should retry;
-//   - 400 when the request carries no message id, 413 when its body is
-//     over HTTPOptions.MaxBodyBytes;
+//   - 428 Precondition Required when the request carries no message id
+//     (no IDHeader, no "id" field in a JSON object body). That is a
+//     mismatch of sender and receiver (a batch sent to a handler of one
+//     message per request, an IDHeader the sender does not set), not a
+//     fault of one message: walpost's webhook sink stops on 428 with a
+//     hint, instead of parking every message as refused;
+//   - 400 when the body cannot be read, 413 when it is over
+//     HTTPOptions.MaxBodyBytes;
 //   - 401 when HTTPOptions.SigningSecrets is set and the request's
 //     signature is missing, does not match its id and body (a request
 //     replayed with another id) or is stale:
@@ -105,7 +111,7 @@ func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx
 		}
 		id := requestID(r, opts.IDHeader, body)
 		if id == "" {
-			fail(http.StatusBadRequest, "", errors.New("inbox: request has no message id (no "+opts.IDHeader+" header, no \"id\" field in a JSON body)"))
+			fail(http.StatusPreconditionRequired, "", errors.New("inbox: request has no message id (no "+opts.IDHeader+" header, no \"id\" field in a JSON body)"))
 			return
 		}
 		if len(opts.SigningSecrets) > 0 {

@@ -60,7 +60,8 @@ func checkHTTPHandler[Tx any](t *testing.T, f *fixture, p Processor[Tx], exec fu
 		{"body id redelivered", "", `{"id":"m2"}`, 200, "duplicate", 2},
 		{"effect fails", "m3", `fail`, 500, "Internal Server Error", 2},
 		{"sender retries", "m3", `ok`, 200, "processed", 3},
-		{"no id", "", `not json`, 400, "Bad Request", 3},
+		{"no id", "", `not json`, 428, "Precondition Required", 3},
+		{"a batch (a JSON array) has no id", "", `[{"id":"a"},{"id":"b"}]`, 428, "Precondition Required", 3},
 		{"too large", "m4", strings.Repeat("x", 65), 413, "Request Entity Too Large", 3},
 	} {
 		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(c.body))
@@ -85,8 +86,9 @@ func checkHTTPHandler[Tx any](t *testing.T, f *fixture, p Processor[Tx], exec fu
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	// The failed effect (id "m3"), then no id and too large (no id known).
-	if got, want := fmt.Sprint(reported), fmt.Sprint([]int{2, 0, 0}); got != want {
+	// The failed effect (id "m3"), then no id twice and too large (no id
+	// known).
+	if got, want := fmt.Sprint(reported), fmt.Sprint([]int{2, 0, 0, 0}); got != want {
 		t.Errorf("OnError saw errors with id lengths %s, want %s", got, want)
 	}
 }

@@ -87,10 +87,13 @@
 //     its backoff. A 429 or 503 answer with Retry-After (seconds or a
 //     date) is waited out first, inside Publish, at most max_retry_after
 //     and never past the context.
-//   - 3xx, 401, 403, 404, 405, 407, 410, 421, 426, and TLS failures that
-//     only a configuration change fixes: Permanent, the relay stops. These
-//     are about the endpoint or the credentials, not one message:
-//     parking every message (on_refused: dead_letter) would not fix them.
+//   - 3xx, 401, 403, 404, 405, 407, 410, 421, 426, 428, and TLS failures
+//     that only a configuration change fixes: Permanent, the relay stops.
+//     These are about the endpoint, the credentials or the receiver's
+//     setup, not one message: parking every message (on_refused:
+//     dead_letter) would not fix them. 428 is inbox.HTTPHandler's answer
+//     to a request in which it finds no message id (mode batch, or an
+//     IDHeader the sink does not send).
 //   - Every other 4xx (400, 409, 413, 415, 422, ...): Rejected, the
 //     receiver refuses the content. With relay.on_refused: dead_letter
 //     the relay then publishes the call's messages that are not durable

@@ -19,7 +19,7 @@ const (
 	// timeouts); Publish returns a plain error and the relay retries.
 	transient
 	// permanent: the endpoint, credentials or configuration must change
-	// (3xx, 401, 403, 404, 405, 407, 410, 421, 426, TLS failures);
+	// (3xx, 401, 403, 404, 405, 407, 410, 421, 426, 428, TLS failures);
 	// Publish marks the error with publish.Permanent and the relay stops.
 	permanent
 	// refused: the receiver refuses the request's content (any other
@@ -45,6 +45,10 @@ func classifyStatus(code int) (outcome, string) {
 		return permanent, "the endpoint redirects, and the sink does not follow redirects (a POST would lose its body): set url to the final address"
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusProxyAuthRequired:
 		return permanent, "the receiver refuses the sink's credentials: check headers, the user and password in url, tls.cert_file, and secret against the receiver's"
+	case code == http.StatusPreconditionRequired:
+		return permanent, "the receiver finds no message id in the request (inbox.HTTPHandler answers 428 then): " +
+			"inbox.HTTPHandler takes mode: message, and its IDHeader must be a header the sink sends " +
+			"(X-Message-Id, Idempotency-Key, or ce-id with format: cloudevents)"
 	case code == http.StatusNotFound, code == http.StatusMethodNotAllowed, code == http.StatusGone,
 		code == http.StatusMisdirectedRequest, code == http.StatusUpgradeRequired:
 		return permanent, "the endpoint does not take POST requests at this address: check url"

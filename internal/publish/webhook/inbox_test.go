@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,5 +245,26 @@ func TestIntegrationReplayUnderAFreshIDIsRefused(t *testing.T) {
 	}
 	if err := inbox.VerifySignature(sig, other, r.body, time.Now(), 0, []byte(secret)); !errors.Is(err, inbox.ErrBadSignature) {
 		t.Errorf("batch request with another key: %v, want inbox.ErrBadSignature", err)
+	}
+}
+
+// TestIntegrationBatchToHTTPHandlerStopsTheRelay: inbox.HTTPHandler
+// finds no message id in a request of mode batch (a JSON array) and
+// answers 428; the sink takes that for a setup mismatch (Permanent, with
+// a hint), not a refusal of the messages (Rejected), so on_refused:
+// dead_letter does not park every message. Nothing is committed.
+func TestIntegrationBatchToHTTPHandlerStopsTheRelay(t *testing.T) {
+	const secret = "batch secret"
+	ir := newInboxReceiver(t, secret)
+	s := newSink(t, ir.srv.URL, "secret: '"+secret+"'", "mode: batch")
+	msgs := sinktest.NewGen(84).Interleave(3, "a")
+	for _, call := range [][]*message.Message{msgs, msgs[:1]} { // the second as the runner's one-at-a-time search would
+		err := s.Publish(ctxFor(t, 10*time.Second), call)
+		if !publish.IsPermanent(err) || publish.IsRejected(err) || !strings.Contains(err.Error(), "mode: message") {
+			t.Fatalf("Publish of %d = %v, want a Permanent error that is not Rejected, with a hint", len(call), err)
+		}
+	}
+	if n := len(ir.stored(t)); n != 0 {
+		t.Errorf("%d effects committed, want 0", n)
 	}
 }

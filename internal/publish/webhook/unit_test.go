@@ -144,7 +144,7 @@ func TestRefusalsAreRejectedAndCredentialErrorsPermanent(t *testing.T) {
 		rejected bool
 	}{
 		{400, true}, {409, true}, {413, true}, {415, true}, {422, true},
-		{401, false}, {403, false}, {404, false}, {405, false}, {410, false},
+		{401, false}, {403, false}, {404, false}, {405, false}, {410, false}, {428, false},
 		{301, false}, {302, false}, {307, false}, {308, false},
 	} {
 		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
