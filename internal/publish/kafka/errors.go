@@ -79,13 +79,11 @@ func classify(err error, autoCreate bool) verdict {
 		}
 		return verdict{}
 	}
-	switch tlsconf.Classify(err) {
-	case tlsconf.Unverified:
-		return verdict{permanent: true, hint: "the broker's certificate does not verify: check tls.ca_file and tls.server_name"}
-	case tlsconf.Refused:
-		return verdict{permanent: true, hint: "the broker refused the TLS handshake: check tls.cert_file and tls.key_file"}
+	switch f := tlsconf.Classify(err); f {
+	case tlsconf.Unverified, tlsconf.Refused:
+		return verdict{permanent: true, hint: tlsconf.Hint(f, "broker")}
 	case tlsconf.NotTLS:
-		return verdict{permanent: true, hint: "the broker does not speak TLS on this port: check tls.enabled and brokers"}
+		return verdict{permanent: true, hint: tlsconf.Hint(f, "broker") + ": check tls.enabled and brokers"}
 	}
 	return verdict{}
 }

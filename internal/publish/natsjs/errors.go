@@ -119,11 +119,9 @@ func tlsVerdict(err error) (verdict, bool) {
 	}
 	// A non-TLS answer (tlsconf.NotTLS) is left to the caller: transient,
 	// on a fresh connection.
-	switch tlsconf.Classify(err) {
-	case tlsconf.Unverified:
-		return verdict{permanent: true, hint: "the server's certificate does not verify: check tls.ca_file and tls.server_name"}, true
-	case tlsconf.Refused:
-		return verdict{permanent: true, hint: "the server refused the TLS handshake: check tls.cert_file and tls.key_file"}, true
+	switch f := tlsconf.Classify(err); f {
+	case tlsconf.Unverified, tlsconf.Refused:
+		return verdict{permanent: true, hint: tlsconf.Hint(f, "server")}, true
 	}
 	return verdict{}, false
 }

@@ -60,13 +60,11 @@ func classify(err error) verdict {
 	case errors.Is(err, amqp.ErrVhost):
 		return verdict{permanent: true, hint: permanentCodes[amqp.NotAllowed]}
 	}
-	switch tlsconf.Classify(err) {
-	case tlsconf.Unverified:
-		return verdict{permanent: true, hint: "the server's certificate does not verify: check tls.ca_file and tls.server_name"}
-	case tlsconf.Refused:
-		return verdict{permanent: true, hint: "the server refused the TLS handshake: check tls.cert_file and tls.key_file"}
+	switch f := tlsconf.Classify(err); f {
+	case tlsconf.Unverified, tlsconf.Refused:
+		return verdict{permanent: true, hint: tlsconf.Hint(f, "server")}
 	case tlsconf.NotTLS:
-		return verdict{permanent: true, hint: "the server does not speak TLS on this port: use amqp:// or the TLS port (5671)"}
+		return verdict{permanent: true, hint: tlsconf.Hint(f, "server") + ": use amqp:// or the TLS port (5671)"}
 	}
 	return verdict{}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // Failure is a kind of TLS failure that retrying does not fix: the
-// settings (or the server's) must change. Each sink words its own hint.
+// settings (or the server's) must change. Hint words it for the operator.
 type Failure int
 
 const (
@@ -56,4 +56,22 @@ func Classify(err error) Failure {
 func isRemoteAlert(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "remote error"
+}
+
+// Hint words what to do about f for the operator, naming the peer by noun
+// ("server", "broker"): for Unverified "the server's certificate does not
+// verify: check tls.ca_file and tls.server_name", for Refused "the server
+// refused the TLS handshake: check tls.cert_file and tls.key_file", for
+// NotTLS "the server does not speak TLS on this port", to which the sink
+// adds its own remedy (": use amqp:// or …"); "" for None.
+func Hint(f Failure, noun string) string {
+	switch f {
+	case Unverified:
+		return "the " + noun + "'s certificate does not verify: check tls.ca_file and tls.server_name"
+	case Refused:
+		return "the " + noun + " refused the TLS handshake: check tls.cert_file and tls.key_file"
+	case NotTLS:
+		return "the " + noun + " does not speak TLS on this port"
+	}
+	return ""
 }

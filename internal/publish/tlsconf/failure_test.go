@@ -31,3 +31,22 @@ func TestClassifyDecidesByErrorKindNotText(t *testing.T) {
 		}
 	}
 }
+
+// TestHintWordsEachFailure: Hint gives the sinks' sentences, naming the
+// peer, and nothing for None.
+func TestHintWordsEachFailure(t *testing.T) {
+	for _, c := range []struct {
+		f    Failure
+		noun string
+		want string
+	}{
+		{Unverified, "broker", "the broker's certificate does not verify: check tls.ca_file and tls.server_name"},
+		{Refused, "server", "the server refused the TLS handshake: check tls.cert_file and tls.key_file"},
+		{NotTLS, "server", "the server does not speak TLS on this port"},
+		{None, "server", ""},
+	} {
+		if got := Hint(c.f, c.noun); got != c.want {
+			t.Errorf("Hint(%d, %q) = %q, want %q", c.f, c.noun, got, c.want)
+		}
+	}
+}
