@@ -146,7 +146,7 @@ func (rp *replayer) loop(stop, ctx context.Context, lo, hi key, res *Result) err
 	after, op := lo, ">="
 	for {
 		if stop.Err() != nil {
-			next, err := rp.next(ctx, after, hi)
+			next, err := rp.next(ctx, after, op, hi)
 			if err != nil {
 				return err
 			}
@@ -238,9 +238,10 @@ func (rp *replayer) read(ctx context.Context, after key, op string, hi key) ([]r
 	return out, out[len(out)-1].key, nil
 }
 
-// next returns the id of the first row after the key after, up to hi ("" for none).
-func (rp *replayer) next(ctx context.Context, after, hi key) (string, error) {
-	rows, _, err := rp.read(ctx, after, ">", hi)
+// next returns the id of the first row not done: after (op ">") or from
+// (op ">=", before the first batch) the key after, up to hi ("" for none).
+func (rp *replayer) next(ctx context.Context, after key, op string, hi key) (string, error) {
+	rows, _, err := rp.read(ctx, after, op, hi)
 	if err != nil || len(rows) == 0 {
 		return "", err
 	}
