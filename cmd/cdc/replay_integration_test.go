@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -277,5 +279,40 @@ func TestIntegrationReplayRefusesATableLessOutbox(t *testing.T) {
 	}
 	if n := len(relaytest.ReadLines(t, out)); n != 0 {
 		t.Fatalf("cdc replay of a table-less outbox published %d messages", n)
+	}
+}
+
+// TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault: on a
+// database whose bytea_output is escape (ALTER DATABASE … SET), replay
+// still reads a bytea payload as the stream sends it: bytes that are not
+// JSON go out as base64, JSON text as JSON, none as an invalid row.
+func TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault(t *testing.T) {
+	base := pgtest.URL(t)
+	db := pgtest.Name(t, "escdb")
+	pgtest.Exec(t, base, "CREATE DATABASE "+db, "ALTER DATABASE "+db+" SET bytea_output = 'escape'")
+	t.Cleanup(func() { pgtest.Exec(t, base, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + db
+	binary, text := relaytest.NewMsg("bin", "k", 1), relaytest.NewMsg("text", "k", 2)
+	pgtest.Exec(t, u.String(), "CREATE TABLE public.outbox_bytea (id uuid PRIMARY KEY, type text NOT NULL, key text, payload bytea NOT NULL, headers jsonb)",
+		fmt.Sprintf(`INSERT INTO public.outbox_bytea (id, type, key, payload) VALUES ('%s', 'bin', 'k', '\x00ff7b'), ('%s', 'text', 'k', convert_to('{"a": 1}', 'UTF8'))`,
+			binary.ID, text.ID))
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := filepath.Join(t.TempDir(), "cdc.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("postgres: {url: %q, table: public.outbox_bytea, publication: p, slot: s}\nsinks:\n  - {name: out, kind: file, path: %s}\n",
+		u.String(), out)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h")
+	if code != 0 {
+		t.Fatalf("cdc replay on a database with bytea_output = escape: exit %d, want 0\n%s", code, stderr)
+	}
+	lines := relaytest.ReadLines(t, out)
+	if len(lines) != 2 || lines[0].ID != binary.ID || lines[0].PayloadEncoding != "base64" || string(lines[0].Payload) != `"AP97"` ||
+		lines[1].ID != text.ID || lines[1].PayloadEncoding != "" || string(lines[1].Payload) != `{"a": 1}` {
+		t.Fatalf("replayed %+v, want %s with base64 AP97 and %s with JSON {\"a\": 1}", lines, binary.ID, text.ID)
 	}
 }

@@ -86,9 +86,10 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 		return Result{}, err
 	}
 	defer conn.Close(context.Background())
-	// The decoder reads timestamps as the replication connection sends
-	// them: DateStyle ISO; timestamp columns are read as UTC.
-	for _, stmt := range []string{"SET datestyle = 'ISO, MDY'", "SET timezone = 'UTC'"} {
+	// The decoder reads values as the replication connection sends them,
+	// whatever the database's or role's defaults: DateStyle ISO, bytea in
+	// hex; timestamp columns are read as UTC.
+	for _, stmt := range []string{"SET datestyle = 'ISO, MDY'", "SET timezone = 'UTC'", "SET bytea_output = 'hex'"} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return Result{}, fmt.Errorf("replay: %s: %w", stmt, err)
 		}
