@@ -20,6 +20,7 @@ package envelope
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/walpost/walpost/internal/message"
@@ -107,4 +108,12 @@ func ContentType(m *message.Message) string {
 		return "application/json"
 	}
 	return "application/octet-stream"
+}
+
+// HasPrefixFold reports whether s starts with prefix in any case (ASCII
+// and Unicode simple folding, as strings.EqualFold): the sinks leave out
+// headers-column entries that would pass for a binding's CloudEvents
+// attributes whatever their case.
+func HasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

@@ -55,3 +55,18 @@ func TestAttributesDecodeWithTheSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestHasPrefixFold: a prefix in any case, and nothing shorter than it.
+func TestHasPrefixFold(t *testing.T) {
+	for _, c := range []struct {
+		s, prefix string
+		want      bool
+	}{
+		{"ce-id", "ce-", true}, {"CE-Id", "ce-", true}, {"cloudevents:type", "cloudEvents:", true},
+		{"ce", "ce-", false}, {"xce-id", "ce-", false}, {"", "ce-", false}, {"anything", "", true},
+	} {
+		if got := envelope.HasPrefixFold(c.s, c.prefix); got != c.want {
+			t.Errorf("HasPrefixFold(%q, %q) = %v, want %v", c.s, c.prefix, got, c.want)
+		}
+	}
+}

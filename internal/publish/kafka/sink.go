@@ -303,8 +303,7 @@ func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings)
 // reservedCloudEvents reports whether a headers column entry named k would
 // collide with the CloudEvents binding's headers.
 func reservedCloudEvents(k string) bool {
-	return strings.EqualFold(k, HeaderContentType) ||
-		len(k) >= len(PrefixCloudEvents) && strings.EqualFold(k[:len(PrefixCloudEvents)], PrefixCloudEvents)
+	return strings.EqualFold(k, HeaderContentType) || envelope.HasPrefixFold(k, PrefixCloudEvents)
 }
 
 // appendHeaders appends the entries of the headers column in key order,

@@ -36,11 +36,10 @@ const (
 // Nats-TTL, …), Walpost-*, and with CloudEvents ce-* and content-type.
 // The comparison ignores case, as receivers often do.
 func reservedHeader(k string, ce bool) bool {
-	l := strings.ToLower(k)
-	if strings.HasPrefix(l, "nats-") || strings.HasPrefix(l, "walpost-") {
+	if envelope.HasPrefixFold(k, "nats-") || envelope.HasPrefixFold(k, "walpost-") {
 		return true
 	}
-	return ce && (strings.HasPrefix(l, cePrefix) || l == HeaderContentType)
+	return ce && (envelope.HasPrefixFold(k, cePrefix) || strings.EqualFold(k, HeaderContentType))
 }
 
 // headerKeyOK mirrors nats.go's rule for header names (printable ASCII

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,11 +37,6 @@ const CloudEventsPrefix = "cloudEvents:"
 // HeaderPartitionKey carries the ordering key with format: cloudevents
 // (the CloudEvents Partitioning extension), unless the key is NULL.
 const HeaderPartitionKey = CloudEventsPrefix + "partitionkey"
-
-// hasFoldPrefix reports whether s starts with prefix, in any case.
-func hasFoldPrefix(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
 
 // AppID is the app_id property of every message.
 const AppID = "walpost"
@@ -251,7 +245,7 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	}
 	ce := env.IsCloudEvents()
 	for k, v := range m.Headers {
-		if k == HeaderKey || ce && hasFoldPrefix(k, CloudEventsPrefix) {
+		if k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix) {
 			continue
 		}
 		headers[k] = v

@@ -403,7 +403,7 @@ func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azser
 func properties(m *message.Message, ce bool, env *envelope.Settings) map[string]any {
 	props := make(map[string]any, len(m.Headers)+7)
 	for k, v := range m.Headers {
-		if ce && len(k) >= len(PrefixCloudEvents) && strings.EqualFold(k[:len(PrefixCloudEvents)], PrefixCloudEvents) {
+		if ce && envelope.HasPrefixFold(k, PrefixCloudEvents) {
 			continue
 		}
 		props[k] = v
