@@ -112,11 +112,22 @@
 //
 // inboxkafka is the model for new loops. What they share is here:
 // Processor (an *Inbox or *SQLInbox, generic in the transaction type),
-// Result, ProcessRetrying with Retry for retrying one message in place
-// (backoff from FirstRetryBackoff to DefaultRetryBackoff, MaxAttempts
-// counting only the effect's failures, ErrTooManyAttempts for poison),
-// SleepBackoff for other retries, and the sentinels ErrEmptyID (a message
-// without an id), ErrInvalidOptions and ErrPanicked. A loop acknowledges
+// Result, ProcessOnce for one attempt that says whether the effect or the
+// database failed, ProcessRetrying with Retry for retrying one message in
+// place (backoff from FirstRetryBackoff to DefaultRetryBackoff,
+// MaxAttempts counting only the effect's failures, ErrTooManyAttempts for
+// poison), SleepBackoff for other retries, and the sentinels ErrEmptyID (a
+// message without an id), ErrInvalidOptions and ErrPanicked.
+//
+// In every loop with a MaxAttempts option (inboxkafka, inboxnats,
+// inboxrabbit) only the effect's failures count toward it: a database
+// that cannot be reached, or fails to begin or commit, is retried without
+// limit, since no message is to blame. The line is drawn by ProcessOnce:
+// an error the effect returns or a panic in it is the effect's, whatever
+// its cause, so an effect whose own statement fails because the database
+// went away counts as an effect failure (Process cannot tell that error
+// from any other of the effect's). Keep MaxAttempts at zero (no limit),
+// or high enough to ride out an outage, where that matters. A loop acknowledges
 // the broker only after Process returned Processed or Duplicate, and
 // never skips a message without a decision of the user's. For a broker
 // without a loop, call Process from your receive loop and acknowledge

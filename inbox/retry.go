@@ -9,9 +9,11 @@ import (
 
 // What the receive loops share (inboxkafka, inboxsb and the loops written
 // after them): Processor and Result for running an effect once per id,
-// ProcessRetrying for retrying one message in place with backoff until it
-// succeeds or turns poison, and SleepBackoff for any other retry (an
-// offset commit, an acknowledgement). See the package documentation,
+// ProcessOnce for one attempt that tells the effect's failures from the
+// database's, ProcessRetrying for retrying one message in place with
+// backoff until it succeeds or turns poison, and SleepBackoff for any
+// other retry (an offset commit, an acknowledgement, a wait before a
+// message is given back). See the package documentation,
 // "Receive loops".
 
 // DefaultRetryBackoff is the longest wait between two attempts at a
@@ -83,9 +85,11 @@ type Retry struct {
 	// MaxAttempts is how many times in a row the effect may fail before
 	// ProcessRetrying gives up with ErrTooManyAttempts: the message is
 	// poison. Zero or less means no limit. Only the effect's failures
-	// count (an error it returned, or a panic): a failing database
-	// (connecting, beginning, committing) is retried until ctx ends,
-	// since no message is to blame for it.
+	// count (an error it returned, or a panic; see ProcessOnce): a
+	// failing database (connecting, beginning, committing) is retried
+	// until ctx ends, since no message is to blame for it. An effect
+	// that itself returns a database error (its statement failed because
+	// the database went away) counts as an effect failure.
 	MaxAttempts int
 	// OnError, when set, is called with each failed attempt (1 for the
 	// first) and its error, before the wait; from the caller's goroutine,
@@ -113,13 +117,7 @@ type Retry struct {
 func ProcessRetrying[Tx any](ctx context.Context, p Processor[Tx], msgID string, effect func(ctx context.Context, tx Tx) error, r Retry) (Result, error) {
 	failures := 0 // attempts in a row whose effect failed
 	for attempt := 1; ; attempt++ {
-		effectFailed := false
-		res, err := p.Process(ctx, msgID, func(ctx context.Context, tx Tx) error {
-			effectFailed = true // stays true if effect panics
-			err := effect(ctx, tx)
-			effectFailed = err != nil
-			return err
-		})
+		res, effectFailed, err := ProcessOnce(ctx, p, msgID, effect)
 		if err == nil {
 			return res, nil
 		}
@@ -139,4 +137,33 @@ func ProcessRetrying[Tx any](ctx context.Context, p Processor[Tx], msgID string,
 			return 0, err
 		}
 	}
+}
+
+// ProcessOnce makes one attempt at a message: p.Process(ctx, msgID,
+// effect). It returns Process's Result and error, and, when err is not
+// nil, whether the effect is to blame: effectFailed is true when effect
+// returned an error or panicked, and false when the database failed
+// around it (connecting, beginning, inserting the id, committing) or
+// effect never ran. Loops count only attempts with effectFailed toward
+// their MaxAttempts, so that a database outage, for which no message is
+// to blame, never makes a good message poison.
+//
+// The effect's own error counts as the effect's, whatever it is: an
+// effect whose statement fails because the database went away (a
+// connection error returned through the effect) is an effect failure, as
+// Process cannot tell it from any other error of the effect. With a
+// small MaxAttempts, an outage that strikes during effects can therefore
+// make a message poison; leave MaxAttempts at zero (no limit), or high
+// enough to ride out an outage, when that matters.
+func ProcessOnce[Tx any](ctx context.Context, p Processor[Tx], msgID string, effect func(ctx context.Context, tx Tx) error) (res Result, effectFailed bool, err error) {
+	res, err = p.Process(ctx, msgID, func(ctx context.Context, tx Tx) error {
+		effectFailed = true // stays true if effect panics
+		err := effect(ctx, tx)
+		effectFailed = err != nil
+		return err
+	})
+	if err == nil {
+		effectFailed = false
+	}
+	return res, effectFailed, err
 }

@@ -126,3 +126,32 @@ func TestProcessRetryingStopsWhenTheContextEnds(t *testing.T) {
 		t.Fatalf("got %v, %v after %d calls; want context.Canceled after 2", res, err, calls)
 	}
 }
+
+// TestProcessOnceTellsTheEffectsFailuresFromTheDatabases: an error the
+// effect returns or a panic in it is the effect's; a database that fails
+// before the effect is not; a success or a duplicate is neither.
+func TestProcessOnceTellsTheEffectsFailuresFromTheDatabases(t *testing.T) {
+	ctx := context.Background()
+	down := errors.New("database down")
+	for _, c := range []struct {
+		name       string
+		dbErr      error
+		id         string
+		effect     func(context.Context, struct{}) error
+		wantRes    Result
+		wantEffect bool
+		wantErr    bool
+	}{
+		{"effect succeeds", nil, "a", func(context.Context, struct{}) error { return nil }, Processed, false, false},
+		{"duplicate", nil, "a", func(context.Context, struct{}) error { return errors.New("not run") }, Duplicate, false, false},
+		{"effect fails", nil, "b", func(context.Context, struct{}) error { return errors.New("boom") }, 0, true, true},
+		{"effect panics", nil, "c", func(context.Context, struct{}) error { panic("bug") }, 0, true, true},
+		{"database down", down, "d", func(context.Context, struct{}) error { return nil }, 0, false, true},
+	} {
+		p := &fakeProcessor{seen: map[string]bool{"a": c.name == "duplicate"}, beginErr: func() error { return c.dbErr }}
+		res, effectFailed, err := ProcessOnce(ctx, Processor[struct{}](p), c.id, c.effect)
+		if res != c.wantRes || effectFailed != c.wantEffect || (err != nil) != c.wantErr {
+			t.Errorf("%s: ProcessOnce = %v, %v, %v; want %v, %v, error %v", c.name, res, effectFailed, err, c.wantRes, c.wantEffect, c.wantErr)
+		}
+	}
+}

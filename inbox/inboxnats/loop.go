@@ -30,15 +30,19 @@ type Options struct {
 	// RetryBackoff is the longest Nak delay (inbox.Backoff of the
 	// delivery count); zero means inbox.DefaultRetryBackoff (30s).
 	RetryBackoff time.Duration
-	// MaxAttempts is how many deliveries of a message may fail before it
-	// is poison (see OnPoison); zero means no limit.
+	// MaxAttempts is how many deliveries in a row of a message may fail
+	// in its effect (an error it returned, or a panic) before it is
+	// poison (see OnPoison); the loop counts them per message id, in
+	// memory. Zero means no limit. Only the effect's failures count
+	// (inbox.ProcessOnce): a failing database is retried without limit,
+	// since no message is to blame for it.
 	MaxAttempts int
 	// OnError, when set, is called from the loop's goroutine with every
 	// failed attempt (effect or database error, or a failed ack).
 	OnError func(m jetstream.Msg, msgID string, err error)
 	// OnPoison decides about a message that retrying cannot fix: one
-	// without an id (err wraps inbox.ErrEmptyID), or one that failed
-	// MaxAttempts deliveries (err wraps inbox.ErrTooManyAttempts). Nil:
+	// without an id (err wraps inbox.ErrEmptyID), or one whose effect
+	// failed MaxAttempts times (err wraps inbox.ErrTooManyAttempts). Nil:
 	// Loop returns err, the message neither acked nor terminated (it is
 	// delivered again after the consumer's AckWait). Return nil to
 	// terminate the message (Term: never delivered again) and go on.
@@ -74,8 +78,9 @@ func (o Options) withDefaults() (Options, error) {
 //     ack that fails is reported to OnError and the loop goes on: the
 //     message comes back after AckWait and is then a Duplicate.
 //  5. An error (a panicking effect included): NakWithDelay, the delay
-//     inbox.Backoff of the delivery count; after MaxAttempts deliveries,
-//     poison.
+//     inbox.Backoff of the delivery count; once the effect failed
+//     MaxAttempts times in a row, poison (database failures do not
+//     count).
 //
 // c's AckPolicy must be explicit (the default). Loop returns ctx.Err()
 // when ctx ends, other errors when the consumer fails and for poison
@@ -95,7 +100,7 @@ func Loop[Tx any](ctx context.Context, c jetstream.Consumer, p inbox.Processor[T
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	l := &loop[Tx]{p: p, effect: effect, opts: opts}
+	l := &loop[Tx]{p: p, effect: effect, opts: opts, effectFailures: map[string]int{}}
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -114,20 +119,28 @@ type loop[Tx any] struct {
 	p      inbox.Processor[Tx]
 	effect func(ctx context.Context, tx Tx, m jetstream.Msg) error
 	opts   Options
+	// effectFailures counts, per message id, the deliveries in a row
+	// whose effect failed (at most maxTracked ids; cleared beyond).
+	effectFailures map[string]int
 }
+
+// maxTracked bounds the failure counts the loop keeps per message id; the
+// counts are cleared when it is reached.
+const maxTracked = 10_000
 
 func (l *loop[Tx]) handle(ctx context.Context, m jetstream.Msg) error {
 	id := strings.TrimSpace(m.Headers().Get(l.opts.IDHeader))
 	if id == "" {
 		return l.poison(ctx, m, fmt.Errorf("inboxnats: %s: no %q header: %w", where(m), l.opts.IDHeader, inbox.ErrEmptyID))
 	}
-	res, err := l.p.Process(ctx, id, func(ctx context.Context, tx Tx) error { return l.effect(ctx, tx, m) })
+	res, effectFailed, err := inbox.ProcessOnce(ctx, l.p, id, func(ctx context.Context, tx Tx) error { return l.effect(ctx, tx, m) })
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // not acked: delivered again after AckWait
 		}
-		return l.failed(ctx, m, id, err)
+		return l.failed(ctx, m, id, effectFailed, err)
 	}
+	delete(l.effectFailures, id)
 	if l.opts.beforeAck != nil {
 		if err := l.opts.beforeAck(m); err != nil {
 			return err
@@ -148,9 +161,10 @@ func (l *loop[Tx]) handle(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
-// failed Naks m with a delay, or treats it as poison after MaxAttempts
-// deliveries.
-func (l *loop[Tx]) failed(ctx context.Context, m jetstream.Msg, id string, err error) error {
+// failed Naks m with a delay (inbox.Backoff of the delivery count), or
+// treats it as poison once its effect failed MaxAttempts times in a row.
+// A failure of the database (effectFailed false) does not count.
+func (l *loop[Tx]) failed(ctx context.Context, m jetstream.Msg, id string, effectFailed bool, err error) error {
 	attempt := 1
 	if md, merr := m.Metadata(); merr == nil {
 		attempt = int(md.NumDelivered)
@@ -159,8 +173,15 @@ func (l *loop[Tx]) failed(ctx context.Context, m jetstream.Msg, id string, err e
 	if l.opts.OnError != nil {
 		l.opts.OnError(m, id, err)
 	}
-	if l.opts.MaxAttempts > 0 && attempt >= l.opts.MaxAttempts {
-		return l.poison(ctx, m, fmt.Errorf("%w: %w", inbox.ErrTooManyAttempts, err))
+	if effectFailed {
+		if _, ok := l.effectFailures[id]; !ok && len(l.effectFailures) >= maxTracked {
+			clear(l.effectFailures)
+		}
+		l.effectFailures[id]++
+		if n := l.effectFailures[id]; l.opts.MaxAttempts > 0 && n >= l.opts.MaxAttempts {
+			delete(l.effectFailures, id)
+			return l.poison(ctx, m, fmt.Errorf("%w (%d): %w", inbox.ErrTooManyAttempts, n, err))
+		}
 	}
 	if nerr := m.NakWithDelay(inbox.Backoff(attempt, l.opts.RetryBackoff)); nerr != nil && l.opts.OnError != nil {
 		l.opts.OnError(m, id, fmt.Errorf("inboxnats: %s: nak: %w", where(m), nerr))

@@ -3,6 +3,9 @@ package inboxnats
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +120,70 @@ func TestIntegrationMessageWithoutIDStopsTheLoopUnacked(t *testing.T) {
 	}
 	if info, _ := cons.Info(context.Background()); info == nil || info.NumAckPending != 1 {
 		t.Errorf("consumer info %+v: want the message delivered and unacknowledged", info)
+	}
+}
+
+// flakyDB is a Processor whose database fails (before the effect runs)
+// the first down attempts at each id, then runs the effect without a
+// transaction.
+type flakyDB struct {
+	mu   sync.Mutex
+	down int
+	seen map[string]int
+}
+
+func (p *flakyDB) Process(ctx context.Context, id string, effect func(context.Context, struct{}) error) (inbox.Result, error) {
+	p.mu.Lock()
+	p.seen[id]++
+	n := p.seen[id]
+	p.mu.Unlock()
+	if n <= p.down {
+		return 0, errors.New("database unreachable (test)")
+	}
+	if err := effect(ctx, struct{}{}); err != nil {
+		return 0, err
+	}
+	return inbox.Processed, nil
+}
+
+// TestIntegrationOnlyEffectFailuresCountTowardMaxAttempts: a message
+// whose deliveries fail in the database (more of them than MaxAttempts)
+// is not poison and is acked once the database is back; a message whose
+// effect fails is poison after exactly MaxAttempts deliveries.
+func TestIntegrationOnlyEffectFailuresCountTowardMaxAttempts(t *testing.T) {
+	url := natstest.Start(t)
+	prefix := natstest.Unique(t)
+	st := natstest.CreateStream(t, url, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	publishIDs(t, url, prefix+".x", "good", "bad")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &flakyDB{down: 4, seen: map[string]int{}}
+	var effects sync.Map
+	var acked []string
+	err = Loop(ctx, cons, inbox.Processor[struct{}](p), func(_ context.Context, _ struct{}, m jetstream.Msg) error {
+		id := m.Headers().Get("Nats-Msg-Id")
+		n, _ := effects.LoadOrStore(id, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		if id == "bad" {
+			return errors.New("effect fails (test)")
+		}
+		return nil
+	}, Options{MaxAttempts: 2, RetryBackoff: 20 * time.Millisecond,
+		OnAcked: func(_ jetstream.Msg, id string, _ inbox.Result) { acked = append(acked, id) }})
+	if !errors.Is(err, inbox.ErrTooManyAttempts) {
+		t.Fatalf("Loop = %v, want inbox.ErrTooManyAttempts for the message whose effect fails", err)
+	}
+	if fmt.Sprint(acked) != "[good]" {
+		t.Errorf("acked %v, want [good]: 4 database failures are not 2 effect failures", acked)
+	}
+	if n, _ := effects.Load("bad"); n == nil || n.(*atomic.Int32).Load() != 2 {
+		t.Errorf("the failing effect ran %v times, want MaxAttempts (2)", n)
+	}
+	if !strings.Contains(err.Error(), "effect fails") {
+		t.Errorf("poison error %v does not carry the effect's error", err)
 	}
 }

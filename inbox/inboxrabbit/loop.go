@@ -119,13 +119,7 @@ func (l *loop[Tx]) handle(ctx context.Context, d amqp.Delivery) error {
 	if id == "" {
 		return l.poison(ctx, d, fmt.Errorf("inboxrabbit: %s: no message_id: %w", where(d), inbox.ErrEmptyID))
 	}
-	effectFailed := false
-	res, err := l.p.Process(ctx, id, func(ctx context.Context, tx Tx) error {
-		effectFailed = true // stays true if effect panics
-		err := l.effect(ctx, tx, d)
-		effectFailed = err != nil
-		return err
-	})
+	res, effectFailed, err := inbox.ProcessOnce(ctx, l.p, id, func(ctx context.Context, tx Tx) error { return l.effect(ctx, tx, d) })
 	if err != nil {
 		return l.retryLater(ctx, d, id, effectFailed, err)
 	}
