@@ -15,18 +15,31 @@ import (
 // Options.IDHeader is empty: the one walpost's nats sink sets.
 const DefaultIDHeader = jetstream.MsgIDHeader
 
+// DefaultPrefetch is how many messages Loop pulls ahead when
+// Options.Prefetch is zero.
+const DefaultPrefetch = 16
+
 // ackGrace bounds an ack made after ctx ended: a message whose
 // transaction committed still gets its ack, so that a graceful stop
 // leaves no copy to be delivered again.
 const ackGrace = 5 * time.Second
 
 // Options configures Loop. The zero value is usable: the id is read from
-// Nats-Msg-Id, a failing message is Nak'ed with delays from 100ms up to
+// Nats-Msg-Id, 16 messages are pulled ahead, a failing message is Nak'ed with delays from 100ms up to
 // 30s until it succeeds, and a message without an id stops the loop.
 type Options struct {
 	// IDHeader is the header holding the message id; empty means
 	// DefaultIDHeader (Nats-Msg-Id). Surrounding spaces are trimmed.
 	IDHeader string
+	// Prefetch is how many messages the loop pulls ahead of the one it
+	// processes (jetstream.PullMaxMessages). Zero means DefaultPrefetch
+	// (16); it must not be negative. A message's AckWait runs from its
+	// delivery, while it waits in the buffer too: keep Prefetch × the
+	// time one message takes below the consumer's AckWait, or slow
+	// effects get redeliveries of messages still queued (the inbox then
+	// drops them as duplicates, at the cost of the work). The client's
+	// own default, 500, is far too many for that.
+	Prefetch int
 	// RetryBackoff is the longest Nak delay (inbox.Backoff of the
 	// delivery count); zero means inbox.DefaultRetryBackoff (30s).
 	RetryBackoff time.Duration
@@ -57,6 +70,12 @@ type Options struct {
 }
 
 func (o Options) withDefaults() (Options, error) {
+	switch {
+	case o.Prefetch < 0:
+		return o, fmt.Errorf("%w: inboxnats.Options.Prefetch: negative (%d)", inbox.ErrInvalidOptions, o.Prefetch)
+	case o.Prefetch == 0:
+		o.Prefetch = DefaultPrefetch
+	}
 	var err error
 	if o.RetryBackoff, err = inbox.CheckRetry("inboxnats", o.RetryBackoff, o.MaxAttempts); err != nil {
 		return o, err
@@ -70,7 +89,8 @@ func (o Options) withDefaults() (Options, error) {
 // Loop consumes c and runs effect once per message id through p (an
 // *inbox.Inbox or *inbox.SQLInbox):
 //
-//  1. The next message (c.Messages, a pull subscription).
+//  1. The next message (c.Messages, a pull subscription pulling
+//     Options.Prefetch messages ahead).
 //  2. Its id from Options.IDHeader; a message without one is poison.
 //  3. p.Process(ctx, id, effect): the id and the effect commit in one
 //     transaction, or neither does.
@@ -93,7 +113,7 @@ func Loop[Tx any](ctx context.Context, c jetstream.Consumer, p inbox.Processor[T
 	if c == nil || p == nil || effect == nil {
 		return fmt.Errorf("%w: inboxnats.Loop needs a consumer, a processor and an effect", inbox.ErrInvalidOptions)
 	}
-	it, err := c.Messages()
+	it, err := c.Messages(jetstream.PullMaxMessages(opts.Prefetch))
 	if err != nil {
 		return fmt.Errorf("inboxnats: subscribing: %w", err)
 	}

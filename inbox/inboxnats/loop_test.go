@@ -187,3 +187,58 @@ func TestIntegrationOnlyEffectFailuresCountTowardMaxAttempts(t *testing.T) {
 		t.Errorf("poison error %v does not carry the effect's error", err)
 	}
 }
+
+// TestIntegrationPrefetchBoundsTheMessagesPulledAhead: while a slow
+// effect runs, only about Options.Prefetch messages are delivered and
+// waiting (their AckWait running), not the client's default of 500.
+func TestIntegrationPrefetchBoundsTheMessagesPulledAhead(t *testing.T) {
+	url := natstest.Start(t)
+	prefix := natstest.Unique(t)
+	st := natstest.CreateStream(t, url, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	var ids []string
+	for i := range 40 {
+		ids = append(ids, fmt.Sprint("m", i))
+	}
+	publishIDs(t, url, prefix+".x", ids...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefetch = 3
+	inEffect, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Loop(ctx, cons, inbox.Processor[struct{}](&flakyDB{seen: map[string]int{}}), func(context.Context, struct{}, jetstream.Msg) error {
+			once.Do(func() { close(inEffect); <-release })
+			return nil
+		}, Options{Prefetch: prefetch})
+	}()
+	<-inEffect
+	time.Sleep(300 * time.Millisecond) // let the client pull what it will
+	info, err := cons.Info(ctx)
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending > 2*prefetch {
+		t.Errorf("%d messages delivered and unacknowledged while the first effect ran, want about Prefetch (%d)", info.NumAckPending, prefetch)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("Loop = %v, want context.Canceled", err)
+	}
+}
+
+func TestLoopRejectsInvalidOptions(t *testing.T) {
+	for _, o := range []Options{{Prefetch: -1}, {RetryBackoff: -time.Second}, {MaxAttempts: -1}} {
+		if _, err := o.withDefaults(); !errors.Is(err, inbox.ErrInvalidOptions) || !strings.Contains(err.Error(), "inboxnats.Options.") {
+			t.Errorf("options %+v: %v, want inbox.ErrInvalidOptions naming the field", o, err)
+		}
+	}
+	if o, err := (Options{}).withDefaults(); err != nil || o.Prefetch != DefaultPrefetch {
+		t.Errorf("zero Options: Prefetch %d (%v), want DefaultPrefetch %d", o.Prefetch, err, DefaultPrefetch)
+	}
+}
