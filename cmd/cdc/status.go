@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
@@ -22,7 +24,6 @@ import (
 type status struct {
 	cfg      *config.Config
 	slot     replication.SlotInfo
-	database string                    // the database postgres.url connects to
 	progress map[string]store.Position // by sink
 	parked   map[string]int            // by sink; "" for rows that could not be mapped
 	warnings []string                  // why cdc run would refuse the slot
@@ -68,10 +69,9 @@ func readStatus(e *cmdEnv) (*status, error) {
 	if !st.slot.Exists {
 		return st, nil
 	}
-	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&st.database); err != nil {
-		return nil, fmt.Errorf("reading the current database: %w", err)
+	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
+		return nil, err
 	}
-	st.warnings = slotWarnings(cfg.Postgres.Slot, st.slot, st.database)
 	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading sink progress: %w", err)
 	}
@@ -81,19 +81,35 @@ func readStatus(e *cmdEnv) (*status, error) {
 	return st, nil
 }
 
-// slotWarnings says why cdc run would refuse an existing slot (as
-// replication.CheckSlot does) and how to fix it.
-func slotWarnings(slot string, info replication.SlotInfo, database string) []string {
+// slotWarnings says why cdc run would refuse the slot, and how to fix it:
+// the errors of the checks cdc run makes (replication.CheckSlot, and
+// CheckFailoverSlot with postgres.failover_slot). An error that is no
+// such refusal (the server could not be read) is returned.
+func slotWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
 	var w []string
-	if info.Plugin != "pgoutput" {
-		w = append(w, fmt.Sprintf("slot %q uses the %s plugin, not pgoutput, and cdc run refuses it: if nothing else reads it, drop it (SELECT pg_drop_replication_slot('%s')) and run cdc init; or set postgres.slot to another name and run cdc init",
-			slot, info.Plugin, slot))
+	refusal := func(err error, kinds ...error) error {
+		for _, k := range kinds {
+			if errors.Is(err, k) {
+				w = append(w, err.Error())
+				return nil
+			}
+		}
+		return err
 	}
-	if info.Database != database {
-		w = append(w, fmt.Sprintf("slot %q belongs to database %q, not %q (postgres.url's), and cdc run refuses it: point postgres.url at database %q, or set postgres.slot to another name and run cdc init",
-			slot, info.Database, database, info.Database))
+	slot := cfg.Postgres.Slot
+	if _, err := replication.CheckSlot(ctx, conn, slot); err != nil {
+		if err := refusal(err, replication.ErrSlotMissing, replication.ErrSlotPlugin, replication.ErrSlotDatabase); err != nil {
+			return nil, err
+		}
 	}
-	return w
+	if cfg.Postgres.FailoverSlot {
+		if err := replication.CheckFailoverSlot(ctx, conn, slot); err != nil {
+			if err := refusal(err, replication.ErrFailoverUnsupported, replication.ErrNotFailoverSlot); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w, nil
 }
 
 // slowest returns the configured sink that acknowledged the least, "" when

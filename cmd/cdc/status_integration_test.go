@@ -97,9 +97,10 @@ func TestIntegrationStatusJSONCarriesEveryField(t *testing.T) {
 }
 
 // TestIntegrationStatusWarnsAboutASlotRunRefuses: a slot of another plugin
-// than pgoutput, or of another database than postgres.url's, draws a
-// warning saying that cdc run refuses it and how to fix it, in text and
-// JSON, and exit 1.
+// than pgoutput, of another database than postgres.url's, or without
+// failover while postgres.failover_slot is true (or a server without
+// failover slots), draws a warning with cdc run's own refusal and how to
+// fix it, in text and JSON, and exit 1.
 func TestIntegrationStatusWarnsAboutASlotRunRefuses(t *testing.T) {
 	base := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, base)
@@ -128,9 +129,24 @@ func TestIntegrationStatusWarnsAboutASlotRunRefuses(t *testing.T) {
 	other.Slot = slot
 	database := other.Config(t, "  - {name: out, kind: stdout}", "")
 
+	// A slot made without failover, with postgres.failover_slot: true.
+	fo := relaytest.NewOutbox(t, base)
+	failover := fo.Config(t, "  - {name: out, kind: stdout}", "")
+	cdcInit(t, failover)
+	addPostgres(t, failover, "failover_slot: true")
+	var version int
+	if err := pgtest.Connect(t, base).QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	failoverWant, failoverFix := "failover slots need PostgreSQL 17 or later: postgres.failover_slot is true", "set postgres.failover_slot: false"
+	if version >= 170000 {
+		failoverWant, failoverFix = fmt.Sprintf("slot %q was created without failover", fo.Slot), "ALTER_REPLICATION_SLOT "+fo.Slot+" (FAILOVER true)"
+	}
+
 	for _, c := range []struct{ name, cfg, want, fix string }{
-		{"plugin", plugin, "uses the test_decoding plugin, not pgoutput, and cdc run refuses it", "pg_drop_replication_slot('" + ob.Slot + "')"},
-		{"database", database, fmt.Sprintf("belongs to database %q, not \"postgres\"", db), "point postgres.url at database"},
+		{"plugin", plugin, fmt.Sprintf("slot %q exists with plugin \"test_decoding\"; walpost needs pgoutput", ob.Slot), "pg_drop_replication_slot('" + ob.Slot + "')"},
+		{"database", database, fmt.Sprintf("slot %q belongs to database %q, not \"postgres\"", slot, db), "set postgres.slot to another name"},
+		{"failover", failover, failoverWant, failoverFix},
 	} {
 		code, stdout, stderr := cdc(t, nil, "status", c.cfg)
 		if code != 1 || !strings.Contains(stdout, "\nwarning:       ") || !strings.Contains(stdout, c.want) || !strings.Contains(stdout, c.fix) {
