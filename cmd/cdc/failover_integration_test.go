@@ -381,3 +381,33 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 		t.Fatalf("after streaming: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.stderr.String())
 	}
 }
+
+// TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed: a
+// table-less outbox whose slot is gone after it relayed (the progress
+// table remembers it) stops cdc run with the missing-slot explanation, and
+// its advice for what the sinks missed is no cdc replay (there is no
+// table): only the application can emit those messages again.
+func TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed(t *testing.T) {
+	url, mo, out, cfg := messagesOutbox(t, "", "")
+	cdcInit(t, cfg)
+	p := startCDC(t, "run", "--config", cfg)
+	first := relaytest.NewMsg("t", "k", 1)
+	mo.EmitTx(t, pgtest.Connect(t, url), first)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	stopGracefully(t, p)
+	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", mo.Slot))
+	again := startCDC(t, "run", "--config", cfg)
+	if code := again.wait(60 * time.Second); code != 1 {
+		t.Fatalf("cdc run without its slot exited %d, want 1:\n%s", code, again.stderr.String())
+	}
+	msg := again.stderr.String()
+	for _, w := range []string{"records what sinks acknowledged from it (out at ", "cdc init --config " + cfg,
+		"a table-less outbox (postgres.source: messages) keeps no rows to replay", "emitted again by the application"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("cdc run's error lacks %q:\n%s", w, msg)
+		}
+	}
+	if strings.Contains(msg, "cdc replay") || strings.Contains(msg, "from the outbox table") {
+		t.Errorf("cdc run's error sends a table-less outbox to cdc replay:\n%s", msg)
+	}
+}

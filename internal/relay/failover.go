@@ -83,14 +83,19 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 		return err
 	}
 	cfg, slot := r.ConfigPath, r.cfg.Postgres.Slot
+	resend := fmt.Sprintf("then re-send what the sinks may have missed from the outbox table with cdc replay --config %s --since <a time before the failover> "+
+		"(inboxes drop the copies by id)", cfg)
+	if r.cfg.Postgres.TableLess() {
+		resend = "a table-less outbox (postgres.source: messages) keeps no rows to replay, so what the sinks may have missed can only be emitted " +
+			"again by the application (inboxes drop the copies by id)"
+	}
 	msg := fmt.Sprintf("slot %q does not exist on the server at %s, yet %s. The likely cause is a failover to a server the slot was not synchronized to "+
 		"(a promoted standby: a slot that is not a failover slot lives on its primary only), or the slot was dropped. "+
 		"walpost never creates a slot by itself: a new slot starts at this server's current WAL position, so messages committed after the old slot's "+
 		"last confirmed position (or not yet synchronized to this server) would not be relayed by it. To go on: stop every relay on this slot; "+
-		"run cdc init --config %s (the new slot streams only what is committed from then on); then re-send what the sinks may have missed from "+
-		"the outbox table with cdc replay --config %s --since <a time before the failover> (inboxes drop the copies by id). "+
+		"run cdc init --config %s (the new slot streams only what is committed from then on); %s. "+
 		"To keep the slot through failovers on PostgreSQL 17+, set postgres.failover_slot: true and synchronize it to the standbys (README, \"Failover\")",
-		slot, server, strings.Join(evidence, "; "), cfg, cfg)
+		slot, server, strings.Join(evidence, "; "), cfg, resend)
 	if timelineOnly {
 		msg += fmt.Sprintf(". If no relay ever streamed from slot %q on this database, just run cdc init --config %s", slot, cfg)
 	}
