@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -31,13 +32,35 @@ type SlotOptions struct {
 	Failover bool
 }
 
-// ServerVersion returns the server's server_version_num (150004 for 15.4).
+// ServerVersion returns the server's version as server_version_num gives
+// it (150004 for 15.4). Every check of the server's version reads it here
+// (a replication connection from its start-up parameters, with the same
+// parsing: parseServerVersion).
 func ServerVersion(ctx context.Context, conn *pgx.Conn) (int, error) {
-	var v int
-	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v); err != nil {
+	var num, version string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num'), current_setting('server_version')").Scan(&num, &version); err != nil {
 		return 0, fmt.Errorf("reading server_version_num: %w", err)
 	}
-	return v, nil
+	return parseServerVersion(num, version)
+}
+
+// parseServerVersion returns the version server_version_num gives (num),
+// else, when num is empty (a replication connection's start-up
+// parameters hold it from PostgreSQL 16 on), the one server_version gives
+// ("15.4 (Debian 15.4-1)": 150004, "17beta1": 170000, "9.6.24": 90624).
+func parseServerVersion(num, version string) (int, error) {
+	if v, err := strconv.Atoi(num); err == nil && v > 0 {
+		return v, nil
+	}
+	var major, minor, patch int
+	n, _ := fmt.Sscanf(version, "%d.%d.%d", &major, &minor, &patch)
+	switch {
+	case n == 0 || major <= 0:
+		return 0, fmt.Errorf("replication: cannot read the server's version from server_version_num %q, server_version %q", num, version)
+	case major >= 10:
+		return major*10000 + minor, nil
+	}
+	return major*10000 + minor*100 + patch, nil
 }
 
 // CheckFailoverSupported refuses a server without failover slots.

@@ -13,15 +13,19 @@ import (
 // pgoutput cannot send logical messages.
 var ErrMessagesVersion = errors.New("replication: postgres.source: messages needs PostgreSQL 14 or later")
 
+// messagesVersion is the first server_version_num whose pgoutput sends
+// logical messages (the messages option).
+const messagesVersion = 140000
+
 // checkMessagesServer is CheckServer's check of the table for a
 // table-less outbox: there is no table; the server's pgoutput must send
 // logical messages (the messages option, PostgreSQL 14).
 func checkMessagesServer(ctx context.Context, conn *pgx.Conn) error {
-	var num int
-	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
-		return fmt.Errorf("reading server_version_num: %w", err)
+	num, err := ServerVersion(ctx, conn)
+	if err != nil {
+		return err
 	}
-	if num < 140000 {
+	if num < messagesVersion {
 		return fmt.Errorf("%w (pgoutput sends logical messages from 14 on); this server is %d.%d: upgrade it, or use postgres.source: table",
 			ErrMessagesVersion, num/10000, num%10000)
 	}
