@@ -10,7 +10,8 @@
 // the broker: Service Bus redelivers a message given back (abandoned) and
 // dead-letters one that failed the entity's MaxDeliveryCount, so a
 // failing effect is not retried in place and there is no poison policy
-// here; the message is abandoned and the broker does the rest.
+// here; the message is abandoned, after a wait that grows with its
+// delivery count (Options.RetryBackoff), and the broker does the rest.
 //
 // # Why receivers need the inbox with Service Bus
 //

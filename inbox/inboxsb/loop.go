@@ -46,6 +46,21 @@ type Options struct {
 	// means the SDK's default (20ms in peek-lock mode); it must not be
 	// negative.
 	TimeAfterFirstMessage time.Duration
+	// RetryBackoff is the longest wait before a message whose Process
+	// failed is abandoned. Waits start at inbox.FirstRetryBackoff (100ms)
+	// and double with the message's DeliveryCount, with jitter
+	// (inbox.Backoff), and never take more than half the time left on
+	// the locks of the received messages still to be handled. Zero means
+	// inbox.DefaultRetryBackoff (30s); it must not be negative.
+	//
+	// Service Bus counts every abandon toward the entity's
+	// MaxDeliveryCount, whatever failed: a database down for longer than
+	// the sum of the waits (about 2 minutes for MaxDeliveryCount 10 and
+	// the default RetryBackoff, less with short locks) dead-letters the
+	// messages that arrive meanwhile. Size MaxDeliveryCount (and the lock
+	// duration) for the outages to ride out, and resubmit dead-lettered
+	// messages after one: the inbox drops those already processed.
+	RetryBackoff time.Duration
 	// SettleTimeout bounds each Complete and Abandon call. Zero means
 	// DefaultSettleTimeout (30s); it must not be negative. Settling runs
 	// even after ctx ended, so that a message whose effect committed is
@@ -77,6 +92,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TimeAfterFirstMessage < 0 {
 		return o, fmt.Errorf("%w: inboxsb.Options.TimeAfterFirstMessage: negative (%v)", inbox.ErrInvalidOptions, o.TimeAfterFirstMessage)
 	}
+	var err error
+	if o.RetryBackoff, err = inbox.CheckRetry("inboxsb", o.RetryBackoff, 0); err != nil {
+		return o, err
+	}
 	switch {
 	case o.SettleTimeout < 0:
 		return o, fmt.Errorf("%w: inboxsb.Options.SettleTimeout: negative (%v)", inbox.ErrInvalidOptions, o.SettleTimeout)
@@ -97,10 +116,16 @@ func (o Options) withDefaults() (Options, error) {
 //     inbox.Processed or inbox.Duplicate — the effect and the id
 //     committed, or committed before — does it complete the message.
 //   - When Process fails (the effect failed or panicked, the database
-//     failed; nothing was recorded), it abandons the message, which Service Bus delivers again
-//     with a higher delivery count (and dead-letters after the entity's
-//     MaxDeliveryCount). A message without a MessageId is abandoned too,
-//     with inbox.ErrEmptyID.
+//     failed; nothing was recorded), it waits inbox.Backoff of the
+//     message's DeliveryCount (100ms, doubling, up to
+//     Options.RetryBackoff, and at most half the time left on the locks
+//     of the batch's messages still to be handled), then abandons the
+//     message, which Service Bus delivers again with a higher delivery
+//     count (and dead-letters after the entity's MaxDeliveryCount). The
+//     wait holds up the loop, so a failing database slows it down
+//     instead of spinning through the deliveries. A message without a
+//     MessageId is abandoned too (after the same wait), with
+//     inbox.ErrEmptyID.
 //   - A Complete that fails after the commit (the lock expired, the
 //     connection dropped) leaves the message to come back; its redelivery
 //     returns Duplicate and is completed then.
@@ -143,33 +168,7 @@ func Loop[Tx any](ctx context.Context, r Receiver, p inbox.Processor[Tx],
 	if opts.TimeAfterFirstMessage > 0 {
 		ropts = &azservicebus.ReceiveMessagesOptions{TimeAfterFirstMessage: opts.TimeAfterFirstMessage}
 	}
-	report := func(msg *azservicebus.ReceivedMessage, err error) {
-		if opts.OnError != nil {
-			opts.OnError(msg, err)
-		}
-	}
-	// settle runs a Complete or Abandon with its own deadline, even when
-	// ctx has ended.
-	settle := func(f func(ctx context.Context) error) error {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.SettleTimeout)
-		defer cancel()
-		return f(sctx)
-	}
-	abandon := func(msg *azservicebus.ReceivedMessage, cause error) {
-		err := settle(func(ctx context.Context) error { return r.AbandonMessage(ctx, msg, nil) })
-		if err != nil {
-			err = fmt.Errorf("inboxsb: message %q: abandoning it: %w", msg.MessageID, err)
-			if cause != nil {
-				err = errors.Join(cause, err)
-			}
-		} else {
-			err = cause
-		}
-		if err != nil {
-			report(msg, err)
-		}
-	}
-
+	l := &loop[Tx]{r: r, p: p, effect: effect, opts: opts}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -184,25 +183,88 @@ func Loop[Tx any](ctx context.Context, r Receiver, p inbox.Processor[Tx],
 		for i, msg := range msgs {
 			if ctx.Err() != nil {
 				for _, rest := range msgs[i:] {
-					abandon(rest, nil)
+					l.abandon(ctx, rest, nil)
 				}
 				break
 			}
-			res, err := p.Process(ctx, msg.MessageID, func(ctx context.Context, tx Tx) error {
-				return effect(ctx, tx, msg)
-			})
-			if err != nil {
-				abandon(msg, err)
-				continue
-			}
-			if err := settle(func(ctx context.Context) error { return r.CompleteMessage(ctx, msg, nil) }); err != nil {
-				report(msg, fmt.Errorf("inboxsb: message %q: %s, but completing it failed (it will be delivered again and found a duplicate): %w",
-					msg.MessageID, res, err))
-				continue
-			}
-			if opts.OnCompleted != nil {
-				opts.OnCompleted(msg, res)
-			}
+			l.handle(ctx, msg, msgs[i:])
 		}
+	}
+}
+
+// loop is one Loop call's state.
+type loop[Tx any] struct {
+	r      Receiver
+	p      inbox.Processor[Tx]
+	effect func(ctx context.Context, tx Tx, msg *azservicebus.ReceivedMessage) error
+	opts   Options
+}
+
+// handle processes msg, the first of locked (the messages of the batch
+// not yet handled), and completes it, or waits and abandons it.
+func (l *loop[Tx]) handle(ctx context.Context, msg *azservicebus.ReceivedMessage, locked []*azservicebus.ReceivedMessage) {
+	res, err := l.p.Process(ctx, msg.MessageID, func(ctx context.Context, tx Tx) error {
+		return l.effect(ctx, tx, msg)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			inbox.SleepBackoff(ctx, max(1, int(msg.DeliveryCount)), l.retryWait(locked))
+		}
+		l.abandon(ctx, msg, err)
+		return
+	}
+	if err := l.settle(ctx, func(ctx context.Context) error { return l.r.CompleteMessage(ctx, msg, nil) }); err != nil {
+		l.report(msg, fmt.Errorf("inboxsb: message %q: %s, but completing it failed (it will be delivered again and found a duplicate): %w",
+			msg.MessageID, res, err))
+		return
+	}
+	if l.opts.OnCompleted != nil {
+		l.opts.OnCompleted(msg, res)
+	}
+}
+
+// retryWait is the longest wait before a failed message is abandoned:
+// Options.RetryBackoff, but at most half the time left on the earliest
+// lock of locked, so that the messages waiting behind it keep the rest
+// of their locks for their effects. At least 1ns: inbox.Backoff takes
+// zero for its default.
+func (l *loop[Tx]) retryWait(locked []*azservicebus.ReceivedMessage) time.Duration {
+	limit := l.opts.RetryBackoff
+	for _, m := range locked {
+		if m.LockedUntil != nil {
+			limit = min(limit, time.Until(*m.LockedUntil)/2)
+		}
+	}
+	return max(limit, time.Nanosecond)
+}
+
+// settle runs a Complete or Abandon with its own deadline, even when ctx
+// has ended.
+func (l *loop[Tx]) settle(ctx context.Context, f func(ctx context.Context) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.SettleTimeout)
+	defer cancel()
+	return f(sctx)
+}
+
+// abandon gives msg back and reports cause (the error of its Process,
+// nil when the loop is stopping) and any error of the abandon.
+func (l *loop[Tx]) abandon(ctx context.Context, msg *azservicebus.ReceivedMessage, cause error) {
+	err := l.settle(ctx, func(ctx context.Context) error { return l.r.AbandonMessage(ctx, msg, nil) })
+	if err != nil {
+		err = fmt.Errorf("inboxsb: message %q: abandoning it: %w", msg.MessageID, err)
+		if cause != nil {
+			err = errors.Join(cause, err)
+		}
+	} else {
+		err = cause
+	}
+	if err != nil {
+		l.report(msg, err)
+	}
+}
+
+func (l *loop[Tx]) report(msg *azservicebus.ReceivedMessage, err error) {
+	if l.opts.OnError != nil {
+		l.opts.OnError(msg, err)
 	}
 }

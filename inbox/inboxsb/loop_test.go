@@ -231,6 +231,68 @@ func TestIntegrationAbandonsWhenTheEffectFails(t *testing.T) {
 	}
 }
 
+// TestIntegrationWaitsBeforeAbandoning: while the database fails, a
+// message is abandoned only after a wait that doubles with its delivery
+// count (up to RetryBackoff), not at once: a second of failures costs a
+// handful of deliveries, not the entity's MaxDeliveryCount. Once the
+// database is back the message is processed once.
+func TestIntegrationWaitsBeforeAbandoning(t *testing.T) {
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 4)
+	q := newSBQueue(t, sbfake.QueueOptions{})
+	q.send(t, "0190b6a4-7a4c-7cc2-9f1e-6f1d3c1f7a15", "x")
+
+	rec := &recorder{Receiver: q.receiver}
+	opts := sbOpts
+	opts.OnError = rec.onError
+	opts.RetryBackoff = 400 * time.Millisecond
+	opts.TimeAfterFirstMessage = time.Millisecond // no wait of the receive call's own
+	var mu sync.Mutex
+	var deliveries []uint32
+	down := true
+	stop := runLoop(t, func(ctx context.Context) error {
+		return loopFor(ctx, ib, rec, func(ctx context.Context, exec inboxtest.Exec, msg *azservicebus.ReceivedMessage) error {
+			mu.Lock()
+			defer mu.Unlock()
+			deliveries = append(deliveries, msg.DeliveryCount)
+			if down {
+				return errors.New("database unreachable (test)")
+			}
+			return f.Increment(exec)
+		}, opts)
+	})
+	time.Sleep(1200 * time.Millisecond) // the outage: about 100+200+400+400 ms of waits
+	mu.Lock()
+	during := len(deliveries)
+	down = false
+	mu.Unlock()
+	pgtest.Await(t, 20*time.Second, "the message to be completed", func() bool { c, _, _ := rec.counts(); return c == 1 })
+	stop()
+	if during < 2 || during > 6 {
+		t.Errorf("%d deliveries during a 1.2s outage, want 2 to 6 (waits of 100ms doubling up to 400ms before each abandon)", during)
+	}
+	if n := f.Effects(t); n != 1 {
+		t.Errorf("%d effects committed, want 1", n)
+	}
+}
+
+func TestRetryWaitLeavesTheLocksOfTheRestOfTheBatch(t *testing.T) {
+	in := func(d time.Duration) *azservicebus.ReceivedMessage {
+		u := time.Now().Add(d)
+		return &azservicebus.ReceivedMessage{LockedUntil: &u}
+	}
+	l := &loop[struct{}]{opts: Options{RetryBackoff: 30 * time.Second}}
+	if got := l.retryWait([]*azservicebus.ReceivedMessage{in(time.Minute), in(10 * time.Second), {}}); got > 5*time.Second || got < 4*time.Second {
+		t.Errorf("retryWait = %v, want about half of the earliest lock's 10s", got)
+	}
+	if got := l.retryWait([]*azservicebus.ReceivedMessage{{}}); got != 30*time.Second {
+		t.Errorf("retryWait without a lock time = %v, want RetryBackoff", got)
+	}
+	if got := l.retryWait([]*azservicebus.ReceivedMessage{in(-time.Second)}); got <= 0 || got > time.Millisecond {
+		t.Errorf("retryWait with the lock expired = %v, want next to nothing", got)
+	}
+}
+
 // TestIntegrationAbandonsWhenTheEffectPanics: a panicking effect is a
 // failing effect: rolled back, the message abandoned (not the loop
 // crashed), redelivered and processed once; with both drivers.
@@ -450,7 +512,7 @@ func TestLoopRejectsInvalidOptions(t *testing.T) {
 	r := &fakeReceiver{}
 	p := fakeProcessor{func() {}}
 	effect := func(context.Context, struct{}, *azservicebus.ReceivedMessage) error { return nil }
-	for _, o := range []Options{{MaxMessages: -1}, {SettleTimeout: -time.Second}, {TimeAfterFirstMessage: -time.Second}} {
+	for _, o := range []Options{{MaxMessages: -1}, {SettleTimeout: -time.Second}, {TimeAfterFirstMessage: -time.Second}, {RetryBackoff: -time.Second}} {
 		if err := Loop(context.Background(), r, p, effect, o); !errors.Is(err, inbox.ErrInvalidOptions) {
 			t.Errorf("options %+v: %v, want inbox.ErrInvalidOptions", o, err)
 		}
