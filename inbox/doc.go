@@ -105,8 +105,8 @@
 //     failures) stops the loop unless Options.OnPoison parks it.
 //   - inbox/inboxsb: Loop drives an azservicebus Receiver: the id is the
 //     MessageId, CompleteMessage follows the commit, AbandonMessage
-//     follows a failed effect, and Service Bus redelivers and
-//     dead-letters.
+//     follows a failed effect or database after a backoff wait, and
+//     Service Bus redelivers and dead-letters.
 //   - inbox/inboxnats: the NATS JetStream loop, the same way (see its
 //     package documentation).
 //
