@@ -702,7 +702,15 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			return fmt.Errorf("%w: commit at %s without begin", decoder.ErrProtocol, e.LSN)
 		}
 		if p.marker != nil {
-			p.marker.Add(e.LSN, p.ids) // before the tracker may confirm it
+			if p.marker.Full(len(p.ids)) {
+				// Hand on what is gathered: its acks let the marking catch up.
+				if err := p.flush(ctx); err != nil {
+					return err
+				}
+			}
+			if err := p.marker.Add(ctx, e.LSN, p.ids); err != nil { // before the tracker may confirm it
+				return err
+			}
 			p.ids = nil
 		}
 		p.tracker.Commit(p.txn, e.LSN)

@@ -45,8 +45,14 @@ type Source interface {
 	Idle() bool
 }
 
-// maxBatch is the most ids one UPDATE carries.
+// maxBatch is the most ids one UPDATE carries (a transaction with more
+// is marked in several statements).
 const maxBatch = 5000
+
+// maxPending is how many ids may wait to be marked before Add waits for
+// the marking to catch up (about 14 MB of ids): while the UPDATEs fail,
+// the relay stops reading instead of holding every id in memory.
+const maxPending = 200_000
 
 // Marker marks acknowledged rows sent. See the package documentation.
 type Marker struct {
@@ -55,10 +61,12 @@ type Marker struct {
 	log  zerolog.Logger
 	stmt string
 
-	mu    sync.Mutex
-	queue []entry // committed transactions not yet marked, in stream order
-	out   pglogrepl.LSN
-	wake  chan struct{}
+	mu      sync.Mutex
+	queue   []entry // committed transactions not yet marked, in stream order
+	pending int     // ids in queue
+	out     pglogrepl.LSN
+	wake    chan struct{} // asks Run for a round now
+	space   chan struct{} // told after a round marked something
 
 	round sync.Mutex // one marking round at a time
 	conn  *pgx.Conn  // owned by whoever holds round
@@ -113,20 +121,54 @@ func Check(ctx context.Context, conn *pgx.Conn, t layout.Table) (stmt string, er
 // New returns a Marker that runs stmt (from Check) on connections to url
 // for the rows src has confirmed.
 func New(url, stmt string, src Source, log zerolog.Logger) *Marker {
-	return &Marker{url: url, src: src, log: log, stmt: stmt, out: src.Confirmed(), wake: make(chan struct{}, 1)}
+	return &Marker{url: url, src: src, log: log, stmt: stmt, out: src.Confirmed(),
+		wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
 }
 
 // Add records a committed transaction's message ids. The pipeline calls it
 // at the transaction's commit (end is the end of its commit record),
-// before telling the tracker, in stream order.
-func (m *Marker) Add(end pglogrepl.LSN, ids []string) {
+// before telling the tracker, in stream order. While more than maxPending
+// ids wait to be marked it waits (the pipeline, and so the stream, stop
+// reading) until a round marked some, or ctx ends (its error); a
+// transaction alone may hold more.
+func (m *Marker) Add(ctx context.Context, end pglogrepl.LSN, ids []string) error {
 	if len(ids) == 0 {
-		return
+		return nil
 	}
-	prev := m.src.Confirmed() // below end: the tracker has not seen the commit
+	for {
+		m.mu.Lock()
+		if len(m.queue) == 0 || m.pending+len(ids) <= maxPending {
+			prev := m.src.Confirmed() // below end: the tracker has not seen the commit
+			m.queue = append(m.queue, entry{end: end, prev: prev, ids: ids})
+			m.pending += len(ids)
+			m.mu.Unlock()
+			return nil
+		}
+		m.mu.Unlock()
+		notify(m.wake)
+		select {
+		case <-m.space:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Full reports whether Add of n ids would wait: the caller hands on what
+// it holds for the sinks first, as their acknowledgements are what lets
+// the marking catch up.
+func (m *Marker) Full(n int) bool {
 	m.mu.Lock()
-	m.queue = append(m.queue, entry{end: end, prev: prev, ids: ids})
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	return len(m.queue) > 0 && m.pending+n > maxPending
+}
+
+// notify sends on a channel of one slot without waiting.
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // Confirmed is the position the stream may confirm: the tracker's, but
@@ -138,10 +180,7 @@ func (m *Marker) Confirmed() pglogrepl.LSN {
 	defer m.mu.Unlock()
 	if len(m.queue) > 0 && m.queue[0].end <= c {
 		c = max(m.out, m.queue[0].prev)
-		select {
-		case m.wake <- struct{}{}:
-		default:
-		}
+		notify(m.wake)
 	}
 	m.out = max(m.out, c)
 	return m.out
@@ -217,31 +256,48 @@ func (m *Marker) release() {
 }
 
 // markConfirmed marks the rows of every transaction the tracker
-// confirmed, in batches of at most maxBatch ids.
+// confirmed, in statements of at most maxBatch ids; a transaction leaves
+// the queue (and may be confirmed) once all its rows are marked.
 func (m *Marker) markConfirmed(ctx context.Context) error {
 	m.round.Lock()
 	defer m.round.Unlock()
 	for {
-		c := m.src.Confirmed()
-		m.mu.Lock()
-		var ids []string
-		n := 0
-		for n < len(m.queue) && m.queue[n].end <= c && (n == 0 || len(ids)+len(m.queue[n].ids) <= maxBatch) {
-			ids = append(ids, m.queue[n].ids...)
-			n++
-		}
-		m.mu.Unlock()
-		if n == 0 {
+		ids, whole, part := m.nextBatch(m.src.Confirmed())
+		if len(ids) == 0 {
 			return nil
 		}
 		if err := m.update(ctx, ids); err != nil {
 			return err
 		}
 		m.mu.Lock()
-		clear(m.queue[:n])
-		m.queue = m.queue[n:]
+		clear(m.queue[:whole])
+		m.queue = m.queue[whole:]
+		if part > 0 {
+			m.queue[0].ids = m.queue[0].ids[part:]
+		}
+		m.pending -= len(ids)
 		m.mu.Unlock()
+		notify(m.space)
 	}
+}
+
+// nextBatch returns the ids of the next statement among the transactions
+// confirmed up to c: those of the first whole entries, then part ids of
+// the next entry when it does not fit whole.
+func (m *Marker) nextBatch(c pglogrepl.LSN) (ids []string, whole, part int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for whole < len(m.queue) && m.queue[whole].end <= c {
+		e := m.queue[whole]
+		if room := maxBatch - len(ids); len(e.ids) > room {
+			part = room
+			ids = append(ids, e.ids[:room]...)
+			return ids, whole, part
+		}
+		ids = append(ids, e.ids...)
+		whole++
+	}
+	return ids, whole, 0
 }
 
 func (m *Marker) update(ctx context.Context, ids []string) error {
