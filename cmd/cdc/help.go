@@ -61,7 +61,7 @@ and the parked messages, with a warning when cdc run would refuse the slot
 (another plugin than pgoutput, another database than postgres.url's).`
 
 var statusExits = []string{"0  the slot exists and cdc run can use it",
-	"1  the slot is missing or unusable (another plugin or database), or the server could not be read", usageExit}
+	"1  the slot is missing or unusable (another plugin or database, or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit}
 
 const skipAbout = `Park in the dead-letter table the one row a relay with relay.on_invalid:
 stop stops at, so that the next cdc run goes past it. Stop every relay on

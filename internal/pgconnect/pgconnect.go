@@ -45,7 +45,7 @@ func Config(url string) (*pgx.ConnConfig, error) {
 // ReplicationConfig parses url for a logical replication connection
 // (replication=database, application_name=walpost; DateStyle ISO and
 // TimeZone UTC, so that pgoutput writes timestamps in the one form the
-// decoder reads).
+// decoder reads; bytea_output hex, whatever the database's default).
 func ReplicationConfig(url string) (*pgconn.Config, error) {
 	c, err := Config(url)
 	if err != nil {
@@ -56,6 +56,7 @@ func ReplicationConfig(url string) (*pgconn.Config, error) {
 	rc.RuntimeParams["application_name"] = "walpost"
 	rc.RuntimeParams["datestyle"] = "ISO, MDY"
 	rc.RuntimeParams["timezone"] = "UTC"
+	rc.RuntimeParams["bytea_output"] = "hex"
 	return rc, nil
 }
 
