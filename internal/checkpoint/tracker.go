@@ -46,6 +46,10 @@ type Tracker struct {
 	head      int
 	open      *Txn
 	confirmed atomic.Uint64
+	// busy is whether something is in flight (open != nil or the queue
+	// is not empty), stored under mu by every change of either, so that
+	// Idle, asked by the stream before every wait, takes no lock.
+	busy atomic.Bool
 }
 
 // New returns a Tracker whose confirmed LSN starts at start (the slot's
@@ -71,6 +75,7 @@ func (t *Tracker) Begin() *Txn {
 	txn := &Txn{}
 	t.open = txn
 	t.queue = append(t.queue, txn)
+	t.busy.Store(true)
 	return txn
 }
 
@@ -141,12 +146,9 @@ func (t *Tracker) ack(txn *Txn) {
 }
 
 // Idle reports whether nothing is in flight: no open transaction and no
-// unacknowledged delivery.
-func (t *Tracker) Idle() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.open == nil && t.head == len(t.queue)
-}
+// unacknowledged delivery. It takes no lock: it reports the state after
+// the last change that completed.
+func (t *Tracker) Idle() bool { return !t.busy.Load() }
 
 func complete(x *Txn) bool { return x.committed && x.pending == 0 }
 
@@ -187,4 +189,5 @@ func (t *Tracker) advance() {
 	if best > old {
 		t.confirmed.Store(uint64(best))
 	}
+	t.busy.Store(t.open != nil || t.head < len(t.queue))
 }

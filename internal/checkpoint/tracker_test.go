@@ -27,6 +27,9 @@ func TestConfirmedNeverPassesAnUnackedMessage(t *testing.T) {
 		var lastEnd pglogrepl.LSN = 100
 
 		check := func(step string) {
+			if tr.Idle() != tr.idleUnderLock() {
+				t.Fatalf("seed %d %s: Idle() = %v, but the queue says %v", seed, step, tr.Idle(), tr.idleUnderLock())
+			}
 			c := tr.Confirmed()
 			for _, d := range inflight {
 				if d.commitLSN != 0 && c > d.commitLSN {
