@@ -16,7 +16,7 @@
 // confirmed LSN, set explicitly: pglogrepl would otherwise copy a zero flush
 // from the write position, and the relay never reports a position it has
 // not made durable at every sink. An update goes out whenever the confirmed
-// position moved (at most every 10 ms), when a keepalive asks for a reply,
+// position moved (at most every 100 ms), when a keepalive asks for a reply,
 // and at least every StatusInterval.
 //
 // The stream reads with a net.Conn read deadline rather than a context per

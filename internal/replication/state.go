@@ -21,8 +21,11 @@ const (
 
 	// pollPending is the shortest time between status updates that
 	// report a moved confirmed position, and how often the stream looks
-	// at the position while something is in flight.
-	pollPending = 10 * time.Millisecond
+	// at the position while something is in flight. Each update costs a
+	// write, wakes the WAL sender, and makes it send a keepalive after
+	// the next transaction it sends (one more read): at 10 ms that was a
+	// tenth of the relay's wake-ups at 1,000 transactions/s.
+	pollPending = 100 * time.Millisecond
 
 	// While the server sends transactions behindMicros or more after
 	// their commit, the stream is catching up and coalesces reads (see
@@ -99,9 +102,12 @@ func (m *sessionState) batchFull() bool {
 }
 
 // batchSent records that the open batch went downstream (it is owned
-// there now) and returns the new resume point.
+// there now) and returns the new resume point. The slab's free tail
+// serves the next batch: what went downstream ends before it (keep caps
+// each message's capacity), and at low rates a batch holds a few hundred
+// bytes, not a slab's worth.
 func (m *sessionState) batchSent() pglogrepl.LSN {
-	m.batch, m.slab, m.batchBytes = nil, nil, 0
+	m.batch, m.batchBytes = nil, 0
 	m.resume = m.pending
 	return m.resume
 }
@@ -110,9 +116,11 @@ func (m *sessionState) batchSent() pglogrepl.LSN {
 // whether it differs from the one set. While a batch is open, reads only
 // take what is buffered (pastDeadline), and a read that times out sends the
 // batch. Otherwise a read waits until the next status update is due: at
-// the latest statusInterval after the last one, within pollPending while
-// cp has something in flight or a position not yet reported, within
-// coalesceWait while coalescing.
+// the latest statusInterval after the last one, pollPending after the last
+// one while cp has something in flight or a position not yet reported (or
+// pollPending from now once that passed; the same deadline for every read
+// until the next update, so the runtime's timer is not reset per message),
+// within coalesceWait while coalescing.
 func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, bool) {
 	if len(m.batch) > 0 {
 		if m.polling {
@@ -123,7 +131,11 @@ func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, boo
 	}
 	next := m.lastStatus.Add(m.statusInterval)
 	if cp.Confirmed() != m.lastSent || !cp.Idle() {
-		next = minTime(next, now.Add(pollPending))
+		poll := m.lastStatus.Add(pollPending)
+		if !poll.After(now) {
+			poll = now.Add(pollPending)
+		}
+		next = minTime(next, poll)
 	}
 	if m.coalescing {
 		next = minTime(next, now.Add(coalesceWait))

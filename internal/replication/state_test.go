@@ -137,21 +137,30 @@ func TestReadDeadlineIsInThePastWhileABatchIsOpenAndSetOnlyWhenItChanges(t *test
 	}
 }
 
-func TestReadDeadlineIsWithinTenMillisecondsWhileSomethingIsInFlightAndTwoWhileCoalescing(t *testing.T) {
+func TestReadDeadlineIsPollPendingAfterTheLastStatusWhileSomethingIsInFlightAndTwoMillisecondsWhileCoalescing(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	st := newSessionState(0, time.Second)
 	st.statusSent(0x10, t0)
 	cp := &countingConfirmer{confirmed: 0x10, idle: false}
 	if d, _ := st.readDeadline(t0, cp); !d.Equal(t0.Add(pollPending)) {
-		t.Errorf("deadline %v with messages in flight, want now+10ms", d)
+		t.Errorf("deadline %v with messages in flight, want the last status + pollPending", d)
+	}
+	// Reads between two updates keep that deadline: no timer reset per
+	// message, even after a poll of the buffered bytes.
+	st.batch = []Event{{Kind: Keepalive}}
+	st.readDeadline(t0.Add(pollPending/2), cp)
+	st.batch = nil
+	if d, _ := st.readDeadline(t0.Add(pollPending/2), cp); !d.Equal(t0.Add(pollPending)) {
+		t.Errorf("deadline %v later in the same interval, want the last status + pollPending", d)
 	}
 	cp.idle = true
 	cp.confirmed = 0x20
-	if d, _ := st.readDeadline(t0.Add(20*time.Millisecond), cp); !d.Equal(t0.Add(30 * time.Millisecond)) {
-		t.Errorf("deadline %v with a position not yet reported, want now+10ms", d)
+	later := t0.Add(2 * pollPending)
+	if d, _ := st.readDeadline(later, cp); !d.Equal(later.Add(pollPending)) {
+		t.Errorf("deadline %v with a position not yet reported and the interval passed, want now+pollPending", d)
 	}
 	st.coalescing = true
-	if d, _ := st.readDeadline(t0.Add(21*time.Millisecond), cp); !d.Equal(t0.Add(23 * time.Millisecond)) {
+	if d, _ := st.readDeadline(later.Add(time.Millisecond), cp); !d.Equal(later.Add(3 * time.Millisecond)) {
 		t.Errorf("deadline %v while coalescing, want now+coalesceWait", d)
 	}
 }
