@@ -70,22 +70,15 @@ func isFatal(err error) bool {
 type pgConn struct {
 	pg  *pgconn.PgConn
 	net net.Conn
-	raw *rawConn // the socket under net; nil where reads go through net.Conn
-	br  *bufio.Reader
 	co  *coalescer
 }
 
 func newPgConn(pg *pgconn.PgConn) *pgConn {
 	nc := pg.Conn()
-	return &pgConn{pg: pg, net: nc, raw: rawConnOf(nc), co: newCoalescer(nc)}
+	return &pgConn{pg: pg, net: nc, co: newCoalescer(nc)}
 }
 
 func (c *pgConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
-	if c.raw != nil && c.raw.expired.Load() && c.br != nil && c.br.Buffered() == 0 && c.pg.Frontend().ReadBufferLen() == 0 {
-		// The deadline is past and nothing is buffered: the read would
-		// fail at once. Say so without the errors pgconn would build.
-		return nil, errReadDeadline
-	}
 	// context.Background: another context makes pgconn watch it with a
 	// goroutine per call; the read deadline bounds the wait instead.
 	msg, err := c.pg.ReceiveMessage(context.Background())
@@ -101,21 +94,7 @@ func (c *pgConn) SendStatus(lsn pglogrepl.LSN, clientTime time.Time) error {
 	})
 }
 
-// SetReadDeadline sets the read deadline. On a rawConn, pastDeadline (set
-// by the reading goroutine between reads, never to wake a read) makes
-// reads fail at once without touching the socket, and other deadlines are
-// set on the socket only when they change: no runtime timer is removed and
-// added back per message.
-func (c *pgConn) SetReadDeadline(t time.Time) error {
-	switch {
-	case c.raw == nil:
-		return c.net.SetReadDeadline(t)
-	case t.Equal(pastDeadline):
-		c.raw.expire()
-		return nil
-	}
-	return c.raw.setReadDeadline(t)
-}
+func (c *pgConn) SetReadDeadline(t time.Time) error { return c.net.SetReadDeadline(t) }
 
 func (c *pgConn) Coalesce(on bool) bool {
 	c.co.set(on)
@@ -134,19 +113,8 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	}
 	// Read up to readBuffer bytes per system call: while the stream is
 	// behind, the socket holds many messages at each wake-up.
-	var br *bufio.Reader // the last connection attempt's: the one that succeeded
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		br = bufio.NewReaderSize(r, readBuffer)
-		return pgproto3.NewFrontend(br, w)
-	}
-	// Read and write the socket with raw system calls (see rawConn).
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return newRawConn(c), nil
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
 	}
 	pg, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -163,9 +131,7 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 		pg.Close(context.Background())
 		return nil, startError(s.opt.Slot, err)
 	}
-	c := newPgConn(pg)
-	c.br = br
-	return c, nil
+	return newPgConn(pg), nil
 }
 
 // startError classifies an error of START_REPLICATION: errSlotActive

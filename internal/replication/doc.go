@@ -24,15 +24,6 @@
 // per call); a deadline that fires mid-message is harmless, pgproto3
 // resumes the partial message on the next read.
 //
-// Wake-ups at low rates. Under the frontend the socket is a rawConn: reads
-// and writes are raw system calls (an ordinary one wakes the runtime's
-// sysmon thread after every idle spell, i.e. per message at 1,000
-// transactions/s), a read that emptied the socket is followed by a wait
-// for readiness rather than a read returning EAGAIN, the poll of buffered
-// bytes before a batch goes downstream touches neither the socket's
-// deadline nor pgconn when nothing is buffered, and the deadline stays the
-// same between two status updates.
-//
 // Coalesced reads while behind. Read eagerly, a stream that keeps up with
 // the WAL sender empties the socket after every message, sleeps, and is
 // woken by the sender's next send: the wake-up is paid on the sender's CPU
