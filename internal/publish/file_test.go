@@ -56,9 +56,7 @@ func TestFileSinkCutsATornLastLineOnOpen(t *testing.T) {
 	}
 	s.Close()
 	// A crash in the middle of a write leaves half a line.
-	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString(`{"id":"c","type":"t","pay`)
-	f.Close()
+	appendBehind(t, p, []byte(`{"id":"c","type":"t","pay`))
 	s, err = OpenFileSink("f", p, true)
 	if err != nil {
 		t.Fatal(err)
@@ -237,9 +235,7 @@ func TestFileSinkOpenGivesUpWhenCtxEndsWhileAnotherHoldsTheLock(t *testing.T) {
 	defer first.Close()
 	filePublish(t, first, "a")
 	// A torn tail that the waiting open must not cut.
-	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString(`{"id":"b","ty`)
-	f.Close()
+	appendBehind(t, p, []byte(`{"id":"b","ty`))
 	before, _ := os.ReadFile(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
@@ -262,9 +258,7 @@ func TestFileSinkAppendsAtTheEndOfTheFileAsItIsAtEachWrite(t *testing.T) {
 	filePublish(t, s, "a")
 	// Lines that reach the file behind the sink's back (an older walpost
 	// without the lock) are not overwritten.
-	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-	f.Write(AppendJSONLine(nil, msg("x", `1`)))
-	f.Close()
+	appendBehind(t, p, AppendJSONLine(nil, msg("x", `1`)))
 	filePublish(t, s, "b")
 	if got := fileIDs(t, p); got != "a,x,b" {
 		t.Fatalf("file holds %s, want a,x,b", got)
@@ -502,9 +496,7 @@ func TestFileSinkFailedWriteNeverCutsWhatWasThereBefore(t *testing.T) {
 	filePublish(t, s, "a")
 	// A line another writer appended since (not a walpost: it would wait
 	// for the lock) stays: only the failed write's own bytes are cut.
-	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-	f.Write(AppendJSONLine(nil, msg("x", `1`)))
-	f.Close()
+	appendBehind(t, p, AppendJSONLine(nil, msg("x", `1`)))
 	s.testWrite = func(b []byte) (int, error) {
 		n, _ := s.f.Write(b[:len(b)-3])
 		return n, unix.EIO
@@ -587,5 +579,19 @@ func TestFileSinkWaitingOpenTakesTheFileNowAtThePathWhenTheOldOneWasMovedAway(t 
 	}
 	if got := fileIDs(t, p+".1"); got != "a" {
 		t.Fatalf("the moved file holds %s, want a", got)
+	}
+}
+
+// appendBehind appends b to the file at p behind the sink's back, as a
+// crash's torn write or another writer would.
+func appendBehind(t *testing.T, p string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
 	}
 }
