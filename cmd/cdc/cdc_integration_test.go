@@ -42,8 +42,14 @@ func startCDC(t *testing.T, args ...string) *proc {
 // startCDCEnv starts cdc with extra environment variables (KEY=value).
 func startCDCEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startCDCEnvOnly(t, append(os.Environ(), env...), args...)
+}
+
+// startCDCEnvOnly starts cdc with only the environment variables env.
+func startCDCEnvOnly(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "WALPOST_CDC_MAIN=1"), env...)
+	cmd.Env = append(env, "WALPOST_CDC_MAIN=1")
 	p := &proc{cmd: cmd, stdout: &relaytest.Buffer{}, stderr: &relaytest.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout = p.stdout
 	cmd.Stderr = p.stderr

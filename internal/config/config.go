@@ -83,7 +83,39 @@ type Postgres struct {
 	// keep a copy a promoted standby streams from; refused by cdc init and
 	// cdc run on older servers, and checked by cdc run (default false).
 	FailoverSlot bool `yaml:"failover_slot"`
+	// ReceiveBuffer sizes the replication socket's receive buffer
+	// (SO_RCVBUF): "auto" (default) sets 64 KiB on a TCP connection whose
+	// round trip at connect is at most 250 µs (same host or rack) and
+	// leaves the kernel's autotuning on slower links; "kernel" always
+	// leaves it; a number of bytes (65536 to 67108864: a smaller window
+	// can stay under one TCP segment and stall the stream) always sets
+	// that.
+	// A small buffer fills while a backlog is read, and a WAL sender with
+	// a full socket queues its messages into large segments instead of
+	// sending each on its own: it decodes faster (docs/design.md,
+	// "Reading a backlog").
+	ReceiveBuffer string `yaml:"receive_buffer"`
 }
+
+// ReceiveBufferBytes is postgres.receive_buffer as
+// replication.StreamOptions.ReceiveBuffer takes it: 0 for auto, -1 for
+// kernel, else the size. The config must be valid.
+func (p *Postgres) ReceiveBufferBytes() int {
+	switch p.ReceiveBuffer {
+	case "", ReceiveBufferAuto:
+		return 0
+	case ReceiveBufferKernel:
+		return -1
+	}
+	n, _ := strconv.Atoi(p.ReceiveBuffer)
+	return n
+}
+
+// The words postgres.receive_buffer takes besides a size.
+const (
+	ReceiveBufferAuto   = "auto"
+	ReceiveBufferKernel = "kernel"
+)
 
 // Policy says what happens to a row that cannot be mapped (relay.on_invalid)
 // or a message a sink refuses for good (relay.on_refused).
@@ -150,11 +182,15 @@ type Relay struct {
 	// SIGTERM. Default 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// Procs is how many OS threads may run Go code at once (GOMAXPROCS)
-	// for `cdc run`. Default 1: the pipeline is one stream, and on a small
-	// machine shared with Postgres one thread relays faster than several,
-	// which spend their time waking each other (measured on 2 cores: ~15×
-	// fewer context switches, 1.5–3× the throughput). 0 means Go's default
-	// (every core). The GOMAXPROCS environment variable wins over both.
+	// for `cdc run`. Default 1 with one sink: the pipeline is one stream,
+	// and on a small machine shared with Postgres one thread relays faster
+	// than several, which spend their time waking each other (measured on
+	// 2 cores: ~15× fewer context switches, 1.5–3× the throughput). Default
+	// 2 with several sinks: they publish in parallel, and on one thread a
+	// file sink's write and fdatasync hold up the others (three sinks
+	// caught up at 0.5× one sink's rate on one thread, 0.8× on two). 0
+	// means Go's default (every core). The GOMAXPROCS environment variable
+	// wins over all of these.
 	Procs *int `yaml:"procs"`
 	// OnInvalid is what happens to an outbox row that cannot be mapped to
 	// a message (id not a UUID, payload not JSON, …): "stop" (default)
@@ -381,6 +417,7 @@ func (c *Config) SetDefaults() {
 	if p.StandbyPoll == 0 {
 		p.StandbyPoll = Duration(time.Second)
 	}
+	def(&p.ReceiveBuffer, ReceiveBufferAuto)
 	if parts, err := sqlident.Split(p.Table); err == nil && len(parts) == 1 {
 		p.Table = "public." + p.Table
 	}
@@ -411,8 +448,11 @@ func (c *Config) SetDefaults() {
 		r.RefusedAttempts = 3
 	}
 	if r.Procs == nil {
-		one := 1
-		r.Procs = &one
+		n := 1
+		if len(c.Sinks) > 1 {
+			n = 2
+		}
+		r.Procs = &n
 	}
 	if r.RetryBackoff == 0 {
 		r.RetryBackoff = Duration(30 * time.Second)

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +87,14 @@ func (c *Config) validatePostgres() error {
 	}
 	if d := p.StandbyPoll.D(); d < 100*time.Millisecond || d > time.Minute {
 		return c.fail("postgres.standby_poll", "%v is not between 100ms and 1m", d)
+	}
+	if rb := p.ReceiveBuffer; rb != ReceiveBufferAuto && rb != ReceiveBufferKernel {
+		// Under 64 KiB the TCP window can stay smaller than one segment
+		// of the WAL sender (up to 32 KiB on loopback), which then sends
+		// only on its zero-window probes: the stream crawls.
+		if n, err := strconv.Atoi(rb); err != nil || n < 64<<10 || n > 64<<20 {
+			return c.fail("postgres.receive_buffer", "%s is not auto, kernel or a number of bytes from 65536 to 67108864", c.q("postgres.receive_buffer", rb))
+		}
 	}
 	if p.HeartbeatInterval != nil && p.HeartbeatInterval.D() < 0 {
 		return c.fail("postgres.heartbeat_interval", "%v is negative (0 disables the heartbeat)", p.HeartbeatInterval.D())

@@ -110,9 +110,9 @@ func appendJSONLineTail(b []byte, m *message.Message, form payloadForm) []byte {
 	b = append(b, `,"headers":`...)
 	b = appendHeadersObject(b, m.Headers)
 	b = append(b, `,"lsn":"`...)
-	b = append(b, m.LSN.String()...)
+	b = appendLSN(b, uint64(m.LSN))
 	b = append(b, `","commit_lsn":"`...)
-	b = append(b, m.CommitLSN.String()...)
+	b = appendLSN(b, uint64(m.CommitLSN))
 	return append(b, "\"}\n"...)
 }
 
@@ -158,4 +158,27 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendLSN appends lsn as pglogrepl.LSN.String writes it ("16/B374D848":
+// upper-case hex, no leading zeros), without fmt's cost per message.
+func appendLSN(b []byte, lsn uint64) []byte {
+	b = appendHex(b, lsn>>32)
+	b = append(b, '/')
+	return appendHex(b, lsn&0xffffffff)
+}
+
+func appendHex(b []byte, v uint64) []byte {
+	const digits = "0123456789ABCDEF"
+	var buf [16]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = digits[v&0xf]
+		v >>= 4
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, buf[i:]...)
 }

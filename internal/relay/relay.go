@@ -181,7 +181,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	stream := replication.NewStream(replication.StreamOptions{
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
-		SlotPoll: cfg.Postgres.StandbyPoll.D(), Drained: drained, Log: r.log,
+		SlotPoll: cfg.Postgres.StandbyPoll.D(), ReceiveBuffer: cfg.Postgres.ReceiveBufferBytes(), Drained: drained, Log: r.log,
 	}, confirmer)
 	r.setStream(stream, nil, false)
 	if err := stream.Acquire(ctx); err != nil {

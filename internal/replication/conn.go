@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/rawnet"
 )
 
 // conn is what a session needs of a replication connection on which
@@ -70,12 +71,14 @@ func isFatal(err error) bool {
 type pgConn struct {
 	pg  *pgconn.PgConn
 	net net.Conn
+	raw *rawnet.Conn // the socket under net; nil where it is read through net.Conn
 	co  *coalescer
+	rb  receiveBuffer
 }
 
 func newPgConn(pg *pgconn.PgConn) *pgConn {
 	nc := pg.Conn()
-	return &pgConn{pg: pg, net: nc, co: newCoalescer(nc)}
+	return &pgConn{pg: pg, net: nc, raw: rawnet.Of(nc), co: newCoalescer(nc)}
 }
 
 func (c *pgConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
@@ -94,7 +97,21 @@ func (c *pgConn) SendStatus(lsn pglogrepl.LSN, clientTime time.Time) error {
 	})
 }
 
-func (c *pgConn) SetReadDeadline(t time.Time) error { return c.net.SetReadDeadline(t) }
+// SetReadDeadline sets the read deadline. On a rawnet.Conn, pastDeadline
+// (which the reading goroutine sets between reads, never to wake a read)
+// makes reads take only what is there without touching the socket's
+// deadline, and other deadlines are set on the socket only when they
+// change: no runtime timer is removed and added back per message.
+func (c *pgConn) SetReadDeadline(t time.Time) error {
+	switch {
+	case c.raw == nil:
+		return c.net.SetReadDeadline(t)
+	case t.Equal(pastDeadline):
+		c.raw.Expire()
+		return nil
+	}
+	return c.raw.SetReadDeadlineOnce(t)
+}
 
 func (c *pgConn) Coalesce(on bool) bool {
 	c.co.set(on)
@@ -102,6 +119,10 @@ func (c *pgConn) Coalesce(on bool) bool {
 }
 
 func (c *pgConn) Close() { c.pg.Close(context.Background()) }
+
+// receiveBuffer reports how the socket's receive buffer was sized (for
+// the session's log line).
+func (c *pgConn) receiveBuffer() receiveBuffer { return c.rb }
 
 // connect opens a replication connection and starts replication on the
 // slot at resume (0: the slot's confirmed position). It is the Stream's
@@ -116,10 +137,21 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
 	}
+	// Read and write the socket with raw system calls (see rawnet).
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawnet.Wrap(c), nil
+	}
 	pg, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
 	}
+	// After the startup exchange: its round trips give the RTT.
+	rb := sizeReceiveBuffer(pg.Conn(), s.opt.ReceiveBuffer)
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{
 		"proto_version '1'",
 		"publication_names " + quoteLiteral(pgx.Identifier{s.opt.Publication}.Sanitize()),
@@ -131,7 +163,9 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 		pg.Close(context.Background())
 		return nil, startError(s.opt.Slot, err)
 	}
-	return newPgConn(pg), nil
+	c := newPgConn(pg)
+	c.rb = rb
+	return c, nil
 }
 
 // startError classifies an error of START_REPLICATION: errSlotActive

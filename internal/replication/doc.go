@@ -42,6 +42,22 @@
 // the primary's clock: replay lag or clock skew over 100 ms keeps
 // coalescing on, which costs at most 2 ms after each quiet gap.
 //
+// Receive buffer. After connecting, the stream sizes the socket's receive
+// buffer (StreamOptions.ReceiveBuffer, postgres.receive_buffer): by
+// default 64 KiB when the TCP round trip is at most 250 µs. While a
+// backlog is read the window then closes often, and the WAL sender queues
+// its messages into large segments instead of sending each alone, which
+// makes it decode faster (docs/design.md, "Reading a backlog"). While
+// coalescing, and after it until a status update reported everything read
+// as confirmed, status updates go every pollBehind (10 ms) instead of
+// pollPending (100 ms).
+//
+// Raw system calls. The socket is read and written through rawnet.Conn:
+// raw system calls that do not wake the Go runtime's sysmon thread per
+// message at low rates (docs/design.md, "Wake-ups at low rates"). A read
+// deadline of pastDeadline is not set on the socket: rawnet.Conn.Expire
+// makes the next read take what is there without a timer.
+//
 // Acquire and reconnects. Acquire connects and starts replication before
 // Run, waiting while another process holds the slot (SQLSTATE 55006,
 // polled every StreamOptions.SlotPoll: a second walpost instance is a hot standby) and

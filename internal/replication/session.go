@@ -28,7 +28,13 @@ func (s *Stream) session(ctx, abort context.Context, out chan<- []Event, c conn,
 	defer c.Close()
 	s.connected.Store(true)
 	defer s.connected.Store(false)
-	s.opt.Log.Info().Str("slot", s.opt.Slot).Str("lsn", s.resume.String()).Str("confirmed", s.cp.Confirmed().String()).Msg("streaming")
+	ev := s.opt.Log.Info().Str("slot", s.opt.Slot).Str("lsn", s.resume.String()).Str("confirmed", s.cp.Confirmed().String())
+	if c, ok := c.(interface{ receiveBuffer() receiveBuffer }); ok {
+		rb := c.receiveBuffer()
+		// receive_buffer 0: the kernel sizes it; rtt_us 0: not TCP or unknown.
+		ev = ev.Int("receive_buffer", rb.set).Int64("rtt_us", rb.rtt.Microseconds())
+	}
+	ev.Msg("streaming")
 	if !first {
 		select {
 		case out <- []Event{{Kind: Reset}}:

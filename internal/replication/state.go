@@ -26,6 +26,13 @@ const (
 	// the next transaction it sends (one more read): at 10 ms that was a
 	// tenth of the relay's wake-ups at 1,000 transactions/s.
 	pollPending = 100 * time.Millisecond
+	// pollBehind replaces pollPending while the stream is behind
+	// (coalescing) and after that until a status update reported
+	// everything acknowledged: when a backlog is read, the slot is
+	// confirmed within 10 ms of the last acknowledgement, not 100 ms
+	// (which was a sixth of the time a 200,000-row catch-up took), at the
+	// cost of a hundred updates per second while a backlog lasts.
+	pollBehind = 10 * time.Millisecond
 
 	// While the server sends transactions behindMicros or more after
 	// their commit, the stream is catching up and coalesces reads (see
@@ -74,6 +81,9 @@ type sessionState struct {
 
 	coalescing bool // reads are coalesced now
 	noCoalesce bool // the connection cannot (or no longer) switch coalescing
+	// draining: coalescing ended, and no status update since reported
+	// everything acknowledged (statuses go every pollBehind until one does).
+	draining bool
 }
 
 // newSessionState returns the state of a session that starts streaming
@@ -85,14 +95,27 @@ func newSessionState(resume pglogrepl.LSN, statusInterval time.Duration) session
 // statusSent records a standby status update reporting lsn, sent at now.
 func (m *sessionState) statusSent(lsn pglogrepl.LSN, now time.Time) {
 	m.lastSent, m.lastStatus = lsn, now
+	if !m.coalescing && !m.inTx && lsn >= m.pending {
+		m.draining = false // everything read is confirmed
+	}
+}
+
+// poll is the shortest time between status updates that report a moved
+// confirmed position: pollBehind while a backlog is read or its last
+// acknowledgements are awaited, pollPending otherwise.
+func (m *sessionState) poll() time.Duration {
+	if m.coalescing || m.draining {
+		return pollBehind
+	}
+	return pollPending
 }
 
 // statusDue reports whether a standby status update is due at now: the
-// confirmed position moved and pollPending passed since the last update,
-// or statusInterval passed. It asks cp only when the time allows an update.
+// confirmed position moved and poll() passed since the last update, or
+// statusInterval passed. It asks cp only when the time allows an update.
 func (m *sessionState) statusDue(now time.Time, cp Confirmer) bool {
 	since := now.Sub(m.lastStatus)
-	return since >= m.statusInterval || since >= pollPending && cp.Confirmed() != m.lastSent
+	return since >= m.statusInterval || since >= m.poll() && cp.Confirmed() != m.lastSent
 }
 
 // batchFull reports whether the open batch must go downstream before
@@ -131,9 +154,9 @@ func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, boo
 	}
 	next := m.lastStatus.Add(m.statusInterval)
 	if cp.Confirmed() != m.lastSent || !cp.Idle() {
-		poll := m.lastStatus.Add(pollPending)
+		poll := m.lastStatus.Add(m.poll())
 		if !poll.After(now) {
-			poll = now.Add(pollPending)
+			poll = now.Add(m.poll())
 		}
 		next = minTime(next, poll)
 	}
@@ -177,6 +200,9 @@ func (m *sessionState) deadlineReached() deadlineAction {
 // A connection that did not switch is not asked again.
 func (m *sessionState) coalesced(want, on bool) bool {
 	began := on && !m.coalescing
+	if m.coalescing && !on {
+		m.draining = true
+	}
 	m.coalescing = on
 	if on != want {
 		m.noCoalesce = true

@@ -254,3 +254,39 @@ func TestTruncatedXLogDataIsAnError(t *testing.T) {
 		t.Fatal("a truncated keepalive parsed")
 	}
 }
+
+// While a backlog is read (coalescing) and until a status update reported
+// everything read as confirmed, a moved position is reported every
+// pollBehind; then every pollPending again.
+func TestStatusGoesEveryPollBehindWhileABacklogIsReadAndUntilItIsConfirmed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	st := newSessionState(0x10, time.Second)
+	st.statusSent(0x10, t0)
+	cp := &countingConfirmer{confirmed: 0x20}
+	if st.statusDue(t0.Add(pollBehind), cp) {
+		t.Fatal("status due after pollBehind while keeping up")
+	}
+	st.coalesced(true, true)
+	if !st.statusDue(t0.Add(pollBehind), cp) {
+		t.Fatal("no status due after pollBehind while coalescing")
+	}
+	feed(t, &st, txMsgs(0x100, 0x1A0, 2, 0, 0)...)
+	st.batchSent()
+	st.coalesced(false, false) // caught up: the last acks are still to come
+	st.statusSent(0x20, t0)
+	cp.confirmed = 0x100
+	if !st.statusDue(t0.Add(pollBehind), cp) {
+		t.Fatal("no status due after pollBehind while the backlog's last acks come in")
+	}
+	if d, _ := st.readDeadline(t0, cp); !d.Equal(t0.Add(pollBehind)) {
+		t.Errorf("read deadline %v while the backlog's last acks come in, want the last status + pollBehind", d)
+	}
+	st.statusSent(0x1A0, t0) // the backlog's last commit is confirmed
+	cp.confirmed = 0x1B0
+	if st.statusDue(t0.Add(pollBehind), cp) {
+		t.Error("status still due every pollBehind after the whole backlog was confirmed")
+	}
+	if !st.statusDue(t0.Add(pollPending), cp) {
+		t.Error("no status due after pollPending once caught up")
+	}
+}

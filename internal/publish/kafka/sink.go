@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/rawnet"
 )
 
 func init() {
@@ -103,7 +105,17 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		return nil, err
 	}
 	timeout := kc.Timeout.D()
+	dialer := &net.Dialer{Timeout: timeout}
 	tr := &kafka.Transport{
+		// Raw system calls on the broker's sockets: no wake-up of the
+		// runtime's sysmon thread per request at low rates (see rawnet).
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return rawnet.Wrap(c), nil
+		},
 		DialTimeout: timeout,
 		ClientID:    kc.ClientID,
 		TLS:         tc,

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// streamingLine returns the fields of cdc run's first "streaming" log line.
+func streamingLine(t *testing.T, p *proc) map[string]any {
+	t.Helper()
+	var line map[string]any
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		for _, l := range strings.Split(p.stderr.String(), "\n") {
+			if strings.Contains(l, `"message":"streaming"`) {
+				return json.Unmarshal([]byte(l), &line) == nil
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("no streaming line:\n%s%s", p.stdout.String(), p.stderr.String())
+	}
+	return line
+}
+
+// TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing:
+// postgres.receive_buffer sizes the replication socket's receive buffer as
+// the streaming log line says (auto: 64 KiB when the round trip measured
+// at connect is at most 250 µs, as on loopback, else the kernel's; kernel:
+// never; a size: that size), and with each a backlog with messages far
+// larger than the buffer arrives whole and in order. (Sizes under 64 KiB
+// are refused by the config: at 4 KiB this backlog crawled through the
+// WAL sender's zero-window probes.)
+func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	sink := fmt.Sprintf("  - {name: out, kind: file, path: %s}", out)
+	cdcInit(t, ob.Config(t, sink, ""))
+	conn := pgtest.Connect(t, url)
+
+	var all []relaytest.Msg
+	for _, tc := range []struct {
+		setting string
+		want    func(rtt float64) float64
+	}{
+		{"auto", func(rtt float64) float64 {
+			if rtt > 0 && rtt <= 250 {
+				return 65536
+			}
+			return 0
+		}},
+		{"kernel", func(float64) float64 { return 0 }},
+		{"65536", func(float64) float64 { return 65536 }},
+	} {
+		t.Run(tc.setting, func(t *testing.T) {
+			// A backlog committed before the relay starts: small messages
+			// and a few of 1 MiB, 16 times the smallest buffer.
+			for tx := range 5 {
+				msgs := make([]relaytest.Msg, 200)
+				for i := range msgs {
+					msgs[i] = relaytest.NewMsg("rcvbuf", fmt.Sprintf("k%d", i%3), tx*1000+i)
+				}
+				msgs[17].Payload = fmt.Sprintf(`{"big": %q}`, strings.Repeat("b", 1<<20))
+				ob.InsertTx(t, conn, msgs...)
+				all = append(all, msgs...)
+			}
+			cfg := ob.Config(t, sink, "")
+			y, err := os.ReadFile(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, cfg, strings.Replace(string(y), "postgres:\n", "postgres:\n  receive_buffer: "+tc.setting+"\n", 1))
+			p := startCDC(t, "run", "--config", cfg)
+			line := streamingLine(t, p)
+			rtt, _ := line["rtt_us"].(float64)
+			t.Logf("receive_buffer %v, rtt_us %v", line["receive_buffer"], line["rtt_us"])
+			if got, want := line["receive_buffer"], tc.want(rtt); got != want {
+				t.Errorf("receive_buffer %v with rtt_us %v, want %v: %v", got, line["rtt_us"], want, line)
+			}
+			lines := relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.stderr.String)
+			// Clean stops between the runs: each message once, in commit order.
+			if len(lines) != len(all) {
+				t.Fatalf("%d lines for %d messages", len(lines), len(all))
+			}
+			for i, l := range lines {
+				if l.ID != all[i].ID || compactJSON(t, l.Payload) != compactJSON(t, []byte(all[i].Payload)) {
+					t.Fatalf("line %d: id %s (%d payload bytes), want %s (%d)", i+1, l.ID, len(l.Payload), all[i].ID, len(all[i].Payload))
+				}
+			}
+			p.cmd.Process.Signal(os.Interrupt)
+			if code := p.wait(30 * time.Second); code != 0 {
+				t.Fatalf("cdc run exited %d:\n%s", code, p.stderr.String())
+			}
+		})
+	}
+}
+
+func compactJSON(t *testing.T, b []byte) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		t.Fatalf("payload is not JSON: %v", err)
+	}
+	return out.String()
+}
