@@ -49,7 +49,6 @@ type Conn struct {
 	rc       syscall.RawConn
 
 	expired atomic.Bool // reads fail with a timeout instead of waiting
-	drained bool        // the last read returned less than asked: the socket was empty (the reader's)
 
 	mu       sync.Mutex
 	deadline time.Time // the socket's read deadline as last set
@@ -121,16 +120,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	c.drained = n < len(p)
 	return n, nil
 }
-
-// Expired reports whether Expire is in force.
-func (c *Conn) Expired() bool { return c.expired.Load() }
-
-// Drained reports whether the last successful read returned less than it
-// asked for: it emptied the socket then. For the reading goroutine.
-func (c *Conn) Drained() bool { return c.drained }
 
 // Write writes p, waiting in the runtime's poller while the socket's
 // buffer is full.

@@ -71,8 +71,7 @@ func isFatal(err error) bool {
 type pgConn struct {
 	pg  *pgconn.PgConn
 	net net.Conn
-	raw *rawnet.Conn  // the socket under net; nil where it is read through net.Conn
-	br  *bufio.Reader // pgproto3's reader of the socket (nil in tests)
+	raw *rawnet.Conn // the socket under net; nil where it is read through net.Conn
 	co  *coalescer
 	rb  receiveBuffer
 }
@@ -83,13 +82,6 @@ func newPgConn(pg *pgconn.PgConn) *pgConn {
 }
 
 func (c *pgConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
-	if c.raw != nil && c.br != nil && c.raw.Expired() && c.raw.Drained() &&
-		c.br.Buffered() == 0 && c.pg.Frontend().ReadBufferLen() == 0 {
-		// A poll of what is there (pastDeadline), just after a read that
-		// emptied the socket: what came since is read before the stream
-		// parks, so skip the read that would most likely find nothing.
-		return nil, errReadDeadline
-	}
 	// context.Background: another context makes pgconn watch it with a
 	// goroutine per call; the read deadline bounds the wait instead.
 	msg, err := c.pg.ReceiveMessage(context.Background())
@@ -142,10 +134,8 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	}
 	// Read up to readBuffer bytes per system call: while the stream is
 	// behind, the socket holds many messages at each wake-up.
-	var br *bufio.Reader // the last connection attempt's: the one that succeeded
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		br = bufio.NewReaderSize(r, readBuffer)
-		return pgproto3.NewFrontend(br, w)
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
 	}
 	// Read and write the socket with raw system calls (see rawnet).
 	dial := cfg.DialFunc
@@ -174,7 +164,7 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 		return nil, startError(s.opt.Slot, err)
 	}
 	c := newPgConn(pg)
-	c.rb, c.br = rb, br
+	c.rb = rb
 	return c, nil
 }
 
