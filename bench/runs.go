@@ -315,6 +315,7 @@ func (b *bench) walpostBacklog(ctx context.Context, wr *walpostRun, wl workload,
 	r.Seconds = at.Sub(t0).Seconds()
 	r.RelayCPU = procCPU(p.cmd.Process.Pid)
 	r.CtxSwitches = ctxSwitches(p.cmd.Process.Pid)
+	b.logf("  relay: %s", p.streamingInfo())
 	if len(brokerComms[wr.sink]) > 0 {
 		r.BrokerCPU = commCPU(brokerComms[wr.sink]...) - broker0
 	}

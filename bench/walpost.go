@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -153,6 +154,26 @@ func (p *cdcProc) alive() error {
 	default:
 		return nil
 	}
+}
+
+// streamingInfo returns what the relay's first "streaming" log line says
+// of its replication socket: the receive buffer it set (postgres.
+// receive_buffer; 0 when the kernel's autotuning was kept) and the round
+// trip it measured.
+func (p *cdcProc) streamingInfo() string {
+	b, _ := os.ReadFile(p.logPath)
+	for _, l := range strings.Split(string(b), "\n") {
+		var line struct {
+			Message       string `json:"message"`
+			ReceiveBuffer *int   `json:"receive_buffer"`
+			RTT           *int   `json:"rtt_us"`
+		}
+		if json.Unmarshal([]byte(l), &line) != nil || line.Message != "streaming" || line.ReceiveBuffer == nil || line.RTT == nil {
+			continue
+		}
+		return fmt.Sprintf("receive buffer %d bytes (0: the kernel's), round trip at connect %d µs", *line.ReceiveBuffer, *line.RTT)
+	}
+	return "no streaming line with receive_buffer in its log"
 }
 
 func (p *cdcProc) logTail(n int) string {

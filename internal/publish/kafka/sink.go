@@ -58,6 +58,7 @@ type Sink struct {
 	timeout    time.Duration
 
 	transport *kafka.Transport
+	meta      *metaCache // the writer's transport: tr, with metadata kept per Publish call
 	writer    *kafka.Writer
 
 	mu  sync.Mutex      // serializes Publish; guards topic's cache and buf
@@ -128,6 +129,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		// sends them as one request.
 		linger = time.Nanosecond
 	}
+	meta := newMetaCache(tr)
 	w := &kafka.Writer{
 		Addr:     kafka.TCP(kc.Brokers...),
 		Balancer: keyBalancer{kafka.Murmur2Balancer{Consistent: true}},
@@ -142,7 +144,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		WriteTimeout:           timeout,
 		RequiredAcks:           acks,
 		Compression:            comp,
-		Transport:              tr,
+		Transport:              meta,
 		AllowAutoTopicCreation: kc.AutoCreateTopics,
 	}
 	s := &Sink{
@@ -155,6 +157,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		batchSize:  kc.BatchSize,
 		timeout:    timeout,
 		transport:  tr,
+		meta:       meta,
 		writer:     w,
 	}
 	if acks == kafka.RequireNone {
@@ -250,6 +253,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		// (s.mu) and kafka-go reads BatchSize only inside WriteMessages,
 		// in this goroutine.
 		s.writer.BatchSize = end - start
+		s.meta.reset() // metadata looked up once per topic in this call (see metaCache)
 		if err := s.writer.WriteMessages(ctx, km[start:end]...); err != nil {
 			// The groups before this one were acknowledged, and of this
 			// one the partitions whose request succeeded.
