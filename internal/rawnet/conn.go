@@ -188,19 +188,16 @@ func (c *Conn) SetReadDeadlineOnce(t time.Time) error {
 }
 
 // SetReadDeadline sets the socket's read deadline (net.Conn).
-func (c *Conn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.expired.Store(false)
-	c.deadline = t
-	return c.Conn.SetReadDeadline(t)
-}
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.setRead(t, c.Conn.SetReadDeadline) }
 
 // SetDeadline sets the socket's read and write deadlines (net.Conn).
-func (c *Conn) SetDeadline(t time.Time) error {
+func (c *Conn) SetDeadline(t time.Time) error { return c.setRead(t, c.Conn.SetDeadline) }
+
+// setRead ends Expire and sets the read deadline to t with set.
+func (c *Conn) setRead(t time.Time, set func(time.Time) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expired.Store(false)
 	c.deadline = t
-	return c.Conn.SetDeadline(t)
+	return set(t)
 }
