@@ -203,6 +203,14 @@ func TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight(t *testing.T) {
 		if n == 12 { // in the third batch of 5
 			<-started
 			p.cmd.Process.Signal(syscall.SIGINT)
+			// Answer only once cdc took the signal: otherwise, on a busy
+			// machine, the batch could end (three more fast requests)
+			// and the next start before the signal is handled.
+			if !pgtest.WaitFor(10*time.Second, func() bool {
+				return strings.Contains(p.stderr.String(), "replay: interrupted: stopping after the batch in flight")
+			}) {
+				t.Errorf("cdc replay did not say it took SIGINT:\n%s", p.stderr.String())
+			}
 		}
 	}
 	p = startCDC(t, "replay", "--config", cfg, "--from-id", msgs[0].ID, "--batch", "5")
