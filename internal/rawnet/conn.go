@@ -71,6 +71,19 @@ func Wrap(c net.Conn) net.Conn {
 // NetConn returns the socket, for its options (as *tls.Conn's does).
 func (c *Conn) NetConn() net.Conn { return c.Conn }
 
+// Socket returns the connection at the bottom of c: what is left after
+// following NetConn (of *tls.Conn, of Conn) down, normally a
+// *net.TCPConn or *net.UnixConn, for its socket options.
+func Socket(c net.Conn) net.Conn {
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = u.NetConn()
+	}
+}
+
 // Of returns the Conn under c (through TLS), or nil.
 func Of(c net.Conn) *Conn {
 	for {

@@ -177,3 +177,16 @@ func waitFor(f func() bool) bool {
 	}
 	return false
 }
+
+func TestSocketIsTheConnectionAtTheBottom(t *testing.T) {
+	c, _ := pair(t)
+	tcp := c.NetConn()
+	if _, ok := tcp.(*net.TCPConn); !ok {
+		t.Fatalf("the Conn's NetConn is %T, want *net.TCPConn", tcp)
+	}
+	for _, top := range []net.Conn{tcp, c, tls.Client(c, &tls.Config{})} {
+		if Socket(top) != tcp {
+			t.Errorf("Socket(%T) = %T, want the TCP connection", top, Socket(top))
+		}
+	}
+}

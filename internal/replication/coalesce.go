@@ -3,6 +3,8 @@ package replication
 import (
 	"net"
 	"syscall"
+
+	"github.com/walpost/walpost/internal/rawnet"
 )
 
 // coalescer makes the kernel hold back wake-ups of the reader while it is
@@ -15,14 +17,7 @@ type coalescer struct {
 }
 
 func newCoalescer(c net.Conn) *coalescer {
-	for {
-		u, ok := c.(interface{ NetConn() net.Conn }) // *tls.Conn
-		if !ok {
-			break
-		}
-		c = u.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
+	sc, ok := rawnet.Socket(c).(syscall.Conn)
 	if !ok {
 		return &coalescer{}
 	}

@@ -4,6 +4,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/walpost/walpost/internal/rawnet"
 )
 
 const (
@@ -37,14 +39,7 @@ type receiveBuffer struct {
 // 200,000-row backlog ~20% faster. On a slow link a small window would cap
 // the rate (window / round trip), hence auto's bound on the round trip.
 func sizeReceiveBuffer(c net.Conn, want int) receiveBuffer {
-	for {
-		u, ok := c.(interface{ NetConn() net.Conn }) // *tls.Conn, rawnet.Conn
-		if !ok {
-			break
-		}
-		c = u.NetConn()
-	}
-	tcp, ok := c.(*net.TCPConn)
+	tcp, ok := rawnet.Socket(c).(*net.TCPConn)
 	if !ok {
 		return receiveBuffer{}
 	}
