@@ -36,7 +36,7 @@ type receiveBuffer struct {
 // sends then only queue bytes into large segments, which go out when the
 // relay reads and reopens the window (the kernel does that work in the
 // relay's context). On two cores that made the WAL sender decode a
-// 200,000-row backlog ~20% faster. On a slow link a small window would cap
+// 200,000-row backlog ~13% faster. On a slow link a small window would cap
 // the rate (window / round trip), hence auto's bound on the round trip.
 func sizeReceiveBuffer(c net.Conn, want int) receiveBuffer {
 	tcp, ok := rawnet.Socket(c).(*net.TCPConn)
