@@ -20,12 +20,12 @@ const (
 // receiveBuffer is what sizeReceiveBuffer did to a socket.
 type receiveBuffer struct {
 	set int           // SO_RCVBUF set, in bytes; 0: the kernel's autotuning kept
-	rtt time.Duration // the TCP round trip at connect (0: not TCP, or unknown)
+	rtt time.Duration // the TCP round trip at connect, as tcpRTT gives it (0: not TCP, or unknown)
 }
 
 // sizeReceiveBuffer sizes the receive buffer of c's socket (through TLS)
 // as want says: 0 auto (autoReceiveBuffer on a TCP connection whose
-// smoothed round trip is at most autoMaxRTT, else nothing), -1 nothing,
+// smallest round trip seen (tcpRTT) is at most autoMaxRTT, else nothing), -1 nothing,
 // n > 0 n bytes.
 //
 // Why (docs/design.md, "Reading a backlog"): while a backlog is read, the
