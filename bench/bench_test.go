@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walpost/walpost/internal/config"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -425,5 +427,33 @@ func TestSinkYAMLForTheBrokers(t *testing.T) {
 	name, y = sinkYAML("rabbitmq", "/d", sinkDest{RabbitExchange: "walpost.bench.x.ab"})
 	if name != "rabbitmq" || y != `  - {name: rabbitmq, kind: rabbitmq, url: "amqp://guest:guest@127.0.0.1:5672/", exchange: walpost.bench.x.ab}` {
 		t.Errorf("rabbitmq: %s %s", name, y)
+	}
+}
+
+// TestCDCConfigCarriesTheReceiveBuffer: -receive-buffer reaches the
+// relay's config as postgres.receive_buffer, and without it the key is
+// left out (the relay's default).
+func TestCDCConfigCarriesTheReceiveBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		want int
+	}{{"", 0}, {"auto", 0}, {"kernel", -1}, {"131072", 131072}} {
+		dir := t.TempDir()
+		_, sinks := sinksYAML("discard", dir, sinkDest{})
+		p, err := writeCDCConfig(dir, "postgres://u@127.0.0.1:5432/db", newNames("wp", "t"), sinks, 9999, false, tc.flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := os.ReadFile(p)
+		if has := strings.Contains(string(raw), "receive_buffer"); has != (tc.flag != "") {
+			t.Errorf("-receive-buffer %q: receive_buffer in the config is %t:\n%s", tc.flag, has, raw)
+		}
+		cfg, err := config.Load(p)
+		if err != nil {
+			t.Fatalf("-receive-buffer %q: %v\n%s", tc.flag, err, raw)
+		}
+		if got := cfg.Postgres.ReceiveBufferBytes(); got != tc.want {
+			t.Errorf("-receive-buffer %q: the relay gets %d, want %d", tc.flag, got, tc.want)
+		}
 	}
 }

@@ -188,6 +188,9 @@ type bench struct {
 	// pprofDir: walpost runs with http.pprof and its paced runs are
 	// profiled into this directory.
 	pprofDir string
+	// receiveBuffer: postgres.receive_buffer of walpost's runs ("": the
+	// relay's default, auto).
+	receiveBuffer string
 	// pairs, from a preset of -only: the systems each workload runs (nil:
 	// every selected system).
 	pairs map[string][]string
@@ -206,7 +209,7 @@ type options struct {
 	out, png, only, runs                  string
 	noise, noisy                          float64
 	repeats, retries                      int
-	root, cdcPkg, pprofDir                string
+	root, cdcPkg, pprofDir, receiveBuffer string
 	// outSet, pngSet: -out, -png were given (an empty value then means
 	// none; left out, the report goes to a temporary file).
 	outSet, pngSet bool
@@ -230,6 +233,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.kafkaMem, "kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
 	flag.StringVar(&o.root, "root", ".", "repository root (where ./cmd/cdc is)")
 	flag.StringVar(&o.cdcPkg, "cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
+	flag.StringVar(&o.receiveBuffer, "receive-buffer", "", "postgres.receive_buffer of walpost's runs (auto, kernel or bytes; default: not set, i.e. the relay's default, auto), to compare settings")
 	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run (http.pprof; read them with go tool pprof)")
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) {
@@ -296,7 +300,7 @@ func newBench(o options) (*bench, error) {
 		b.p.CatchUpRepeats = o.repeats
 	}
 	b.ceilingPipe = o.ceilingPipe
-	b.cdcPkg, b.kafkaMem = o.cdcPkg, o.kafkaMem
+	b.cdcPkg, b.kafkaMem, b.receiveBuffer = o.cdcPkg, o.kafkaMem, o.receiveBuffer
 	if o.pprofDir != "" {
 		if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
 			return nil, err

@@ -100,17 +100,22 @@ func sinksYAML(sink, dir string, d sinkDest) (names []string, y string) {
 }
 
 // writeCDCConfig writes the run's config into dir and returns its path.
-func writeCDCConfig(dir, url string, n names, sinks string, port int, pprof bool) (string, error) {
+// receiveBuffer is postgres.receive_buffer ("": the relay's default).
+func writeCDCConfig(dir, url string, n names, sinks string, port int, pprof bool, receiveBuffer string) (string, error) {
+	rb := ""
+	if receiveBuffer != "" {
+		rb = "\n  receive_buffer: " + receiveBuffer
+	}
 	y := fmt.Sprintf(`postgres:
   url: %s
   table: %s
   publication: %s
-  slot: %s
+  slot: %s%s
 sinks:
 %s
 http: {listen: "127.0.0.1:%d", pprof: %t}
 log: {level: info, format: json}
-`, url, n.Qualified(), n.Publication, n.Slot, sinks, port, pprof)
+`, url, n.Qualified(), n.Publication, n.Slot, rb, sinks, port, pprof)
 	p := filepath.Join(dir, "cdc.yaml")
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }
@@ -349,7 +354,7 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 		}
 	}
 	sinkNames, y := sinksYAML(kind, dir, dest)
-	cfg, err := writeCDCConfig(dir, b.url, n, y, port, b.pprofDir != "")
+	cfg, err := writeCDCConfig(dir, b.url, n, y, port, b.pprofDir != "", b.receiveBuffer)
 	if err == nil {
 		err = cdcInit(b.cdc, cfg)
 	}
