@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,57 @@ type machineInfo struct {
 	// Fdatasync is the latency of a 4 KiB append + fdatasync in the
 	// directory the file sink writes to (the disk the file sink pays for).
 	Fdatasync string `json:"fdatasync"`
+	// Virtualization says whether the CPU reports a hypervisor. Steal is
+	// the share of the machine's CPU time the hypervisor gave to others
+	// over the whole bench (set at its end): figures from a guest with
+	// steal swing more, and ratios move between machines.
+	Virtualization string `json:"virtualization"`
+	Steal          string `json:"steal"`
+}
+
+// virtualization describes what /proc/cpuinfo's flags say of a hypervisor.
+func virtualization(cpuinfo string) string {
+	for line := range strings.Lines(cpuinfo) {
+		if v, ok := strings.CutPrefix(line, "flags"); ok {
+			if slices.Contains(strings.Fields(strings.TrimPrefix(strings.TrimSpace(v), ":")), "hypervisor") {
+				return "a virtual machine (the CPU reports the hypervisor flag)"
+			}
+			return "none reported by the CPU"
+		}
+	}
+	return "unknown"
+}
+
+// stealTicks returns the steal time of /proc/stat's first line (all
+// CPUs), in USER_HZ ticks.
+func stealTicks(stat string) (int64, bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f[8], 10, 64)
+	return n, err == nil
+}
+
+// readSteal returns the machine's steal time so far in seconds (false
+// when /proc/stat cannot tell).
+func readSteal() (float64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	n, ok := stealTicks(string(b))
+	return float64(n) / clkTck, ok
+}
+
+// stealShare describes steal seconds over elapsed on cpus CPUs.
+func stealShare(steal float64, elapsed time.Duration, cpus int) string {
+	if elapsed <= 0 || cpus <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f%% of the CPU time over the run (/proc/stat steal: %.1f s of %.0f s on %d CPUs)",
+		100*steal/(elapsed.Seconds()*float64(cpus)), steal, elapsed.Seconds()*float64(cpus), cpus)
 }
 
 // measureFdatasync appends 4 KiB and fdatasyncs in dir for d, and returns
@@ -60,6 +112,7 @@ func measureFdatasync(dir string, d time.Duration) string {
 func readMachine(ctx context.Context, conn *pgx.Conn) machineInfo {
 	m := machineInfo{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), CPUs: runtime.NumCPU(), Go: runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		m.Virtualization = virtualization(string(b))
 		for line := range strings.Lines(string(b)) {
 			if v, ok := strings.CutPrefix(line, "model name"); ok {
 				m.CPUModel = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))

@@ -180,7 +180,11 @@ type bench struct {
 	results []*runResult
 	machine machineInfo
 	started time.Time
-	closers []func()
+	// stealStart: the machine's steal time (s) when the bench started;
+	// stealOK: /proc/stat told it.
+	stealStart float64
+	stealOK    bool
+	closers    []func()
 	// ceilingPipe: pg_recvlogical writes to a pipe in catch-up runs too.
 	ceilingPipe bool
 	cdcPkg      string
@@ -272,6 +276,10 @@ func run() int {
 		b.runWorkload(ctx, w, systems)
 	}
 	elapsed := time.Since(b.started)
+	if steal, ok := readSteal(); ok && b.stealOK {
+		b.machine.Steal = stealShare(steal-b.stealStart, elapsed, b.machine.CPUs)
+		b.logf("steal: %s", b.machine.Steal)
+	}
 	b.teardown()
 
 	rep := newReport(b.machine, b.p, b.quick, systems, workloads, b.results, elapsed)
@@ -286,6 +294,7 @@ func run() int {
 // newBench is the invocation the flags describe, before its setup.
 func newBench(o options) (*bench, error) {
 	b := &bench{p: paramsFor(o.quick), quick: o.quick, log: os.Stderr, started: time.Now()}
+	b.stealStart, b.stealOK = readSteal()
 	b.p.Noise = o.noise
 	b.p.Noisy = o.noisy
 	switch {

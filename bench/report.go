@@ -625,6 +625,12 @@ func (r *report) writeMachine(p printer) {
 	p("## Machine\n\n| | |\n|---|---|\n")
 	p("| CPUs (nproc) | %d |\n| CPU model | %s |\n| memory | %s |\n| kernel | %s |\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemoryGB, r.Machine.Kernel)
 	p("| PostgreSQL | %s, throwaway cluster from internal/pgtest: **fsync=off**, full_page_writes=off, synchronous_commit=on, shared_buffers=128MB, wal_level=logical |\n", r.Machine.Postgres)
+	if r.Machine.Virtualization != "" {
+		p("| virtualization | %s |\n", r.Machine.Virtualization)
+	}
+	if r.Machine.Steal != "" {
+		p("| CPU time taken by the hypervisor (steal) | %s |\n", r.Machine.Steal)
+	}
 	p("| Go | %s |\n| load average at start | %s |\n", r.Machine.Go, r.Machine.LoadAvg)
 	if r.Machine.Fdatasync != "" {
 		p("| disk fdatasync | %s |\n", r.Machine.Fdatasync)
@@ -632,8 +638,9 @@ func (r *report) writeMachine(p printer) {
 	p("\n")
 	p("*other load, cores* in the tables is the CPU that processes outside the measured system used during the run " +
 		"(all busy CPU time from /proc/stat less PostgreSQL's, the relay's and the bench's own, divided by the run's " +
-		"duration). On a 2-core machine shared with other work, a run with other load near 1 core or more had half the " +
-		"machine or less, and its figures are correspondingly noisy.\n\n")
+		"duration; time the hypervisor gave to other guests, steal, counts as other load). On a 2-core machine shared with " +
+		"other work, a run with other load near 1 core or more had half the machine or less, and its figures are " +
+		"correspondingly noisy.\n\n")
 	if r.P.Retries > 0 {
 		p("A run during which other work used more than %.2f cores was made again, up to %d more times, and the least "+
 			"disturbed attempt is reported (runs made more than once are marked ↻N below); the classic polling relays, "+

@@ -116,7 +116,9 @@ func fullReport() *report {
 	p.Noise, p.Noisy, p.Retries = 50, 0.3, 3
 	m := machineInfo{Date: "2026-12-03 03:35 UTC", CPUs: 2, CPUModel: "AMD EPYC", MemoryGB: "23.5 GiB", Kernel: "6.18.44",
 		Go: "go1.26.8", Postgres: "15.20 (Debian 15.20-0+deb12u1)", LoadAvg: "0.25 0.55 0.85",
-		Fdatasync: "p50 0.19 ms, p99 0.38 ms, max 4.10 ms (10288 × 4 KiB append + fdatasync in 2s, in the file sink's directory)"}
+		Fdatasync:      "p50 0.19 ms, p99 0.38 ms, max 4.10 ms (10288 × 4 KiB append + fdatasync in 2s, in the file sink's directory)",
+		Virtualization: virtualization("processor\t: 0\nflags\t\t: fpu vme hypervisor lahf_lm\n"),
+		Steal:          stealShare(66.2, 552*time.Second, 2)}
 	return newReport(m, p, false, allSystems, allWorkloads, res, 9*time.Minute+12*time.Second+400*time.Millisecond)
 }
 
