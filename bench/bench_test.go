@@ -468,12 +468,12 @@ func TestMachineReportsVirtualizationAndSteal(t *testing.T) {
 	if got := virtualization("processor\t: 0\nflags\t\t: fpu vme lahf_lm\n"); got != "none reported by the CPU" {
 		t.Errorf("without it: %q", got)
 	}
-	n, ok := stealTicks("cpu  45296 0 36224 300975 1817 0 2674 8018 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
-	if !ok || n != 8018 {
-		t.Errorf("steal ticks %d %t, want 8018", n, ok)
+	ticks, ok := cpuTicks("cpu  45296 0 36224 300975 1817 0 2674 8018 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+	if !ok || ticks[statSteal] != 8018 || ticks[statUser] != 45296 || ticks[statIdle] != 300975 {
+		t.Errorf("ticks %v %t, want user 45296, idle 300975, steal 8018", ticks, ok)
 	}
-	if _, ok := stealTicks("cpu0 1 2 3\n"); ok {
-		t.Error("a line that is not the all-CPU one gave a steal time")
+	if _, ok := cpuTicks("cpu0 1 2 3 4 5 6 7 8 9 10\n"); ok {
+		t.Error("a line that is not the all-CPU one gave ticks")
 	}
 	if got, want := stealShare(12, 100*time.Second, 2), "6.0% of the CPU time over the run (/proc/stat steal: 12.0 s of 200 s on 2 CPUs)"; got != want {
 		t.Errorf("share %q, want %q", got, want)

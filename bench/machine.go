@@ -48,27 +48,14 @@ func virtualization(cpuinfo string) string {
 	return "unknown"
 }
 
-// stealTicks returns the steal time of /proc/stat's first line (all
-// CPUs), in USER_HZ ticks.
-func stealTicks(stat string) (int64, bool) {
-	line, _, _ := strings.Cut(stat, "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(f[8], 10, 64)
-	return n, err == nil
-}
-
 // readSteal returns the machine's steal time so far in seconds (false
 // when /proc/stat cannot tell).
 func readSteal() (float64, bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
+	t, ok := readCPUTicks()
+	if !ok {
 		return 0, false
 	}
-	n, ok := stealTicks(string(b))
-	return float64(n) / clkTck, ok
+	return float64(t[statSteal]) / clkTck, true
 }
 
 // stealShare describes steal seconds over elapsed on cpus CPUs.

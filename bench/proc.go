@@ -72,22 +72,52 @@ func peakRSSMB(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
+// The columns of /proc/stat's cpu lines, after the line's name.
+const (
+	statUser = iota
+	statNice
+	statSystem
+	statIdle
+	statIOWait
+	statIRQ
+	statSoftIRQ
+	statSteal
+)
+
+// cpuTicks returns the columns of /proc/stat's first line (all CPUs) in
+// USER_HZ ticks: user, nice, system, idle, iowait, irq, softirq, steal, …
+func cpuTicks(stat string) ([]int64, bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) <= statSteal+1 || f[0] != "cpu" {
+		return nil, false
+	}
+	t := make([]int64, len(f)-1)
+	for i, v := range f[1:] {
+		t[i], _ = strconv.ParseInt(v, 10, 64)
+	}
+	return t, true
+}
+
+// readCPUTicks returns cpuTicks of /proc/stat now.
+func readCPUTicks() ([]int64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, false
+	}
+	return cpuTicks(string(b))
+}
+
 // machineBusy is the CPU seconds all CPUs spent not idle since boot
 // (/proc/stat: user, nice, system, irq, softirq, steal).
 func machineBusy() float64 {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
+	t, ok := readCPUTicks()
+	if !ok {
 		return 0
 	}
 	var ticks int64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} {
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += v
+	for _, i := range []int{statUser, statNice, statSystem, statIRQ, statSoftIRQ, statSteal} {
+		ticks += t[i]
 	}
 	return float64(ticks) / clkTck
 }
