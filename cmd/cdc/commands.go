@@ -16,6 +16,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/store"
 )
 
 // options are one command line's flags and arguments. Each command binds
@@ -28,6 +29,7 @@ type options struct {
 	args   []string // the arguments that are not flags
 
 	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
+	skipSeq int64         // --lsn's :seq; -1 for none
 
 	replayOptions // replay and dead-letter (replay.go)
 }
@@ -206,13 +208,14 @@ func quoteAll(ss []string) string {
 	return strings.Join(q, " ")
 }
 
-// checkSkip parses skip's --lsn.
+// checkSkip parses skip's --lsn: an LSN, or LSN:seq for one row of a
+// multi-row insert (store.ParseAt).
 func checkSkip(o *options) error {
-	lsn, err := pglogrepl.ParseLSN(o.lsn)
-	if err != nil {
-		return fmt.Errorf("--lsn %q is not an LSN like 0/16B3748 (take it from the relay's error)", o.lsn)
+	lsn, seq, ok := store.ParseAt(o.lsn)
+	if !ok {
+		return fmt.Errorf("--lsn %q is not an LSN like 0/16B3748, or 0/16B3748:2 for one row of a multi-row insert (take it from the relay's error)", o.lsn)
 	}
-	o.skipLSN = lsn
+	o.skipLSN, o.skipSeq = lsn, seq
 	return nil
 }
 
@@ -222,7 +225,7 @@ func initCmd(e *cmdEnv) error {
 
 func skipCmd(e *cmdEnv) error {
 	cfg := e.cfg
-	sk, err := relay.Skip(e.ctx, cfg, e.opts.skipLSN)
+	sk, err := relay.Skip(e.ctx, cfg, e.opts.skipLSN, e.opts.skipSeq)
 	if err != nil {
 		return err
 	}
@@ -231,6 +234,6 @@ func skipCmd(e *cmdEnv) error {
 		id = "(no readable id)"
 	}
 	fmt.Fprintf(e.stdout, "parked message %s (lsn %s, commit %s) in %s: %v\nthe next cdc run goes past it; the row is kept there for repair\n",
-		id, sk.LSN, sk.CommitLSN, cfg.Postgres.DeadLetterTable, sk.Err)
+		id, store.FormatAt(sk.LSN, sk.Seq), sk.CommitLSN, cfg.Postgres.DeadLetterTable, sk.Err)
 	return nil
 }

@@ -46,15 +46,17 @@ that could not be mapped (relay.on_invalid: dead_letter, cdc skip; sink
                  dropped). Drop a row parked for every sink only once the
                  relay went past it: the relay looks it up to go past it.
 
-ID is a message id, or an LSN (0/16B3748) for a row without a readable
-id; list prints both. An id names every row of that message (one per sink
-that refused it); --sink narrows to one sink. A running relay is no
+ID is a message id, or a position for a row without a readable id: an
+LSN (0/16B3748) names every row at it, LSN:N the row N of a multi-row
+insert (COPY writes many rows at one LSN: 0/16B3748:2 is the third); list
+prints both. An id names every row of that message (one per sink that
+refused it); --sink narrows to one sink. A running relay is no
 obstacle: resend publishes on connections of its own (a file sink the
 relay holds is waited for, as with cdc replay). The table needs the
-resent_at column: run cdc init once after upgrading to add it.`
+current columns (resent_at, seq): cdc init adds them after an upgrade.`
 
 var deadLetterExits = []string{"0  done (resend: every message delivered)",
-	"1  a runtime error, an ID that names no parked row, a resend that failed (each reported), or no resent_at column (run cdc init)", usageExit}
+	"1  a runtime error, an ID that names no parked row, a resend that failed (each reported), or a table made by an older walpost (run cdc init)", usageExit}
 
 var deadLetterSubs = map[string]struct{ minArgs, maxArgs int }{
 	"list": {0, 0}, "show": {1, -1}, "resend": {0, -1}, "drop": {1, -1},
@@ -119,7 +121,7 @@ func deadLetterCmd(e *cmdEnv) error {
 				return err
 			}
 			if ok {
-				fmt.Fprintf(e.stdout, "dropped %s (lsn %s, sink %s)\n", p.Name(), p.LSN, sinkLabel(p.Sink))
+				fmt.Fprintf(e.stdout, "dropped %s (lsn %s, sink %s)\n", p.Name(), p.At(), sinkLabel(p.Sink))
 			}
 		}
 	}
@@ -135,7 +137,8 @@ func unmatched(ids []string, parked []store.Parked) []string {
 	for _, id := range ids {
 		found := false
 		for i := range parked {
-			if parked[i].ID == id || (strings.Contains(id, "/") && parked[i].LSN.String() == strings.ToUpper(id)) {
+			lsn, seq, ok := store.ParseAt(strings.ToUpper(id))
+			if parked[i].ID == id || ok && parked[i].LSN == lsn && (seq < 0 || int64(parked[i].Seq) == seq) {
 				found = true
 				break
 			}
@@ -155,10 +158,10 @@ func resendParked(e *cmdEnv, parked []store.Parked) error {
 			to = "no sink (none routes it)"
 		}
 		if o.Err != nil {
-			fmt.Fprintf(e.stdout, "failed  %s (lsn %s, sink %s): %v\n", o.Parked.Name(), o.Parked.LSN, sinkLabel(o.Parked.Sink), o.Err)
+			fmt.Fprintf(e.stdout, "failed  %s (lsn %s, sink %s): %v\n", o.Parked.Name(), o.Parked.At(), sinkLabel(o.Parked.Sink), o.Err)
 			return
 		}
-		fmt.Fprintf(e.stdout, "resent  %s (lsn %s) to %s\n", o.Parked.Name(), o.Parked.LSN, to)
+		fmt.Fprintf(e.stdout, "resent  %s (lsn %s) to %s\n", o.Parked.Name(), o.Parked.At(), to)
 	})
 	if err != nil {
 		return err
@@ -183,6 +186,7 @@ func sinkLabel(s string) string {
 type parkedJSON struct {
 	ID        *string         `json:"id"`
 	LSN       string          `json:"lsn"`
+	Seq       uint32          `json:"seq"`
 	CommitLSN string          `json:"commit_lsn"`
 	Sink      string          `json:"sink"`
 	ParkedAt  time.Time       `json:"parked_at"`
@@ -194,7 +198,7 @@ type parkedJSON struct {
 func writeJSON(w io.Writer, parked []store.Parked) error {
 	out := make([]parkedJSON, len(parked))
 	for i, p := range parked {
-		out[i] = parkedJSON{LSN: p.LSN.String(), CommitLSN: p.CommitLSN.String(), Sink: p.Sink, ParkedAt: p.ParkedAt.UTC(), Error: p.Error, RowData: p.RowData}
+		out[i] = parkedJSON{LSN: p.LSN.String(), Seq: p.Seq, CommitLSN: p.CommitLSN.String(), Sink: p.Sink, ParkedAt: p.ParkedAt.UTC(), Error: p.Error, RowData: p.RowData}
 		if p.ID != "" {
 			out[i].ID = &parked[i].ID
 		}
@@ -222,7 +226,7 @@ func printParked(w io.Writer, parked []store.Parked, asJSON bool) error {
 			id = "-"
 		}
 		unmapped = unmapped || p.Sink == ""
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, p.LSN, sinkLabel(p.Sink), p.ParkedAt.UTC().Format(time.RFC3339), timeLabel(p.ResentAt), excerpt(p.Error, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", id, p.At(), sinkLabel(p.Sink), p.ParkedAt.UTC().Format(time.RFC3339), timeLabel(p.ResentAt), excerpt(p.Error, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -277,7 +281,7 @@ func showParked(w io.Writer, parked []store.Parked, asJSON bool) error {
 			pretty.Write(p.RowData)
 		}
 		fmt.Fprintf(w, "id:          %s\nlsn:         %s\ncommit_lsn:  %s\nsink:        %s\nparked_at:   %s\nresent_at:   %s\nerror:       %s\nrow_data:\n  %s\n",
-			id, p.LSN, p.CommitLSN, sink, p.ParkedAt.UTC().Format(time.RFC3339Nano), timeLabel(p.ResentAt), p.Error, pretty.String())
+			id, p.At(), p.CommitLSN, sink, p.ParkedAt.UTC().Format(time.RFC3339Nano), timeLabel(p.ResentAt), p.Error, pretty.String())
 	}
 	return nil
 }

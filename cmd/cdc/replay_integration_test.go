@@ -254,6 +254,7 @@ func idsOfMsgs(msgs []relaytest.Msg) []string {
 type parkedRow struct {
 	ID        *string         `json:"id"`
 	LSN       string          `json:"lsn"`
+	Seq       uint32          `json:"seq"`
 	Sink      string          `json:"sink"`
 	ResentAt  *time.Time      `json:"resent_at"`
 	Error     string          `json:"error"`

@@ -87,6 +87,7 @@ type Event struct {
 type Error struct {
 	LSN       pglogrepl.LSN
 	CommitLSN pglogrepl.LSN
+	Seq       uint32 // the row's ordinal at LSN (message.Message.Seq)
 	ID        string // "" when the id itself could not be read
 	Err       error
 	// Row holds the mapped columns' values as sent (text format), by
@@ -101,10 +102,14 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.ID != "" {
-		return fmt.Sprintf("outbox message %s at LSN %s: %v", e.ID, e.LSN, e.Err)
+	at := e.LSN.String()
+	if e.Seq > 0 {
+		at = fmt.Sprintf("%s (row %d of a multi-row insert)", at, e.Seq+1)
 	}
-	return fmt.Sprintf("outbox row at LSN %s: %v", e.LSN, e.Err)
+	if e.ID != "" {
+		return fmt.Sprintf("outbox message %s at LSN %s: %v", e.ID, at, e.Err)
+	}
+	return fmt.Sprintf("outbox row at LSN %s: %v", at, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -166,6 +171,11 @@ type Decoder struct {
 		open       bool
 		commitLSN  pglogrepl.LSN
 		commitTime time.Time
+		// lastLSN and seq number the transaction's rows that share an
+		// LSN (ordinal); counted says a row was numbered since Begin.
+		lastLSN pglogrepl.LSN
+		seq     uint32
+		counted bool
 	}
 
 	// envelope is the table-less outbox's prefix (AcceptMessages); ""
@@ -207,6 +217,20 @@ func New(m Mapping) *Decoder {
 func (d *Decoder) Reset() {
 	d.rels = map[uint32]*relation{}
 	d.tx.open = false
+	d.tx.counted = false
+}
+
+// ordinal returns the Seq of the transaction's next outbox row at lsn:
+// rows of one multi-insert WAL record (COPY) share their LSN, and the
+// server sends them, in the same order, on every re-read of the
+// transaction, so (CommitLSN, LSN, Seq) names each row for good.
+func (d *Decoder) ordinal(lsn pglogrepl.LSN) uint32 {
+	if d.tx.counted && lsn == d.tx.lastLSN {
+		d.tx.seq++
+	} else {
+		d.tx.lastLSN, d.tx.seq, d.tx.counted = lsn, 0, true
+	}
+	return d.tx.seq
 }
 
 // AdoptPrefix is the prefix of the transactional logical messages that
@@ -311,6 +335,7 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		d.tx.open = true
 		d.tx.commitLSN = m.FinalLSN
 		d.tx.commitTime = m.CommitTime.UTC()
+		d.tx.counted = false
 		return Event{Kind: Begin, LSN: walStart, CommitLSN: m.FinalLSN}, nil
 	case 'C':
 		m, err := parse[*pglogrepl.CommitMessage](walStart, data)
@@ -589,6 +614,7 @@ func (d *Decoder) insert(lsn pglogrepl.LSN, data []byte, owned bool) (Event, err
 // row maps an outbox row's values to a message. owned: the values' bytes
 // are the decoder's (DecodeOwned), and a large payload may alias them.
 func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool, owned bool) (*message.Message, error) {
+	seq := d.ordinal(lsn)
 	id := ""
 	if rel.idx[colID] >= 0 && vals[colID] != nil && utf8.Valid(vals[colID]) {
 		id = string(vals[colID])
@@ -602,7 +628,7 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]
 				row[name] = string(v)
 			}
 		}
-		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, ID: id, Err: err, Row: row, Table: table}
+		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, Seq: seq, ID: id, Err: err, Row: row, Table: table}
 	}
 	if len(rel.missing) > 0 {
 		return invalid(fmt.Errorf("table %s lacks mapped column(s) %s (the table has %s); fix columns: in the config (key and headers may be \"-\") or the table",
@@ -614,7 +640,7 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]
 	if !d.tx.open {
 		return nil, fmt.Errorf("%w: Insert at %s outside a transaction", ErrProtocol, lsn)
 	}
-	m := &message.Message{ID: id, LSN: lsn, CommitLSN: d.tx.commitLSN, CommitTime: d.tx.commitTime}
+	m := &message.Message{ID: id, LSN: lsn, Seq: seq, CommitLSN: d.tx.commitLSN, CommitTime: d.tx.commitTime}
 	if err := d.fill(m, rel, vals, nulls); err != nil {
 		return invalid(err, false)
 	}

@@ -29,8 +29,15 @@ type Message struct {
 	// Headers are the entries of the headers column (nil when NULL).
 	// ID, Type, Key and Headers are valid UTF-8.
 	Headers map[string]string
-	// LSN is the position of the INSERT in the WAL.
+	// LSN is the position of the INSERT in the WAL. Rows written by one
+	// multi-insert WAL record (COPY, a bulk import) share it.
 	LSN pglogrepl.LSN
+	// Seq is the row's ordinal among its transaction's outbox rows at LSN:
+	// 0 for the first, 1 for the next row of the same multi-insert record,
+	// and so on. (CommitLSN, LSN, Seq) identifies the message in the
+	// stream, the same on every re-read of its transaction
+	// (docs/design.md, "A message's position").
+	Seq uint32
 	// CommitLSN is the LSN of the commit record of the message's transaction.
 	CommitLSN pglogrepl.LSN
 	// CommitTime is when the transaction committed.

@@ -276,7 +276,7 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 		return slotState{}, restart{err}
 	}
 	for name, p := range progress {
-		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).
+		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).Uint32("seq", p.Seq).
 			Msg("sink progress loaded; messages up to it are not sent to this sink again")
 	}
 	return slotState{confirmed: info.ConfirmedFlush, progress: progress}, nil
@@ -525,7 +525,7 @@ func (r *Relay) runner(s publish.Sink, in chan []publish.Delivery, tracker *chec
 		tracker.AckAll(txns)
 		window.Release(len(batch), bytes)
 		last := batch[len(batch)-1].Msg
-		progress.Acked(sinkName, store.Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
+		progress.Acked(sinkName, store.PositionOf(last))
 		if sent {
 			published.Add(float64(len(batch)))
 		}
@@ -541,7 +541,7 @@ func (r *Relay) runner(s publish.Sink, in chan []publish.Delivery, tracker *chec
 				return fmt.Errorf("%w; the refusal: %v", err, cause)
 			}
 			refused.Inc()
-			sinkLog.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Str("commit_lsn", d.Msg.CommitLSN.String()).
+			sinkLog.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
 				Str("type", d.Msg.Type).Str("error", cause.Error()).
 				Msg("message refused by the sink for good; parked in the dead-letter table; going on")
 			settle([]publish.Delivery{d}, false)
@@ -587,7 +587,7 @@ func (r *Relay) explainStop(stop *stopAtRow, tracked pglogrepl.LSN) error {
 	return fmt.Errorf("%w; relay.on_invalid is stop: everything before this message was delivered, nothing after it, and slot %s is confirmed up to %s. "+
 		"A restart stops here again. To go past this one message, stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
 		"(it parks the message in %s and the next run goes on after it); or set relay.on_invalid: dead_letter to park such rows and go on",
-		de, cfg.Postgres.Slot, slotAt, r.ConfigPath, de.LSN, cfg.Postgres.DeadLetterTable)
+		de, cfg.Postgres.Slot, slotAt, r.ConfigPath, store.FormatAt(de.LSN, de.Seq), cfg.Postgres.DeadLetterTable)
 }
 
 // pipeline is the stage between the stream and the sinks. It alone writes
@@ -675,14 +675,14 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			// relay.on_invalid says.
 			return &stopAtRow{de}
 		case !p.park:
-			parked, lerr := p.parked.Parked(ctx, de.LSN)
+			parked, lerr := p.parked.Parked(ctx, de.LSN, de.Seq)
 			if lerr != nil {
 				return fmt.Errorf("%w (and looking it up in the dead-letter table failed: %v)", de, lerr)
 			}
 			if !parked {
 				return &stopAtRow{de}
 			}
-			p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("error", de.Err.Error()).
+			p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("error", de.Err.Error()).
 				Msg("bad outbox row parked by cdc skip; going past it")
 			return nil
 		}
@@ -690,7 +690,7 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			return err
 		}
 		p.metrics.deadLettered.Inc()
-		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
+		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("commit_lsn", de.CommitLSN.String()).
 			Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
 		return nil
 	}
@@ -724,7 +724,7 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 		}
 		p.targets = p.targets[:0]
 		for i := range p.routes {
-			if p.routes[i].Route.Matches(e.Msg.Type) && !p.skip[i].Covers(e.Msg.CommitLSN, e.Msg.LSN) {
+			if p.routes[i].Route.Matches(e.Msg.Type) && !p.skip[i].Covers(e.Msg) {
 				p.targets = append(p.targets, i)
 			}
 		}

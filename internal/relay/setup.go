@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -78,7 +79,11 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	}
 	results, err := store.Setup(ctx, conn, store.TablesOf(cfg))
 	for _, res := range results {
-		report(fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created)))
+		line := fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created))
+		if len(res.Upgraded) > 0 {
+			line += "; upgraded: added " + strings.Join(res.Upgraded, ", ")
+		}
+		report(line)
 	}
 	if s := retention.SettingsOf(cfg); s != nil && err == nil {
 		return setupRetention(ctx, conn, *s, slotCreated, report)

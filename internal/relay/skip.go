@@ -26,6 +26,7 @@ var (
 type Skipped struct {
 	ID             string
 	LSN, CommitLSN pglogrepl.LSN
+	Seq            uint32
 	Err            error
 }
 
@@ -40,10 +41,12 @@ var skipPeeks = []any{1, 10_000, 1_000_000, nil}
 // skip`). It reads the slot's pending changes without consuming them
 // (pg_logical_slot_peek_binary_changes, so no relay may hold the slot),
 // decodes them as the relay does, and finds the first row that cannot be
-// mapped. It parks that row only if it is at lsn; any other lsn is refused
-// with the one the relay stops at, and so is a row that fails because the
-// table does not fit the mapping (every row would: fix the config).
-func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, error) {
+// mapped. It parks that row only if it is at lsn (and, when seq is not
+// negative, is row seq of the rows at lsn: a multi-row insert); any other
+// position is refused with the one the relay stops at, and so is a row
+// that fails because the table does not fit the mapping (every row would:
+// fix the config).
+func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, seq int64) (Skipped, error) {
 	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return Skipped{}, err
@@ -68,14 +71,18 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN) (Skipped, 
 	if de.Table {
 		return Skipped{}, fmt.Errorf("%w: %v: the table does not fit the mapping, so every row would fail alike; fix columns: or the table instead (skipping one row cannot help)", ErrSkipOther, de)
 	}
-	if de.LSN != lsn {
-		return Skipped{}, fmt.Errorf("%w: the first message the relay cannot map is at LSN %s (%v), not %s; cdc skip parks only the message the relay stops at",
-			ErrSkipOther, de.LSN, de, lsn)
+	if de.LSN != lsn || seq >= 0 && int64(de.Seq) != seq {
+		want := lsn.String()
+		if seq >= 0 {
+			want = store.FormatAt(lsn, uint32(seq))
+		}
+		return Skipped{}, fmt.Errorf("%w: the first message the relay cannot map is at --lsn %s (%v), not %s; cdc skip parks only the message the relay stops at",
+			ErrSkipOther, store.FormatAt(de.LSN, de.Seq), de, want)
 	}
 	if err := dead.Park(ctx, de, store.SkippedPrefix+de.Err.Error()); err != nil {
 		return Skipped{}, err
 	}
-	return Skipped{ID: de.ID, LSN: de.LSN, CommitLSN: de.CommitLSN, Err: de.Err}, nil
+	return Skipped{ID: de.ID, LSN: de.LSN, CommitLSN: de.CommitLSN, Seq: de.Seq, Err: de.Err}, nil
 }
 
 // firstInvalid returns the first row after the slot's confirmed position
@@ -115,7 +122,7 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 				return nil, fmt.Errorf("decoding the slot's pending changes at %s: %w", at, err)
 			}
 			if found != nil && !found.Table {
-				parked, err := dead.Parked(ctx, found.LSN) // on the dead-letter store's own connection
+				parked, err := dead.Parked(ctx, found.LSN, found.Seq) // on the dead-letter store's own connection
 				if err != nil {
 					rows.Close()
 					return nil, err

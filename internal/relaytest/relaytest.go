@@ -268,3 +268,43 @@ func WaitAllDelivered(t testing.TB, path string, all []Msg, timeout time.Duratio
 	}
 	return lines
 }
+
+// CopyTx commits msgs in one transaction written by COPY (pgx CopyFrom),
+// as a bulk import does: PostgreSQL writes such rows with heap
+// multi-insert, many rows to one WAL record, so that they share an LSN in
+// the stream. A Msg with Type "" is written with an empty type (a row the
+// relay cannot map).
+func (ob Outbox) CopyTx(t testing.TB, conn *pgx.Conn, msgs ...Msg) {
+	t.Helper()
+	ctx := context.Background()
+	schema, name, _ := strings.Cut(ob.Table, ".")
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		var key any
+		if m.Key != "" {
+			key = m.Key
+		}
+		rows[i] = []any{m.ID, m.Type, key, m.Payload}
+	}
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{schema, name}, []string{"id", "type", "key", "payload"}, pgx.CopyFromRows(rows))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("copying %d rows into %s: %v", len(msgs), ob.Table, err)
+	}
+}
+
+// PendingInsertLSNs returns, for the INSERTs pending in ob's slot (read
+// without consuming them), how many there are and at how many distinct
+// LSNs: fewer LSNs than rows means rows share an LSN (multi-insert).
+func (ob Outbox) PendingInsertLSNs(t testing.TB, conn *pgx.Conn) (rows, lsns int) {
+	t.Helper()
+	err := conn.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT lsn)
+		FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)
+		WHERE substr(data, 1, 1) = 'I'::bytea`, ob.Slot, ob.Publication).Scan(&rows, &lsns)
+	if err != nil {
+		t.Fatalf("peeking slot %s: %v", ob.Slot, err)
+	}
+	return rows, lsns
+}

@@ -110,7 +110,7 @@ func (u *unmapped) decode(ctx context.Context, p *store.Parked) (*message.Messag
 		if err != nil {
 			return nil, fmt.Errorf("still cannot be mapped: %w", err)
 		}
-		m.LSN, m.CommitLSN = p.LSN, p.CommitLSN
+		m.LSN, m.CommitLSN, m.Seq = p.LSN, p.CommitLSN, p.Seq
 		return m, nil
 	}
 	if tableLess {

@@ -50,7 +50,7 @@ func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string)
 	if errText == "" {
 		errText = e.Err.Error()
 	}
-	if err := d.insert(ctx, e.LSN.String(), "", e.CommitLSN.String(), id, errText, row); err != nil {
+	if err := d.insert(ctx, e.LSN.String(), e.Seq, "", e.CommitLSN.String(), id, errText, row); err != nil {
 		return fmt.Errorf("dead-letter: parking %v: %w", e, err)
 	}
 	return nil
@@ -59,16 +59,16 @@ func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string)
 // ParkRefused parks a message that sink refused for good with cause.
 func (d *DeadLetter) ParkRefused(ctx context.Context, sink string, m *message.Message, cause error) error {
 	row := bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
-	if err := d.insert(ctx, m.LSN.String(), sink, m.CommitLSN.String(), &m.ID, cause.Error(), row); err != nil {
-		return fmt.Errorf("dead-letter: parking message %s (lsn %s) refused by sink %s: %w", m.ID, m.LSN, sink, err)
+	if err := d.insert(ctx, m.LSN.String(), m.Seq, sink, m.CommitLSN.String(), &m.ID, cause.Error(), row); err != nil {
+		return fmt.Errorf("dead-letter: parking message %s (at %s) refused by sink %s: %w", m.ID, FormatAt(m.LSN, m.Seq), sink, err)
 	}
 	return nil
 }
 
-// Parked reports whether the row at lsn is parked for every sink (by
-// relay.on_invalid: dead_letter or by `cdc skip`). A missing table parks
-// nothing.
-func (d *DeadLetter) Parked(ctx context.Context, lsn pglogrepl.LSN) (bool, error) {
+// Parked reports whether the row at (lsn, seq) is parked for every sink
+// (by relay.on_invalid: dead_letter or by `cdc skip`). A missing table
+// parks nothing.
+func (d *DeadLetter) Parked(ctx context.Context, lsn pglogrepl.LSN, seq uint32) (bool, error) {
 	if err := d.connect(ctx); err != nil {
 		return false, err
 	}
@@ -76,11 +76,11 @@ func (d *DeadLetter) Parked(ctx context.Context, lsn pglogrepl.LSN) (bool, error
 		return false, err
 	}
 	var parked bool
-	err := d.conn.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE slot = $1 AND lsn = $2::pg_lsn AND sink = '')", d.t.DeadLetter),
-		d.t.Slot, lsn.String()).Scan(&parked)
+	err := d.conn.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE slot = $1 AND lsn = $2::pg_lsn AND seq = $3 AND sink = '')", d.t.DeadLetter),
+		d.t.Slot, lsn.String(), int64(seq)).Scan(&parked)
 	if err != nil {
 		d.reset()
-		return false, fmt.Errorf("dead-letter: looking up lsn %s in %s: %w", lsn, d.t.DeadLetter, err)
+		return false, fmt.Errorf("dead-letter: looking up %s in %s: %w", FormatAt(lsn, seq), d.t.DeadLetter, err)
 	}
 	return parked, nil
 }
@@ -104,13 +104,13 @@ func (d *DeadLetter) reset() {
 	}
 }
 
-func (d *DeadLetter) insert(ctx context.Context, lsn, sink, commitLSN string, id *string, errText string, row []byte) error {
+func (d *DeadLetter) insert(ctx context.Context, lsn string, seq uint32, sink, commitLSN string, id *string, errText string, row []byte) error {
 	if err := d.connect(ctx); err != nil {
 		return err
 	}
-	_, err := d.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, lsn, sink, commit_lsn, message_id, error, row_data)
-		VALUES ($1, $2::pg_lsn, $3, $4::pg_lsn, $5, $6, $7) ON CONFLICT (slot, lsn, sink) DO NOTHING`, d.t.DeadLetter),
-		d.t.Slot, lsn, sink, commitLSN, id, errText, row)
+	_, err := d.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, lsn, seq, sink, commit_lsn, message_id, error, row_data)
+		VALUES ($1, $2::pg_lsn, $3, $4, $5::pg_lsn, $6, $7, $8) ON CONFLICT (slot, lsn, seq, sink) DO NOTHING`, d.t.DeadLetter),
+		d.t.Slot, lsn, int64(seq), sink, commitLSN, id, errText, row)
 	if err != nil {
 		d.reset()
 		return err

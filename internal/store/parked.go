@@ -3,8 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +20,7 @@ type Parked struct {
 	// ID is the message id; "" when the row's id could not be read.
 	ID             string
 	LSN, CommitLSN pglogrepl.LSN
+	Seq            uint32 // the row's ordinal at LSN (message.Message.Seq)
 	Sink           string
 	Error          string
 	// RowData is the message as the file sink writes it (a refused
@@ -32,22 +33,54 @@ type Parked struct {
 	ResentAt time.Time
 }
 
-// Name is how commands name the parked row: its message id, or its LSN
-// when it has none. ParkedFilter.IDs takes either.
+// Name is how commands name the parked row: its message id, or its
+// position when it has none. ParkedFilter.IDs takes either.
 func (p *Parked) Name() string {
 	if p.ID != "" {
 		return p.ID
 	}
-	return p.LSN.String()
+	return p.At()
 }
 
-// ErrNoResentAt is returned when the dead-letter table predates resent_at.
-var ErrNoResentAt = errors.New("store: dead-letter table without resent_at")
+// At is the row's position as commands print and take it: its LSN
+// ("0/16B3748"), followed by ":" and its Seq when that is not 0
+// ("0/16B3748:2", the third row of one multi-insert WAL record).
+func (p *Parked) At() string { return FormatAt(p.LSN, p.Seq) }
+
+// FormatAt writes a row's position as Parked.At does.
+func FormatAt(lsn pglogrepl.LSN, seq uint32) string {
+	if seq == 0 {
+		return lsn.String()
+	}
+	return lsn.String() + ":" + strconv.FormatUint(uint64(seq), 10)
+}
+
+// ParseAt reads a position written by FormatAt; ok is false when s is
+// not one. seq is -1 for a bare LSN, which names every row at it.
+func ParseAt(s string) (lsn pglogrepl.LSN, seq int64, ok bool) {
+	at, n, hasSeq := strings.Cut(s, ":")
+	if !strings.Contains(at, "/") {
+		return 0, 0, false
+	}
+	lsn, err := pglogrepl.ParseLSN(at)
+	if err != nil {
+		return 0, 0, false
+	}
+	if !hasSeq {
+		return lsn, -1, true
+	}
+	v, err := strconv.ParseUint(n, 10, 32)
+	if err != nil {
+		return 0, 0, false
+	}
+	return lsn, int64(v), true
+}
 
 // ParkedFilter selects parked rows of the slot.
 type ParkedFilter struct {
-	// IDs selects the rows whose message id, or LSN (0/16B3748), is one of
-	// them; none: every row.
+	// IDs selects the rows whose message id, or position (an LSN,
+	// 0/16B3748, for every row at it; 0/16B3748:2 for one, Parked.At), is
+	// one of them; none: every row.
 	IDs []string
 	// Sink, when set, selects the messages that sink refused.
 	Sink string
@@ -55,8 +88,9 @@ type ParkedFilter struct {
 	Unsent bool
 }
 
-// CheckParkedTable verifies that the dead-letter table exists and has
-// resent_at, with errors that say to run `cdc init`.
+// CheckParkedTable verifies that the dead-letter table exists and has the
+// current layout (upgrading it when the role may), with errors that say
+// to run `cdc init`.
 func CheckParkedTable(ctx context.Context, conn *pgx.Conn, t Tables) error {
 	ok, err := TableExists(ctx, conn, t.DeadLetter)
 	if err != nil {
@@ -65,41 +99,15 @@ func CheckParkedTable(ctx context.Context, conn *pgx.Conn, t Tables) error {
 	if !ok {
 		return fmt.Errorf("%w: postgres.dead_letter_table: table %s does not exist (nothing was ever parked); run 'cdc init' to create it", ErrMissing, t.DeadLetterName)
 	}
-	has, err := hasResentAt(ctx, conn, t.DeadLetter)
-	if err != nil {
-		return err
-	}
-	if !has {
-		return fmt.Errorf("%w: table %s has no resent_at column (it was created by an older walpost); run 'cdc init' (as the table's owner) to add it", ErrNoResentAt, t.DeadLetterName)
-	}
-	return nil
-}
-
-func hasResentAt(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
-	var has bool
-	err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'resent_at' AND NOT attisdropped)", table).Scan(&has)
-	if err != nil {
-		return false, fmt.Errorf("looking up %s.resent_at: %w", table, err)
-	}
-	return has, nil
-}
-
-// addResentAt adds resent_at to a dead-letter table made before it; it
-// alters nothing (and needs no ownership) when the column is there.
-func addResentAt(ctx context.Context, conn *pgx.Conn, table string) error {
-	if has, err := hasResentAt(ctx, conn, table); err != nil || has {
-		return err
-	}
-	_, err := conn.Exec(ctx, fmt.Sprintf(resentAtDDL, table))
-	return err
+	return checkUpgraded(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", true)
 }
 
 // ListParked returns the slot's parked rows that f selects, in LSN order
 // (then sink).
 func ListParked(ctx context.Context, conn *pgx.Conn, t Tables, f ParkedFilter) ([]Parked, error) {
 	where, args := parkedWhere(t, f)
-	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT coalesce(message_id, ''), lsn::text, commit_lsn::text, sink, error, row_data::text, parked_at, resent_at
-		FROM %s WHERE %s ORDER BY lsn, sink`, t.DeadLetter, where), args...)
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT coalesce(message_id, ''), lsn::text, seq, commit_lsn::text, sink, error, row_data::text, parked_at, resent_at
+		FROM %s WHERE %s ORDER BY lsn, seq, sink`, t.DeadLetter, where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", t.DeadLetterName, err)
 	}
@@ -108,10 +116,12 @@ func ListParked(ctx context.Context, conn *pgx.Conn, t Tables, f ParkedFilter) (
 	for rows.Next() {
 		var p Parked
 		var lsn, commit, data string
+		var seq int64
 		var resent *time.Time
-		if err := rows.Scan(&p.ID, &lsn, &commit, &p.Sink, &p.Error, &data, &p.ParkedAt, &resent); err != nil {
+		if err := rows.Scan(&p.ID, &lsn, &seq, &commit, &p.Sink, &p.Error, &data, &p.ParkedAt, &resent); err != nil {
 			return nil, err
 		}
+		p.Seq = uint32(seq)
 		p.LSN, _ = pglogrepl.ParseLSN(lsn)
 		p.CommitLSN, _ = pglogrepl.ParseLSN(commit)
 		p.RowData = json.RawMessage(data)
@@ -128,15 +138,17 @@ func parkedWhere(t Tables, f ParkedFilter) (string, []any) {
 	conds, args := []string{"slot = $1"}, []any{t.Slot}
 	if len(f.IDs) > 0 {
 		var ids, lsns []string
+		var seqs []int64
 		for _, id := range f.IDs {
-			if lsn, err := pglogrepl.ParseLSN(id); err == nil && strings.Contains(id, "/") {
-				lsns = append(lsns, lsn.String())
+			if lsn, seq, ok := ParseAt(id); ok {
+				lsns, seqs = append(lsns, lsn.String()), append(seqs, seq)
 			} else {
 				ids = append(ids, id)
 			}
 		}
-		args = append(args, ids, lsns)
-		conds = append(conds, fmt.Sprintf("(message_id = ANY($%d) OR lsn = ANY($%d::text[]::pg_lsn[]))", len(args)-1, len(args)))
+		args = append(args, ids, lsns, seqs)
+		conds = append(conds, fmt.Sprintf(`(message_id = ANY($%d) OR EXISTS (SELECT 1 FROM unnest($%d::text[], $%d::bigint[]) AS a(l, q)
+			WHERE lsn = a.l::pg_lsn AND (a.q < 0 OR seq = a.q)))`, len(args)-2, len(args)-1, len(args)))
 	}
 	if f.Sink != "" {
 		args = append(args, f.Sink)
@@ -150,10 +162,10 @@ func parkedWhere(t Tables, f ParkedFilter) (string, []any) {
 
 // MarkResent sets p's resent_at to now.
 func MarkResent(ctx context.Context, conn *pgx.Conn, t Tables, p *Parked) error {
-	_, err := conn.Exec(ctx, fmt.Sprintf("UPDATE %s SET resent_at = now() WHERE slot = $1 AND lsn = $2::pg_lsn AND sink = $3", t.DeadLetter),
-		t.Slot, p.LSN.String(), p.Sink)
+	_, err := conn.Exec(ctx, fmt.Sprintf("UPDATE %s SET resent_at = now() WHERE slot = $1 AND lsn = $2::pg_lsn AND seq = $3 AND sink = $4", t.DeadLetter),
+		t.Slot, p.LSN.String(), int64(p.Seq), p.Sink)
 	if err != nil {
-		return fmt.Errorf("marking %s (lsn %s) resent in %s: %w", p.Name(), p.LSN, t.DeadLetterName, err)
+		return fmt.Errorf("marking %s (at %s) resent in %s: %w", p.Name(), p.At(), t.DeadLetterName, err)
 	}
 	return nil
 }
@@ -161,10 +173,10 @@ func MarkResent(ctx context.Context, conn *pgx.Conn, t Tables, p *Parked) error 
 // DropParked deletes p from the dead-letter table. It reports whether
 // the row was there still.
 func DropParked(ctx context.Context, conn *pgx.Conn, t Tables, p *Parked) (bool, error) {
-	tag, err := conn.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE slot = $1 AND lsn = $2::pg_lsn AND sink = $3", t.DeadLetter),
-		t.Slot, p.LSN.String(), p.Sink)
+	tag, err := conn.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE slot = $1 AND lsn = $2::pg_lsn AND seq = $3 AND sink = $4", t.DeadLetter),
+		t.Slot, p.LSN.String(), int64(p.Seq), p.Sink)
 	if err != nil {
-		return false, fmt.Errorf("dropping %s (lsn %s) from %s: %w", p.Name(), p.LSN, t.DeadLetterName, err)
+		return false, fmt.Errorf("dropping %s (at %s) from %s: %w", p.Name(), p.At(), t.DeadLetterName, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -12,18 +12,40 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
 )
 
 // Position is a point in the stream: messages are totally ordered by
-// (CommitLSN, LSN), transactions in commit order and rows in insert order.
+// (CommitLSN, LSN, Seq), transactions in commit order and rows in insert
+// order; Seq tells apart the rows of one multi-insert WAL record (COPY),
+// which share an LSN (message.Message.Seq). CommitTime is the commit
+// time of the message at the position (zero when unknown): `cdc recover`
+// takes it as the time from which rows may be undelivered.
 type Position struct {
 	CommitLSN, LSN pglogrepl.LSN
+	Seq            uint32
+	CommitTime     time.Time
 }
 
-// Covers reports whether the message at (commit, lsn) is at or before p.
-func (p Position) Covers(commit, lsn pglogrepl.LSN) bool {
-	return commit < p.CommitLSN || commit == p.CommitLSN && lsn <= p.LSN
+// PositionOf returns the position of m.
+func PositionOf(m *message.Message) Position {
+	return Position{CommitLSN: m.CommitLSN, LSN: m.LSN, Seq: m.Seq, CommitTime: m.CommitTime}
+}
+
+// Covers reports whether the message m is at or before p.
+func (p Position) Covers(m *message.Message) bool {
+	return p.covers(m.CommitLSN, m.LSN, m.Seq)
+}
+
+func (p Position) covers(commit, lsn pglogrepl.LSN, seq uint32) bool {
+	switch {
+	case commit != p.CommitLSN:
+		return commit < p.CommitLSN
+	case lsn != p.LSN:
+		return lsn < p.LSN
+	}
+	return seq <= p.Seq
 }
 
 // LoadProgress reads the positions saved for t.Slot: empty when progress
@@ -35,7 +57,7 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Pos
 	if ok, err := TableExists(ctx, conn, t.Progress); err != nil || !ok {
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text FROM %s WHERE slot = $1", t.Progress), t.Slot)
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text, seq, commit_time FROM %s WHERE slot = $1", t.Progress), t.Slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading progress table %s: %w", t.Progress, err)
 	}
@@ -43,12 +65,17 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Pos
 	pos := map[string]Position{}
 	for rows.Next() {
 		var sink, c, l string
-		if err := rows.Scan(&sink, &c, &l); err != nil {
+		var seq int64
+		var at *time.Time
+		if err := rows.Scan(&sink, &c, &l, &seq, &at); err != nil {
 			return nil, err
 		}
-		var p Position
+		p := Position{Seq: uint32(seq)}
 		p.CommitLSN, _ = pglogrepl.ParseLSN(c)
 		p.LSN, _ = pglogrepl.ParseLSN(l)
+		if at != nil {
+			p.CommitTime = *at
+		}
 		pos[sink] = p
 	}
 	return pos, rows.Err()
@@ -77,7 +104,7 @@ func NewProgress(url string, t Tables, loaded map[string]Position, log zerolog.L
 // Acked records that sink acknowledged everything up to p.
 func (s *Progress) Acked(sink string, p Position) {
 	s.mu.Lock()
-	if old := s.pos[sink]; !old.Covers(p.CommitLSN, p.LSN) {
+	if old := s.pos[sink]; !old.covers(p.CommitLSN, p.LSN, p.Seq) {
 		if s.pos == nil {
 			s.pos = map[string]Position{}
 		}
@@ -142,15 +169,24 @@ func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]
 	sinks := make([]string, 0, len(batch))
 	commits := make([]string, 0, len(batch))
 	lsns := make([]string, 0, len(batch))
+	seqs := make([]int64, 0, len(batch))
+	times := make([]*time.Time, 0, len(batch))
 	for k, v := range batch {
 		sinks = append(sinks, k)
 		commits = append(commits, v.CommitLSN.String())
 		lsns = append(lsns, v.LSN.String())
+		seqs = append(seqs, int64(v.Seq))
+		var at *time.Time
+		if !v.CommitTime.IsZero() {
+			at = &v.CommitTime
+		}
+		times = append(times, at)
 	}
-	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, updated_at)
-		SELECT $1, s, c::pg_lsn, l::pg_lsn, now() FROM unnest($2::text[], $3::text[], $4::text[]) AS u(s, c, l)
-		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, updated_at = now()`, s.t.Progress),
-		s.t.Slot, sinks, commits, lsns)
+	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, seq, commit_time, updated_at)
+		SELECT $1, s, c::pg_lsn, l::pg_lsn, q, ct, now() FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(s, c, l, q, ct)
+		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, seq = EXCLUDED.seq,
+			commit_time = EXCLUDED.commit_time, updated_at = now()`, s.t.Progress),
+		s.t.Slot, sinks, commits, lsns, seqs, times)
 	if err != nil {
 		(*conn).Close(context.Background())
 		*conn = nil

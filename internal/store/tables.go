@@ -44,21 +44,25 @@ func quote(t string) string {
 const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
     slot       text        NOT NULL,
     sink       text        NOT NULL,
-    commit_lsn pg_lsn      NOT NULL,
-    lsn        pg_lsn      NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now(),
+    commit_lsn  pg_lsn      NOT NULL,
+    lsn         pg_lsn      NOT NULL,
+    seq         bigint      NOT NULL DEFAULT 0,
+    commit_time timestamptz,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (slot, sink)
 )`
 
 // deadLetterDDL is the dead-letter table. sink is ” for a row that cannot
 // be mapped (parked for every sink), or the name of the sink that refused
 // the message; row_data is then the message as the file sink writes it
-// (id, type, key, payload, headers, lsn, ...). resent_at is set by `cdc
-// dead-letter resend` (parked.go); tables made before it get it from
-// resentAtDDL.
+// (id, type, key, payload, headers, lsn, ...). seq tells apart the rows of
+// one multi-insert WAL record, which share lsn (message.Message.Seq).
+// resent_at is set by `cdc dead-letter resend` (parked.go). Tables made
+// by an older walpost get the columns and key they lack from Upgrade.
 const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
     slot       text        NOT NULL,
     lsn        pg_lsn      NOT NULL,
+    seq        bigint      NOT NULL DEFAULT 0,
     sink       text        NOT NULL DEFAULT '',
     commit_lsn pg_lsn      NOT NULL,
     message_id text,
@@ -66,16 +70,16 @@ const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
     row_data   jsonb       NOT NULL,
     parked_at  timestamptz NOT NULL DEFAULT now(),
     resent_at  timestamptz,
-    PRIMARY KEY (slot, lsn, sink)
+    PRIMARY KEY (slot, lsn, seq, sink)
 )`
-
-// resentAtDDL adds resent_at to a dead-letter table made before it.
-const resentAtDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS resent_at timestamptz`
 
 // Result says what Setup did with one table.
 type Result struct {
 	Table   string
 	Created bool
+	// Upgraded lists what was added to a table made by an older walpost
+	// (columns, the dead-letter table's new key); nil when nothing.
+	Upgraded []string
 }
 
 // Setup creates the tables that are missing.
@@ -97,20 +101,22 @@ func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 				return out, fmt.Errorf("%s: creating %s: %w", x.field, x.table, err)
 			}
 		}
-		if exists && x.table == t.DeadLetter {
-			if err := addResentAt(ctx, conn, x.table); err != nil {
-				return out, fmt.Errorf("%s: adding resent_at to %s: %w", x.field, x.table, err)
+		res := Result{Table: x.table, Created: !exists}
+		if exists {
+			if res.Upgraded, err = upgrade(ctx, conn, x.table, x.table == t.DeadLetter); err != nil {
+				return out, fmt.Errorf("%s: upgrading %s: %w", x.field, x.table, err)
 			}
 		}
-		out = append(out, Result{Table: x.table, Created: !exists})
+		out = append(out, res)
 	}
 	return out, nil
 }
 
-// ErrMissing and ErrGrant are wrapped by Check's errors.
+// ErrMissing, ErrGrant and ErrUpgrade are wrapped by Check's errors.
 var (
 	ErrMissing = errors.New("store: table missing")
 	ErrGrant   = errors.New("store: privilege missing")
+	ErrUpgrade = errors.New("store: table made by an older walpost")
 )
 
 // Check verifies that the tables exist and that the current role may use
@@ -125,8 +131,14 @@ func Check(ctx context.Context, conn *pgx.Conn, t Tables, deadLetter bool) error
 			` (or set postgres.progress_table: "-" to keep no per-sink progress)`); err != nil {
 			return err
 		}
+		if err := checkUpgraded(ctx, conn, t.Progress, t.ProgressName, "postgres.progress_table", false); err != nil {
+			return err
+		}
 	}
-	return checkTable(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", []string{"SELECT", "INSERT"}, deadLetter, "")
+	if err := checkTable(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", []string{"SELECT", "INSERT"}, deadLetter, ""); err != nil {
+		return err
+	}
+	return checkUpgraded(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", true)
 }
 
 func checkTable(ctx context.Context, conn *pgx.Conn, table, name, field string, privs []string, required bool, alt string) error {

@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Upgrading state tables made by an older walpost (README, "Upgrading").
+//
+// The progress table gained seq and commit_time, the dead-letter table
+// resent_at and seq, and the dead-letter key became (slot, lsn, seq,
+// sink): rows written by one multi-insert WAL record (COPY) share an LSN,
+// so an LSN alone named several rows (docs/design.md, "A message's
+// position"). Existing rows get seq 0. For the progress table that is
+// exact: a saved position (commit, lsn) was written when a sink
+// acknowledged a message at lsn, so at least the first row at lsn was
+// acknowledged; the rows after it at the same lsn, which the older
+// walpost took for acknowledged, are sent again. For the dead-letter
+// table it keeps each row's key unique, since the old key was.
+
+// deadLetterKey is the dead-letter table's primary key.
+var deadLetterKey = []string{"slot", "lsn", "seq", "sink"}
+
+// columnDDL adds each column a table of an older walpost may lack.
+var (
+	progressColumns = [][2]string{
+		{"seq", "bigint NOT NULL DEFAULT 0"},
+		{"commit_time", "timestamptz"},
+	}
+	deadLetterColumns = [][2]string{
+		{"resent_at", "timestamptz"},
+		{"seq", "bigint NOT NULL DEFAULT 0"},
+	}
+)
+
+// pending lists what table (quoted, existing) lacks of the current
+// layout: "column seq", "primary key (slot, lsn, seq, sink)".
+func pending(ctx context.Context, conn *pgx.Conn, table string, deadLetter bool) ([]string, error) {
+	cols := progressColumns
+	if deadLetter {
+		cols = deadLetterColumns
+	}
+	var have []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text), '{}') FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, table).Scan(&have)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	var out []string
+	for _, c := range cols {
+		if !slices.Contains(have, c[0]) {
+			out = append(out, "column "+c[0])
+		}
+	}
+	if deadLetter {
+		key, _, err := primaryKey(ctx, conn, table)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Equal(key, deadLetterKey) {
+			out = append(out, "primary key ("+strings.Join(deadLetterKey, ", ")+")")
+		}
+	}
+	return out, nil
+}
+
+// primaryKey returns the columns of table's primary key, in order, and
+// the constraint's name ("" when there is none).
+func primaryKey(ctx context.Context, conn *pgx.Conn, table string) ([]string, string, error) {
+	var cols []string
+	var name string
+	err := conn.QueryRow(ctx, `SELECT c.conname::text, array_agg(a.attname::text ORDER BY k.ord)
+		FROM pg_constraint c
+		CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+		WHERE c.conrelid = to_regclass($1) AND c.contype = 'p'
+		GROUP BY c.conname`, table).Scan(&name, &cols)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the primary key of %s: %w", table, err)
+	}
+	return cols, name, nil
+}
+
+// upgrade brings table (quoted, existing) to the current layout in one
+// transaction and returns what it changed; it changes nothing, and needs
+// no ownership, when the table is current.
+func upgrade(ctx context.Context, conn *pgx.Conn, table string, deadLetter bool) ([]string, error) {
+	todo, err := pending(ctx, conn, table, deadLetter)
+	if err != nil || len(todo) == 0 {
+		return nil, err
+	}
+	cols := progressColumns
+	if deadLetter {
+		cols = deadLetterColumns
+	}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, c := range cols {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", table, c[0], c[1])); err != nil {
+				return err
+			}
+		}
+		if !deadLetter {
+			return nil
+		}
+		key, name, err := primaryKey(ctx, conn, table)
+		if err != nil || slices.Equal(key, deadLetterKey) {
+			return err
+		}
+		if name != "" {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", table, pgx.Identifier{name}.Sanitize())); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (%s)", table, strings.Join(deadLetterKey, ", ")))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return todo, nil
+}
+
+// checkUpgraded makes sure that table (quoted; skipped when missing) has
+// the current layout. `cdc run` upgrades it itself when its role may
+// (the table's owner); otherwise it stops before streaming, with the
+// command that upgrades it: nothing is read from the slot meanwhile.
+func checkUpgraded(ctx context.Context, conn *pgx.Conn, table, name, field string, deadLetter bool) error {
+	if table == "" {
+		return nil
+	}
+	if ok, err := TableExists(ctx, conn, table); err != nil || !ok {
+		return err
+	}
+	todo, err := pending(ctx, conn, table, deadLetter)
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	if _, err := upgrade(ctx, conn, table, deadLetter); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "25006") { // not the owner; a read-only transaction
+			return fmt.Errorf("%w: %s: table %s was made by an older walpost and lacks %s, which this version needs "+
+				"(rows written by one COPY share an LSN and are told apart by seq); run 'cdc init' with this config as the table's owner to add them "+
+				"(existing rows are kept; nothing has been read from the slot)", ErrUpgrade, field, name, strings.Join(todo, ", "))
+		}
+		return fmt.Errorf("%s: upgrading table %s (it lacks %s): %w", field, name, strings.Join(todo, ", "), err)
+	}
+	return nil
+}
