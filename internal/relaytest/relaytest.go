@@ -308,3 +308,20 @@ func (ob Outbox) PendingInsertLSNs(t testing.TB, conn *pgx.Conn) (rows, lsns int
 	}
 	return rows, lsns
 }
+
+// PendingInsertLSNList returns the LSN of each INSERT pending in ob's slot
+// (read without consuming them), in stream order.
+func (ob Outbox) PendingInsertLSNList(t testing.TB, conn *pgx.Conn) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT lsn::text
+		FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)
+		WHERE substr(data, 1, 1) = 'I'::bytea`, ob.Slot, ob.Publication)
+	if err != nil {
+		t.Fatalf("peeking slot %s: %v", ob.Slot, err)
+	}
+	lsns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("peeking slot %s: %v", ob.Slot, err)
+	}
+	return lsns
+}
