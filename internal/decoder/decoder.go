@@ -51,7 +51,8 @@ const (
 	// Skip: nothing for the relay (a message of another table, a Type or
 	// Origin message, a transactional logical message).
 	Skip Kind = iota
-	// Begin opens a transaction; Event.CommitLSN is its commit LSN.
+	// Begin opens a transaction; Event.CommitLSN is its commit LSN and
+	// Event.Xid its transaction id.
 	Begin
 	// Row is an outbox row; Event.Msg holds it.
 	Row
@@ -71,6 +72,10 @@ type Event struct {
 	Msg       *message.Message
 	LSN       pglogrepl.LSN
 	CommitLSN pglogrepl.LSN
+	// Xid is a Begin's transaction id (32 bits, as pgoutput sends it):
+	// its rows are visible to other sessions once it is (columns.sent_at,
+	// docs/design.md "sent_at and adopt").
+	Xid uint32
 }
 
 // Error is a row the decoder cannot map to a message: bad input, not a
@@ -336,7 +341,7 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		d.tx.commitLSN = m.FinalLSN
 		d.tx.commitTime = m.CommitTime.UTC()
 		d.tx.counted = false
-		return Event{Kind: Begin, LSN: walStart, CommitLSN: m.FinalLSN}, nil
+		return Event{Kind: Begin, LSN: walStart, CommitLSN: m.FinalLSN, Xid: m.Xid}, nil
 	case 'C':
 		m, err := parse[*pglogrepl.CommitMessage](walStart, data)
 		if err != nil {

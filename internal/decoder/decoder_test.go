@@ -108,7 +108,7 @@ func TestDecodeTransactionGivesRowsWithTheirLSNs(t *testing.T) {
 		t.Fatalf("relation: kind %v", ev.Kind)
 	}
 	ev := mustDecode(t, d, 0x100, beginMsg(0x1F0, at, 700))
-	if ev.Kind != Begin || ev.CommitLSN != 0x1F0 || !d.InTransaction() {
+	if ev.Kind != Begin || ev.CommitLSN != 0x1F0 || ev.Xid != 700 || !d.InTransaction() {
 		t.Fatalf("begin: %+v", ev)
 	}
 	ev = mustDecode(t, d, 0x120, insertMsg(16384, s(id1), s("order.created"), s("order-7"),

@@ -608,6 +608,7 @@ type pipeline struct {
 	targets []int
 	marker  *sentat.Marker // columns.sent_at, nil when not mapped
 	ids     []string       // the open transaction's message ids, for marker
+	xid     uint32         // the open transaction's id, for marker
 }
 
 func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) error {
@@ -696,7 +697,7 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 	}
 	switch e.Kind {
 	case decoder.Begin:
-		p.txn = p.tracker.Begin()
+		p.txn, p.xid = p.tracker.Begin(), e.Xid
 	case decoder.Commit:
 		if p.txn == nil {
 			return fmt.Errorf("%w: commit at %s without begin", decoder.ErrProtocol, e.LSN)
@@ -708,7 +709,7 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 					return err
 				}
 			}
-			if err := p.marker.Add(ctx, e.LSN, p.ids); err != nil { // before the tracker may confirm it
+			if err := p.marker.Add(ctx, e.LSN, p.xid, p.ids); err != nil { // before the tracker may confirm it
 				return err
 			}
 			p.ids = nil

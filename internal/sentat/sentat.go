@@ -3,10 +3,10 @@
 // polling dispatcher keeps its cleanup job ("delete rows sent more than
 // a week ago") unchanged when walpost replaces the dispatcher.
 //
-// The pipeline hands the Marker each transaction's message ids at its
-// commit, before the checkpoint tracker may confirm it. The Marker
-// updates, in batches and off the hot path, the rows of the transactions
-// the tracker has confirmed (every sink acknowledged them):
+// The pipeline hands the Marker each transaction's id (xid) and message
+// ids at its commit, before the checkpoint tracker may confirm it. The
+// Marker updates, in batches and off the hot path, the rows of the
+// transactions the tracker has confirmed (every sink acknowledged them):
 //
 //	UPDATE outbox SET sent_at = now() WHERE id = ANY($1) AND sent_at IS NULL
 //
@@ -15,8 +15,20 @@
 // Confirmer). So a crash after the sinks acknowledged a row but before
 // its UPDATE committed streams the row again after the restart (one more
 // delivery, as at-least-once allows) and marks it then; a row whose
-// sent_at is set was acknowledged by every sink. See docs/design.md,
-// "sent_at and adopt".
+// sent_at is set was acknowledged by every sink.
+//
+// A commit is in the WAL, and so decoded, relayed and acknowledged,
+// before it is visible to other sessions (and for as long as a
+// synchronous standby keeps it waiting): an UPDATE in that gap finds
+// none of its rows. So the Marker first asks whether each transaction
+// is visible to a snapshot taken now (pg_visible_in_snapshot, its xid
+// widened to 64 bits with the snapshot's epoch) and updates only the
+// rows of visible ones; an invisible transaction stays at the head of
+// the queue, holding the confirmation, and is asked about again (with a
+// log line after a second). A row of a visible transaction that the
+// UPDATE does not match was marked already (a transaction streamed
+// again) or deleted (retention, delete-after-insert): the statement
+// counts both. See docs/design.md, "sent_at and adopt".
 //
 // A Marker is safe for concurrent use: Add from the pipeline, Confirmed
 // and Idle from the stream, Run and Flush from the relay.
@@ -56,10 +68,8 @@ const maxPending = 200_000
 
 // Marker marks acknowledged rows sent. See the package documentation.
 type Marker struct {
-	url  string
-	src  Source
-	log  zerolog.Logger
-	stmt string
+	src Source
+	log zerolog.Logger
 
 	mu      sync.Mutex
 	queue   []entry // committed transactions not yet marked, in stream order
@@ -69,20 +79,40 @@ type Marker struct {
 	space   chan struct{} // told after a round marked something
 
 	round sync.Mutex // one marking round at a time
-	conn  *pgx.Conn  // owned by whoever holds round
+	db    db         // used by whoever holds round
 }
 
 // entry is one transaction's rows: its end LSN (what confirming it
 // means), the position confirmed when it was added (safe to confirm while
-// it is not marked), and its message ids.
+// it is not marked), its xid, whether that was seen visible, and its
+// message ids.
 type entry struct {
 	end, prev pglogrepl.LSN
+	xid       uint32
+	visible   bool // set under round
 	ids       []string
 }
 
+// db is what a marking round asks of PostgreSQL (pgDB; a fake in the
+// unit tests). It is used by one goroutine at a time.
+type db interface {
+	// Visible reports, for each xid (32 bits, as pgoutput's Begin carries
+	// it), whether its transaction is visible to a snapshot taken now: a
+	// committed transaction's rows are, from then on, to every statement.
+	Visible(ctx context.Context, xids []uint32) ([]bool, error)
+	// Mark sets the sent-at column of the rows of ids where it is NULL and
+	// counts, in the same snapshot, the rows it set and those it found set
+	// already; the other ids' rows are gone (or were marked or deleted by a
+	// transaction that committed meanwhile).
+	Mark(ctx context.Context, ids []string) (set, already int, err error)
+	// Close ends the connection, if any (another call opens a new one).
+	Close()
+}
+
 // Check verifies, on an ordinary connection, that the relay may set the
-// sent-at column of t and returns the UPDATE statement that does it
-// ($1 = the ids as text[]). t.Columns[layout.SentAt] must be set.
+// sent-at column of t and returns the statement that does it ($1 = the
+// ids as text[]; it returns the rows it set and the rows whose sent-at
+// was set already). t.Columns[layout.SentAt] must be set.
 func Check(ctx context.Context, conn *pgx.Conn, t layout.Table) (stmt string, err error) {
 	col := t.Columns[layout.SentAt]
 	var idType, sentType string
@@ -113,25 +143,32 @@ func Check(ctx context.Context, conn *pgx.Conn, t layout.Table) (stmt string, er
 	if idType == "uuid" {
 		ids = "$1::text[]::uuid[]"
 	}
-	sent := t.Columns.Column(layout.SentAt)
-	return fmt.Sprintf("UPDATE %s SET %s = %s WHERE %s = ANY(%s) AND %s IS NULL",
-		t.Qualified(), sent, now, t.Columns.Column(layout.ID), ids, sent), nil
+	sent, id := t.Columns.Column(layout.SentAt), t.Columns.Column(layout.ID)
+	// The main query sees the table as the UPDATE found it (one snapshot):
+	// the rows it set are NULL there.
+	return fmt.Sprintf(`WITH u AS (UPDATE %[1]s SET %[2]s = %[3]s WHERE %[4]s = ANY(%[5]s) AND %[2]s IS NULL RETURNING 1)
+SELECT (SELECT count(*) FROM u), count(*) FILTER (WHERE %[2]s IS NOT NULL) FROM %[1]s WHERE %[4]s = ANY(%[5]s)`,
+		t.Qualified(), sent, now, id, ids), nil
 }
 
 // New returns a Marker that runs stmt (from Check) on connections to url
 // for the rows src has confirmed.
 func New(url, stmt string, src Source, log zerolog.Logger) *Marker {
-	return &Marker{url: url, src: src, log: log, stmt: stmt, out: src.Confirmed(),
+	return newMarker(&pgDB{url: url, stmt: stmt}, src, log)
+}
+
+func newMarker(d db, src Source, log zerolog.Logger) *Marker {
+	return &Marker{db: d, src: src, log: log, out: src.Confirmed(),
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
 }
 
 // Add records a committed transaction's message ids. The pipeline calls it
-// at the transaction's commit (end is the end of its commit record),
-// before telling the tracker, in stream order. While more than maxPending
-// ids wait to be marked it waits (the pipeline, and so the stream, stop
-// reading) until a round marked some, or ctx ends (its error); a
-// transaction alone may hold more.
-func (m *Marker) Add(ctx context.Context, end pglogrepl.LSN, ids []string) error {
+// at the transaction's commit (end is the end of its commit record, xid
+// the transaction's id from its Begin), before telling the tracker, in
+// stream order. While more than maxPending ids wait to be marked it waits
+// (the pipeline, and so the stream, stop reading) until a round marked
+// some, or ctx ends (its error); a transaction alone may hold more.
+func (m *Marker) Add(ctx context.Context, end pglogrepl.LSN, xid uint32, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -139,7 +176,7 @@ func (m *Marker) Add(ctx context.Context, end pglogrepl.LSN, ids []string) error
 		m.mu.Lock()
 		if len(m.queue) == 0 || m.pending+len(ids) <= maxPending {
 			prev := m.src.Confirmed() // below end: the tracker has not seen the commit
-			m.queue = append(m.queue, entry{end: end, prev: prev, ids: ids})
+			m.queue = append(m.queue, entry{end: end, prev: prev, xid: xid, ids: ids})
 			m.pending += len(ids)
 			m.mu.Unlock()
 			return nil
@@ -202,24 +239,94 @@ func (m *Marker) Pending() int {
 	return len(m.queue)
 }
 
+// Waiting for a transaction to become visible: the first retry after
+// visRetryStart, backing off to visRetryMax; logged once it waited
+// visLogAfter, then every visLogEvery.
+const (
+	visRetryStart = 5 * time.Millisecond
+	visRetryMax   = time.Second
+	visLogAfter   = time.Second
+	visLogEvery   = 30 * time.Second
+)
+
+// NotVisibleError is a marking round's answer while the first transaction
+// to mark is acknowledged by every sink but its commit is not visible to
+// other sessions yet: its rows cannot be marked, and the slot is not
+// confirmed past it, until it is.
+type NotVisibleError struct {
+	Xid  uint32
+	End  pglogrepl.LSN // the end of its commit record
+	Rows int
+}
+
+func (e *NotVisibleError) Error() string {
+	return fmt.Sprintf("transaction %d (commit at %s, %d rows) is not visible to other sessions yet", e.Xid, e.End, e.Rows)
+}
+
+// visWait follows the wait for one transaction to become visible: when
+// it began and when to log next.
+type visWait struct {
+	xid          uint32
+	since, logAt time.Time
+	logged       bool
+}
+
+// note records that the round found nv's transaction not visible and
+// logs when it has waited long enough.
+func (w *visWait) note(log zerolog.Logger, nv *NotVisibleError, now time.Time) {
+	if w.since.IsZero() || w.xid != nv.Xid {
+		*w = visWait{xid: nv.Xid, since: now, logAt: now.Add(visLogAfter)}
+	}
+	if now.Before(w.logAt) {
+		return
+	}
+	w.logAt, w.logged = now.Add(visLogEvery), true
+	log.Warn().Uint32("xid", nv.Xid).Str("lsn", nv.End.String()).Int("rows", nv.Rows).Dur("waited", now.Sub(w.since)).
+		Msg("columns.sent_at: a transaction every sink acknowledged is not visible to other sessions yet (its commit waits, e.g. for a synchronous standby); its rows are marked sent once it is, and the slot is not confirmed past it until then")
+}
+
+// done ends the wait (the round got past it).
+func (w *visWait) done(log zerolog.Logger, now time.Time) {
+	if w.logged {
+		log.Info().Uint32("xid", w.xid).Dur("waited", now.Sub(w.since)).Msg("columns.sent_at: the transaction is visible now; its rows are marked sent")
+	}
+	*w = visWait{}
+}
+
 // Run marks confirmed rows every interval (sooner when the stream asks
-// for a position held back by unmarked rows) until ctx ends. A failed
-// UPDATE is retried with backoff; it returns an error only for a failure
-// retrying cannot fix (the column or its privilege gone).
+// for a position held back by unmarked rows, or while a transaction to
+// mark is not visible yet) until ctx ends. A failed UPDATE is retried
+// with backoff; it returns an error only for a failure retrying cannot
+// fix (the column or its privilege gone).
 func (m *Marker) Run(ctx context.Context, interval time.Duration) error {
 	retry := backoff.New(100*time.Millisecond, 10*time.Second)
+	vis := backoff.New(visRetryStart, visRetryMax)
+	var wait visWait
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	defer m.release()
+	again := false
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-m.wake:
+		if !again {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			case <-m.wake:
+			}
 		}
+		again = false
 		err := m.markConfirmed(ctx)
+		var nv *NotVisibleError
 		switch {
+		case errors.As(err, &nv):
+			wait.note(m.log, nv, time.Now())
+			retry.Reset()
+			if !backoff.Sleep(ctx, vis.Next()) {
+				return nil
+			}
+			again = true
+			continue
 		case err == nil:
 			retry.Reset()
 		case ctx.Err() != nil:
@@ -227,48 +334,82 @@ func (m *Marker) Run(ctx context.Context, interval time.Duration) error {
 		case permanent(err):
 			return fmt.Errorf("columns.sent_at: %w", err)
 		default:
-			wait := retry.Next()
-			m.log.Warn().Err(err).Dur("retry_in", wait).Int("transactions", m.Pending()).
+			d := retry.Next()
+			m.log.Warn().Err(err).Dur("retry_in", d).Int("transactions", m.Pending()).
 				Msg("columns.sent_at: marking rows sent failed; the slot is not confirmed past them until it works")
-			if !backoff.Sleep(ctx, wait) {
+			if !backoff.Sleep(ctx, d) {
 				return nil
 			}
+			continue
 		}
+		vis.Reset()
+		wait.done(m.log, time.Now())
 	}
 }
 
 // Flush marks what the tracker confirmed, once more (after the sinks
-// drained at shutdown), within timeout.
+// drained at shutdown), within timeout; a transaction not visible yet is
+// waited for meanwhile. What it leaves unmarked keeps the slot's last
+// status before it.
 func (m *Marker) Flush(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := m.markConfirmed(ctx); err != nil {
-		m.log.Warn().Err(err).Msg("columns.sent_at: last marking failed; those rows are sent again after the restart and marked then")
+	defer m.release()
+	vis := backoff.New(visRetryStart, visRetryMax/4)
+	for {
+		err := m.markConfirmed(ctx)
+		var nv *NotVisibleError
+		if errors.As(err, &nv) {
+			if backoff.Sleep(ctx, vis.Next()) {
+				continue
+			}
+			m.log.Warn().Uint32("xid", nv.Xid).Str("lsn", nv.End.String()).Int("rows", nv.Rows).
+				Msg("columns.sent_at: at shutdown, a transaction every sink acknowledged is still not visible to other sessions; its rows are not marked sent, and the slot stays before it: they are sent again after the restart and marked then")
+			return
+		}
+		if err != nil {
+			m.log.Warn().Err(err).Msg("columns.sent_at: last marking failed; those rows are sent again after the restart and marked then")
+		}
+		return
 	}
-	m.release()
 }
 
 // release closes the marking connection between rounds.
 func (m *Marker) release() {
 	m.round.Lock()
 	defer m.round.Unlock()
-	m.closeConn()
+	m.db.Close()
 }
 
 // markConfirmed marks the rows of every transaction the tracker
-// confirmed, in statements of at most maxBatch ids; a transaction leaves
-// the queue (and may be confirmed) once all its rows are marked.
+// confirmed and whose commit is visible, in statements of at most
+// maxBatch ids; a transaction leaves the queue (and may be confirmed)
+// once all its rows are marked. It returns a *NotVisibleError when the
+// first transaction the tracker confirmed is not visible yet.
 func (m *Marker) markConfirmed(ctx context.Context) error {
 	m.round.Lock()
 	defer m.round.Unlock()
+	var set, already, gone int
+	defer func() {
+		if already+gone > 0 {
+			m.log.Debug().Int("marked", set).Int("marked_already", already).Int("gone", gone).
+				Msg("columns.sent_at: rows not marked by this round were marked before (a transaction streamed again) or deleted (retention, delete-after-insert)")
+		}
+	}()
 	for {
-		ids, whole, part := m.nextBatch(m.src.Confirmed())
+		c := m.src.Confirmed()
+		if err := m.checkVisible(ctx, c); err != nil {
+			return err
+		}
+		ids, whole, part := m.nextBatch(c)
 		if len(ids) == 0 {
 			return nil
 		}
-		if err := m.update(ctx, ids); err != nil {
+		s, a, err := m.db.Mark(ctx, ids)
+		if err != nil {
 			return err
 		}
+		set, already, gone = set+s, already+a, gone+len(ids)-s-a
 		m.mu.Lock()
 		clear(m.queue[:whole])
 		m.queue = m.queue[whole:]
@@ -281,13 +422,49 @@ func (m *Marker) markConfirmed(ctx context.Context) error {
 	}
 }
 
+// checkVisible asks which of the transactions the next statement would
+// cover (confirmed up to c, not seen visible yet) are visible now, and
+// records it. It returns a *NotVisibleError when the first one is not.
+func (m *Marker) checkVisible(ctx context.Context, c pglogrepl.LSN) error {
+	m.mu.Lock()
+	var at []int
+	var xids []uint32
+	for i, n := 0, 0; i < len(m.queue) && m.queue[i].end <= c && n < maxBatch; i++ {
+		e := &m.queue[i]
+		n += len(e.ids)
+		if !e.visible {
+			at, xids = append(at, i), append(xids, e.xid)
+		}
+	}
+	m.mu.Unlock()
+	if len(xids) == 0 {
+		return nil
+	}
+	vis, err := m.db.Visible(ctx, xids)
+	if err != nil {
+		return err
+	}
+	if len(vis) != len(xids) {
+		return fmt.Errorf("asking whether %d transactions are visible: %d answers", len(xids), len(vis))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, i := range at { // the queue only grows meanwhile: round is held
+		m.queue[i].visible = vis[k]
+	}
+	if e := m.queue[0]; !e.visible {
+		return &NotVisibleError{Xid: e.xid, End: e.end, Rows: len(e.ids)}
+	}
+	return nil
+}
+
 // nextBatch returns the ids of the next statement among the transactions
-// confirmed up to c: those of the first whole entries, then part ids of
-// the next entry when it does not fit whole.
+// confirmed up to c and seen visible: those of the first whole entries,
+// then part ids of the next entry when it does not fit whole.
 func (m *Marker) nextBatch(c pglogrepl.LSN) (ids []string, whole, part int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for whole < len(m.queue) && m.queue[whole].end <= c {
+	for whole < len(m.queue) && m.queue[whole].end <= c && m.queue[whole].visible {
 		e := m.queue[whole]
 		if room := maxBatch - len(ids); len(e.ids) > room {
 			part = room
@@ -300,25 +477,70 @@ func (m *Marker) nextBatch(c pglogrepl.LSN) (ids []string, whole, part int) {
 	return ids, whole, 0
 }
 
-func (m *Marker) update(ctx context.Context, ids []string) error {
-	if m.conn == nil {
-		conn, err := pgconnect.Connect(ctx, m.url)
-		if err != nil {
-			return err
-		}
-		m.conn = conn
+// pgDB is the db of a Marker: one connection, opened when needed and
+// closed after a failure or by release.
+type pgDB struct {
+	url, stmt string
+	conn      *pgx.Conn
+}
+
+// visibleQuery answers db.Visible against the snapshot snap (an SQL
+// expression of type pg_snapshot). A 32-bit xid x is widened to the
+// xid8 at or below the snapshot's xmax w whose low 32 bits are x: the
+// transaction committed, so its xid was assigned before w, and xids in
+// use are never 2^31 apart (wraparound protection). Xids below 3 (frozen,
+// bootstrap) are visible.
+func visibleQuery(snap string) string {
+	return `SELECT coalesce(array_agg(CASE WHEN x < 3 THEN true WHEN f < 3 THEN false
+	ELSE pg_visible_in_snapshot(f::text::xid8, s) END ORDER BY o), '{}')
+FROM (SELECT s, pg_snapshot_xmax(s)::text::bigint AS w FROM (SELECT ` + snap + ` AS s) AS s0) AS c,
+	unnest($1::bigint[]) WITH ORDINALITY AS u(x, o),
+	LATERAL (SELECT w - ((w % 4294967296) - x + 4294967296) % 4294967296 AS f) AS v`
+}
+
+func (d *pgDB) connect(ctx context.Context) error {
+	if d.conn != nil {
+		return nil
 	}
-	if _, err := m.conn.Exec(ctx, m.stmt, ids); err != nil {
-		m.closeConn()
+	conn, err := pgconnect.Connect(ctx, d.url)
+	if err != nil {
 		return err
 	}
+	d.conn = conn
 	return nil
 }
 
-func (m *Marker) closeConn() {
-	if m.conn != nil {
-		m.conn.Close(context.Background())
-		m.conn = nil
+func (d *pgDB) Visible(ctx context.Context, xids []uint32) ([]bool, error) {
+	if err := d.connect(ctx); err != nil {
+		return nil, err
+	}
+	xs := make([]int64, len(xids))
+	for i, x := range xids {
+		xs[i] = int64(x)
+	}
+	var vis []bool
+	if err := d.conn.QueryRow(ctx, visibleQuery("pg_current_snapshot()"), xs).Scan(&vis); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("asking whether transactions are visible: %w", err)
+	}
+	return vis, nil
+}
+
+func (d *pgDB) Mark(ctx context.Context, ids []string) (set, already int, err error) {
+	if err := d.connect(ctx); err != nil {
+		return 0, 0, err
+	}
+	if err := d.conn.QueryRow(ctx, d.stmt, ids).Scan(&set, &already); err != nil {
+		d.Close()
+		return 0, 0, err
+	}
+	return set, already, nil
+}
+
+func (d *pgDB) Close() {
+	if d.conn != nil {
+		d.conn.Close(context.Background())
+		d.conn = nil
 	}
 }
 
