@@ -282,6 +282,9 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 		!strings.Contains(p.stderr.String(), "run 'cdc init'") {
 		t.Fatalf("cdc run on an older walpost's tables, not their owner: exit %d, want 1 saying to run cdc init\n%s", code, p.stderr.String())
 	}
+	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 1 || !strings.Contains(stdout+stderr, "made by an older walpost and lacks column seq") {
+		t.Fatalf("cdc status on an older walpost's tables: exit %d, want 1 naming what they lack\n%s%s", code, stdout, stderr)
+	}
 	var initOut strings.Builder
 	if code := run([]string{"init", "--config", adminCfg}, &initOut, &initOut); code != 0 ||
 		!strings.Contains(initOut.String(), "upgraded: added column seq, column commit_time") ||
@@ -292,6 +295,9 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 		t.Fatalf("after the upgrade the dead-letter table holds %+v, want the older walpost's row", rows)
 	}
 
+	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 0 || strings.Contains(stdout+stderr, "older walpost") {
+		t.Fatalf("cdc status after cdc init: exit %d, want 0\n%s%s", code, stdout, stderr)
+	}
 	conn := pgtest.Connect(t, url)
 	msgs := copyMsgs(150)
 	ob.CopyTx(t, conn, msgs...)

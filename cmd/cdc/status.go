@@ -72,6 +72,11 @@ func readStatus(e *cmdEnv) (*status, error) {
 	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
 		return nil, err
 	}
+	if w, err := outdatedWarnings(ctx, conn, cfg); err != nil {
+		return nil, err
+	} else {
+		st.warnings = append(st.warnings, w...)
+	}
 	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading sink progress: %w", err)
 	}
@@ -79,6 +84,20 @@ func readStatus(e *cmdEnv) (*status, error) {
 		return nil, fmt.Errorf("reading the dead-letter table: %w", err)
 	}
 	return st, nil
+}
+
+// outdatedWarnings names the state tables made by an older walpost: cdc
+// run stops at them unless its role owns them (store.checkUpgraded).
+func outdatedWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
+	old, err := store.Outdated(ctx, conn, store.TablesOf(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("reading the state tables: %w", err)
+	}
+	var w []string
+	for _, name := range slices.Sorted(maps.Keys(old)) {
+		w = append(w, fmt.Sprintf("table %s was made by an older walpost and lacks %s: run cdc init (as its owner) to add them", name, strings.Join(old[name], ", ")))
+	}
+	return w, nil
 }
 
 // slotWarnings says why cdc run would refuse the slot, and how to fix it:

@@ -57,7 +57,13 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Pos
 	if ok, err := TableExists(ctx, conn, t.Progress); err != nil || !ok {
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text, seq, commit_time FROM %s WHERE slot = $1", t.Progress), t.Slot)
+	cols := "seq, commit_time"
+	if todo, err := pending(ctx, conn, t.Progress, false); err != nil {
+		return nil, err
+	} else if len(todo) > 0 {
+		cols = "0::bigint, NULL::timestamptz" // an older walpost's table (cdc status reads it as it is)
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text, %s FROM %s WHERE slot = $1", cols, t.Progress), t.Slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading progress table %s: %w", t.Progress, err)
 	}

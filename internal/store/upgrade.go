@@ -155,3 +155,32 @@ func checkUpgraded(ctx context.Context, conn *pgx.Conn, table, name, field strin
 	}
 	return nil
 }
+
+// Outdated lists, per state table of t that exists and was made by an
+// older walpost, what it lacks ("column seq"), read-only: for `cdc
+// status`, which says to run `cdc init`.
+func Outdated(ctx context.Context, conn *pgx.Conn, t Tables) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, x := range []struct {
+		table, name string
+		deadLetter  bool
+	}{{t.Progress, t.ProgressName, false}, {t.DeadLetter, t.DeadLetterName, true}} {
+		if x.table == "" {
+			continue
+		}
+		if ok, err := TableExists(ctx, conn, x.table); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		todo, err := pending(ctx, conn, x.table, x.deadLetter)
+		if err != nil {
+			return nil, err
+		}
+		if len(todo) > 0 {
+			out[x.name] = todo
+		}
+	}
+	return out, nil
+}
