@@ -21,6 +21,7 @@ type Metrics struct {
 	deadLettered     prometheus.Counter
 	refused          *prometheus.CounterVec
 	retentionDeleted prometheus.Counter
+	forged           *prometheus.CounterVec
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -43,12 +44,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter)."}, []string{"sink"}),
 		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_retention_deleted_total",
 			Help: "Delivered outbox rows deleted by relay.retention."}),
+		forged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_forged_messages_total",
+			Help: "Messages that claimed to be outbox messages without the proof the relay requires (kind envelope: no valid signature under postgres.message_keys; adopt: an adopt message cdc init did not write); never published."}, []string{"kind"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walpost_end_to_end_latency_seconds",
 			Help:    "From the transaction's commit (its Begin message's commit time) to the sink's acknowledgement.",
 			Buckets: latencyBuckets}, []string{"sink"}),
 	}
+	for _, kind := range []string{"envelope", "adopt"} {
+		m.forged.WithLabelValues(kind) // at 0 from the start, for alerts
+	}
 	if reg != nil {
-		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted,
+		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted, m.forged,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",

@@ -249,7 +249,7 @@ func (r *Relay) check(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters()); err != nil {
+	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
 		return err
 	}
 	return r.checkRetention(ctx, conn)
@@ -463,6 +463,13 @@ func newDecoder(cfg *config.Config) *decoder.Decoder {
 	d := decoder.New(cfg.Outbox())
 	if cfg.Postgres.TableLess() {
 		d.AcceptMessages(cfg.Postgres.MessagePrefix)
+		if len(cfg.Postgres.MessageKeys) > 0 {
+			keys := make([][]byte, len(cfg.Postgres.MessageKeys))
+			for i, k := range cfg.Postgres.MessageKeys {
+				keys[i] = []byte(k)
+			}
+			d.RequireSignature(keys)
+		}
 		return d
 	}
 	d.AcceptAdopted(decoder.AdoptPrefix(cfg.Postgres.Slot))
@@ -675,6 +682,16 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			// Parking would take every row of the table: stop whatever
 			// relay.on_invalid says.
 			return &stopAtRow{de}
+		case de.Forged:
+			// Whoever wrote it may not publish, and must not stop the
+			// relay either: parked whatever relay.on_invalid says.
+			if err := p.parked.Park(ctx, de, ""); err != nil {
+				return err
+			}
+			p.metrics.forged.WithLabelValues("envelope").Inc()
+			p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
+				Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
+			return nil
 		case !p.park:
 			parked, lerr := p.parked.Parked(ctx, de.LSN, de.Seq)
 			if lerr != nil {
