@@ -469,6 +469,12 @@ func newDecoder(cfg *config.Config) *decoder.Decoder {
 	return d
 }
 
+// ErrDrainCut is returned by Run when relay.shutdown_timeout ended the
+// drain after its context ended: the relay stopped as asked, with
+// deliveries in flight that the next run sends again (`cdc run` exits 3,
+// docs/design.md "Shutdown").
+var ErrDrainCut = errors.New("relay: relay.shutdown_timeout cut the drain")
+
 // runSink runs one sink's runner until its channel is drained, and names
 // what went wrong: a drain cut short by relay.shutdown_timeout, or the
 // sink's own error.
@@ -479,8 +485,8 @@ func (r *Relay) runSink(ctx, gctx context.Context, sd *shutdown, runner *publish
 		return nil
 	case sd.sinks.Err() != nil && gctx.Err() == nil && ctx.Err() != nil:
 		n, _ := window.InFlight()
-		return fmt.Errorf("shutdown: sink %s did not drain within relay.shutdown_timeout (%v); %d deliveries in flight will be sent again after restart",
-			name, sd.timeout, n)
+		return fmt.Errorf("%w: sink %s had not drained after %v; nothing is lost, the slot is confirmed up to what every sink acknowledged: %d deliveries in flight will be sent again after restart",
+			ErrDrainCut, name, sd.timeout, n)
 	}
 	return fmt.Errorf("sink %s: %w", name, err)
 }
