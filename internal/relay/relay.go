@@ -216,8 +216,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 }
 
 // check verifies, read-only, what the relay needs of the server. Failing
-// to connect is worth another cycle (the server may be starting); a
-// failed check is not.
+// to connect is worth another cycle (the server may be starting), unless
+// the server refused the role or database (pgconnect.Refused); a failed
+// check is not.
 func (r *Relay) check(ctx context.Context) error {
 	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
@@ -226,6 +227,9 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 		if errors.Is(err, pgconnect.ErrURL) {
 			return err
+		}
+		if pgconnect.Refused(err) {
+			return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
 		}
 		return restart{err}
 	}
