@@ -390,6 +390,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	r.setStream(stream, window, true)
 	defer r.setStream(stream, window, false)
 	r.metrics.watch(tracker, window, stream)
+	defer r.metrics.cycleEnded()
 
 	// Batches the stream read but the pipeline has not taken: at most
 	// 256 KiB of message data each (replication's maxBatchBytes, or one
