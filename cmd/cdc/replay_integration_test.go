@@ -90,7 +90,7 @@ func idsOf(lines []relaytest.Line) []string {
 // relay streams the slot to its own file sink, cdc replay (another config
 // on the same slot and table, two file sinks, one routed to b.* only)
 // publishes every row again with its id, type, key, payload and headers,
-// in id order (UUIDv7: time order; --since without columns.time), each
+// in created_at, id order (the default table's time column), each
 // to the sinks its route takes; with --sink and --from-id/--to-id only
 // that sink gets only that range. The relay neither stops nor gets a
 // message twice, and the slot is untouched by replay.
@@ -175,7 +175,7 @@ func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.
 	if after := relaytest.SlotConfirmed(t, conn, ob.Slot); after < slotBefore {
 		t.Fatalf("the slot went back from %s to %s", slotBefore, after)
 	}
-	// A range of ids not in the table, and --since on ids that are not UUIDv7.
+	// A range of ids not in the table.
 	if code, _, stderr = cdc(t, nil, "replay", "--config", replayCfg, "--from-id", "00000000-0000-4000-8000-000000000000"); code != 1 || !strings.Contains(stderr, "no row of") {
 		t.Fatalf("replay --from-id of no row: exit %d, want 1 naming it:\n%s", code, stderr)
 	}
