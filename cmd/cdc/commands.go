@@ -220,7 +220,11 @@ func checkSkip(o *options) error {
 }
 
 func initCmd(e *cmdEnv) error {
-	return relay.SetupWith(e.ctx, e.cfg, relay.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	err := relay.SetupWith(e.ctx, e.cfg, relay.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	if relay.IsSetupConfigError(err) {
+		return &exitCode{err, usageExitCode} // nothing was done
+	}
+	return err
 }
 
 func skipCmd(e *cmdEnv) error {

@@ -38,11 +38,14 @@ const runAbout = `Relay the outbox: check the server (read-only: run creates not
 init first), wait for the slot (a second instance on the same config waits
 as a hot standby), and stream every committed outbox row to the sinks,
 confirming the slot only after every sink acknowledged. SIGINT or SIGTERM
-stop reading, drain (relay.shutdown_timeout), confirm and exit 0. Logs are
+stop reading, drain, confirm and exit 0 (3 when relay.shutdown_timeout cut
+the drain short). Logs are
 structured (log.format) on stderr; http.listen serves /metrics, /healthz
 and /readyz.`
 
-var runExits = []string{"0  stopped cleanly after SIGINT/SIGTERM", "1  a runtime error (logged)", usageExit}
+var runExits = []string{"0  stopped cleanly after SIGINT/SIGTERM: everything read was delivered and confirmed",
+	"1  a runtime error (logged)", usageExit,
+	"3  stopped after SIGINT/SIGTERM, but relay.shutdown_timeout cut the drain: nothing is lost; the deliveries in flight are sent again by the next run"}
 
 const initAbout = `Create what the relay needs, as a role that may (the outbox table's owner,
 with REPLICATION): the outbox table (default layout, if missing), the

@@ -15,7 +15,8 @@
 // other.yaml); with --config too, both must name the same file.
 //
 // Exit codes: 0 after a clean stop, 1 on a runtime error, 2 on a usage or
-// configuration error.
+// configuration error; cdc run also 3 when relay.shutdown_timeout cut its
+// drain, cdc replay 130 when interrupted.
 //
 // The files: main.go dispatches; commands.go holds the command table and
 // parses each command's own flags; help.go the help texts; runcmd.go is

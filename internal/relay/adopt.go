@@ -31,6 +31,55 @@ var ErrAdoptSlotExists = errors.New("relay: --adopt needs a new slot")
 // than PostgreSQL 14.
 var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
 
+// ErrAdoptTableLess is returned by Setup with Adopt for a table-less
+// outbox (postgres.source: messages): it has no rows to adopt.
+var ErrAdoptTableLess = errors.New("relay: --adopt needs an outbox table")
+
+// IsSetupConfigError reports whether err, returned by Setup, is a
+// configuration error that Setup found before it did anything (`cdc init`
+// exits 2 for it).
+func IsSetupConfigError(err error) bool {
+	return errors.Is(err, ErrAdoptNeedsSentAt) || errors.Is(err, ErrAdoptTableLess) || errors.Is(err, ErrAdoptFailover)
+}
+
+// checkAdoptConfig refuses, before Setup connects, a configuration that
+// --adopt cannot work with.
+func checkAdoptConfig(cfg *config.Config) error {
+	switch {
+	case cfg.Postgres.TableLess():
+		return fmt.Errorf("%w: postgres.source: messages has no table whose unsent rows --adopt could hand to the stream; run cdc init without --adopt", ErrAdoptTableLess)
+	case !cfg.Outbox().Columns.Has(layout.SentAt):
+		return fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
+	case cfg.Postgres.FailoverSlot:
+		return fmt.Errorf("%w: run cdc init --adopt with postgres.failover_slot: false, then, with no relay running, "+
+			"ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection, and set postgres.failover_slot: true again", ErrAdoptFailover, cfg.Postgres.Slot)
+	}
+	return nil
+}
+
+// checkAdoptServer refuses, before Setup creates anything, a server or a
+// slot that --adopt cannot work with: a server before PostgreSQL 14, an
+// existing slot.
+func checkAdoptServer(ctx context.Context, conn *pgx.Conn, cfg *config.Config) error {
+	// Adopted rows travel as logical messages, which pgoutput sends from
+	// PostgreSQL 14 on: on an older server they would be lost.
+	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+		return err
+	} else if v < 140000 {
+		return fmt.Errorf("%w: --adopt needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages, which pgoutput sends from 14 on",
+			ErrAdoptNeedsPG14, v/10000, v%10000)
+	}
+	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
+	if err != nil {
+		return err
+	}
+	if info.Exists {
+		return fmt.Errorf("%w: slot %q exists (confirmed %s); rows committed before it were not adopted then. If no relay has run on it yet, drop it (SELECT pg_drop_replication_slot('%s')) and run cdc init --adopt again; otherwise run cdc init without --adopt",
+			ErrAdoptSlotExists, cfg.Postgres.Slot, info.ConfirmedFlush, cfg.Postgres.Slot)
+	}
+	return nil
+}
+
 // createSlotAdopting creates the slot and, in one transaction that sees
 // the database exactly as the slot starts (the snapshot the slot exports),
 // emits every row whose sent-at column is NULL as a transactional logical
@@ -39,26 +88,8 @@ var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
 // committed after it are streamed as usual, and no row is both. It
 // returns how many rows it adopted.
 func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (int64, error) {
-	t := cfg.Outbox()
-	if !t.Columns.Has(layout.SentAt) {
-		return 0, fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
-	}
-	// Adopted rows travel as logical messages, which pgoutput sends from
-	// PostgreSQL 14 on: on an older server they would be lost.
-	if v, err := replication.ServerVersion(ctx, conn); err != nil {
-		return 0, err
-	} else if v < 140000 {
-		return 0, fmt.Errorf("%w: --adopt needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages, which pgoutput sends from 14 on",
-			ErrAdoptNeedsPG14, v/10000, v%10000)
-	}
-	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
-	if err != nil {
-		return 0, err
-	}
-	if info.Exists {
-		return 0, fmt.Errorf("%w: slot %q exists (confirmed %s); rows committed before it were not adopted then. If no relay has run on it yet, drop it (SELECT pg_drop_replication_slot('%s')) and run cdc init --adopt again; otherwise run cdc init without --adopt",
-			ErrAdoptSlotExists, cfg.Postgres.Slot, info.ConfirmedFlush, cfg.Postgres.Slot)
-	}
+	// checkAdoptConfig and checkAdoptServer ran before Setup created
+	// anything.
 	rc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL)
 	if err != nil {
 		return 0, err

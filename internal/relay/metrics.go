@@ -3,6 +3,9 @@ package relay
 import (
 	"runtime"
 	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,11 +30,21 @@ type Metrics struct {
 	tracker *checkpoint.Tracker
 	window  *publish.Window
 	stream  *replication.Stream
+	// streaming is whether a cycle streams (watch until cycleEnded): the
+	// ages below are 0 otherwise, so that an instance that lost the slot
+	// does not report the deliveries it abandoned as stuck.
+	streaming bool
+	// oldest and stalled measure ages at scrape time (under mu): nothing
+	// on the hot path (docs/design.md, "Metrics of stalls").
+	oldest  ageSince[*checkpoint.Txn]
+	stalled stallClock
+	now     func() time.Time
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		now: time.Now,
 		decoded: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_messages_decoded_total",
 			Help: "Outbox messages read from the replication stream."}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_published_total",
@@ -63,9 +76,49 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				Help: "Server WAL end (last keepalive) minus the confirmed LSN."}, m.lag),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_connected",
 				Help: "1 while the replication stream is connected."}, m.connected),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_oldest_inflight_seconds",
+				Help: "How long the oldest transaction read with a delivery not yet acknowledged by every sink has been so; 0 when nothing is in flight. Measured at scrape time: short by up to one scrape interval."}, m.oldestInFlight),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_slot_stalled_seconds",
+				Help: "How long the confirmed LSN has not moved while the server's WAL is ahead of it; 0 when the slot is caught up or moving. Measured at scrape time: short by up to one scrape interval."}, m.slotStalled),
 		)
 	}
 	return m
+}
+
+// ageSince tells how long a value has stayed the same, from the calls
+// that observe it: the first observation of a value counts as its start.
+type ageSince[T comparable] struct {
+	value T
+	since time.Time
+}
+
+// observe records v at now and returns how long v has been observed,
+// 0 for the zero value (nothing to age).
+func (a *ageSince[T]) observe(now time.Time, v T) time.Duration {
+	var zero T
+	if v != a.value || a.since.IsZero() {
+		a.value, a.since = v, now
+	}
+	if v == zero {
+		return 0
+	}
+	return now.Sub(a.since)
+}
+
+// stallClock tells how long the confirmed position has not moved while
+// the server's WAL was ahead of it.
+type stallClock struct{ moved ageSince[pglogrepl.LSN] }
+
+// observe records the confirmed position and the server's WAL end at now
+// and returns how long the slot has been stalled.
+func (s *stallClock) observe(now time.Time, confirmed, serverWAL pglogrepl.LSN) time.Duration {
+	if serverWAL <= confirmed {
+		s.moved = ageSince[pglogrepl.LSN]{} // caught up: nothing is stalled
+		return 0
+	}
+	// confirmed is never 0 while streaming (the slot's position), so the
+	// zero value of ageSince is not a position.
+	return s.moved.observe(now, confirmed)
 }
 
 // latencyBuckets are the end-to-end latency histogram's upper bounds, in
@@ -104,7 +157,14 @@ func RegisterBuildInfo(reg prometheus.Registerer, version, revision string) {
 
 func (m *Metrics) watch(t *checkpoint.Tracker, w *publish.Window, s *replication.Stream) {
 	m.mu.Lock()
-	m.tracker, m.window, m.stream = t, w, s
+	m.tracker, m.window, m.stream, m.streaming = t, w, s, true
+	m.mu.Unlock()
+}
+
+// cycleEnded says the cycle watch was called for stopped streaming.
+func (m *Metrics) cycleEnded() {
+	m.mu.Lock()
+	m.streaming = false
 	m.mu.Unlock()
 }
 
@@ -155,4 +215,24 @@ func (m *Metrics) connected() float64 {
 		return 1
 	}
 	return 0
+}
+
+func (m *Metrics) oldestInFlight() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var head *checkpoint.Txn
+	if m.streaming && m.tracker != nil {
+		head = m.tracker.Oldest()
+	}
+	return m.oldest.observe(m.now(), head).Seconds()
+}
+
+func (m *Metrics) slotStalled() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var confirmed, wal pglogrepl.LSN
+	if m.streaming && m.tracker != nil && m.stream != nil {
+		confirmed, wal = m.tracker.Confirmed(), m.stream.ServerWAL()
+	}
+	return m.stalled.observe(m.now(), confirmed, wal).Seconds()
 }

@@ -216,8 +216,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 }
 
 // check verifies, read-only, what the relay needs of the server. Failing
-// to connect is worth another cycle (the server may be starting); a
-// failed check is not.
+// to connect is worth another cycle (the server may be starting), unless
+// the server refused the role or database (pgconnect.Refused); a failed
+// check is not.
 func (r *Relay) check(ctx context.Context) error {
 	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
@@ -226,6 +227,9 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 		if errors.Is(err, pgconnect.ErrURL) {
 			return err
+		}
+		if pgconnect.Refused(err) {
+			return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
 		}
 		return restart{err}
 	}
@@ -386,6 +390,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	r.setStream(stream, window, true)
 	defer r.setStream(stream, window, false)
 	r.metrics.watch(tracker, window, stream)
+	defer r.metrics.cycleEnded()
 
 	// Batches the stream read but the pipeline has not taken: at most
 	// 256 KiB of message data each (replication's maxBatchBytes, or one
@@ -476,6 +481,12 @@ func newDecoder(cfg *config.Config) *decoder.Decoder {
 	return d
 }
 
+// ErrDrainCut is returned by Run when relay.shutdown_timeout ended the
+// drain after its context ended: the relay stopped as asked, with
+// deliveries in flight that the next run sends again (`cdc run` exits 3,
+// docs/design.md "Shutdown").
+var ErrDrainCut = errors.New("relay: relay.shutdown_timeout cut the drain")
+
 // runSink runs one sink's runner until its channel is drained, and names
 // what went wrong: a drain cut short by relay.shutdown_timeout, or the
 // sink's own error.
@@ -486,8 +497,8 @@ func (r *Relay) runSink(ctx, gctx context.Context, sd *shutdown, runner *publish
 		return nil
 	case sd.sinks.Err() != nil && gctx.Err() == nil && ctx.Err() != nil:
 		n, _ := window.InFlight()
-		return fmt.Errorf("shutdown: sink %s did not drain within relay.shutdown_timeout (%v); %d deliveries in flight will be sent again after restart",
-			name, sd.timeout, n)
+		return fmt.Errorf("%w: sink %s had not drained after %v; nothing is lost, the slot is confirmed up to what every sink acknowledged: %d deliveries in flight will be sent again after restart",
+			ErrDrainCut, name, sd.timeout, n)
 	}
 	return fmt.Errorf("sink %s: %w", name, err)
 }

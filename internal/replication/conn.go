@@ -148,7 +148,11 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	}
 	pg, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
+		err = fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
+		if pgconnect.Refused(err) {
+			return nil, fatalError{fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)}
+		}
+		return nil, err
 	}
 	// After the startup exchange: its round trips give the RTT.
 	rb := sizeReceiveBuffer(pg.Conn(), s.opt.ReceiveBuffer)
