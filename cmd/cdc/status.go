@@ -15,6 +15,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -27,6 +28,7 @@ type status struct {
 	progress map[string]store.Position // by sink
 	parked   map[string]int            // by sink; "" for rows that could not be mapped
 	warnings []string                  // why cdc run would refuse the slot
+	risk     string                    // who may write what the relay publishes (relay.EmitRisk); no exit 1
 }
 
 // statusCmd is cdc status [--json]. It exits 1 (an error) when the slot is
@@ -70,6 +72,9 @@ func readStatus(e *cmdEnv) (*status, error) {
 		return st, nil
 	}
 	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
+		return nil, err
+	}
+	if st.risk, err = relay.EmitRisk(ctx, conn, cfg); err != nil {
 		return nil, err
 	}
 	if w, err := outdatedWarnings(ctx, conn, cfg); err != nil {
@@ -187,6 +192,9 @@ func (st *status) printText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
+	if st.risk != "" {
+		fmt.Fprintf(w, "warning:       %s\n", st.risk)
+	}
 	for _, warning := range st.warnings {
 		fmt.Fprintf(w, "warning:       %s\n", warning)
 	}
@@ -244,6 +252,9 @@ func (st *status) jsonReport() statusJSON {
 	info := st.slot
 	r := statusJSON{Slot: st.cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
 		Sinks: []sinkJSON{}, Warnings: append([]string{}, st.warnings...)}
+	if st.risk != "" {
+		r.Warnings = append(r.Warnings, st.risk)
+	}
 	for _, s := range st.cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.progress[s.Name]; ok {

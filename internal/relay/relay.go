@@ -75,6 +75,9 @@ type Relay struct {
 	// relay gives an operator (e.g. the cdc skip command line).
 	ConfigPath string
 
+	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
+	emitWarned bool
+
 	mu     sync.Mutex
 	stream *replication.Stream
 	window *publish.Window
@@ -168,6 +171,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	cfg := r.cfg
 	r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot).Msg("connecting")
 	if err := r.check(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, nil // SIGINT/SIGTERM during the check: a clean stop, nothing read
+		}
 		return false, err
 	}
 	tracker := checkpoint.New(0)
@@ -236,6 +242,12 @@ func (r *Relay) check(ctx context.Context) error {
 	defer conn.Close(context.Background())
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
 		return err
+	}
+	if risk, err := emitRisk(ctx, conn, r.cfg); err != nil {
+		return err
+	} else if risk != "" && !r.emitWarned {
+		r.emitWarned = true
+		r.log.Warn().Str("prefix", r.cfg.Postgres.MessagePrefix).Msg(risk)
 	}
 	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
 		return err

@@ -68,6 +68,12 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		return err
 	}
 	report(fmt.Sprintf("publication %s: %s", t.Publication, createdOrExists(created)))
+	if t.TableLess && len(cfg.Postgres.MessageRoles) > 0 {
+		if err := restrictEmit(ctx, conn, cfg.Postgres.MessageRoles); err != nil {
+			return err
+		}
+		report(fmt.Sprintf("pg_logical_emit_message: EXECUTE taken from PUBLIC, granted to %s", strings.Join(cfg.Postgres.MessageRoles, ", ")))
+	}
 	slotCreated := true
 	if opts.Adopt {
 		n, err := createSlotAdopting(ctx, conn, cfg)
