@@ -61,7 +61,7 @@ func TestMessagesSourceErrorsNameTheField(t *testing.T) {
 		"postgres:\n  url: postgres://u@h/db\n  source: rows\nsinks: [{name: out, kind: stdout}]\n":                     `postgres.source: "rows" is not table or messages`,
 		"postgres:\n  url: postgres://u@h/db\n  message_prefix: app\nsinks: [{name: out, kind: stdout}]\n":              "postgres.message_prefix: only used with postgres.source: messages",
 		"postgres:\n  url: postgres://u@h/db\n  source: table\n  message_prefix: x\nsinks: [{name: o, kind: stdout}]\n": "postgres.message_prefix: only used",
-		"postgres:\n  url: postgres://u@h/db\n  message_keys: [0123456789abcdef]\nsinks: [{name: o, kind: stdout}]\n":      "postgres.message_keys: only used with postgres.source: messages",
+		"postgres:\n  url: postgres://u@h/db\n  message_keys: [0123456789abcdef]\nsinks: [{name: o, kind: stdout}]\n":   "postgres.message_keys: only used with postgres.source: messages",
 	} {
 		if _, err := Parse([]byte(y), env(nil)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", y, err, want)
