@@ -141,7 +141,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		held = held || streamed
 		var re restart
 		if !errors.As(err, &re) {
-			return r.explainMissingSlot(err, held)
+			return r.explainInvalidSlot(r.explainMissingSlot(err, held))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -236,7 +236,11 @@ func (r *Relay) check(ctx context.Context) error {
 	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
 		return err
 	}
-	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
+	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
+	r.metrics.slotRead(info)
+	// An invalidated slot goes on to START_REPLICATION, whose error (the
+	// server's message and DETAIL) explainInvalidSlot explains.
+	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
 		return err
 	}
 	if r.cfg.Postgres.FailoverSlot {
@@ -525,7 +529,7 @@ func (r *Relay) runner(s publish.Sink, in chan []publish.Delivery, tracker *chec
 		tracker.AckAll(txns)
 		window.Release(len(batch), bytes)
 		last := batch[len(batch)-1].Msg
-		progress.Acked(sinkName, store.Position{CommitLSN: last.CommitLSN, LSN: last.LSN})
+		progress.Acked(sinkName, store.Position{CommitLSN: last.CommitLSN, LSN: last.LSN, CommitTime: last.CommitTime})
 		if sent {
 			published.Add(float64(len(batch)))
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/pgconnect"
@@ -19,6 +20,10 @@ import (
 // (CommitLSN, LSN), transactions in commit order and rows in insert order.
 type Position struct {
 	CommitLSN, LSN pglogrepl.LSN
+	// CommitTime is the commit time of the transaction at CommitLSN
+	// (progress table's commit_time; zero when unknown). `cdc recover`
+	// bounds the rows it relays again with it.
+	CommitTime time.Time
 }
 
 // Covers reports whether the message at (commit, lsn) is at or before p.
@@ -67,6 +72,8 @@ type Progress struct {
 	mu    sync.Mutex
 	pos   map[string]Position
 	dirty bool
+	// noCommitTime: the table has no commit_time column (made before it).
+	noCommitTime bool
 }
 
 // NewProgress returns a store starting from loaded (LoadProgress's result).
@@ -142,15 +149,41 @@ func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]
 	sinks := make([]string, 0, len(batch))
 	commits := make([]string, 0, len(batch))
 	lsns := make([]string, 0, len(batch))
+	times := make([]*time.Time, 0, len(batch))
 	for k, v := range batch {
 		sinks = append(sinks, k)
 		commits = append(commits, v.CommitLSN.String())
 		lsns = append(lsns, v.LSN.String())
+		if v.CommitTime.IsZero() {
+			times = append(times, nil)
+		} else {
+			times = append(times, &v.CommitTime)
+		}
 	}
-	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, updated_at)
+	if s.noCommitTime {
+		_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, updated_at)
 		SELECT $1, s, c::pg_lsn, l::pg_lsn, now() FROM unnest($2::text[], $3::text[], $4::text[]) AS u(s, c, l)
 		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, updated_at = now()`, s.t.Progress),
-		s.t.Slot, sinks, commits, lsns)
+			s.t.Slot, sinks, commits, lsns)
+		return s.written(conn, err)
+	}
+	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, commit_time, updated_at)
+		SELECT $1, s, c::pg_lsn, l::pg_lsn, t, now() FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS u(s, c, l, t)
+		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, commit_time = EXCLUDED.commit_time, updated_at = now()`, s.t.Progress),
+		s.t.Slot, sinks, commits, lsns, times)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42703" {
+		// A table made before commit_time, and cdc init not run since:
+		// keep saving the positions without it.
+		s.noCommitTime = true
+		s.log.Warn().Str("table", s.t.ProgressName).Msg("the progress table has no commit_time column (run cdc init to add it): cdc recover cannot bound its selection by it")
+		return s.write(ctx, conn, batch)
+	}
+	return s.written(conn, err)
+}
+
+// written closes the connection after a failed write (a new one is made
+// next time); a write cut short by the end of ctx is no failure.
+func (s *Progress) written(conn **pgx.Conn, err error) error {
 	if err != nil {
 		(*conn).Close(context.Background())
 		*conn = nil

@@ -47,8 +47,13 @@ const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
     commit_lsn pg_lsn      NOT NULL,
     lsn        pg_lsn      NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now(),
+    commit_time timestamptz,
     PRIMARY KEY (slot, sink)
 )`
+
+// commitTimeDDL adds commit_time (the commit time of the last message the
+// sink acknowledged) to a progress table made before it.
+const commitTimeDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS commit_time timestamptz`
 
 // deadLetterDDL is the dead-letter table. sink is ” for a row that cannot
 // be mapped (parked for every sink), or the name of the sink that refused
@@ -95,6 +100,11 @@ func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 		if !exists {
 			if _, err := conn.Exec(ctx, fmt.Sprintf(x.ddl, x.table)); err != nil {
 				return out, fmt.Errorf("%s: creating %s: %w", x.field, x.table, err)
+			}
+		}
+		if exists && x.table == t.Progress {
+			if _, err := conn.Exec(ctx, fmt.Sprintf(commitTimeDDL, x.table)); err != nil {
+				return out, fmt.Errorf("%s: adding commit_time to %s: %w", x.field, x.table, err)
 			}
 		}
 		if exists && x.table == t.DeadLetter {
