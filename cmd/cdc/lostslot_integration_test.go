@@ -238,42 +238,77 @@ func TestIntegrationRecoverRelaysEveryRowWhoseSentAtIsNull(t *testing.T) {
 }
 
 // TestIntegrationRecoverRelaysEveryRowSinceTheLastAcknowledgedCommit: the
-// default layout (no sent_at): the slot is invalidated while the relay
-// streams and rows are committed throughout (some delivered, some not);
-// the progress table's commit_time bounds what cdc recover relays again
-// (created_at at or after it, less --margin); every committed row reaches
-// the file, duplicates allowed.
+// default layout (no sent_at), two sinks (one takes type "u" only): the
+// progress table's commit_time bounds what cdc recover relays again
+// (created_at at or after the earliest sink's, less --margin), and a
+// sink that got nothing new since a restart keeps its commit time. The
+// slot is invalidated while the relay streams, rows are committed
+// throughout; every committed row reaches each sink its route takes it
+// to, duplicates allowed.
 func TestIntegrationRecoverRelaysEveryRowSinceTheLastAcknowledgedCommit(t *testing.T) {
-	url, ob, out, cfg := lostSlotOutbox(t, "")
+	c := startCluster(t, "max_slot_wal_keep_size = 1MB")
+	url := c.URL("postgres")
+	ob := relaytest.NewOutbox(t, url)
+	dir := t.TempDir()
+	out, only := filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "u.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}\n  - {name: u, kind: file, path: %s, route: {include: [u]}}", out, only), "")
+	cdcInit(t, cfg)
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
-	var all []relaytest.Msg
-	insert := func() {
-		m := relaytest.NewMsg("t", fmt.Sprint("k", len(all)%3), len(all))
+	var all, us []relaytest.Msg
+	insert := func(typ string) {
+		m := relaytest.NewMsg(typ, fmt.Sprint("k", len(all)%3), len(all))
 		all = append(all, m)
+		if typ == "u" {
+			us = append(us, m)
+		}
 		ob.InsertTx(t, conn, m)
 	}
-	for range 5 {
-		insert()
+	sinksWithTime := func() int {
+		var n int
+		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1 AND commit_time IS NOT NULL", ob.Slot).Scan(&n)
+		return n
+	}
+	for _, typ := range []string{"t", "u", "t", "u"} {
+		insert(typ)
 	}
 	p := startCDC(t, "run", "--config", cfg)
 	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
-	pgtest.Await(t, 30*time.Second, "the progress table to hold a commit time", func() bool {
+	relaytest.WaitAllDelivered(t, only, us, 30*time.Second, p.stderr.String)
+	pgtest.Await(t, 30*time.Second, "both sinks' commit times in the progress table", func() bool { return sinksWithTime() == 2 })
+	stopGracefully(t, p)
+	var saved time.Time
+	if err := conn.QueryRow(ctx, "SELECT max(updated_at) FROM public.walpost_sink_progress WHERE slot = $1", ob.Slot).Scan(&saved); err != nil {
+		t.Fatal(err)
+	}
+	p = startCDC(t, "run", "--config", cfg)
+	insert("t")
+	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
+	pgtest.Await(t, 30*time.Second, "the progress saved after the restart", func() bool {
 		var n int
-		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1 AND commit_time IS NOT NULL", ob.Slot).Scan(&n)
-		return n == 1
+		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1 AND updated_at > $2", ob.Slot, saved).Scan(&n)
+		return n == 2 // both: the relay writes every sink's position
 	})
-	invalidate(t, url, ob.Slot, insert) // the relay streams meanwhile
+	if n := sinksWithTime(); n != 2 {
+		t.Fatalf("%d sinks with a commit time after the restart, want 2 (sink u got nothing new and keeps its own)", n)
+	}
+	invalidate(t, url, ob.Slot, func() { insert("u") }) // the relay streams meanwhile
 	if code := p.wait(30 * time.Second); code != 1 {
 		t.Fatalf("cdc run exited %d after its slot was lost, want 1\n%s", code, p.stderr.String())
 	}
-	for range 5 {
-		insert()
+	for _, typ := range []string{"t", "u", "t", "u", "t"} {
+		insert(typ)
 	}
 	before := len(copies(relaytest.ReadLines(t, out)))
 	report := recoverAndDeliver(t, cfg, out, all)
+	relaytest.WaitAllDelivered(t, only, us, 30*time.Second, nil)
 	if !strings.Contains(report, "whose created_at is at or after") || !strings.Contains(report, "less --margin 5m0s") {
 		t.Errorf("cdc recover's report does not give the time bound:\n%s", report)
+	}
+	for _, l := range relaytest.ReadLines(t, only) {
+		if l.Type != "u" {
+			t.Errorf("sink u got a message of type %q", l.Type)
+		}
 	}
 	t.Logf("%d rows committed, %d delivered before the recovery; %d lines after it", len(all), before, len(relaytest.ReadLines(t, out)))
 }

@@ -164,15 +164,18 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 	}
 	report(fmt.Sprintf("slot %s: created; %d row(s) of %s not proven delivered (%s) handed to the stream: cdc run relays them, then what commits after "+
 		"(some may be duplicates: inboxes drop them by id)", t.Slot, n, t.Outbox, sel.what))
+	if cfg.Postgres.FailoverSlot {
+		report(fmt.Sprintf("slot %s: not a failover slot (created with an exported snapshot): with no relay running, run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection", t.Slot, t.Slot))
+	}
 	if s := retention.SettingsOf(cfg); s != nil {
 		// Marks prove delivery for the slot that passed them only.
+		if ok, err := store.TableExists(ctx, conn, store.QuoteTable(s.Retention.MarksTable)); err != nil || !ok {
+			return err // no marks table: cdc init makes it, empty
+		}
 		if _, err := retention.ForgetMarks(ctx, conn, *s); err != nil {
 			return fmt.Errorf("%w; the new slot holds the rows, but relay.retention must not use the old slot's marks: run DELETE FROM %s WHERE slot = '%s' before cdc run",
 				err, s.Retention.MarksTable, t.Slot)
 		}
-	}
-	if cfg.Postgres.FailoverSlot {
-		report(fmt.Sprintf("slot %s: not a failover slot (created with an exported snapshot): with no relay running, run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection", t.Slot, t.Slot))
 	}
 	return nil
 }

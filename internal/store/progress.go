@@ -167,9 +167,12 @@ func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]
 			s.t.Slot, sinks, commits, lsns)
 		return s.written(conn, err)
 	}
-	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, commit_time, updated_at)
+	// A position loaded at start has no commit time: the saved one, older
+	// than the position's, stays (an earlier bound for cdc recover).
+	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (slot, sink, commit_lsn, lsn, commit_time, updated_at)
 		SELECT $1, s, c::pg_lsn, l::pg_lsn, t, now() FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS u(s, c, l, t)
-		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, commit_time = EXCLUDED.commit_time, updated_at = now()`, s.t.Progress),
+		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn,
+			commit_time = COALESCE(EXCLUDED.commit_time, p.commit_time), updated_at = now()`, s.t.Progress),
 		s.t.Slot, sinks, commits, lsns, times)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42703" {
 		// A table made before commit_time, and cdc init not run since:
