@@ -333,9 +333,10 @@ func TestIntegrationRecoverRefusesAUsableSlotAndAsksForABoundItCannotFind(t *tes
 	ob.InsertTx(t, conn, msgs...)
 	invalidate(t, url, ob.Slot, nil)
 	code, stdout, stderr = relaytest.Run(t, os.Args[0], []string{"WALPOST_CDC_MAIN=1"}, "recover", "--config", cfg)
-	if code != 1 || !strings.Contains(stderr, "Pass --since") || walStatus(t, conn, ob.Slot) != "lost" {
+	if code != 1 || !strings.Contains(stderr, "Pass --since") || !strings.Contains(stderr, "holds 5 row(s)") || walStatus(t, conn, ob.Slot) != "lost" {
 		t.Fatalf("recover with nothing recorded: exit %d, want 1 asking for --since, the slot untouched (%s)\n%s%s", code, walStatus(t, conn, ob.Slot), stdout, stderr)
 	}
+	t.Logf("recover with nothing recorded: %s", stderr)
 	report := recoverAndDeliver(t, cfg, out, msgs, "--since", "1h")
 	if !strings.Contains(report, "5 row(s)") {
 		t.Errorf("cdc recover --since 1h did not hand the 5 rows to the stream:\n%s", report)

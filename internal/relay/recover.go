@@ -224,8 +224,8 @@ func recoverSelection(ctx context.Context, conn *pgx.Conn, cfg *config.Config, o
 	}
 	if since.IsZero() {
 		return selection{}, fmt.Errorf("%w: columns.sent_at is not mapped, and %s. Pass --since with a time before the last delivery you are sure of "+
-			"(a duration such as 24h, or a timestamp such as 2026-01-02T15:04:05Z): every row whose time is at or after it is relayed again",
-			ErrRecoverNoBound, strings.Join(reasons, "; "))
+			"(a duration such as 24h, or a timestamp such as 2026-01-02T15:04:05Z): every row whose time is at or after it is relayed again%s",
+			ErrRecoverNoBound, strings.Join(reasons, "; "), oldest(ctx, conn, cfg))
 	}
 	col, bound, err := timeColumn(ctx, conn, cfg)
 	if err != nil {
@@ -234,6 +234,21 @@ func recoverSelection(ctx context.Context, conn *pgx.Conn, cfg *config.Config, o
 	ts := since.UTC().Format(time.RFC3339Nano)
 	return selection{where: fmt.Sprintf("(%s >= %s OR %[1]s IS NULL)", pgx.Identifier{col}.Sanitize(), bound), args: []any{since},
 		what: fmt.Sprintf("whose %s is at or after %s: %s", col, ts, why), since: ts}, nil
+}
+
+// oldest says how many rows the table holds and since when, for the
+// error that asks for --since ("" when it cannot tell).
+func oldest(ctx context.Context, conn *pgx.Conn, cfg *config.Config) string {
+	col, _, err := timeColumn(ctx, conn, cfg)
+	if err != nil {
+		return ""
+	}
+	var n int64
+	var at *time.Time
+	if conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*), min(%s)::timestamptz FROM %s", pgx.Identifier{col}.Sanitize(), cfg.Outbox().Qualified())).Scan(&n, &at) != nil || at == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%s holds %d row(s), the oldest from %s: --since %s relays them all)", cfg.Outbox(), n, at.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
 }
 
 // markBound returns the taken_at of the newest retention mark at or
