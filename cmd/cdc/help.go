@@ -61,10 +61,12 @@ const statusAbout = `Show the replication slot: its plugin and database, whether
 it, the confirmed LSN, the lag and the WAL it retains (in binary units:
 KiB, MiB, GiB; --json gives exact bytes), each sink's acknowledged position
 and the parked messages, with a warning when cdc run would refuse the slot
-(another plugin than pgoutput, another database than postgres.url's).`
+(another plugin than pgoutput, another database than postgres.url's, or
+invalidated by the server: wal_status lost, for cdc recover) and when the
+slot is in danger (wal_status unreserved: beyond max_slot_wal_keep_size).`
 
-var statusExits = []string{"0  the slot exists and cdc run can use it",
-	"1  the slot is missing or unusable (another plugin or database, or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit}
+var statusExits = []string{"0  the slot exists and cdc run can use it (wal_status unreserved is a warning only)",
+	"1  the slot is missing or unusable (invalidated: wal_status lost; another plugin or database; or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit}
 
 const skipAbout = `Park in the dead-letter table the one row a relay with relay.on_invalid:
 stop stops at, so that the next cdc run goes past it. Stop every relay on

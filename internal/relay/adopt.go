@@ -90,6 +90,28 @@ func checkAdoptServer(ctx context.Context, conn *pgx.Conn, cfg *config.Config) e
 func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (int64, error) {
 	// checkAdoptConfig and checkAdoptServer ran before Setup created
 	// anything.
+	t := cfg.Outbox()
+	return createSlotEmitting(ctx, conn, cfg, selection{
+		where: t.Columns.Column(layout.SentAt) + " IS NULL",
+		what:  "whose " + t.Columns[layout.SentAt] + " is NULL",
+	})
+}
+
+// selection is the rows of the outbox table that a new slot's first
+// transaction hands to the stream: `cdc init --adopt` the unsent ones,
+// `cdc recover` those not proven delivered (recover.go).
+type selection struct {
+	where string // an SQL condition on the table; its parameters are $2, $3, …
+	args  []any
+	what  string // the rows in words, for reports ("whose sent_at is NULL")
+	since string // for rows selected by time, the bound (RFC 3339), for --since
+}
+
+// createSlotEmitting creates the slot with an exported snapshot and, in a
+// transaction on that snapshot, emits an adopt message for each row of
+// sel (see createSlotAdopting). If emitting fails, the slot is dropped
+// again. It returns how many rows it emitted.
+func createSlotEmitting(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sel selection) (int64, error) {
 	rc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL)
 	if err != nil {
 		return 0, err
@@ -99,14 +121,14 @@ func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config)
 		return 0, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(rc), err)
 	}
 	// The exported snapshot lives as long as this connection runs no
-	// other command: close it only once the adopting transaction is done.
+	// other command: close it only once the emitting transaction is done.
 	defer repl.Close(context.Background())
 	slot, err := pglogrepl.CreateReplicationSlot(ctx, repl, cfg.Postgres.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
 		return 0, fmt.Errorf("creating replication slot %q: %w", cfg.Postgres.Slot, err)
 	}
-	n, err := adoptUnsent(ctx, conn, cfg, slot.SnapshotName)
+	n, err := emitRows(ctx, conn, cfg, slot.SnapshotName, sel)
 	if err != nil {
 		_, derr := conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", cfg.Postgres.Slot)
 		if derr != nil {
@@ -117,9 +139,9 @@ func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config)
 	return n, nil
 }
 
-// adoptUnsent emits, in the snapshot, an adopt message per unsent row, in
+// emitRows emits, in the snapshot, an adopt message per row of sel, in
 // the order of the time column (when mapped) and the id.
-func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot string) (int64, error) {
+func emitRows(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot string, sel selection) (int64, error) {
 	t := cfg.Outbox()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
@@ -141,11 +163,11 @@ func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapsh
 	// The outer SELECT evaluates pg_logical_emit_message over the sorted
 	// rows, in their order.
 	q := fmt.Sprintf(`SELECT count(pg_logical_emit_message(true, $1, %s))
-		FROM (SELECT * FROM %s WHERE %s IS NULL ORDER BY %s) unsent`,
-		rows.Adopted(), t.Qualified(), t.Columns.Column(layout.SentAt), rows.OrderBy())
+		FROM (SELECT * FROM %s WHERE %s ORDER BY %s) selected`,
+		rows.Adopted(), t.Qualified(), sel.where, rows.OrderBy())
 	var n int64
-	if err := tx.QueryRow(ctx, q, decoder.AdoptPrefix(cfg.Postgres.Slot)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("adopting the unsent rows of %s: %w", t, err)
+	if err := tx.QueryRow(ctx, q, append([]any{decoder.AdoptPrefix(cfg.Postgres.Slot)}, sel.args...)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("handing the rows of %s %s to the stream: %w", t, sel.what, err)
 	}
 	return n, tx.Commit(ctx)
 }

@@ -39,6 +39,9 @@ type Metrics struct {
 	oldest  ageSince[*checkpoint.Txn]
 	stalled stallClock
 	now     func() time.Time
+	// slot is what the relay last read of its slot in pg_replication_slots
+	// (at each cycle's check, and when the run stops on it).
+	slot replication.SlotInfo
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -73,7 +76,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
 				Help: "Deliveries read from the stream and not yet acknowledged."}, m.inflight),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_lag_bytes",
-				Help: "Server WAL end (last keepalive) minus the confirmed LSN."}, m.lag),
+				Help: "Server WAL end (last keepalive) minus the confirmed LSN; until the stream has a keepalive, pg_current_wal_lsn() minus the slot's confirmed_flush_lsn as last read."}, m.lag),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_slot_lost",
+				Help: "1 when the relay last found its slot invalidated by the server (wal_status lost): it stops; run cdc recover."}, m.slotLost),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_connected",
 				Help: "1 while the replication stream is connected."}, m.connected),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_oldest_inflight_seconds",
@@ -195,11 +200,31 @@ func (m *Metrics) inflight() float64 {
 	return float64(n)
 }
 
+// slotRead records what the relay read of its slot.
+func (m *Metrics) slotRead(info replication.SlotInfo) {
+	m.mu.Lock()
+	m.slot = info
+	m.mu.Unlock()
+}
+
+func (m *Metrics) slotLost() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.slot.Invalid() {
+		return 1
+	}
+	return 0
+}
+
+// lag is the stream's lag (its server WAL end minus the tracker's
+// confirmed position) while it has had a keepalive; before that, and for a
+// slot that can no longer stream (lost), the slot's lag as last read from
+// the server: never a 0 that hides a lag.
 func (m *Metrics) lag() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stream == nil || m.tracker == nil {
-		return 0
+	if m.stream == nil || m.tracker == nil || m.stream.ServerWAL() == 0 || m.slot.Invalid() {
+		return float64(max(m.slot.LagBytes, 0))
 	}
 	w, c := m.stream.ServerWAL(), m.tracker.Confirmed()
 	if w < c {

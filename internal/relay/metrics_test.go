@@ -15,6 +15,7 @@ import (
 
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/replication"
 )
 
 // TestMetricsEverySinkSeriesExistsAtZero: once New has the config, every
@@ -128,5 +129,35 @@ func TestSlotStalledCountsOnlyWhileTheWALIsAhead(t *testing.T) {
 		if got := s.observe(at(c.sec), c.confirmed, c.wal); got != c.want {
 			t.Errorf("%d: at %ds confirmed %d, WAL %d: stalled %v, want %v", i, c.sec, c.confirmed, c.wal, got, c.want)
 		}
+	}
+}
+
+// TestMetricsLagOfALostSlotIsTheServersNotZero: before the stream has a
+// keepalive, and for a slot the server invalidated, walpost_lag_bytes is
+// the slot's lag as read from the server (pg_current_wal_lsn() minus
+// confirmed_flush_lsn), not 0, and walpost_slot_lost is 1.
+func TestMetricsLagOfALostSlotIsTheServersNotZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	want := func(lag, lost int) string {
+		return fmt.Sprintf(`
+# HELP walpost_lag_bytes Server WAL end (last keepalive) minus the confirmed LSN; until the stream has a keepalive, pg_current_wal_lsn() minus the slot's confirmed_flush_lsn as last read.
+# TYPE walpost_lag_bytes gauge
+walpost_lag_bytes %d
+# HELP walpost_slot_lost 1 when the relay last found its slot invalidated by the server (wal_status lost): it stops; run cdc recover.
+# TYPE walpost_slot_lost gauge
+walpost_slot_lost %d
+`, lag, lost)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0, 0)), "walpost_lag_bytes", "walpost_slot_lost"); err != nil {
+		t.Error(err)
+	}
+	m.slotRead(replication.SlotInfo{Exists: true, WALStatus: "reserved", LagBytes: 4096})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(4096, 0)), "walpost_lag_bytes", "walpost_slot_lost"); err != nil {
+		t.Error(err)
+	}
+	m.slotRead(replication.SlotInfo{Exists: true, WALStatus: "lost", LagBytes: 70 << 20})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(70<<20, 1)), "walpost_lag_bytes", "walpost_slot_lost"); err != nil {
+		t.Error(err)
 	}
 }

@@ -144,7 +144,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		held = held || streamed
 		var re restart
 		if !errors.As(err, &re) {
-			return r.explainMissingSlot(err, held)
+			return r.explainInvalidSlot(r.explainMissingSlot(err, held))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -252,7 +252,11 @@ func (r *Relay) check(ctx context.Context) error {
 	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
 		return err
 	}
-	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
+	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
+	r.metrics.slotRead(info)
+	// An invalidated slot goes on to START_REPLICATION, whose error (the
+	// server's message and DETAIL) explainInvalidSlot explains.
+	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
 		return err
 	}
 	if r.cfg.Postgres.FailoverSlot {
