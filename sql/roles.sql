@@ -34,6 +34,12 @@ GRANT SELECT ON public.outbox TO walpost_relay;
 -- Per-sink progress: read at takeover, written as sinks acknowledge.
 GRANT SELECT, INSERT, UPDATE ON public.walpost_sink_progress TO walpost_relay;
 
+-- Adopt records (postgres.adopt_table, created by `cdc init`): the
+-- transactions of `cdc init --adopt` and `cdc recover`, the only ones whose
+-- adopt messages the relay takes for rows. Read only: whoever may insert
+-- here may hand the relay rows.
+GRANT SELECT ON public.walpost_adopt TO walpost_relay;
+
 -- Dead letters: rows parked by relay.on_invalid / relay.on_refused:
 -- dead_letter or by `cdc skip`, read back to go past a skipped row.
 GRANT SELECT, INSERT ON public.walpost_dead_letter TO walpost_relay;

@@ -135,3 +135,75 @@ func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
 		t.Fatalf("cdc status after message_roles: exit %d, want no warning\n%s", code, stdout)
 	}
 }
+
+// TestIntegrationForgedAdoptMessagesAreIgnored: cdc init --adopt hands two
+// unsent rows to the new slot; then a role with no privilege at all, in a
+// READ ONLY transaction, emits adopt messages with the slot's prefix: a
+// copy of a real one with another id and type, and a malformed one. The
+// relay publishes the two adopted rows and the rows inserted after, never
+// the forgeries (logged at error level, not parked, not a stop), and cdc
+// skip has nothing to skip.
+func TestIntegrationForgedAdoptMessagesAreIgnored(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN sent_at timestamptz")
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+	unsent := []relaytest.Msg{relaytest.NewMsg("order.created", "k", 1), relaytest.NewMsg("order.created", "k", 2)}
+	ob.InsertTx(t, conn, unsent...)
+	out := t.TempDir() + "/out.jsonl"
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "columns: {sent_at: sent_at}")
+	adoptTable := "public." + pgtest.Name(t, "adopt")
+	addPostgres(t, cfg, "adopt_table: "+adoptTable)
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+adoptTable) })
+	if code, stdout, stderr := cdc(t, nil, "init", "--adopt", "--config", cfg); code != 0 || !strings.Contains(stdout, "2 unsent row(s)") {
+		t.Fatalf("cdc init --adopt: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var real string
+	if err := conn.QueryRow(ctx, `SELECT convert_from(substr(data, 1 + 1 + 1 + 8 + length($2) + 1 + 4), 'UTF8')
+		FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $3, 'messages', 'true')
+		WHERE substr(data, 1, 1) = 'M'::bytea LIMIT 1`, ob.Slot, "walpost.adopt."+ob.Slot, ob.Publication).Scan(&real); err != nil {
+		t.Fatalf("reading an adopt message: %v", err)
+	}
+	forgedID := relaytest.NewMsg("x", "k", 0).ID
+	forged := strings.Replace(strings.Replace(real, unsent[0].ID, forgedID, 1), "order.created", "order.refunded", 1)
+	if forged == real || !strings.Contains(forged, forgedID) {
+		t.Fatalf("could not forge from %s", real)
+	}
+
+	role := pgtest.Name(t, "nobody")
+	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN PASSWORD 'x'")
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+role) })
+	attacker := pgtest.Connect(t, strings.Replace(url, "postgres@", role+":x@", 1))
+	err := pgx.BeginTxFunc(ctx, attacker, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		for _, c := range []string{forged, `{"v":1,"oids":[1],"values":["malformed"]}`} {
+			if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, $1::text, $2::text)", "walpost.adopt."+ob.Slot, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("emitting as a role without privileges: %v", err)
+	}
+	if code, stdout, stderr := cdc(t, nil, "skip", "--config", cfg, "--lsn", "0/0"); code == 0 || !strings.Contains(stdout+stderr, "nothing to skip") {
+		t.Fatalf("cdc skip: exit %d, want nothing to skip\n%s%s", code, stdout, stderr)
+	}
+	after := relaytest.NewMsg("order.shipped", "k", 3)
+	ob.InsertTx(t, conn, after)
+	p := startCDC(t, "run", "--config", cfg)
+	want := append(append([]relaytest.Msg{}, unsent...), after)
+	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.stderr.String)
+	if !pgtest.WaitFor(10*time.Second, func() bool { return strings.Count(p.stderr.String(), "forged adopt message ignored") == 2 }) {
+		t.Fatalf("want two error lines for the forged adopt messages\n%s", p.stderr.String())
+	}
+	stopGracefully(t, p)
+	for _, l := range lines {
+		if l.ID == forgedID || l.Type == "order.refunded" {
+			t.Fatalf("the forged adopt message was published: %+v", l)
+		}
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want the 2 adopted rows and the one inserted after: %+v", len(lines), lines)
+	}
+}

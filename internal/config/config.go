@@ -81,6 +81,11 @@ type Postgres struct {
 	// for good when relay.on_refused is dead_letter (default
 	// public.walpost_dead_letter; created when missing).
 	DeadLetterTable string `yaml:"dead_letter_table"`
+	// AdoptTable records the transactions of `cdc init --adopt` and `cdc
+	// recover`, the only ones whose adopt messages the relay takes for
+	// rows (default public.walpost_adopt; created by cdc init; see
+	// docs/security.md).
+	AdoptTable string `yaml:"adopt_table"`
 	// ReconnectBackoff is the longest wait between reconnect attempts
 	// (default 30s; attempts start at 250ms and double).
 	ReconnectBackoff Duration `yaml:"reconnect_backoff"`
@@ -415,6 +420,7 @@ func (c *Config) SetDefaults() {
 	def(&p.Slot, "walpost_outbox")
 	def(&p.ProgressTable, "public.walpost_sink_progress")
 	def(&p.DeadLetterTable, "public.walpost_dead_letter")
+	def(&p.AdoptTable, "public.walpost_adopt")
 	if p.StatusInterval == 0 {
 		p.StatusInterval = Duration(10 * time.Second)
 	}

@@ -104,6 +104,9 @@ func (c *Config) validatePostgres() error {
 			return err
 		}
 	}
+	if err := c.validateTable("postgres.adopt_table", p.AdoptTable, ""); err != nil {
+		return err
+	}
 	return c.validateTable("postgres.dead_letter_table", p.DeadLetterTable, "")
 }
 

@@ -105,10 +105,11 @@ type Error struct {
 	// an error is not one to park rows for.
 	Table bool
 	// Forged is set for a message that claims to be an outbox message but
-	// was not written by whom the relay trusts (an envelope without a
-	// valid signature under postgres.message_keys): it is parked whatever
-	// relay.on_invalid says, so that no role can stop the relay with it
-	// (docs/security.md).
+	// was not written by whom the relay trusts: an envelope without a
+	// valid signature under postgres.message_keys, or an adopt message of
+	// a transaction no cdc init --adopt or cdc recover recorded. It is
+	// never published, and relay.on_invalid does not apply: no role may
+	// stop the relay with it (docs/security.md).
 	Forged bool
 }
 
@@ -178,10 +179,14 @@ type Decoder struct {
 	m     Mapping
 	rels  map[uint32]*relation
 	adopt string // prefix of adopted rows' logical messages; "" for none
+	// adoptXids, when not nil, are the only transactions whose adopt
+	// messages are rows (AdoptFrom); nil takes them from any.
+	adoptXids map[uint32]bool
 	tx    struct {
 		open       bool
 		commitLSN  pglogrepl.LSN
 		commitTime time.Time
+		xid        uint32 // as Begin gives it
 		// lastLSN and seq number the transaction's rows that share an
 		// LSN (ordinal); counted says a row was numbered since Begin.
 		lastLSN pglogrepl.LSN
@@ -263,6 +268,17 @@ type Adopted struct {
 // AcceptAdopted makes the decoder read the transactional logical messages
 // with prefix (AdoptPrefix of the slot) as outbox rows.
 func (d *Decoder) AcceptAdopted(prefix string) { d.adopt = prefix }
+
+// AdoptFrom makes the decoder take adopt messages for rows only in the
+// transactions with these xids (postgres.adopt_table: those of `cdc init
+// --adopt` and `cdc recover`). An adopt message of any other transaction
+// is an *Error with Forged set: whoever wrote it may not publish.
+func (d *Decoder) AdoptFrom(xids []uint32) {
+	d.adoptXids = make(map[uint32]bool, len(xids))
+	for _, x := range xids {
+		d.adoptXids[x] = true
+	}
+}
 
 // adopted decodes an adopt message into a Row, exactly as an INSERT of
 // the same values would be.
@@ -349,6 +365,7 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		d.tx.commitLSN = m.FinalLSN
 		d.tx.commitTime = m.CommitTime.UTC()
 		d.tx.counted = false
+		d.tx.xid = m.Xid
 		return Event{Kind: Begin, LSN: walStart, CommitLSN: m.FinalLSN, Xid: m.Xid}, nil
 	case 'C':
 		m, err := parse[*pglogrepl.CommitMessage](walStart, data)
@@ -376,6 +393,10 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 			return Event{Kind: Progress, LSN: m.LSN}, nil
 		}
 		if m.Transactional && d.adopt != "" && d.envelope == "" && m.Prefix == d.adopt {
+			if d.adoptXids != nil && !d.adoptXids[d.tx.xid] {
+				return Event{}, &Error{LSN: m.LSN, CommitLSN: d.tx.commitLSN, Forged: true, Row: RowValues{"adopt_message": string(m.Content)},
+					Err: fmt.Errorf("adopt message (prefix %s) from transaction %d, which neither cdc init --adopt nor cdc recover wrote (postgres.adopt_table has no record of it): not an outbox row", m.Prefix, d.tx.xid)}
+			}
 			return d.adopted(m)
 		}
 		return Event{Kind: Skip}, nil

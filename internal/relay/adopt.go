@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
 )
 
 // ErrAdoptNeedsSentAt is returned by Setup with Adopt when columns.sent_at
@@ -112,6 +113,11 @@ type selection struct {
 // sel (see createSlotAdopting). If emitting fails, the slot is dropped
 // again. It returns how many rows it emitted.
 func createSlotEmitting(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sel selection) (int64, error) {
+	// Where the emitting transaction records itself (emitRows), before
+	// the slot's snapshot.
+	if _, err := store.EnsureAdoptTable(ctx, conn, store.TablesOf(cfg)); err != nil {
+		return 0, err
+	}
 	rc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL)
 	if err != nil {
 		return 0, err
@@ -159,6 +165,11 @@ func emitRows(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot 
 	rows, err := replay.ReadRows(ctx, tx, t)
 	if err != nil {
 		return 0, fmt.Errorf("adopting: %w", err)
+	}
+	// The relay takes adopt messages for rows only from a transaction
+	// recorded so (docs/security.md, "Adopted rows").
+	if err := store.RecordAdopt(ctx, tx, store.TablesOf(cfg)); err != nil {
+		return 0, err
 	}
 	// The outer SELECT evaluates pg_logical_emit_message over the sorted
 	// rows, in their order.

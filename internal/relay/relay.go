@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -77,6 +78,9 @@ type Relay struct {
 
 	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
 	emitWarned bool
+	// adopted: the transactions whose adopt messages are rows, as the
+	// cycle read them (adoptedXids).
+	adopted []uint32
 
 	mu     sync.Mutex
 	stream *replication.Stream
@@ -218,6 +222,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer r.closeSinks(sinks)
+	r.adopted = st.adopted
 	return true, r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
 }
 
@@ -279,6 +284,7 @@ func (r *Relay) check(ctx context.Context) error {
 type slotState struct {
 	confirmed pglogrepl.LSN
 	progress  map[string]store.Position
+	adopted   []uint32 // adoptedXids
 }
 
 func (r *Relay) readState(ctx context.Context) (slotState, error) {
@@ -299,7 +305,34 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).Uint32("seq", p.Seq).
 			Msg("sink progress loaded; messages up to it are not sent to this sink again")
 	}
-	return slotState{confirmed: info.ConfirmedFlush, progress: progress}, nil
+	adopted, err := adoptedXids(ctx, conn, r.cfg, r.log)
+	if err != nil {
+		return slotState{}, err
+	}
+	return slotState{confirmed: info.ConfirmedFlush, progress: progress, adopted: adopted}, nil
+}
+
+// adoptedXids returns the transactions whose adopt messages are rows
+// (store.LoadAdopted; an empty slice for none), or nil, which takes them
+// from any transaction, when the adopt table does not exist: an outbox
+// set up by a walpost before it, whose pending adopt messages must not be
+// dropped. That is logged, with the way to close it (cdc init).
+func adoptedXids(ctx context.Context, conn *pgx.Conn, cfg *config.Config, log zerolog.Logger) ([]uint32, error) {
+	if cfg.Postgres.TableLess() {
+		return nil, nil
+	}
+	xids, err := store.LoadAdopted(ctx, conn, store.TablesOf(cfg))
+	switch {
+	case errors.Is(err, store.ErrNoAdoptTable):
+		log.Warn().Str("table", cfg.Postgres.AdoptTable).Msg("postgres.adopt_table does not exist: adopt messages are taken from any transaction, " +
+			"and any role could forge an outbox row with one; run cdc init (as the table's owner) to create it, once the rows of an earlier cdc init --adopt are delivered")
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case xids == nil:
+		xids = []uint32{}
+	}
+	return xids, nil
 }
 
 // sentAtInterval is how often acknowledged rows are marked sent
@@ -467,7 +500,11 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *publish.Window,
 	cfg := r.cfg
 	p := &pipeline{dec: newDecoder(cfg), tracker: tracker, window: window,
 		sinks: make([]chan []publish.Delivery, n), routes: cfg.Sinks, metrics: r.metrics, log: r.log,
-		parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == config.DeadLetter}
+		parked: store.NewDeadLetter(cfg.Postgres.URL, r.tables), park: cfg.Relay.OnInvalid == config.DeadLetter,
+		tableLess: cfg.Postgres.TableLess()}
+	if r.adopted != nil {
+		p.dec.AdoptFrom(r.adopted)
+	}
 	for i := range p.sinks {
 		p.sinks[i] = make(chan []publish.Delivery, 256)
 	}
@@ -641,6 +678,9 @@ type pipeline struct {
 	txn     *checkpoint.Txn
 	targets []int
 	marker  *sentat.Marker // columns.sent_at, nil when not mapped
+	// tableLess: postgres.source: messages (a forged envelope is parked;
+	// a forged adopt message, of an outbox table, ignored).
+	tableLess bool
 	ids     []string       // the open transaction's message ids, for marker
 	xid     uint32         // the open transaction's id, for marker
 }
@@ -709,6 +749,13 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			// Parking would take every row of the table: stop whatever
 			// relay.on_invalid says.
 			return &stopAtRow{de}
+		case de.Forged && !p.tableLess:
+			// A forged adopt message: not a row at all (the rows are in
+			// the table); ignored, loudly.
+			p.metrics.forged.WithLabelValues("adopt").Inc()
+			p.log.Error().Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).Str("error", de.Err.Error()).
+				Msg("forged adopt message ignored: not published")
+			return nil
 		case de.Forged:
 			// Whoever wrote it may not publish, and must not stop the
 			// relay either: parked whatever relay.on_invalid says.

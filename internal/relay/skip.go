@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
@@ -98,8 +99,15 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 	} else if v >= 140000 {
 		messages = ", 'messages', 'true'"
 	}
+	adopted, err := adoptedXids(ctx, conn, cfg, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
 	for _, limit := range skipPeeks {
 		dec := newDecoder(cfg)
+		if adopted != nil {
+			dec.AdoptFrom(adopted)
+		}
 		n := 0
 		rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
 			'proto_version', '1', 'publication_names', $3`+messages+`)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
@@ -120,6 +128,9 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 			if err != nil && !errors.As(err, &found) {
 				rows.Close()
 				return nil, fmt.Errorf("decoding the slot's pending changes at %s: %w", at, err)
+			}
+			if found != nil && found.Forged && !cfg.Postgres.TableLess() {
+				found = nil // a forged adopt message: the relay ignores it
 			}
 			if found != nil && !found.Table {
 				parked, err := dead.Parked(ctx, found.LSN, found.Seq) // on the dead-letter store's own connection
