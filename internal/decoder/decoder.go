@@ -182,7 +182,7 @@ type Decoder struct {
 	// adoptXids, when not nil, are the only transactions whose adopt
 	// messages are rows (AdoptFrom); nil takes them from any.
 	adoptXids map[uint32]bool
-	tx    struct {
+	tx        struct {
 		open       bool
 		commitLSN  pglogrepl.LSN
 		commitTime time.Time

@@ -681,8 +681,8 @@ type pipeline struct {
 	// tableLess: postgres.source: messages (a forged envelope is parked;
 	// a forged adopt message, of an outbox table, ignored).
 	tableLess bool
-	ids     []string       // the open transaction's message ids, for marker
-	xid     uint32         // the open transaction's id, for marker
+	ids       []string // the open transaction's message ids, for marker
+	xid       uint32   // the open transaction's id, for marker
 }
 
 func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) error {
