@@ -95,8 +95,8 @@ type Template struct {
 	// the reserved namespace.
 	lead         string
 	leadReserved bool
-	byKey bool // uses {key}: not cached
-	cache map[string]string
+	byKey        bool // uses {key}: not cached
+	cache        map[string]string
 }
 
 // maxCache bounds the per-type cache of expanded names.
