@@ -92,7 +92,10 @@ func TestIntegrationNATSRowTypeCannotPurgeAnotherStream(t *testing.T) {
 					return true
 				}
 			}
-			return victimCount() != 3 // done: the check below fails
+			if n := victimCount(); n != 3 {
+				t.Fatalf("the victim stream holds %d messages, want its 3: a row's type reached JetStream's API", n)
+			}
+			return false
 		})
 	if n := victimCount(); n != 3 {
 		t.Fatalf("the victim stream holds %d messages, want its 3: a row's type reached JetStream's API", n)
