@@ -180,8 +180,10 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 
 // TestIntegrationKafkaRowTypeCannotReachAnInternalTopic: with topic
 // "{type}", a row of type __consumer_offsets (or __transaction_state) is
-// refused and parked (relay.on_refused: dead_letter), and the rows after
-// it are delivered.
+// refused and parked (relay.on_refused: dead_letter), and so is one whose
+// topic does not exist (auto_create_topics off: the broker's
+// UnknownTopicOrPartition for a name the row chose refuses the row, it
+// does not stop the relay for good); the rows after them are delivered.
 func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
 	const topic = "orders"
 	kc := kafkatest.Start(t, kfake.SeedTopics(1, topic, "__consumer_offsets", "__transaction_state"))
@@ -189,7 +191,8 @@ func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
 		relaytest.NewMsg(topic, "k", 1),
 		relaytest.NewMsg("__consumer_offsets", "k", 2),
 		relaytest.NewMsg("__transaction_state", "k", 3),
-		relaytest.NewMsg(topic, "k", 4),
+		relaytest.NewMsg("no-such-topic", "k", 4),
+		relaytest.NewMsg(topic, "k", 5),
 	}
 	ids := func(name string) []string {
 		var out []string
@@ -200,7 +203,7 @@ func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
 	}
 	sinkYAML := fmt.Sprintf("{name: s, kind: kafka, brokers: [%s], topic: %q, timeout: 2s}", strings.Join(kc.Addrs(), ", "), "{type}")
 	parked := destinationRun(t, sinkYAML, rows, func() bool { return len(ids(topic)) >= 2 })
-	if got, want := parkedIDs(parked), []string{rows[1].ID, rows[2].ID}; strings.Join(got, ",") != strings.Join(want, ",") {
+	if got, want := parkedIDs(parked), []string{rows[1].ID, rows[2].ID, rows[3].ID}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("parked %v, want %v", got, want)
 	}
 	for _, internal := range []string{"__consumer_offsets", "__transaction_state"} {
@@ -208,7 +211,7 @@ func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
 			t.Fatalf("%s holds %v: a row's type reached it", internal, got)
 		}
 	}
-	if got := ids(topic); strings.Join(got, ",") != rows[0].ID+","+rows[3].ID {
-		t.Fatalf("%s holds %v, want %s and %s", topic, got, rows[0].ID, rows[3].ID)
+	if got := ids(topic); strings.Join(got, ",") != rows[0].ID+","+rows[4].ID {
+		t.Fatalf("%s holds %v, want %s and %s", topic, got, rows[0].ID, rows[4].ID)
 	}
 }

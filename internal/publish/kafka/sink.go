@@ -522,6 +522,13 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, k
 			idx = s.culprit(ctx, km)
 		}
 	}
+	if v.permanent && !s.topic.Fixed() && refusesTopic(cause) {
+		// A topic the message's type or key chose: other messages may go
+		// to other topics, and a name a message chose must never stop the
+		// relay for good (docs/security.md).
+		v.rejected = true
+		v.hint += fmt.Sprintf("; the topic comes from the message's type or key (topic %q): or park the message with relay.on_refused: dead_letter", s.topic.Text())
+	}
 	m := msgs[idx]
 	msg := fmt.Sprintf("kafka: %s to topic %q", publish.Describe(m), km[idx].Topic)
 	if total > 1 {

@@ -170,6 +170,12 @@ func Parse(field, text string, r Rules) (*Template, error) {
 // Field is the config field the template came from.
 func (t *Template) Field() string { return t.field }
 
+// Fixed reports whether the template has no placeholder: every message
+// goes to the same name, which the operator chose. A broker refusing a
+// fixed name refuses every message alike (Permanent); refusing a name a
+// message chose refuses that message (publish.Rejected).
+func (t *Template) Fixed() bool { return t.fixed }
+
 // Text is the template as written.
 func (t *Template) Text() string { return t.text }
 
