@@ -2,9 +2,14 @@ package servicebus
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
 // TestEntityFromARowStaysOutOfTheControlPlane: a type or key may not
@@ -39,5 +44,32 @@ func TestEntityFromARowStaysOutOfTheControlPlane(t *testing.T) {
 		if c.ok != (err == nil) || err != nil && !errors.Is(err, errIllegalEntity) {
 			t.Errorf("template %q, type %q: entity %q, error %v; want accepted %v", c.tmpl, c.typ, name, err, c.ok)
 		}
+	}
+}
+
+// TestIntegrationTemplatedEntityNotFoundRefusesTheMessage: with an entity
+// template, an entity that does not exist refuses the message that chose
+// it (Rejected: relay.on_refused decides), instead of stopping the relay
+// for good, and the next message to an existing entity goes through; a
+// fixed missing entity stays Permanent
+// (TestIntegrationEntityNotFoundIsPermanent).
+func TestIntegrationTemplatedEntityNotFoundRefusesTheMessage(t *testing.T) {
+	parallel(t)
+	needFake(t, "creates a queue per type")
+	tg := newTarget(t, sbfake0)
+	tg.fake.CreateQueue(t, "walpost.good", sbfake0)
+	s := newSink(t, tg, `entity: "walpost.{type}"`)
+	g := sinktest.NewGen(61)
+	bad, ok := g.Message("k"), g.Message("k")
+	bad.Type, ok.Type = fmt.Sprintf("missing%d", time.Now().UnixNano()), "good"
+	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{bad})
+	if !publish.IsRejected(err) || !strings.Contains(err.Error(), bad.ID) || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Publish to a missing templated entity = %v, want Rejected naming %s", err, bad.ID)
+	}
+	if err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{ok}); err != nil {
+		t.Fatalf("the next message, to walpost.good: %v", err)
+	}
+	if n := len(tg.readAll(t, "walpost.good")); n != 1 {
+		t.Fatalf("walpost.good holds %d messages, want 1", n)
 	}
 }
