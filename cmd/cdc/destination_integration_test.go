@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/publish/natsjs"
 	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
+	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 	"github.com/walpost/walpost/internal/relaytest"
 )
 
@@ -213,5 +215,52 @@ func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
 	}
 	if got := ids(topic); strings.Join(got, ",") != rows[0].ID+","+rows[4].ID {
 		t.Fatalf("%s holds %v, want %s and %s", topic, got, rows[0].ID, rows[4].ID)
+	}
+}
+
+// TestIntegrationServiceBusRowTypeCannotReachAnotherEntity: with entity
+// "{type}", rows of type $management, $cbs and a path into another
+// entity ("good/Subscriptions/x") are refused before anything is sent,
+// and one naming an entity that does not exist is refused by the
+// service: all are parked (relay.on_refused: dead_letter) and the rows
+// after them are delivered.
+func TestIntegrationServiceBusRowTypeCannotReachAnotherEntity(t *testing.T) {
+	sb := sbfake.Start(t) // skips without node
+	sb.CreateQueue(t, "good", sbfake.QueueOptions{})
+	rows := []relaytest.Msg{
+		relaytest.NewMsg("good", "k", 1),
+		relaytest.NewMsg("$management", "k", 2),
+		relaytest.NewMsg("$cbs", "k", 3),
+		relaytest.NewMsg("good/Subscriptions/x", "k", 4),
+		relaytest.NewMsg("missing", "k", 5),
+		relaytest.NewMsg("good", "k", 6),
+	}
+	c, err := azservicebus.NewClientFromConnectionString(sb.ConnectionString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	var got []string
+	received := func() []string {
+		r, err := c.NewReceiverForQueue("good", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		msgs, _ := r.ReceiveMessages(ctx, 100, nil)
+		cancel()
+		for _, m := range msgs {
+			got = append(got, m.MessageID)
+		}
+		return got
+	}
+	sinkYAML := fmt.Sprintf("{name: s, kind: servicebus, connection_string: %q, entity: %q, timeout: 5s}", sb.ConnectionString(), "{type}")
+	parked := destinationRun(t, sinkYAML, rows, func() bool { return len(received()) >= 2 })
+	if ids, want := parkedIDs(parked), []string{rows[1].ID, rows[2].ID, rows[3].ID, rows[4].ID}; strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Fatalf("parked %v, want %v", ids, want)
+	}
+	if strings.Join(got, ",") != rows[0].ID+","+rows[5].ID {
+		t.Fatalf("queue good got %v, want %s and %s", got, rows[0].ID, rows[5].ID)
 	}
 }
