@@ -170,6 +170,11 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	if kc.SASL != nil && kc.SASL.Mechanism == "PLAIN" && tc == nil {
 		log.Warn().Msg("kafka sink with SASL PLAIN but without TLS: the password crosses the network in clear text")
 	}
+	if kc.AutoCreateTopics && strings.HasPrefix(kc.Topic, "{") {
+		log.Warn().Str("topic", kc.Topic).Msg("kafka sink with auto_create_topics: true and a topic template that starts with a placeholder: " +
+			"whoever writes outbox rows can have the brokers create a topic of any name; give the template a prefix (\"outbox.{type}\") " +
+			"or leave auto_create_topics off (docs/security.md)")
+	}
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
 		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).Msg("kafka sink configured")
 	return s, nil

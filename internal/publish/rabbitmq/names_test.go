@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -106,5 +107,26 @@ func TestDeclareExchangesIsChecked(t *testing.T) {
 	doc := "name: events\nkind: rabbitmq\n" + tmpl + "declare_exchange: true\ndeclare_exchanges: [orders, \"billing.*\"]\n"
 	if _, err := publish.Prepare(0, sinktest.SinkConfig(t, doc), zerolog.Nop()); err != nil {
 		t.Errorf("a good declare_exchanges: %v", err)
+	}
+}
+
+// TestDeclareWithAnOpenTemplateWarns: declare_exchange with an exchange
+// template that starts with a placeholder and no declare_exchanges
+// declares nothing a message names, and the sink says so when configured.
+func TestDeclareWithAnOpenTemplateWarns(t *testing.T) {
+	for _, c := range []struct {
+		extra string
+		warn  bool
+	}{{"", true}, {"declare_exchanges: [orders]\n", false}} {
+		var buf bytes.Buffer
+		doc := "name: events\nkind: rabbitmq\nurl: amqp://h/\nexchange: \"{type}\"\ndeclare_exchange: true\n" + c.extra
+		s, err := New(sinktest.SinkConfig(t, doc), zerolog.New(&buf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if got := strings.Contains(buf.String(), "list the exchanges it may declare in declare_exchanges"); got != c.warn {
+			t.Errorf("%q: warned %v, want %v\n%s", c.extra, got, c.warn, buf.String())
+		}
 	}
 }
