@@ -163,8 +163,10 @@ func (s *Sink) Name() string { return s.name }
 // A message whose exchange or routing key (from the templates) is not one
 // AMQP accepts, or whose body is over max_message_bytes, fails the call
 // before anything is sent, with a Rejected error naming it. A missing
-// exchange (declare_exchange: false) fails it before anything is sent,
-// with a Permanent error saying to create it. Up to max_in_flight
+// fixed exchange (declare_exchange: false) fails it before anything is
+// sent, with a Permanent error saying to create it; RabbitMQ refusing an
+// exchange from the template (404, 403, 406) fails it with a Rejected
+// error (see exchangeFailed). Up to max_in_flight
 // messages are unconfirmed at a time. On the first failure Publish
 // returns, marked with publish.Partial to report the confirmed prefix of
 // msgs: an unroutable message (basic.return) is an error naming its
