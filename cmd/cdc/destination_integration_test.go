@@ -155,8 +155,9 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 	}
 	for run := 1; run <= 2; run++ {
 		p := startCDC(t, "run", "--config", stopCfg)
-		if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), rows[1].ID) || !strings.Contains(p.stderr.String(), "amq.") {
-			t.Fatalf("run %d with on_refused: stop: exit %d, want 1 naming %s and amq.\n%s", run, code, rows[1].ID, p.stderr.String())
+		if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), rows[1].ID) || !strings.Contains(p.stderr.String(), "amq.") ||
+			!strings.Contains(p.stderr.String(), "park it with relay.on_refused: dead_letter") {
+			t.Fatalf("run %d with on_refused: stop: exit %d, want 1 naming %s and amq., and saying how to go on\n%s", run, code, rows[1].ID, p.stderr.String())
 		}
 		if h := holding(); h[rows[3].ID] != 0 {
 			t.Fatalf("run %d: the queue holds %v, not the row after the refused one", run, h)

@@ -99,6 +99,10 @@ type Template struct {
 	cache        map[string]string
 }
 
+// refusedHint says what to do about a message refused for the name it
+// chose.
+const refusedHint = "the message is refused: park it with relay.on_refused: dead_letter, and fix what writes such rows"
+
 // maxCache bounds the per-type cache of expanded names.
 const maxCache = 4096
 
@@ -218,13 +222,13 @@ func (t *Template) Expand(m *message.Message) (string, error) {
 				v = m.OrderingKey()
 			}
 			if err := t.rules.Value(v); err != nil {
-				return name, fmt.Errorf("{%s} %q: %w", p.hole, v, err)
+				return name, fmt.Errorf("{%s} %q: %w (%s)", p.hole, v, err, refusedHint)
 			}
 		}
 	}
 	if t.rules.Reserved != nil && !t.leadReserved {
 		if err := t.rules.Reserved(name); err != nil {
-			return name, fmt.Errorf("%w (a message's type or key may not choose it; only the template's own leading text may)", err)
+			return name, fmt.Errorf("%w (a message's type or key may not choose it, only the template's own leading text may; %s)", err, refusedHint)
 		}
 	}
 	if !t.byKey {
