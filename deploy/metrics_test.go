@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
@@ -78,6 +79,9 @@ func relayMetricNames(t *testing.T) map[string]bool {
 	// (relay.RegisterBuildInfo, being added alongside these files), not
 	// by relay.NewMetrics: allowed by name here.
 	out["walpost_build_info"] = true
+	// up{job=...} is Prometheus's own, one per scrape target: the only
+	// series left when a relay is gone.
+	out["up"] = true
 	return out
 }
 
@@ -219,7 +223,8 @@ func TestDashboardAndAlertsUseOnlyMetricsTheRelayRegisters(t *testing.T) {
 	// What the dashboard and alerts are for.
 	for _, n := range []string{"walpost_lag_bytes", "walpost_confirmed_lsn", "walpost_messages_decoded_total",
 		"walpost_messages_published_total", "walpost_sink_failing", "walpost_end_to_end_latency_seconds_bucket",
-		"walpost_inflight_deliveries", "walpost_dead_lettered_total", "walpost_refused_total", "walpost_connected"} {
+		"walpost_inflight_deliveries", "walpost_dead_lettered_total", "walpost_refused_total", "walpost_connected",
+		"walpost_oldest_inflight_seconds", "walpost_slot_stalled_seconds"} {
 		if !used[n] {
 			t.Errorf("neither the dashboard nor the alerts use %s", n)
 		}
@@ -244,6 +249,55 @@ func TestAlertRulesAreComplete(t *testing.T) {
 					t.Errorf("alerts.yaml: %s applies a counter function to the gauge %s", name, g)
 				}
 			}
+		}
+	}
+}
+
+// TestAbsentAlertKeysOnTheDocumentedJob: the alert for a relay that is
+// gone selects up{job="walpost"} (the job label documented in the file
+// and in docs/deploy.md), never absent() of a walpost metric alone, which
+// another job's walpost would keep present; every absent() in the rules
+// names a job.
+func TestAbsentAlertKeysOnTheDocumentedJob(t *testing.T) {
+	exprs := alertExprs(t)
+	absentRE := regexp.MustCompile(`absent\(([^()]*(?:\([^()]*\))?[^()]*)\)`)
+	found := false
+	for name, expr := range exprs {
+		for _, m := range absentRE.FindAllStringSubmatch(expr, -1) {
+			if !strings.Contains(m[1], `job="walpost"`) {
+				t.Errorf("alerts.yaml: %s: absent(%s) names no job: it misses a relay that is gone while another job's walpost reports", name, m[1])
+			}
+			if strings.HasPrefix(strings.TrimSpace(m[1]), "up{") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error(`alerts.yaml: no rule alerts on absent(up{job="walpost"...}): a relay that is gone goes unnoticed`)
+	}
+	for _, f := range []string{"prometheus/alerts.yaml", "../docs/deploy.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "job_name: walpost") {
+			t.Errorf("%s does not document the scrape job the rules expect (job_name: walpost)", f)
+		}
+	}
+}
+
+// TestAlertRulesPassTheirPromtoolTests: promtool check rules and promtool
+// test rules (prometheus/alerts_test.yaml: a relay gone while another
+// job's walpost reports, every target down, a delivery stuck and a stall
+// that moves no byte). Skipped without promtool on PATH.
+func TestAlertRulesPassTheirPromtoolTests(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not on PATH (apt-get install prometheus, or the prometheus release archive)")
+	}
+	for _, args := range [][]string{{"check", "rules", "prometheus/alerts.yaml"}, {"test", "rules", "prometheus/alerts_test.yaml"}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/walpost/walpost/internal/envsig"
 )
 
 // DefaultPrefix is the logical message prefix Emit uses unless told
@@ -36,11 +38,22 @@ type EmitOption func(*emitOptions)
 type emitOptions struct {
 	prefix string
 	binary bool
+	key    []byte
 }
 
 // Prefix makes Emit use prefix, which must be the relay's
 // postgres.message_prefix, instead of DefaultPrefix.
 func Prefix(prefix string) EmitOption { return func(o *emitOptions) { o.prefix = prefix } }
+
+// SigningKey makes Emit sign the envelope with key, one of the relay's
+// postgres.message_keys: a relay with message_keys publishes only signed
+// envelopes and parks the others, so that a role that may call
+// pg_logical_emit_message but holds no key cannot publish
+// (docs/security.md). The signature covers the prefix and every byte of
+// the envelope; it is its first field, "sig" (package internal/envsig
+// gives the scheme). A relay without message_keys reads signed envelopes
+// too, so producers may sign before the relay requires it.
+func SigningKey(key []byte) EmitOption { return func(o *emitOptions) { o.key = key } }
 
 // BinaryPayload makes Emit take Message.Payload as bytes, not JSON: it
 // must be a []byte (any bytes), carried in the envelope's payload_base64
@@ -143,6 +156,14 @@ type envelopeHead struct {
 }
 
 func envelope(ctx context.Context, msg Message, o emitOptions) ([]byte, error) {
+	env, err := unsigned(ctx, msg, o)
+	if err != nil || o.key == nil {
+		return env, err
+	}
+	return envsig.Sign(o.key, o.prefix, env), nil
+}
+
+func unsigned(ctx context.Context, msg Message, o emitOptions) ([]byte, error) {
 	fail := func(err error) ([]byte, error) {
 		return nil, fmt.Errorf("message %s (type %q): %w", msg.ID, msg.Type, err)
 	}

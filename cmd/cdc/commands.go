@@ -31,7 +31,8 @@ type options struct {
 	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
 	skipSeq int64         // --lsn's :seq; -1 for none
 
-	replayOptions // replay and dead-letter (replay.go)
+	replayOptions  // replay and dead-letter (replay.go)
+	recoverOptions // recover (recover.go)
 }
 
 // command is one of cdc's commands: its help (help.go) and how it runs.
@@ -99,6 +100,7 @@ func commands() []*command {
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.StringVar(&o.lsn, "lsn", "", "the `LSN` of the row the relay stops at, as its error names it (e.g. 0/16B3748)")
 			}},
+		recoverCommand(),
 		replayCommand(),
 		deadLetterCommand(),
 		{name: "version", summary: "print the version, VCS revision and Go version", about: versionAbout, plain: versionCmd},
@@ -220,7 +222,11 @@ func checkSkip(o *options) error {
 }
 
 func initCmd(e *cmdEnv) error {
-	return relay.SetupWith(e.ctx, e.cfg, relay.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	err := relay.SetupWith(e.ctx, e.cfg, relay.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	if relay.IsSetupConfigError(err) {
+		return &exitCode{err, usageExitCode} // nothing was done
+	}
+	return err
 }
 
 func skipCmd(e *cmdEnv) error {

@@ -38,11 +38,14 @@ const runAbout = `Relay the outbox: check the server (read-only: run creates not
 init first), wait for the slot (a second instance on the same config waits
 as a hot standby), and stream every committed outbox row to the sinks,
 confirming the slot only after every sink acknowledged. SIGINT or SIGTERM
-stop reading, drain (relay.shutdown_timeout), confirm and exit 0. Logs are
+stop reading, drain, confirm and exit 0 (3 when relay.shutdown_timeout cut
+the drain short). Logs are
 structured (log.format) on stderr; http.listen serves /metrics, /healthz
 and /readyz.`
 
-var runExits = []string{"0  stopped cleanly after SIGINT/SIGTERM", "1  a runtime error (logged)", usageExit}
+var runExits = []string{"0  stopped cleanly after SIGINT/SIGTERM: everything read was delivered and confirmed",
+	"1  a runtime error (logged)", usageExit,
+	"3  stopped after SIGINT/SIGTERM, but relay.shutdown_timeout cut the drain: nothing is lost; the deliveries in flight are sent again by the next run"}
 
 const initAbout = `Create what the relay needs, as a role that may (the outbox table's owner,
 with REPLICATION): the outbox table (default layout, if missing), the
@@ -58,10 +61,12 @@ const statusAbout = `Show the replication slot: its plugin and database, whether
 it, the confirmed LSN, the lag and the WAL it retains (in binary units:
 KiB, MiB, GiB; --json gives exact bytes), each sink's acknowledged position
 and the parked messages, with a warning when cdc run would refuse the slot
-(another plugin than pgoutput, another database than postgres.url's).`
+(another plugin than pgoutput, another database than postgres.url's, or
+invalidated by the server: wal_status lost, for cdc recover) and when the
+slot is in danger (wal_status unreserved: beyond max_slot_wal_keep_size).`
 
-var statusExits = []string{"0  the slot exists and cdc run can use it",
-	"1  the slot is missing or unusable (another plugin or database, or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit}
+var statusExits = []string{"0  the slot exists and cdc run can use it (wal_status unreserved is a warning only)",
+	"1  the slot is missing or unusable (invalidated: wal_status lost; another plugin or database; or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit}
 
 const skipAbout = `Park in the dead-letter table the one row a relay with relay.on_invalid:
 stop stops at, so that the next cdc run goes past it. Stop every relay on

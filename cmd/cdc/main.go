@@ -6,6 +6,7 @@
 //	cdc init   [--config F]            create the outbox table (if missing), publication, slot and state tables
 //	cdc status [--config F] [--json]   slot, confirmed LSN, lag, active or not, sinks, parked messages
 //	cdc skip   [--config F] --lsn X    park the one bad row a relay stops at
+//	cdc recover [--config F] [--since D|T] [--margin D]   replace a lost slot, relay again the rows not proven delivered
 //	cdc replay [--config F] --since D | --from-id X --to-id Y [--sink S]   publish outbox rows again
 //	cdc dead-letter [--config F] list | show ID | resend ID… | resend --all | drop ID…
 //	cdc version
@@ -15,11 +16,12 @@
 // other.yaml); with --config too, both must name the same file.
 //
 // Exit codes: 0 after a clean stop, 1 on a runtime error, 2 on a usage or
-// configuration error.
+// configuration error; cdc run also 3 when relay.shutdown_timeout cut its
+// drain, cdc replay 130 when interrupted.
 //
 // The files: main.go dispatches; commands.go holds the command table and
 // parses each command's own flags; help.go the help texts; runcmd.go is
-// cdc run; status.go cdc status; replay.go cdc replay; deadletter.go
+// cdc run; status.go cdc status; recover.go cdc recover; replay.go cdc replay; deadletter.go
 // cdc dead-letter; http.go the /metrics, /healthz, /readyz
 // listener and its authentication; version.go the version and VCS
 // revision. README.md ("Use it") documents the commands for users.

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,4 +137,62 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestIntegrationStallMetricsShowAStuckDeliveryByAge: while a webhook
+// holds the one delivery in flight, walpost_oldest_inflight_seconds and
+// walpost_slot_stalled_seconds (the slot does not move while the server's
+// WAL is ahead) grow with time between scrapes; once the webhook answers,
+// both are back at 0.
+func TestIntegrationStallMetricsShowAStuckDeliveryByAge(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	release := make(chan struct{})
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	answer := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(answer)
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, timeout: 120s}", srv.URL),
+		fmt.Sprintf("http: {listen: '%s'}", addr))
+	cdcInit(t, cfg)
+	p := startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return readyz(addr) == http.StatusOK }) {
+		t.Fatalf("/readyz did not become 200:\n%s", p.stderr.String())
+	}
+	gauge := func(name string) float64 {
+		t.Helper()
+		_, _, body := get(t, addr, "/metrics", "")
+		m := regexp.MustCompile(`\n` + name + ` (\S+)\n`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("/metrics lacks %s:\n%s", name, grepLines(body, "walpost_"))
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const oldest, stalled = "walpost_oldest_inflight_seconds", "walpost_slot_stalled_seconds"
+	if o, s := gauge(oldest), gauge(stalled); o != 0 || s != 0 {
+		t.Fatalf("idle relay: %s %v, %s %v; want 0 and 0", oldest, o, stalled, s)
+	}
+	conn := pgtest.Connect(t, url)
+	ob.InsertTx(t, conn, relaytest.NewMsg("t", "k", 1))
+	pgtest.Await(t, 60*time.Second, "the webhook holds the delivery", func() bool { return requests.Load() > 0 })
+	pgtest.Await(t, 60*time.Second, "both ages reach 2 s", func() bool { return gauge(oldest) >= 2 && gauge(stalled) >= 2 })
+	answer()
+	pgtest.Await(t, 60*time.Second, "both ages back at 0 once the webhook answered", func() bool { return gauge(oldest) == 0 && gauge(stalled) == 0 })
 }

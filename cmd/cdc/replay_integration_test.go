@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,7 +90,7 @@ func idsOf(lines []relaytest.Line) []string {
 // relay streams the slot to its own file sink, cdc replay (another config
 // on the same slot and table, two file sinks, one routed to b.* only)
 // publishes every row again with its id, type, key, payload and headers,
-// in id order (UUIDv7: time order; --since without columns.time), each
+// in created_at, id order (the default table's time column), each
 // to the sinks its route takes; with --sink and --from-id/--to-id only
 // that sink gets only that range. The relay neither stops nor gets a
 // message twice, and the slot is untouched by replay.
@@ -174,7 +175,7 @@ func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.
 	if after := relaytest.SlotConfirmed(t, conn, ob.Slot); after < slotBefore {
 		t.Fatalf("the slot went back from %s to %s", slotBefore, after)
 	}
-	// A range of ids not in the table, and --since on ids that are not UUIDv7.
+	// A range of ids not in the table.
 	if code, _, stderr = cdc(t, nil, "replay", "--config", replayCfg, "--from-id", "00000000-0000-4000-8000-000000000000"); code != 1 || !strings.Contains(stderr, "no row of") {
 		t.Fatalf("replay --from-id of no row: exit %d, want 1 naming it:\n%s", code, stderr)
 	}
@@ -323,5 +324,62 @@ func TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault(t *testing.T
 	if len(lines) != 2 || lines[0].ID != binary.ID || lines[0].PayloadEncoding != "base64" || string(lines[0].Payload) != `"AP97"` ||
 		lines[1].ID != text.ID || lines[1].PayloadEncoding != "" || string(lines[1].Payload) != `{"a": 1}` {
 		t.Fatalf("replayed %+v, want %s with base64 AP97 and %s with JSON {\"a\": 1}", lines, binary.ID, text.ID)
+	}
+}
+
+// TestIntegrationReplaySinceReadsCreatedAtOfTheDefaultTable: on the
+// default table (sql/outbox.sql) with random (UUIDv4) ids and no
+// columns.time, cdc replay --since 2h selects the rows by created_at:
+// exactly the rows of the last two hours, in created_at order, each with
+// its created_at as its time (CloudEvents time).
+func TestIntegrationReplaySinceReadsCreatedAtOfTheDefaultTable(t *testing.T) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s, format: cloudevents}", out), "")
+	conn := pgtest.Connect(t, url)
+	// Ids in the opposite order of the rows' times: created_at alone
+	// tells which rows are recent.
+	ids := []string{"ffffffff-0000-4000-8000-000000000000", "eeeeeeee-0000-4000-8000-000000000000",
+		"dddddddd-0000-4000-8000-000000000000", "cccccccc-0000-4000-8000-000000000000"}
+	ages := []string{"5 hours", "3 hours", "90 minutes", "1 minute"}
+	for i, id := range ids {
+		if _, err := conn.Exec(context.Background(), "INSERT INTO "+ob.Table+" (id, type, payload, created_at) VALUES ($1, 't', '{}', now() - $2::interval)", id, ages[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "2h")
+	if code != 0 || !strings.Contains(stderr, "2/2 rows") {
+		t.Fatalf("cdc replay --since 2h on the default table: exit %d, want 0 and 2/2 rows:\n%s", code, stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []struct {
+		ID   string    `json:"id"`
+		Time time.Time `json:"time"`
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e struct {
+			ID   string    `json:"id"`
+			Time time.Time `json:"time"`
+		}
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		events = append(events, e)
+	}
+	if len(events) != 2 || events[0].ID != ids[2] || events[1].ID != ids[3] {
+		t.Fatalf("replayed %+v, want %s then %s (the rows of the last 2 hours, in created_at order)", events, ids[2], ids[3])
+	}
+	for i, e := range events {
+		var created time.Time
+		if err := conn.QueryRow(context.Background(), "SELECT created_at FROM "+ob.Table+" WHERE id = $1", e.ID).Scan(&created); err != nil {
+			t.Fatal(err)
+		}
+		if !e.Time.Equal(created) {
+			t.Errorf("event %d (%s): time %v, want its created_at %v", i, e.ID, e.Time, created)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -55,8 +56,18 @@ func runCmd(e *cmdEnv) error {
 		Str("slot", cfg.Postgres.Slot).Int("sinks", len(cfg.Sinks)).Msg("starting")
 	warnInsecure(cfg, log)
 	e.relay.ConfigPath = e.opts.config
-	return e.relay.Run(e.ctx)
+	err := e.relay.Run(e.ctx)
+	if errors.Is(err, relay.ErrDrainCut) {
+		return &exitCode{err, drainCutExit}
+	}
+	return err
 }
+
+// drainCutExit is cdc run's exit code when SIGINT/SIGTERM stopped it but
+// relay.shutdown_timeout cut the drain short: nothing is lost, the
+// deliveries in flight are sent again by the next run (docs/design.md,
+// "Shutdown").
+const drainCutExit = 3
 
 // warnInsecure logs, at start, settings that expose the relay's traffic or
 // internals: Postgres TLS that does not verify the server to a remote

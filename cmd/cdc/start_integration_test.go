@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -146,4 +147,87 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// withHBA puts lines at the top of the server's pg_hba.conf (first match
+// wins: lines for the test's own roles change nothing for the others) and
+// reloads it; the file is restored when the test ends. It skips the test
+// when the file cannot be written (a server of WALPOST_TEST_DATABASE_URL).
+func withHBA(t *testing.T, url string, lines ...string) {
+	t.Helper()
+	conn := pgtest.Connect(t, url)
+	var path string
+	if err := conn.QueryRow(context.Background(), "SHOW hba_file").Scan(&path); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Skipf("cannot change pg_hba.conf: %v", err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"+string(old)), 0o600); err != nil {
+		t.Skipf("cannot change pg_hba.conf: %v", err)
+	}
+	reload := func() { pgtest.Exec(t, url, "SELECT pg_reload_conf()") }
+	t.Cleanup(func() {
+		os.WriteFile(path, old, 0o600)
+		reload()
+	})
+	reload()
+}
+
+// TestIntegrationRunStopsWhenTheServerRefusesTheRoleOrDatabase: a wrong
+// password (SQLSTATE 28P01), a database that does not exist (3D000) and a
+// role that does not exist (28000) stop cdc run at start with exit 1 and
+// an error saying what to fix, instead of retrying forever as for a
+// server that cannot be reached; so does a role refused when the stream
+// reconnects (28000: not permitted to log in). The password is never
+// printed.
+func TestIntegrationRunStopsWhenTheServerRefusesTheRoleOrDatabase(t *testing.T) {
+	const right, wrong = "right-Pw-5517", "wrong-Pw-8820"
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	cdcInit(t, ob.Config(t, "  - {name: out, kind: discard}", ""))
+	pwRole, goneRole := pgtest.Name(t, "pw"), pgtest.Name(t, "gone")
+	pgtest.Exec(t, url, "CREATE ROLE "+pwRole+" SUPERUSER LOGIN PASSWORD '"+right+"'", "CREATE ROLE "+goneRole+" SUPERUSER LOGIN")
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+pwRole, "DROP ROLE IF EXISTS "+goneRole) })
+	withHBA(t, url, "host all "+pwRole+" 127.0.0.1/32 scram-sha-256")
+
+	u := serverAddr(url)
+	// lost: how many times the stream lost its connection before (once
+	// when it is terminated while running): each logs "reconnecting".
+	refused := func(name string, p *proc, sqlstate string, lost int) {
+		t.Helper()
+		code := p.wait(30 * time.Second)
+		log := p.stderr.String()
+		if code != 1 || !strings.Contains(log, sqlstate) || !strings.Contains(log, "fix the user, password or database of postgres.url") {
+			t.Errorf("%s: exit %d, want 1 with SQLSTATE %s and what to fix:\n%s", name, code, sqlstate, log)
+		}
+		if strings.Contains(log, "retrying") || strings.Contains(log, "relay restarting") || strings.Count(log, "reconnecting") > lost || strings.Contains(log, wrong) {
+			t.Errorf("%s: the relay retried, or printed the password:\n%s", name, log)
+		}
+	}
+	run := func(url string) *proc {
+		relayOB := ob
+		relayOB.URL = url
+		return startCDC(t, "run", "--config", relayOB.Config(t, "  - {name: out, kind: discard}", ""))
+	}
+	for _, c := range []struct{ name, url, want string }{
+		{"wrong password", fmt.Sprintf("postgres://%s:%s@%s/postgres", pwRole, wrong, u), "28P01"},
+		{"no such database", fmt.Sprintf("postgres://postgres@%s/%s", u, pgtest.Name(t, "nodb")), "3D000"},
+		{"no such role", fmt.Sprintf("postgres://%s@%s/postgres", pgtest.Name(t, "norole"), u), "28000"},
+	} {
+		refused(c.name, run(c.url), c.want, 0)
+	}
+
+	// Refused while running: the stream's reconnect meets the refusal.
+	p := run(fmt.Sprintf("postgres://%s@%s/postgres", goneRole, u))
+	pgtest.Await(t, 60*time.Second, "the relay streams", func() bool { return strings.Contains(p.stderr.String(), `"message":"streaming"`) })
+	pgtest.Exec(t, url, "ALTER ROLE "+goneRole+" NOLOGIN",
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE usename = '"+goneRole+"'")
+	refused("role refused on reconnect", p, "28000", 1)
+
+	// The right password connects: the refusal was the server's answer
+	// to the wrong one, not the setup.
+	conn := pgtest.Connect(t, fmt.Sprintf("postgres://%s:%s@%s/postgres", pwRole, right, u))
+	conn.Close(context.Background())
 }

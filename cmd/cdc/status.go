@@ -15,6 +15,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -27,6 +28,7 @@ type status struct {
 	progress map[string]store.Position // by sink
 	parked   map[string]int            // by sink; "" for rows that could not be mapped
 	warnings []string                  // why cdc run would refuse the slot
+	cautions []string                  // what threatens the slot or the stream (wal_status unreserved, relay.EmitRisk); not a refusal
 }
 
 // statusCmd is cdc status [--json]. It exits 1 (an error) when the slot is
@@ -49,6 +51,9 @@ func statusCmd(e *cmdEnv) error {
 	switch {
 	case !st.slot.Exists:
 		return fmt.Errorf("slot %q is missing: run cdc init", slot)
+	case st.slot.Invalid():
+		return fmt.Errorf("slot %q was invalidated by the server (wal_status %s): %s; cdc run cannot stream from it. Stop every relay on it and run cdc recover --config %s "+
+			"(a new slot; every outbox row not proven delivered is relayed again)", slot, st.slot.WALStatus, st.slot.InvalidReason(), e.opts.config)
 	case len(st.warnings) > 0:
 		return fmt.Errorf("slot %q cannot be used by cdc run: %s", slot, st.warnings[0])
 	}
@@ -72,10 +77,19 @@ func readStatus(e *cmdEnv) (*status, error) {
 	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
 		return nil, err
 	}
+	if risk, err := relay.EmitRisk(ctx, conn, cfg); err != nil {
+		return nil, err
+	} else if risk != "" {
+		st.cautions = append(st.cautions, risk)
+	}
 	if w, err := outdatedWarnings(ctx, conn, cfg); err != nil {
 		return nil, err
 	} else {
 		st.warnings = append(st.warnings, w...)
+	}
+	if st.slot.WALStatus == "unreserved" {
+		st.cautions = append(st.cautions, "wal_status unreserved: the WAL the slot still needs is beyond max_slot_wal_keep_size, and the next checkpoint may remove it "+
+			"and invalidate the slot; let the relay catch up (is it running?) or raise max_slot_wal_keep_size")
 	}
 	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading sink progress: %w", err)
@@ -117,7 +131,7 @@ func slotWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]st
 	}
 	slot := cfg.Postgres.Slot
 	if _, err := replication.CheckSlot(ctx, conn, slot); err != nil {
-		if err := refusal(err, replication.ErrSlotMissing, replication.ErrSlotPlugin, replication.ErrSlotDatabase); err != nil {
+		if err := refusal(err, replication.ErrSlotMissing, replication.ErrSlotPlugin, replication.ErrSlotDatabase, replication.ErrSlotInvalidated); err != nil {
 			return nil, err
 		}
 	}
@@ -159,7 +173,18 @@ func (st *status) printText(w io.Writer) {
 	fmt.Fprintf(w, "confirmed LSN: %s\n", info.ConfirmedFlush)
 	fmt.Fprintf(w, "current WAL:   %s\n", info.CurrentWAL)
 	fmt.Fprintf(w, "lag:           %s (current WAL - confirmed)\n", humanBytes(info.LagBytes))
-	fmt.Fprintf(w, "retained WAL:  %s (current WAL - restart LSN)\n", humanBytes(info.RetainedBytes))
+	if info.Invalid() {
+		fmt.Fprintf(w, "retained WAL:  none: the slot is invalidated (%s)\n", info.InvalidReason())
+	} else {
+		fmt.Fprintf(w, "retained WAL:  %s (current WAL - restart LSN)\n", humanBytes(info.RetainedBytes))
+	}
+	if info.WALStatus != "" {
+		safe := ""
+		if info.SafeWALSize != nil {
+			safe = fmt.Sprintf(" (safe WAL size %s: what may still be written before max_slot_wal_keep_size threatens the slot)", humanBytes(*info.SafeWALSize))
+		}
+		fmt.Fprintf(w, "WAL status:    %s%s\n", info.WALStatus, safe)
+	}
 	for _, s := range cfg.Sinks {
 		p, ok := st.progress[s.Name]
 		switch {
@@ -187,7 +212,7 @@ func (st *status) printText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
-	for _, warning := range st.warnings {
+	for _, warning := range append(st.warnings, st.cautions...) {
 		fmt.Fprintf(w, "warning:       %s\n", warning)
 	}
 }
@@ -220,6 +245,9 @@ type statusJSON struct {
 	CurrentWAL    string          `json:"current_wal"`
 	LagBytes      *int64          `json:"lag_bytes"`
 	RetainedBytes *int64          `json:"retained_bytes"`
+	WALStatus     *string         `json:"wal_status"`
+	SafeWALSize   *int64          `json:"safe_wal_size"`
+	Invalidation  *string         `json:"invalidation_reason"`
 	Sinks         []sinkJSON      `json:"sinks"`
 	SlowestSink   *string         `json:"slowest_sink"`
 	DeadLetters   *deadLettersRep `json:"dead_letters"`
@@ -243,7 +271,7 @@ func ptr[T any](v T) *T { return &v }
 func (st *status) jsonReport() statusJSON {
 	info := st.slot
 	r := statusJSON{Slot: st.cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
-		Sinks: []sinkJSON{}, Warnings: append([]string{}, st.warnings...)}
+		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.warnings...), st.cautions...)}
 	for _, s := range st.cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.progress[s.Name]; ok {
@@ -260,6 +288,15 @@ func (st *status) jsonReport() statusJSON {
 	}
 	r.ConfirmedLSN = ptr(info.ConfirmedFlush.String())
 	r.LagBytes, r.RetainedBytes = ptr(info.LagBytes), ptr(info.RetainedBytes)
+	if info.WALStatus != "" {
+		r.WALStatus = ptr(info.WALStatus)
+	}
+	r.SafeWALSize = info.SafeWALSize
+	if info.Invalidation != "" {
+		r.Invalidation = ptr(info.Invalidation)
+	} else if info.Invalid() {
+		r.Invalidation = ptr("wal_removed") // wal_status lost on a server that gives no reason (before 17)
+	}
 	if s := st.slowest(); s != "" {
 		r.SlowestSink = ptr(s)
 	}

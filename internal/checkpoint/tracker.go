@@ -145,6 +145,23 @@ func (t *Tracker) ack(txn *Txn) {
 	}
 }
 
+// Oldest returns the oldest transaction with a delivery not yet
+// acknowledged, nil when there is none. It returns the same entry for as
+// long as that transaction is the oldest, so a caller that remembers it
+// can tell for how long (the relay's metrics do, at scrape time). It takes
+// the lock: it is not for the hot path.
+func (t *Tracker) Oldest() *Txn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// Every complete entry at the head is popped at once (advance): the
+	// head has deliveries pending, or is the open transaction, which may
+	// have none yet.
+	if t.head < len(t.queue) && t.queue[t.head].pending > 0 {
+		return t.queue[t.head]
+	}
+	return nil
+}
+
 // Idle reports whether nothing is in flight: no open transaction and no
 // unacknowledged delivery. It takes no lock: it reports the state after
 // the last change that completed.

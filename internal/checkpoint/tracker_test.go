@@ -173,3 +173,44 @@ func TestConcurrentAcks(t *testing.T) {
 		t.Fatalf("confirmed %s idle %v", tr.Confirmed(), tr.Idle())
 	}
 }
+
+// TestOldestIsTheOldestTransactionWithADeliveryPending: Oldest is nil
+// with nothing in flight (an open transaction without deliveries
+// included), the first transaction with a pending delivery while it has
+// one (the same entry, however many transactions follow), then the next.
+func TestOldestIsTheOldestTransactionWithADeliveryPending(t *testing.T) {
+	tr := New(10)
+	if tr.Oldest() != nil {
+		t.Fatal("Oldest of an empty tracker is not nil")
+	}
+	a := tr.Begin()
+	if tr.Oldest() != nil {
+		t.Fatal("an open transaction without deliveries counts as in flight")
+	}
+	tr.Add(a, 2)
+	tr.Commit(a, 100)
+	b := tr.Begin()
+	tr.Add(b, 1)
+	tr.Commit(b, 200)
+	for range 1000 {
+		x := tr.Begin()
+		tr.Add(x, 1)
+		tr.Commit(x, 300)
+		tr.AckAll([]*Txn{x})
+	}
+	if tr.Oldest() != a {
+		t.Fatal("Oldest is not the first transaction with pending deliveries")
+	}
+	tr.AckAll([]*Txn{a})
+	if tr.Oldest() != a {
+		t.Fatal("a transaction with one of two deliveries acknowledged left Oldest")
+	}
+	tr.AckAll([]*Txn{a})
+	if tr.Oldest() != b {
+		t.Fatal("Oldest did not move on to the next transaction with pending deliveries")
+	}
+	tr.AckAll([]*Txn{b})
+	if tr.Oldest() != nil || tr.Confirmed() != 300 {
+		t.Fatalf("everything acknowledged: Oldest %v, confirmed %s", tr.Oldest(), tr.Confirmed())
+	}
+}

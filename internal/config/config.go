@@ -48,6 +48,17 @@ type Postgres struct {
 	// MessagePrefix is the prefix of the table-less outbox's logical
 	// messages (default walpost); only with source: messages.
 	MessagePrefix string `yaml:"message_prefix"`
+	// MessageKeys, with source: messages, makes the relay publish only
+	// envelopes signed with one of these keys (outbox.SigningKey; each at
+	// least 16 bytes): any other message with the prefix is parked in the
+	// dead-letter table, never published. Several keys let a key be
+	// replaced without a stop. Secrets: never printed.
+	MessageKeys []string `yaml:"message_keys"`
+	// MessageRoles, with source: messages: `cdc init` revokes EXECUTE on
+	// pg_logical_emit_message from PUBLIC and grants it to these roles
+	// (the producers', and the relay's for its heartbeat); it needs a
+	// superuser. Unset, any role that can connect may write a message.
+	MessageRoles []string `yaml:"message_roles"`
 	// Publication is created FOR TABLE <table> WITH (publish = 'insert')
 	// when missing, empty with source: messages (default walpost_outbox).
 	Publication string `yaml:"publication"`

@@ -34,6 +34,7 @@ func (c *Config) Secrets() []string {
 			add(u)
 		}
 	}
+	add(c.Postgres.MessageKeys...)
 	for i := range c.Sinks {
 		add(c.Sinks[i].secrets()...)
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -15,6 +16,9 @@ const (
 	// the envelope (docs/design.md, "Table-less outbox").
 	SourceMessages = "messages"
 )
+
+// MinMessageKey is the shortest postgres.message_keys entry, in bytes.
+const MinMessageKey = 16
 
 // DefaultMessagePrefix is postgres.message_prefix's default.
 const DefaultMessagePrefix = "walpost"
@@ -47,8 +51,10 @@ func (c *Config) validateSource() error {
 	p := c.Postgres
 	switch p.Source {
 	case SourceTable:
-		if c.isSet("postgres.message_prefix") {
-			return c.fail("postgres.message_prefix", "only used with postgres.source: messages (postgres.source is table)")
+		for _, f := range []string{"postgres.message_prefix", "postgres.message_keys", "postgres.message_roles"} {
+			if c.isSet(f) {
+				return c.fail(f, "only used with postgres.source: messages (postgres.source is table)")
+			}
 		}
 		return nil
 	case SourceMessages:
@@ -65,6 +71,16 @@ func (c *Config) validateSource() error {
 	for _, r := range reservedPrefixes {
 		if strings.HasPrefix(p.MessagePrefix, r) {
 			return c.fail(field, "%s starts with %q, which walpost's own messages use; choose another prefix", c.q(field, p.MessagePrefix), r)
+		}
+	}
+	for i, k := range p.MessageKeys {
+		if len(k) < MinMessageKey {
+			return c.fail(fmt.Sprintf("postgres.message_keys[%d]", i), "%d bytes; a key needs at least %d (e.g. the output of openssl rand -hex 32)", len(k), MinMessageKey)
+		}
+	}
+	for i, r := range p.MessageRoles {
+		if r == "" || strings.ContainsRune(r, 0) || !utf8.ValidString(r) {
+			return c.fail(fmt.Sprintf("postgres.message_roles[%d]", i), "not a role name")
 		}
 	}
 	for _, f := range []string{"postgres.table", "columns", "relay.retention"} {

@@ -44,6 +44,8 @@ func TestMessagesSourceErrorsNameTheField(t *testing.T) {
 		{"columns: {id: msg_id}", "", "columns: not used with postgres.source: messages"},
 		{"relay: {retention: {keep: 1h}}", "", "relay.retention: not used with postgres.source: messages"},
 		{"", "public.events", "postgres.table: not used with postgres.source: messages"},
+		{"  message_keys: [short]", "", "postgres.message_keys[0]: 5 bytes; a key needs at least 16"},
+		{"  message_roles: ['']", "", "postgres.message_roles[0]: not a role name"},
 	} {
 		vars := map[string]string{}
 		if c.env != "" {
@@ -59,6 +61,7 @@ func TestMessagesSourceErrorsNameTheField(t *testing.T) {
 		"postgres:\n  url: postgres://u@h/db\n  source: rows\nsinks: [{name: out, kind: stdout}]\n":                     `postgres.source: "rows" is not table or messages`,
 		"postgres:\n  url: postgres://u@h/db\n  message_prefix: app\nsinks: [{name: out, kind: stdout}]\n":              "postgres.message_prefix: only used with postgres.source: messages",
 		"postgres:\n  url: postgres://u@h/db\n  source: table\n  message_prefix: x\nsinks: [{name: o, kind: stdout}]\n": "postgres.message_prefix: only used",
+		"postgres:\n  url: postgres://u@h/db\n  message_keys: [0123456789abcdef]\nsinks: [{name: o, kind: stdout}]\n":   "postgres.message_keys: only used with postgres.source: messages",
 	} {
 		if _, err := Parse([]byte(y), env(nil)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", y, err, want)

@@ -104,6 +104,12 @@ type Error struct {
 	// table fails alike until the config or the table is fixed, so such
 	// an error is not one to park rows for.
 	Table bool
+	// Forged is set for a message that claims to be an outbox message but
+	// was not written by whom the relay trusts (an envelope without a
+	// valid signature under postgres.message_keys): it is parked whatever
+	// relay.on_invalid says, so that no role can stop the relay with it
+	// (docs/security.md).
+	Forged bool
 }
 
 func (e *Error) Error() string {
@@ -184,8 +190,10 @@ type Decoder struct {
 	}
 
 	// envelope is the table-less outbox's prefix (AcceptMessages); ""
-	// for an outbox table.
+	// for an outbox table. keys, when not nil, are the keys one of which
+	// must have signed each envelope (RequireSignature).
 	envelope string
+	keys     [][]byte
 }
 
 // relation is a cached Relation message: the outbox table with the index of

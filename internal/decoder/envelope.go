@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/walpost/walpost/internal/envsig"
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -33,6 +34,12 @@ var envelopeFields = []string{"v", "id", "type", "key", "headers", "payload", "p
 // not an outbox message. prefix must not be "".
 func (d *Decoder) AcceptMessages(prefix string) { d.envelope = prefix }
 
+// RequireSignature makes the table-less outbox's decoder accept only
+// envelopes signed with one of keys (postgres.message_keys; package
+// envsig): any other message with the prefix, transactional or not, is
+// an *Error with Forged set, whatever else is wrong with it.
+func (d *Decoder) RequireSignature(keys [][]byte) { d.keys = keys }
+
 // enveloped decodes a logical message with the table-less outbox's prefix
 // into a Row, or an *Error for a bad envelope or a non-transactional
 // message (bad input: relay.on_invalid and cdc skip apply).
@@ -40,7 +47,23 @@ func (d *Decoder) enveloped(m *pglogrepl.LogicalDecodingMessage) (Event, error) 
 	if m.Transactional && !d.tx.open {
 		return Event{}, fmt.Errorf("%w: transactional logical message at %s outside a transaction", ErrProtocol, m.LSN)
 	}
-	msg, err := DecodeEnvelope(m.Content)
+	content := m.Content
+	if d.keys != nil {
+		body, err := envsig.Verify(d.keys, m.Prefix, content)
+		if err != nil {
+			e := &Error{LSN: m.LSN, Forged: true, Row: RowValues{"envelope": string(m.Content)},
+				Err: fmt.Errorf("logical message with prefix %q: %w (postgres.message_keys is set: only a producer holding a key publishes; outbox.SigningKey)", m.Prefix, err)}
+			if d.tx.open {
+				e.CommitLSN = d.tx.commitLSN
+			}
+			if msg, _ := DecodeEnvelope(content); msg != nil {
+				e.ID = msg.ID
+			}
+			return Event{}, e
+		}
+		content = body
+	}
+	msg, err := DecodeEnvelope(content)
 	invalid := func(err error) (Event, error) {
 		e := &Error{LSN: m.LSN, Err: fmt.Errorf("logical message with prefix %q: %w", m.Prefix, err),
 			Row: RowValues{"envelope": string(m.Content)}}
@@ -83,6 +106,7 @@ func (d *Decoder) enveloped(m *pglogrepl.LogicalDecodingMessage) (Event, error) 
 // message, when not nil, holds the id as far as it could be read (for the
 // error's ID).
 func DecodeEnvelope(content []byte) (*message.Message, error) {
+	content, _ = envsig.Split(content) // checked, when required, by the decoder
 	if !utf8.Valid(content) {
 		off := 0
 		for off < len(content) {

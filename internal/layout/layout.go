@@ -65,8 +65,26 @@ func (r Role) OmitHint() string {
 // optional role the table lacks.
 type Columns [NumRoles]string
 
-// Default is the layout of sql/outbox.sql.
+// Default is the layout of sql/outbox.sql as the stream reads it: its
+// created_at is the message's time only when mapped (columns.time);
+// unmapped, the commit time is.
 var Default = Columns{"id", "type", "key", "payload", "headers", "", ""}
+
+// DefaultTime is the time column of sql/outbox.sql's table. What reads
+// the table's rows rather than the stream (`cdc replay`, which has no
+// commit time) takes it as the time column of the default layout
+// (DefaultTable).
+const DefaultTime = "created_at"
+
+// DefaultTable reports whether c describes sql/outbox.sql's table: the
+// Default layout, with or without its created_at mapped as columns.time.
+// `cdc init` creates that table when it is missing.
+func (c Columns) DefaultTable() bool {
+	if c[Time] == DefaultTime {
+		c[Time] = ""
+	}
+	return c == Default
+}
 
 // FromConfig returns the layout of the columns: mapping as written in the
 // config (by role), where an optional role's column may be Omit.

@@ -81,6 +81,30 @@ func parseError(err error) error {
 	return fmt.Errorf("%w: %s (the URL is not repeated: it may hold a password)", ErrURL, what)
 }
 
+// Refused reports whether err, from connecting, is the server refusing
+// the connection for good: the password or the role's authorization
+// (SQLSTATE 28P01 invalid_password, 28000
+// invalid_authorization_specification: no pg_hba.conf entry, no such
+// role) or the database (3D000 invalid_catalog_name). Trying again
+// cannot help until postgres.url or the server's configuration changes;
+// any other failure (a server not reachable, starting up, or out of
+// connection slots) may pass. It decides by the error's kind, never its
+// text.
+func Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "28P01", "28000", "3D000":
+		return true
+	}
+	return false
+}
+
+// RefusedHint is what an error for which Refused holds adds: what to do.
+const RefusedHint = "the server refused the connection (not a network fault, so it is not retried): fix the user, password or database of postgres.url (PGPASSWORD, PGPASSFILE), or the role or pg_hba.conf on the server"
+
 // Connect opens an ordinary connection.
 func Connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	c, err := Config(url)

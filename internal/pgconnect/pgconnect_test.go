@@ -2,9 +2,12 @@ package pgconnect
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestConnectTimeoutDefaultsUnlessTheURLSetsOne(t *testing.T) {
@@ -73,5 +76,24 @@ func TestUnverifiedFlagsRemoteServersWithoutVerifyFull(t *testing.T) {
 		if got := Unverified(c) != ""; got != flagged {
 			t.Errorf("%s: flagged %v (%q), want %v", url, got, Unverified(c), flagged)
 		}
+	}
+}
+
+func TestRefusedDecidesByTheSQLSTATE(t *testing.T) {
+	for code, want := range map[string]bool{
+		"28P01": true, "28000": true, "3D000": true, // password, authorization, database
+		"57P03": false, "53300": false, "57P01": false, // starting up, too many connections, terminated
+	} {
+		err := fmt.Errorf("connecting to x: %w", &pgconn.ConnectError{Config: &pgconn.Config{}})
+		if Refused(err) {
+			t.Errorf("a ConnectError without a server error is refused")
+		}
+		err = fmt.Errorf("connecting to x: %w", &pgconn.PgError{Code: code, Message: "password authentication failed"})
+		if got := Refused(err); got != want {
+			t.Errorf("SQLSTATE %s: Refused = %v, want %v", code, got, want)
+		}
+	}
+	if Refused(errors.New("password authentication failed (SQLSTATE 28P01)")) {
+		t.Error("Refused read the error's text")
 	}
 }

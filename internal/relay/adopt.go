@@ -31,6 +31,55 @@ var ErrAdoptSlotExists = errors.New("relay: --adopt needs a new slot")
 // than PostgreSQL 14.
 var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
 
+// ErrAdoptTableLess is returned by Setup with Adopt for a table-less
+// outbox (postgres.source: messages): it has no rows to adopt.
+var ErrAdoptTableLess = errors.New("relay: --adopt needs an outbox table")
+
+// IsSetupConfigError reports whether err, returned by Setup, is a
+// configuration error that Setup found before it did anything (`cdc init`
+// exits 2 for it).
+func IsSetupConfigError(err error) bool {
+	return errors.Is(err, ErrAdoptNeedsSentAt) || errors.Is(err, ErrAdoptTableLess) || errors.Is(err, ErrAdoptFailover)
+}
+
+// checkAdoptConfig refuses, before Setup connects, a configuration that
+// --adopt cannot work with.
+func checkAdoptConfig(cfg *config.Config) error {
+	switch {
+	case cfg.Postgres.TableLess():
+		return fmt.Errorf("%w: postgres.source: messages has no table whose unsent rows --adopt could hand to the stream; run cdc init without --adopt", ErrAdoptTableLess)
+	case !cfg.Outbox().Columns.Has(layout.SentAt):
+		return fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
+	case cfg.Postgres.FailoverSlot:
+		return fmt.Errorf("%w: run cdc init --adopt with postgres.failover_slot: false, then, with no relay running, "+
+			"ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection, and set postgres.failover_slot: true again", ErrAdoptFailover, cfg.Postgres.Slot)
+	}
+	return nil
+}
+
+// checkAdoptServer refuses, before Setup creates anything, a server or a
+// slot that --adopt cannot work with: a server before PostgreSQL 14, an
+// existing slot.
+func checkAdoptServer(ctx context.Context, conn *pgx.Conn, cfg *config.Config) error {
+	// Adopted rows travel as logical messages, which pgoutput sends from
+	// PostgreSQL 14 on: on an older server they would be lost.
+	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+		return err
+	} else if v < 140000 {
+		return fmt.Errorf("%w: --adopt needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages, which pgoutput sends from 14 on",
+			ErrAdoptNeedsPG14, v/10000, v%10000)
+	}
+	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
+	if err != nil {
+		return err
+	}
+	if info.Exists {
+		return fmt.Errorf("%w: slot %q exists (confirmed %s); rows committed before it were not adopted then. If no relay has run on it yet, drop it (SELECT pg_drop_replication_slot('%s')) and run cdc init --adopt again; otherwise run cdc init without --adopt",
+			ErrAdoptSlotExists, cfg.Postgres.Slot, info.ConfirmedFlush, cfg.Postgres.Slot)
+	}
+	return nil
+}
+
 // createSlotAdopting creates the slot and, in one transaction that sees
 // the database exactly as the slot starts (the snapshot the slot exports),
 // emits every row whose sent-at column is NULL as a transactional logical
@@ -39,26 +88,30 @@ var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
 // committed after it are streamed as usual, and no row is both. It
 // returns how many rows it adopted.
 func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (int64, error) {
+	// checkAdoptConfig and checkAdoptServer ran before Setup created
+	// anything.
 	t := cfg.Outbox()
-	if !t.Columns.Has(layout.SentAt) {
-		return 0, fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
-	}
-	// Adopted rows travel as logical messages, which pgoutput sends from
-	// PostgreSQL 14 on: on an older server they would be lost.
-	if v, err := replication.ServerVersion(ctx, conn); err != nil {
-		return 0, err
-	} else if v < 140000 {
-		return 0, fmt.Errorf("%w: --adopt needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages, which pgoutput sends from 14 on",
-			ErrAdoptNeedsPG14, v/10000, v%10000)
-	}
-	info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
-	if err != nil {
-		return 0, err
-	}
-	if info.Exists {
-		return 0, fmt.Errorf("%w: slot %q exists (confirmed %s); rows committed before it were not adopted then. If no relay has run on it yet, drop it (SELECT pg_drop_replication_slot('%s')) and run cdc init --adopt again; otherwise run cdc init without --adopt",
-			ErrAdoptSlotExists, cfg.Postgres.Slot, info.ConfirmedFlush, cfg.Postgres.Slot)
-	}
+	return createSlotEmitting(ctx, conn, cfg, selection{
+		where: t.Columns.Column(layout.SentAt) + " IS NULL",
+		what:  "whose " + t.Columns[layout.SentAt] + " is NULL",
+	})
+}
+
+// selection is the rows of the outbox table that a new slot's first
+// transaction hands to the stream: `cdc init --adopt` the unsent ones,
+// `cdc recover` those not proven delivered (recover.go).
+type selection struct {
+	where string // an SQL condition on the table; its parameters are $2, $3, …
+	args  []any
+	what  string // the rows in words, for reports ("whose sent_at is NULL")
+	since string // for rows selected by time, the bound (RFC 3339), for --since
+}
+
+// createSlotEmitting creates the slot with an exported snapshot and, in a
+// transaction on that snapshot, emits an adopt message for each row of
+// sel (see createSlotAdopting). If emitting fails, the slot is dropped
+// again. It returns how many rows it emitted.
+func createSlotEmitting(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sel selection) (int64, error) {
 	rc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL)
 	if err != nil {
 		return 0, err
@@ -68,14 +121,14 @@ func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config)
 		return 0, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(rc), err)
 	}
 	// The exported snapshot lives as long as this connection runs no
-	// other command: close it only once the adopting transaction is done.
+	// other command: close it only once the emitting transaction is done.
 	defer repl.Close(context.Background())
 	slot, err := pglogrepl.CreateReplicationSlot(ctx, repl, cfg.Postgres.Slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
 		return 0, fmt.Errorf("creating replication slot %q: %w", cfg.Postgres.Slot, err)
 	}
-	n, err := adoptUnsent(ctx, conn, cfg, slot.SnapshotName)
+	n, err := emitRows(ctx, conn, cfg, slot.SnapshotName, sel)
 	if err != nil {
 		_, derr := conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", cfg.Postgres.Slot)
 		if derr != nil {
@@ -86,9 +139,9 @@ func createSlotAdopting(ctx context.Context, conn *pgx.Conn, cfg *config.Config)
 	return n, nil
 }
 
-// adoptUnsent emits, in the snapshot, an adopt message per unsent row, in
+// emitRows emits, in the snapshot, an adopt message per row of sel, in
 // the order of the time column (when mapped) and the id.
-func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot string) (int64, error) {
+func emitRows(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot string, sel selection) (int64, error) {
 	t := cfg.Outbox()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
@@ -110,11 +163,11 @@ func adoptUnsent(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapsh
 	// The outer SELECT evaluates pg_logical_emit_message over the sorted
 	// rows, in their order.
 	q := fmt.Sprintf(`SELECT count(pg_logical_emit_message(true, $1, %s))
-		FROM (SELECT * FROM %s WHERE %s IS NULL ORDER BY %s) unsent`,
-		rows.Adopted(), t.Qualified(), t.Columns.Column(layout.SentAt), rows.OrderBy())
+		FROM (SELECT * FROM %s WHERE %s ORDER BY %s) selected`,
+		rows.Adopted(), t.Qualified(), sel.where, rows.OrderBy())
 	var n int64
-	if err := tx.QueryRow(ctx, q, decoder.AdoptPrefix(cfg.Postgres.Slot)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("adopting the unsent rows of %s: %w", t, err)
+	if err := tx.QueryRow(ctx, q, append([]any{decoder.AdoptPrefix(cfg.Postgres.Slot)}, sel.args...)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("handing the rows of %s %s to the stream: %w", t, sel.what, err)
 	}
 	return n, tx.Commit(ctx)
 }

@@ -84,7 +84,7 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 	}
 	cfg, slot := r.ConfigPath, r.cfg.Postgres.Slot
 	resend := fmt.Sprintf("then re-send what the sinks may have missed from the outbox table with cdc replay --config %s --since <a time before the failover> "+
-		"(inboxes drop the copies by id)", cfg)
+		"(inboxes drop the copies by id); or do both in one step, nothing lost: cdc recover --config %s creates the slot and hands it every row not proven delivered", cfg, cfg)
 	if r.cfg.Postgres.TableLess() {
 		resend = "a table-less outbox (postgres.source: messages) keeps no rows to replay, so what the sinks may have missed can only be emitted " +
 			"again by the application (inboxes drop the copies by id)"

@@ -3,6 +3,9 @@ package relay
 import (
 	"runtime"
 	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,16 +24,30 @@ type Metrics struct {
 	deadLettered     prometheus.Counter
 	refused          *prometheus.CounterVec
 	retentionDeleted prometheus.Counter
+	forged           *prometheus.CounterVec
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
 	window  *publish.Window
 	stream  *replication.Stream
+	// streaming is whether a cycle streams (watch until cycleEnded): the
+	// ages below are 0 otherwise, so that an instance that lost the slot
+	// does not report the deliveries it abandoned as stuck.
+	streaming bool
+	// oldest and stalled measure ages at scrape time (under mu): nothing
+	// on the hot path (docs/design.md, "Metrics of stalls").
+	oldest  ageSince[*checkpoint.Txn]
+	stalled stallClock
+	now     func() time.Time
+	// slot is what the relay last read of its slot in pg_replication_slots
+	// (at each cycle's check, and when the run stops on it).
+	slot replication.SlotInfo
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		now: time.Now,
 		decoded: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_messages_decoded_total",
 			Help: "Outbox messages read from the replication stream."}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_published_total",
@@ -43,23 +60,70 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter)."}, []string{"sink"}),
 		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_retention_deleted_total",
 			Help: "Delivered outbox rows deleted by relay.retention."}),
+		forged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_forged_messages_total",
+			Help: "Messages that claimed to be outbox messages without the proof the relay requires (kind envelope: no valid signature under postgres.message_keys; adopt: an adopt message cdc init did not write); never published."}, []string{"kind"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walpost_end_to_end_latency_seconds",
 			Help:    "From the transaction's commit (its Begin message's commit time) to the sink's acknowledgement.",
 			Buckets: latencyBuckets}, []string{"sink"}),
 	}
+	for _, kind := range []string{"envelope", "adopt"} {
+		m.forged.WithLabelValues(kind) // at 0 from the start, for alerts
+	}
 	if reg != nil {
-		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted,
+		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted, m.forged,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
 				Help: "Deliveries read from the stream and not yet acknowledged."}, m.inflight),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_lag_bytes",
-				Help: "Server WAL end (last keepalive) minus the confirmed LSN."}, m.lag),
+				Help: "Server WAL end (last keepalive) minus the confirmed LSN; until the stream has a keepalive, pg_current_wal_lsn() minus the slot's confirmed_flush_lsn as last read."}, m.lag),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_slot_lost",
+				Help: "1 when the relay last found its slot invalidated by the server (wal_status lost): it stops; run cdc recover."}, m.slotLost),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_connected",
 				Help: "1 while the replication stream is connected."}, m.connected),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_oldest_inflight_seconds",
+				Help: "How long the oldest transaction read with a delivery not yet acknowledged by every sink has been so; 0 when nothing is in flight. Measured at scrape time: short by up to one scrape interval."}, m.oldestInFlight),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_slot_stalled_seconds",
+				Help: "How long the confirmed LSN has not moved while the server's WAL is ahead of it; 0 when the slot is caught up or moving. Measured at scrape time: short by up to one scrape interval."}, m.slotStalled),
 		)
 	}
 	return m
+}
+
+// ageSince tells how long a value has stayed the same, from the calls
+// that observe it: the first observation of a value counts as its start.
+type ageSince[T comparable] struct {
+	value T
+	since time.Time
+}
+
+// observe records v at now and returns how long v has been observed,
+// 0 for the zero value (nothing to age).
+func (a *ageSince[T]) observe(now time.Time, v T) time.Duration {
+	var zero T
+	if v != a.value || a.since.IsZero() {
+		a.value, a.since = v, now
+	}
+	if v == zero {
+		return 0
+	}
+	return now.Sub(a.since)
+}
+
+// stallClock tells how long the confirmed position has not moved while
+// the server's WAL was ahead of it.
+type stallClock struct{ moved ageSince[pglogrepl.LSN] }
+
+// observe records the confirmed position and the server's WAL end at now
+// and returns how long the slot has been stalled.
+func (s *stallClock) observe(now time.Time, confirmed, serverWAL pglogrepl.LSN) time.Duration {
+	if serverWAL <= confirmed {
+		s.moved = ageSince[pglogrepl.LSN]{} // caught up: nothing is stalled
+		return 0
+	}
+	// confirmed is never 0 while streaming (the slot's position), so the
+	// zero value of ageSince is not a position.
+	return s.moved.observe(now, confirmed)
 }
 
 // latencyBuckets are the end-to-end latency histogram's upper bounds, in
@@ -98,7 +162,14 @@ func RegisterBuildInfo(reg prometheus.Registerer, version, revision string) {
 
 func (m *Metrics) watch(t *checkpoint.Tracker, w *publish.Window, s *replication.Stream) {
 	m.mu.Lock()
-	m.tracker, m.window, m.stream = t, w, s
+	m.tracker, m.window, m.stream, m.streaming = t, w, s, true
+	m.mu.Unlock()
+}
+
+// cycleEnded says the cycle watch was called for stopped streaming.
+func (m *Metrics) cycleEnded() {
+	m.mu.Lock()
+	m.streaming = false
 	m.mu.Unlock()
 }
 
@@ -129,11 +200,31 @@ func (m *Metrics) inflight() float64 {
 	return float64(n)
 }
 
+// slotRead records what the relay read of its slot.
+func (m *Metrics) slotRead(info replication.SlotInfo) {
+	m.mu.Lock()
+	m.slot = info
+	m.mu.Unlock()
+}
+
+func (m *Metrics) slotLost() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.slot.Invalid() {
+		return 1
+	}
+	return 0
+}
+
+// lag is the stream's lag (its server WAL end minus the tracker's
+// confirmed position) while it has had a keepalive; before that, and for a
+// slot that can no longer stream (lost), the slot's lag as last read from
+// the server: never a 0 that hides a lag.
 func (m *Metrics) lag() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stream == nil || m.tracker == nil {
-		return 0
+	if m.stream == nil || m.tracker == nil || m.stream.ServerWAL() == 0 || m.slot.Invalid() {
+		return float64(max(m.slot.LagBytes, 0))
 	}
 	w, c := m.stream.ServerWAL(), m.tracker.Confirmed()
 	if w < c {
@@ -149,4 +240,24 @@ func (m *Metrics) connected() float64 {
 		return 1
 	}
 	return 0
+}
+
+func (m *Metrics) oldestInFlight() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var head *checkpoint.Txn
+	if m.streaming && m.tracker != nil {
+		head = m.tracker.Oldest()
+	}
+	return m.oldest.observe(m.now(), head).Seconds()
+}
+
+func (m *Metrics) slotStalled() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var confirmed, wal pglogrepl.LSN
+	if m.streaming && m.tracker != nil && m.stream != nil {
+		confirmed, wal = m.tracker.Confirmed(), m.stream.ServerWAL()
+	}
+	return m.stalled.observe(m.now(), confirmed, wal).Seconds()
 }

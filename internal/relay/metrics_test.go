@@ -5,12 +5,17 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/replication"
 )
 
 // TestMetricsEverySinkSeriesExistsAtZero: once New has the config, every
@@ -55,5 +60,104 @@ walpost_sink_failing{sink="b"} 0
 	}
 	if n := len(latencyBuckets); n < 12 || n > 20 {
 		t.Errorf("%d latency buckets, want about 15", n)
+	}
+}
+
+// TestOldestInFlightAgeIsMeasuredAtScrapeTime: the oldest in-flight
+// transaction's age counts from the first scrape that saw it oldest,
+// holds while later transactions come and go, moves to the next one when
+// it is acknowledged, and is 0 with nothing in flight or once the cycle
+// ended (an instance that lost the slot).
+func TestOldestInFlightAgeIsMeasuredAtScrapeTime(t *testing.T) {
+	clock := time.Unix(1_700_000_000, 0)
+	m := NewMetrics(nil)
+	m.now = func() time.Time { return clock }
+	tr := checkpoint.New(10)
+	m.watch(tr, nil, nil)
+	scrape := func(want time.Duration) {
+		t.Helper()
+		if got := m.oldestInFlight(); got != want.Seconds() {
+			t.Fatalf("walpost_oldest_inflight_seconds = %v, want %v", got, want.Seconds())
+		}
+	}
+	scrape(0)
+	a := tr.Begin()
+	tr.Add(a, 1)
+	tr.Commit(a, 100)
+	scrape(0) // first seen now
+	clock = clock.Add(30 * time.Second)
+	b := tr.Begin()
+	tr.Add(b, 1)
+	tr.Commit(b, 200)
+	scrape(30 * time.Second)
+	clock = clock.Add(15 * time.Second)
+	tr.AckAll([]*checkpoint.Txn{a})
+	scrape(0) // b is the oldest now, first seen at this scrape
+	clock = clock.Add(5 * time.Second)
+	scrape(5 * time.Second)
+	m.cycleEnded()
+	scrape(0)
+	m.watch(tr, nil, nil)
+	tr.AckAll([]*checkpoint.Txn{b})
+	clock = clock.Add(time.Minute)
+	scrape(0)
+}
+
+// TestSlotStalledCountsOnlyWhileTheWALIsAhead: the stall counts from the
+// first observation of an unmoving confirmed position behind the
+// server's WAL, restarts when the position moves, and is 0 when caught
+// up.
+func TestSlotStalledCountsOnlyWhileTheWALIsAhead(t *testing.T) {
+	var s stallClock
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	for i, c := range []struct {
+		sec            int
+		confirmed, wal pglogrepl.LSN
+		want           time.Duration
+	}{
+		{0, 100, 100, 0},  // caught up
+		{10, 100, 100, 0}, // idle: caught up still
+		{20, 100, 300, 0}, // WAL ahead: counts from here
+		{50, 100, 400, 30 * time.Second},
+		{60, 250, 400, 0}, // moved
+		{90, 250, 500, 30 * time.Second},
+		{95, 500, 500, 0},  // caught up
+		{100, 500, 600, 0}, // ahead again: counts anew
+		{400, 500, 600, 300 * time.Second},
+	} {
+		if got := s.observe(at(c.sec), c.confirmed, c.wal); got != c.want {
+			t.Errorf("%d: at %ds confirmed %d, WAL %d: stalled %v, want %v", i, c.sec, c.confirmed, c.wal, got, c.want)
+		}
+	}
+}
+
+// TestMetricsLagOfALostSlotIsTheServersNotZero: before the stream has a
+// keepalive, and for a slot the server invalidated, walpost_lag_bytes is
+// the slot's lag as read from the server (pg_current_wal_lsn() minus
+// confirmed_flush_lsn), not 0, and walpost_slot_lost is 1.
+func TestMetricsLagOfALostSlotIsTheServersNotZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	want := func(lag, lost int) string {
+		return fmt.Sprintf(`
+# HELP walpost_lag_bytes Server WAL end (last keepalive) minus the confirmed LSN; until the stream has a keepalive, pg_current_wal_lsn() minus the slot's confirmed_flush_lsn as last read.
+# TYPE walpost_lag_bytes gauge
+walpost_lag_bytes %d
+# HELP walpost_slot_lost 1 when the relay last found its slot invalidated by the server (wal_status lost): it stops; run cdc recover.
+# TYPE walpost_slot_lost gauge
+walpost_slot_lost %d
+`, lag, lost)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0, 0)), "walpost_lag_bytes", "walpost_slot_lost"); err != nil {
+		t.Error(err)
+	}
+	m.slotRead(replication.SlotInfo{Exists: true, WALStatus: "reserved", LagBytes: 4096})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(4096, 0)), "walpost_lag_bytes", "walpost_slot_lost"); err != nil {
+		t.Error(err)
+	}
+	m.slotRead(replication.SlotInfo{Exists: true, WALStatus: "lost", LagBytes: 70 << 20})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(70<<20, 1)), "walpost_lag_bytes", "walpost_slot_lost"); err != nil {
+		t.Error(err)
 	}
 }

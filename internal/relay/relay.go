@@ -75,6 +75,9 @@ type Relay struct {
 	// relay gives an operator (e.g. the cdc skip command line).
 	ConfigPath string
 
+	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
+	emitWarned bool
+
 	mu     sync.Mutex
 	stream *replication.Stream
 	window *publish.Window
@@ -141,7 +144,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		held = held || streamed
 		var re restart
 		if !errors.As(err, &re) {
-			return r.explainMissingSlot(err, held)
+			return r.explainInvalidSlot(r.explainMissingSlot(err, held))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -168,6 +171,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	cfg := r.cfg
 	r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot).Msg("connecting")
 	if err := r.check(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, nil // SIGINT/SIGTERM during the check: a clean stop, nothing read
+		}
 		return false, err
 	}
 	tracker := checkpoint.New(0)
@@ -216,8 +222,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 }
 
 // check verifies, read-only, what the relay needs of the server. Failing
-// to connect is worth another cycle (the server may be starting); a
-// failed check is not.
+// to connect is worth another cycle (the server may be starting), unless
+// the server refused the role or database (pgconnect.Refused); a failed
+// check is not.
 func (r *Relay) check(ctx context.Context) error {
 	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
@@ -227,16 +234,29 @@ func (r *Relay) check(ctx context.Context) error {
 		if errors.Is(err, pgconnect.ErrURL) {
 			return err
 		}
+		if pgconnect.Refused(err) {
+			return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
+		}
 		return restart{err}
 	}
 	defer conn.Close(context.Background())
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
 		return err
 	}
+	if risk, err := emitRisk(ctx, conn, r.cfg); err != nil {
+		return err
+	} else if risk != "" && !r.emitWarned {
+		r.emitWarned = true
+		r.log.Warn().Str("prefix", r.cfg.Postgres.MessagePrefix).Msg(risk)
+	}
 	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
 		return err
 	}
-	if _, err := replication.CheckSlot(ctx, conn, r.target.Slot); err != nil {
+	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
+	r.metrics.slotRead(info)
+	// An invalidated slot goes on to START_REPLICATION, whose error (the
+	// server's message and DETAIL) explainInvalidSlot explains.
+	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
 		return err
 	}
 	if r.cfg.Postgres.FailoverSlot {
@@ -249,7 +269,7 @@ func (r *Relay) check(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters()); err != nil {
+	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
 		return err
 	}
 	return r.checkRetention(ctx, conn)
@@ -386,6 +406,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	r.setStream(stream, window, true)
 	defer r.setStream(stream, window, false)
 	r.metrics.watch(tracker, window, stream)
+	defer r.metrics.cycleEnded()
 
 	// Batches the stream read but the pipeline has not taken: at most
 	// 256 KiB of message data each (replication's maxBatchBytes, or one
@@ -463,11 +484,24 @@ func newDecoder(cfg *config.Config) *decoder.Decoder {
 	d := decoder.New(cfg.Outbox())
 	if cfg.Postgres.TableLess() {
 		d.AcceptMessages(cfg.Postgres.MessagePrefix)
+		if len(cfg.Postgres.MessageKeys) > 0 {
+			keys := make([][]byte, len(cfg.Postgres.MessageKeys))
+			for i, k := range cfg.Postgres.MessageKeys {
+				keys[i] = []byte(k)
+			}
+			d.RequireSignature(keys)
+		}
 		return d
 	}
 	d.AcceptAdopted(decoder.AdoptPrefix(cfg.Postgres.Slot))
 	return d
 }
+
+// ErrDrainCut is returned by Run when relay.shutdown_timeout ended the
+// drain after its context ended: the relay stopped as asked, with
+// deliveries in flight that the next run sends again (`cdc run` exits 3,
+// docs/design.md "Shutdown").
+var ErrDrainCut = errors.New("relay: relay.shutdown_timeout cut the drain")
 
 // runSink runs one sink's runner until its channel is drained, and names
 // what went wrong: a drain cut short by relay.shutdown_timeout, or the
@@ -479,8 +513,8 @@ func (r *Relay) runSink(ctx, gctx context.Context, sd *shutdown, runner *publish
 		return nil
 	case sd.sinks.Err() != nil && gctx.Err() == nil && ctx.Err() != nil:
 		n, _ := window.InFlight()
-		return fmt.Errorf("shutdown: sink %s did not drain within relay.shutdown_timeout (%v); %d deliveries in flight will be sent again after restart",
-			name, sd.timeout, n)
+		return fmt.Errorf("%w: sink %s had not drained after %v; nothing is lost, the slot is confirmed up to what every sink acknowledged: %d deliveries in flight will be sent again after restart",
+			ErrDrainCut, name, sd.timeout, n)
 	}
 	return fmt.Errorf("sink %s: %w", name, err)
 }
@@ -675,6 +709,16 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			// Parking would take every row of the table: stop whatever
 			// relay.on_invalid says.
 			return &stopAtRow{de}
+		case de.Forged:
+			// Whoever wrote it may not publish, and must not stop the
+			// relay either: parked whatever relay.on_invalid says.
+			if err := p.parked.Park(ctx, de, ""); err != nil {
+				return err
+			}
+			p.metrics.forged.WithLabelValues("envelope").Inc()
+			p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
+				Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
+			return nil
 		case !p.park:
 			parked, lerr := p.parked.Parked(ctx, de.LSN, de.Seq)
 			if lerr != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/retention"
@@ -38,18 +37,25 @@ type SetupOptions struct {
 
 // SetupWith is Setup with options.
 func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, report func(string)) error {
+	if opts.Adopt {
+		if err := checkAdoptConfig(cfg); err != nil {
+			return err // before connecting
+		}
+	}
 	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
 	t := TargetOf(cfg)
-	if opts.Adopt && t.TableLess {
-		return errors.New("--adopt hands the unsent rows of an outbox table to the stream; postgres.source: messages has no table: run cdc init without --adopt")
-	}
 	slotOpts, err := failoverSlotOptions(ctx, conn, cfg, opts)
 	if err != nil {
 		return err // before anything is created
+	}
+	if opts.Adopt {
+		if err := checkAdoptServer(ctx, conn, cfg); err != nil {
+			return err // before anything is created
+		}
 	}
 	if err := ensureTable(ctx, conn, cfg, t, report); err != nil {
 		return err
@@ -62,6 +68,12 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		return err
 	}
 	report(fmt.Sprintf("publication %s: %s", t.Publication, createdOrExists(created)))
+	if t.TableLess && len(cfg.Postgres.MessageRoles) > 0 {
+		if err := restrictEmit(ctx, conn, cfg.Postgres.MessageRoles); err != nil {
+			return err
+		}
+		report(fmt.Sprintf("pg_logical_emit_message: EXECUTE taken from PUBLIC, granted to %s", strings.Join(cfg.Postgres.MessageRoles, ", ")))
+	}
 	slotCreated := true
 	if opts.Adopt {
 		n, err := createSlotAdopting(ctx, conn, cfg)
@@ -128,8 +140,8 @@ func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t repl
 		report(fmt.Sprintf("table %s: exists", t.Outbox))
 		return nil
 	}
-	if cfg.Columns.Layout() != layout.Default {
-		return errors.New("table " + t.Outbox.String() + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql)")
+	if !cfg.Columns.Layout().DefaultTable() {
+		return errors.New("table " + t.Outbox.String() + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql, with or without columns: {time: created_at})")
 	}
 	if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
 		return fmt.Errorf("creating table %s: %w", t.Outbox, err)

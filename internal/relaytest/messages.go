@@ -25,6 +25,7 @@ type MessagesOutbox struct {
 	Slot        string
 	Prefix      string
 	State       string // schema-qualified: (seq bigserial, id uuid, type, key, payload jsonb)
+	Key         []byte // when set, Emit signs with it (outbox.SigningKey)
 }
 
 // NewMessagesOutbox creates the state table under a name of the test's
@@ -71,6 +72,9 @@ func (mo MessagesOutbox) Emit(ctx context.Context, tx pgx.Tx, msgs ...Msg) error
 	for _, m := range msgs {
 		state := m.Payload
 		opts := []outbox.EmitOption{outbox.Prefix(mo.Prefix)}
+		if mo.Key != nil {
+			opts = append(opts, outbox.SigningKey(mo.Key))
+		}
 		var payload any = json.RawMessage(m.Payload)
 		if !json.Valid([]byte(m.Payload)) {
 			opts = append(opts, outbox.BinaryPayload())

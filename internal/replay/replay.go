@@ -13,6 +13,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
 )
@@ -32,7 +33,8 @@ var ErrTableLess = errors.New("replay: a table-less outbox (postgres.source: mes
 // Options says what Replay re-publishes and where.
 type Options struct {
 	// Since selects the rows of the last Since: by the time column when
-	// mapped, else by the id read as a UUIDv7 (refused for other ids).
+	// mapped (created_at for the default layout, see withDefaultTime),
+	// else by the id read as a UUIDv7 (refused for other ids).
 	Since time.Duration
 	// FromID and ToID bound the range, both included, in replay order
 	// (Rows.Order); either may be "" (from the first row, to the last).
@@ -94,7 +96,11 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 			return Result{}, fmt.Errorf("replay: %s: %w", stmt, err)
 		}
 	}
-	rows, err := ReadRows(ctx, conn, cfg.Outbox())
+	table, err := withDefaultTime(ctx, conn, cfg.Outbox())
+	if err != nil {
+		return Result{}, fmt.Errorf("replay: %w", err)
+	}
+	rows, err := ReadRows(ctx, conn, table)
 	if err != nil {
 		return Result{}, fmt.Errorf("replay: %w", err)
 	}
@@ -103,7 +109,7 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 		return Result{}, err
 	}
 	defer ss.close()
-	rp := &replayer{conn: conn, rows: rows, dec: decoder.New(cfg.Outbox()), sinks: ss, cfg: cfg, o: o}
+	rp := &replayer{conn: conn, rows: rows, dec: decoder.New(table), sinks: ss, cfg: cfg, o: o}
 	lo, hi, err := rp.bounds(ctx)
 	if err != nil {
 		return Result{}, err
@@ -129,6 +135,26 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 	}
 	err = rp.loop(stop, ctx, lo, hi, &res)
 	return res, err
+}
+
+// withDefaultTime returns t, with sql/outbox.sql's created_at as its time
+// column when t has the default layout without columns.time and the
+// table has created_at as a timestamp: replay orders and bounds (--since)
+// the rows by it, and a replayed message's time is its value (the commit
+// time is not known here).
+func withDefaultTime(ctx context.Context, q Querier, t layout.Table) (layout.Table, error) {
+	if t.Columns != layout.Default {
+		return t, nil
+	}
+	var has bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped AND atttypid IN ('timestamptz'::regtype, 'timestamp'::regtype))",
+		t.Qualified(), layout.DefaultTime).Scan(&has); err != nil {
+		return t, fmt.Errorf("looking for %s's %s column: %w", t, layout.DefaultTime, err)
+	}
+	if has {
+		t.Columns[layout.Time] = layout.DefaultTime
+	}
+	return t, nil
 }
 
 // replayer is one Replay's state.

@@ -148,7 +148,11 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	}
 	pg, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
+		err = fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
+		if pgconnect.Refused(err) {
+			return nil, fatalError{fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)}
+		}
+		return nil, err
 	}
 	// After the startup exchange: its round trips give the RTT.
 	rb := sizeReceiveBuffer(pg.Conn(), s.opt.ReceiveBuffer)
@@ -181,6 +185,8 @@ func startError(slot string, err error) error {
 			return fatalError{fmt.Errorf("%w: %s; run 'cdc init'", ErrSlotMissing, pgErr.Message)}
 		case "42501", "28000", "28P01":
 			return fatalError{fmt.Errorf("starting replication on slot %q: %w", slot, err)}
+		case "55000": // object_not_in_prerequisite_state: an invalidated slot, wal_level, another database
+			return fatalError{fmt.Errorf("%w: starting replication on slot %q: %w%s", ErrSlotRefused, slot, err, detail(pgErr))}
 		}
 	}
 	return fmt.Errorf("starting replication on slot %q: %w", slot, err)
@@ -188,6 +194,19 @@ func startError(slot string, err error) error {
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// detail returns the server's DETAIL and HINT of e, which its Error()
+// leaves out, as "; DETAIL: …; HINT: …".
+func detail(e *pgconn.PgError) string {
+	var s string
+	if e.Detail != "" {
+		s += "; DETAIL: " + e.Detail
+	}
+	if e.Hint != "" {
+		s += "; HINT: " + e.Hint
+	}
+	return s
+}
 
 func hint(e *pgconn.PgError) string {
 	switch {

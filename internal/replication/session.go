@@ -100,7 +100,7 @@ func (ss *session) loop() error {
 			}
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)
-			return fatalError{fmt.Errorf("replication stream: %w%s", pgErr, hint(pgErr))}
+			return fatalError{fmt.Errorf("replication stream: %w%s%s", pgErr, detail(pgErr), hint(pgErr))}
 		case *pgproto3.CopyDone:
 			return errors.New("server ended the replication stream")
 		}

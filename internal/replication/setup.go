@@ -162,7 +162,23 @@ type SlotInfo struct {
 	RetainedBytes int64
 	LagBytes      int64
 	CurrentWAL    pglogrepl.LSN
+	// WALStatus is pg_replication_slots.wal_status: reserved, extended,
+	// unreserved (the WAL it needs is past max_slot_wal_keep_size: the
+	// next checkpoint may remove it) or lost (it was removed: the slot is
+	// invalidated). SafeWALSize is safe_wal_size, the WAL that may still
+	// be written before the slot is in danger; nil when unlimited or lost.
+	WALStatus   string
+	SafeWALSize *int64
+	// Invalidation is invalidation_reason (PostgreSQL 17+: wal_removed,
+	// rows_removed, wal_level_insufficient, idle_timeout), "" when valid
+	// or when the server does not say.
+	Invalidation string
 }
+
+// Invalid reports whether the server invalidated the slot: it can no
+// longer stream, whatever its confirmed position (docs/design.md,
+// "A lost slot").
+func (s SlotInfo) Invalid() bool { return s.Exists && (s.WALStatus == "lost" || s.Invalidation != "") }
 
 // ReadSlot reads the slot's state.
 func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
@@ -171,11 +187,15 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	var pid *int32
 	var confirmed, restart *string
 	var current string
+	var walStatus, invalidation *string
+	// to_jsonb reads invalidation_reason where the server has it (17+).
 	err := conn.QueryRow(ctx, `SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, pg_current_wal_lsn()::text,
 			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
-			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).
-		Scan(&plugin, &db, &s.Active, &pid, &confirmed, &restart, &current, &s.RetainedBytes, &s.LagBytes)
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+			wal_status, safe_wal_size, to_jsonb(s) ->> 'invalidation_reason'
+		FROM pg_replication_slots s WHERE slot_name = $1`, slot).
+		Scan(&plugin, &db, &s.Active, &pid, &confirmed, &restart, &current, &s.RetainedBytes, &s.LagBytes,
+			&walStatus, &s.SafeWALSize, &invalidation)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&current); err != nil {
 			return s, fmt.Errorf("reading current WAL position: %w", err)
@@ -202,8 +222,31 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	if restart != nil {
 		s.RestartLSN, _ = pglogrepl.ParseLSN(*restart)
 	}
+	if walStatus != nil {
+		s.WALStatus = *walStatus
+	}
+	if invalidation != nil {
+		s.Invalidation = *invalidation
+	}
 	s.CurrentWAL, _ = pglogrepl.ParseLSN(current)
 	return s, nil
+}
+
+// InvalidReason says in words why the server invalidated the slot, from
+// its invalidation_reason (or wal_status lost where the server does not
+// give a reason).
+func (s SlotInfo) InvalidReason() string {
+	switch s.Invalidation {
+	case "", "wal_removed":
+		return "the WAL it still needed was removed (max_slot_wal_keep_size)"
+	case "idle_timeout":
+		return "it was not used for idle_replication_slot_timeout"
+	case "rows_removed":
+		return "rows it still needed were vacuumed away (on a standby)"
+	case "wal_level_insufficient":
+		return "wal_level was lowered below logical"
+	}
+	return s.Invalidation
 }
 
 // CheckSlot checks that the slot exists, uses pgoutput and belongs to this
@@ -215,6 +258,11 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, erro
 	}
 	if !info.Exists {
 		return info, fmt.Errorf("%w: slot %q; run 'cdc init' (as a role with REPLICATION) to create it", ErrSlotMissing, slot)
+	}
+	if info.Invalid() {
+		return info, fmt.Errorf("%w: slot %q (wal_status %s%s): %s, so what was committed after its confirmed position %s cannot be streamed from it; "+
+			"the rows are still in the outbox table: stop every relay on the slot and run 'cdc recover' (a new slot, and every row not proven delivered relayed again)",
+			ErrSlotInvalidated, slot, info.WALStatus, reasonField(info), info.InvalidReason(), info.ConfirmedFlush)
 	}
 	if info.Plugin != "pgoutput" {
 		return info, fmt.Errorf("%w: slot %q exists with plugin %q; walpost needs pgoutput: drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, or set postgres.slot to another name",
@@ -229,6 +277,13 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, erro
 			ErrSlotDatabase, slot, info.Database, db)
 	}
 	return info, nil
+}
+
+func reasonField(info SlotInfo) string {
+	if info.Invalidation == "" {
+		return ""
+	}
+	return ", invalidation_reason " + info.Invalidation
 }
 
 // EnsureSlot creates the pgoutput slot when missing and checks an existing

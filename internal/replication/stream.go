@@ -132,6 +132,14 @@ var (
 	// was disconnected. The relay must stop using its sinks and wait for
 	// the slot again (Acquire) before it writes anything.
 	ErrSlotLost = errors.New("replication: the slot was taken by another process while the stream reconnected")
+	// ErrSlotInvalidated is returned when the server invalidated the slot
+	// (wal_status lost, or an invalidation_reason): it exists but can
+	// never stream again.
+	ErrSlotInvalidated = errors.New("replication: the server invalidated the slot")
+	// ErrSlotRefused is returned when START_REPLICATION fails for a
+	// reason that waiting does not fix (SQLSTATE 55000, e.g. an
+	// invalidated slot); the error carries the server's DETAIL.
+	ErrSlotRefused = errors.New("replication: the server refused to stream from the slot")
 )
 
 // Acquire connects and starts replication on the slot, waiting while

@@ -188,10 +188,13 @@ func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]
 		}
 		times = append(times, at)
 	}
-	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, sink, commit_lsn, lsn, seq, commit_time, updated_at)
+	// A position without a commit time keeps the one saved, older than
+	// the position's (an earlier bound for cdc recover). The relay's check
+	// made sure the table has seq and commit_time (checkUpgraded).
+	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (slot, sink, commit_lsn, lsn, seq, commit_time, updated_at)
 		SELECT $1, s, c::pg_lsn, l::pg_lsn, q, ct, now() FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(s, c, l, q, ct)
 		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, seq = EXCLUDED.seq,
-			commit_time = EXCLUDED.commit_time, updated_at = now()`, s.t.Progress),
+			commit_time = COALESCE(EXCLUDED.commit_time, p.commit_time), updated_at = now()`, s.t.Progress),
 		s.t.Slot, sinks, commits, lsns, seqs, times)
 	if err != nil {
 		(*conn).Close(context.Background())

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+	"github.com/walpost/walpost/outbox"
+)
+
+// TestIntegrationOnlySignedEnvelopesArePublished: a table-less outbox with
+// postgres.message_keys. A role with no privilege at all, in a READ ONLY
+// transaction, emits an unsigned envelope with the outbox's prefix, a
+// non-transactional one, and one signed with another key: each is parked
+// in the dead-letter table (on_invalid is stop: a forged message must not
+// stop the relay either), logged at error level, never published. The
+// producer's messages, signed with a configured key, are published, before
+// and after the forgeries; cdc status warns about PUBLIC's EXECUTE on
+// pg_logical_emit_message only while no key is configured.
+func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
+	key := "0123456789abcdef0123456789abcdef"
+	url, mo, out, cfg := messagesOutbox(t, "  message_keys: ["+key+", another-key-of-32-bytes-aaaaaaaa]", "")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	mo.Key = []byte(key)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+
+	role := pgtest.Name(t, "nobody")
+	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN PASSWORD 'x'")
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+role) })
+	attacker := pgtest.Connect(t, strings.Replace(url, "postgres@", role+":x@", 1))
+
+	p := startCDC(t, "run", "--config", cfg)
+	first := relaytest.NewMsg("order.created", "k", 1)
+	mo.EmitTx(t, conn, first)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 60*time.Second, p.stderr.String)
+
+	forged := relaytest.NewMsg("order.refunded", "k", 2)
+	unsigned, err := outbox.Envelope(ctx, outbox.Message{ID: forged.ID, Type: forged.Type, Payload: []byte(`{"refund": 1000}`)}, outbox.Prefix(mo.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongKey, err := outbox.Envelope(ctx, outbox.Message{Type: "order.refunded", Payload: []byte(`{"refund": 2000}`)},
+		outbox.Prefix(mo.Prefix), outbox.SigningKey([]byte("not-the-relays-key-0123456789abc")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pgx.BeginTxFunc(ctx, attacker, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		for _, c := range [][]byte{unsigned, wrongKey} {
+			if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, $1::text, $2::bytea)", mo.Prefix, c); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(false, $1::text, $2::bytea)", mo.Prefix, unsigned)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("emitting as a role without privileges: %v", err)
+	}
+	last := relaytest.NewMsg("order.shipped", "k", 3)
+	mo.EmitTx(t, conn, last)
+	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, last}, 60*time.Second, p.stderr.String)
+	if !pgtest.WaitFor(10*time.Second, func() bool { return len(listParked(t, cfg)) == 3 }) {
+		t.Fatalf("parked %+v, want the 3 forged messages\n%s", listParked(t, cfg), p.stderr.String())
+	}
+	stopGracefully(t, p)
+	if len(lines) != 2 {
+		t.Fatalf("the sink got %d messages, want the 2 signed ones: %+v", len(lines), lines)
+	}
+	if n := strings.Count(p.stderr.String(), `"level":"error"`); n < 3 || !strings.Contains(p.stderr.String(), "not signed with a key of postgres.message_keys") {
+		t.Fatalf("%d error-level lines, want one per forged message\n%s", n, p.stderr.String())
+	}
+	for _, r := range listParked(t, cfg) {
+		if !strings.Contains(r.Error, "signature") || r.Sink != "" {
+			t.Fatalf("parked %+v: want the signature named", r)
+		}
+	}
+	code, stdout, _ := cdc(t, nil, "status", "--config", cfg)
+	if code != 0 || strings.Contains(stdout, "PUBLIC may execute") {
+		t.Fatalf("cdc status with message_keys: exit %d, no PUBLIC warning expected\n%s", code, stdout)
+	}
+}
+
+// TestIntegrationMessageRolesTakeEmitFromPublic: with postgres.message_roles,
+// cdc init (a superuser) takes EXECUTE on pg_logical_emit_message from
+// PUBLIC and grants it to the listed roles: a role not listed can no
+// longer emit, a listed one can, and cdc status, which warned before,
+// no longer does. Without message_keys, cdc run warned at start.
+func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
+	// A cluster of its own: the grants on pg_logical_emit_message are the
+	// whole cluster's.
+	c := startCluster(t)
+	url := c.URL("postgres")
+	producer, other := "producer_ok", "producer_other"
+	pgtest.Exec(t, url, "CREATE ROLE "+producer+" LOGIN PASSWORD 'x'", "CREATE ROLE "+other+" LOGIN PASSWORD 'x'")
+	mo := relaytest.NewMessagesOutbox(t, url)
+	cfgOpen := mo.Config(t, "  - {name: out, kind: discard}", "", "")
+	cdcInit(t, cfgOpen)
+	code, stdout, _ := cdc(t, nil, "status", "--config", cfgOpen)
+	if code != 0 || !strings.Contains(stdout, "PUBLIC may execute pg_logical_emit_message") {
+		t.Fatalf("cdc status before message_roles: exit %d, want 0 and a warning\n%s", code, stdout)
+	}
+	p := startCDC(t, "run", "--config", cfgOpen)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "PUBLIC may execute pg_logical_emit_message") }) {
+		t.Fatalf("cdc run gave no warning\n%s", p.stderr.String())
+	}
+	stopGracefully(t, p)
+
+	cfg := mo.Config(t, "  - {name: out, kind: discard}", fmt.Sprintf("  message_roles: [%s, postgres]", producer), "")
+	var initOut strings.Builder
+	if code := run([]string{"init", "--config", cfg}, &initOut, &initOut); code != 0 ||
+		!strings.Contains(initOut.String(), "EXECUTE taken from PUBLIC, granted to "+producer+", postgres") {
+		t.Fatalf("cdc init with message_roles: exit %d\n%s", code, initOut.String())
+	}
+	emit := func(role string) error {
+		conn := pgtest.Connect(t, strings.Replace(url, "postgres@", role+":x@", 1))
+		_, err := conn.Exec(context.Background(), "SELECT pg_logical_emit_message(true, 'x', 'y')")
+		return err
+	}
+	if err := emit(producer); err != nil {
+		t.Fatalf("a listed role cannot emit: %v", err)
+	}
+	if err := emit(other); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("a role not listed emitted: %v", err)
+	}
+	code, stdout, _ = cdc(t, nil, "status", "--config", cfg)
+	if code != 0 || strings.Contains(stdout, "PUBLIC may execute") {
+		t.Fatalf("cdc status after message_roles: exit %d, want no warning\n%s", code, stdout)
+	}
+}

@@ -1,0 +1,359 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/retention"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// explainInvalidSlot turns the error a run stopped with into the
+// explanation of an invalidated slot when the server says the slot is
+// invalidated (wal_status lost, or an invalidation_reason): whatever the
+// error (the server's refusal to stream from it, with its DETAIL, or the
+// connection its checkpointer ended), the run cannot go on from this slot,
+// and what to do is cdc recover (docs/design.md, "A lost slot"). Any other
+// error is returned as it is.
+func (r *Relay) explainInvalidSlot(err error) error {
+	if err == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), missingSlotTimeout)
+	defer cancel()
+	conn, cerr := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
+	if cerr != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	info, rerr := replication.ReadSlot(ctx, conn, r.cfg.Postgres.Slot)
+	if rerr != nil || !info.Invalid() {
+		return err
+	}
+	r.metrics.slotRead(info)
+	server := err.Error()
+	if errors.Is(err, replication.ErrSlotInvalidated) {
+		server = "" // the check's own words, said below
+	}
+	slot, cfg := r.cfg.Postgres.Slot, r.ConfigPath
+	way := fmt.Sprintf("The outbox rows are still in the table: stop every relay on this slot and run cdc recover --config %s: it drops the invalidated slot, "+
+		"creates a new one and relays again every row not proven delivered (duplicates possible, inboxes drop them by id; nothing lost), "+
+		"then start cdc run --config %s again", cfg, cfg)
+	if r.cfg.Postgres.TableLess() {
+		way = fmt.Sprintf("A table-less outbox (postgres.source: messages) keeps no rows to relay again: what was committed after the confirmed position can only be emitted again by the application. "+
+			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and run cdc init --config %s", slot, cfg)
+	}
+	if server != "" {
+		server = " (the server said: " + server + ")"
+	}
+	msg := fmt.Sprintf("slot %q was invalidated by the server (wal_status %s%s): %s%s. It was confirmed up to %s; what was committed after that is no longer in the WAL it could stream. %s. "+
+		"To keep slots from being invalidated, raise max_slot_wal_keep_size (-1: no limit; and idle_replication_slot_timeout on PostgreSQL 18), and alert on walpost_slot_lost and cdc status",
+		slot, info.WALStatus, reasonOf(info), info.InvalidReason(), server, info.ConfirmedFlush, way)
+	return fmt.Errorf("%w: %s", replication.ErrSlotInvalidated, msg)
+}
+
+func reasonOf(info replication.SlotInfo) string {
+	if info.Invalidation == "" {
+		return ""
+	}
+	return ", invalidation_reason " + info.Invalidation
+}
+
+// Sentinel errors of Recover.
+var (
+	// ErrRecoverHealthySlot: the slot can still stream; recover never
+	// drops it.
+	ErrRecoverHealthySlot = errors.New("relay: cdc recover refuses a slot the server has not invalidated")
+	// ErrRecoverSlotActive: a process (a relay) holds the slot.
+	ErrRecoverSlotActive = errors.New("relay: cdc recover refuses a slot in use")
+	// ErrRecoverNoBound: nothing tells which rows were delivered.
+	ErrRecoverNoBound = errors.New("relay: cdc recover cannot tell which rows were delivered")
+	// ErrRecoverTableLess: a table-less outbox keeps no rows to relay again.
+	ErrRecoverTableLess = errors.New("relay: cdc recover needs an outbox table")
+)
+
+// RecoverOptions are cdc recover's options.
+type RecoverOptions struct {
+	// Since, when not zero, selects the rows whose time column is at or
+	// after it, whatever else is recorded (--since TIMESTAMP).
+	Since time.Time
+	// SinceAgo, when > 0, is Since as the server's now() less it (--since
+	// DURATION).
+	SinceAgo time.Duration
+	// Margin is the longest a producer's transaction takes from setting a
+	// row's time to its commit (plus any clock skew when the application
+	// sets the time): the bound taken from the progress table's commit
+	// times is moved back by it (--margin).
+	Margin time.Duration
+}
+
+// Recover replaces an invalidated slot (or a missing one: dropped, or a
+// failover to a server without it) by a new slot of the same name, and in
+// the snapshot the new slot exports hands to the stream every row of the
+// outbox not proven delivered, as `cdc init --adopt` does (docs/design.md,
+// "A lost slot"): rows committed before the new slot are relayed from the
+// table, those committed after it are streamed. It refuses a slot the
+// server has not invalidated, and one a process holds. It reports each
+// step with report.
+func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, report func(string)) error {
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	t := TargetOf(cfg)
+	if t.TableLess {
+		return fmt.Errorf("%w: postgres.source is messages: a table-less outbox keeps no rows to relay again; what was committed after the slot's confirmed position can only be emitted again by the application. "+
+			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and run cdc init", ErrRecoverTableLess, t.Slot)
+	}
+	if err := replication.CheckServer(ctx, conn, t); err != nil {
+		return err
+	}
+	if err := replication.CheckPublication(ctx, conn, t); err != nil {
+		return err
+	}
+	// The rows travel as logical messages, which pgoutput sends from 14 on.
+	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+		return err
+	} else if v < 140000 {
+		return fmt.Errorf("%w: cdc recover needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages; "+
+			"instead, drop the slot, run cdc init, then cdc replay --since <a time before the slot's confirmed position>", ErrAdoptNeedsPG14, v/10000, v%10000)
+	}
+	old, err := replication.ReadSlot(ctx, conn, t.Slot)
+	if err != nil {
+		return err
+	}
+	switch {
+	case old.Exists && !old.Invalid():
+		return fmt.Errorf("%w: slot %q is usable (wal_status %s, confirmed %s): cdc run streams everything from it. cdc recover only replaces a slot the server invalidated (wal_status lost); it never drops a usable one",
+			ErrRecoverHealthySlot, t.Slot, old.WALStatus, old.ConfirmedFlush)
+	case old.Exists && old.Active:
+		return fmt.Errorf("%w: slot %q is held by process %d (a relay?): stop every relay on the slot, then run cdc recover again", ErrRecoverSlotActive, t.Slot, old.ActivePID)
+	}
+	// What proves delivery is read before the slot is dropped: its
+	// confirmed position goes with it.
+	sel, err := recoverSelection(ctx, conn, cfg, old, opts)
+	if err != nil {
+		return err
+	}
+	if old.Exists {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", t.Slot); err != nil {
+			return fmt.Errorf("dropping the invalidated slot %q: %w (is a relay holding it? stop every relay on the slot first)", t.Slot, err)
+		}
+		report(fmt.Sprintf("slot %s: invalidated (wal_status %s%s, confirmed %s): dropped", t.Slot, old.WALStatus, reasonOf(old), old.ConfirmedFlush))
+	} else {
+		report(fmt.Sprintf("slot %s: missing (dropped, or a failover to a server without it)", t.Slot))
+	}
+	n, err := createSlotEmitting(ctx, conn, cfg, sel)
+	if err != nil {
+		again := "run cdc recover again"
+		if sel.since != "" {
+			again = "run cdc recover --since " + sel.since + " again (the old slot, and what it proved, is gone)"
+		}
+		return fmt.Errorf("%w; %s", err, again)
+	}
+	report(fmt.Sprintf("slot %s: created; %d row(s) of %s not proven delivered (%s) handed to the stream: cdc run relays them, then what commits after "+
+		"(some may be duplicates: inboxes drop them by id)", t.Slot, n, t.Outbox, sel.what))
+	if cfg.Postgres.FailoverSlot {
+		report(fmt.Sprintf("slot %s: not a failover slot (created with an exported snapshot): with no relay running, run ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection", t.Slot, t.Slot))
+	}
+	if s := retention.SettingsOf(cfg); s != nil {
+		// Marks prove delivery for the slot that passed them only.
+		if ok, err := store.TableExists(ctx, conn, store.QuoteTable(s.Retention.MarksTable)); err != nil || !ok {
+			return err // no marks table: cdc init makes it, empty
+		}
+		if _, err := retention.ForgetMarks(ctx, conn, *s); err != nil {
+			return fmt.Errorf("%w; the new slot holds the rows, but relay.retention must not use the old slot's marks: run DELETE FROM %s WHERE slot = '%s' before cdc run",
+				err, s.Retention.MarksTable, t.Slot)
+		}
+	}
+	return nil
+}
+
+// recoverSelection returns the rows not proven delivered: with --since,
+// those whose time is at or after it; else with columns.sent_at, those
+// where it is NULL; else with relay.retention, those whose time is at or
+// after the taken_at (less relay.retention.margin) of the newest mark at
+// or before the old slot's confirmed position; else those whose time is
+// at or after the earliest commit time the progress table holds for the
+// slot's sinks, less opts.Margin. Without any, it refuses, naming --since.
+func recoverSelection(ctx context.Context, conn *pgx.Conn, cfg *config.Config, old replication.SlotInfo, opts RecoverOptions) (selection, error) {
+	t := cfg.Outbox()
+	since, why := opts.Since, "--since"
+	if opts.SinceAgo > 0 {
+		if err := conn.QueryRow(ctx, "SELECT now() - $1::bigint * interval '1 microsecond'", opts.SinceAgo.Microseconds()).Scan(&since); err != nil {
+			return selection{}, err
+		}
+		why = "--since " + opts.SinceAgo.String()
+	}
+	if since.IsZero() && t.Columns.Has(layout.SentAt) {
+		return selection{where: t.Columns.Column(layout.SentAt) + " IS NULL", what: "whose " + t.Columns[layout.SentAt] + " is NULL"}, nil
+	}
+	var reasons []string
+	if since.IsZero() {
+		if s := retention.SettingsOf(cfg); s != nil {
+			at, err := markBound(ctx, conn, s, old)
+			switch {
+			case err != nil:
+				reasons = append(reasons, err.Error())
+			default:
+				since = at.Add(-s.Retention.Margin.D())
+				why = fmt.Sprintf("the newest retention mark the old slot confirmed, taken %s, less relay.retention.margin %v", at.UTC().Format(time.RFC3339), s.Retention.Margin.D())
+			}
+		}
+	}
+	if since.IsZero() {
+		at, err := progressBound(ctx, conn, cfg)
+		switch {
+		case err != nil:
+			reasons = append(reasons, err.Error())
+		default:
+			since = at.Add(-opts.Margin)
+			why = fmt.Sprintf("the last commit every sink acknowledged, at %s, less --margin %v", at.UTC().Format(time.RFC3339), opts.Margin)
+		}
+	}
+	if since.IsZero() {
+		return selection{}, fmt.Errorf("%w: columns.sent_at is not mapped, and %s. Pass --since with a time before the last delivery you are sure of "+
+			"(a duration such as 24h, or a timestamp such as 2026-01-02T15:04:05Z): every row whose time is at or after it is relayed again%s",
+			ErrRecoverNoBound, strings.Join(reasons, "; "), oldest(ctx, conn, cfg))
+	}
+	col, bound, err := timeColumn(ctx, conn, cfg)
+	if err != nil {
+		return selection{}, err
+	}
+	ts := since.UTC().Format(time.RFC3339Nano)
+	return selection{where: fmt.Sprintf("(%s >= %s OR %[1]s IS NULL)", pgx.Identifier{col}.Sanitize(), bound), args: []any{since},
+		what: fmt.Sprintf("whose %s is at or after %s: %s", col, ts, why), since: ts}, nil
+}
+
+// oldest says how many rows the table holds and since when, for the
+// error that asks for --since ("" when it cannot tell).
+func oldest(ctx context.Context, conn *pgx.Conn, cfg *config.Config) string {
+	col, _, err := timeColumn(ctx, conn, cfg)
+	if err != nil {
+		return ""
+	}
+	var n int64
+	var at *time.Time
+	if conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*), min(%s)::timestamptz FROM %s", pgx.Identifier{col}.Sanitize(), cfg.Outbox().Qualified())).Scan(&n, &at) != nil || at == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%s holds %d row(s), the oldest from %s: --since %s relays them all)", cfg.Outbox(), n, at.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
+}
+
+// markBound returns the taken_at of the newest retention mark at or
+// before the old slot's confirmed position: every transaction committed
+// before it was acknowledged by every sink.
+func markBound(ctx context.Context, conn *pgx.Conn, s *retention.Settings, old replication.SlotInfo) (time.Time, error) {
+	if !old.Exists {
+		return time.Time{}, errors.New("the slot is gone, and with it the confirmed position that tells which retention marks were delivered")
+	}
+	var at time.Time
+	err := conn.QueryRow(ctx, fmt.Sprintf("SELECT taken_at FROM %s WHERE slot = $1 AND lsn <= $2::pg_lsn ORDER BY lsn DESC LIMIT 1",
+		store.QuoteTable(s.Retention.MarksTable)), s.Slot, old.ConfirmedFlush.String()).Scan(&at)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return at, fmt.Errorf("%s holds no mark the slot confirmed (at %s)", s.Retention.MarksTable, old.ConfirmedFlush)
+	case err != nil:
+		return at, fmt.Errorf("reading %s: %w", s.Retention.MarksTable, err)
+	}
+	return at, nil
+}
+
+// progressBound returns the earliest, over the configured sinks, of the
+// commit time of the last message each acknowledged (the progress
+// table's commit_time).
+func progressBound(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (time.Time, error) {
+	tables := store.TablesOf(cfg)
+	if tables.Progress == "" {
+		return time.Time{}, errors.New(`postgres.progress_table is "-" (no per-sink progress is kept)`)
+	}
+	var has bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'commit_time' AND NOT attisdropped)",
+		tables.Progress).Scan(&has); err != nil {
+		return time.Time{}, fmt.Errorf("reading %s: %w", tables.ProgressName, err)
+	}
+	if !has {
+		return time.Time{}, fmt.Errorf("%s has no commit_time column (cdc init adds it)", tables.ProgressName)
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_time FROM %s WHERE slot = $1 AND commit_time IS NOT NULL", tables.Progress), tables.Slot)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %s: %w", tables.ProgressName, err)
+	}
+	times := map[string]time.Time{}
+	for rows.Next() {
+		var sink string
+		var at time.Time
+		if err := rows.Scan(&sink, &at); err != nil {
+			rows.Close()
+			return time.Time{}, err
+		}
+		times[sink] = at
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, err
+	}
+	var min time.Time
+	var missing []string
+	for _, s := range cfg.Sinks {
+		at, ok := times[s.Name]
+		switch {
+		case !ok:
+			missing = append(missing, s.Name)
+		case min.IsZero() || at.Before(min):
+			min = at
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return time.Time{}, fmt.Errorf("%s records no commit time for sink(s) %s of slot %s (nothing acknowledged yet, or saved before walpost kept it)",
+			tables.ProgressName, strings.Join(missing, ", "), tables.Slot)
+	}
+	return min, nil
+}
+
+// timeColumn returns the column that gives a row's time (columns.time,
+// else relay.retention.column, else created_at when the table has it, as
+// the default layout does) and the SQL of the bound $2 compared with it.
+func timeColumn(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (col, bound string, err error) {
+	t := cfg.Outbox()
+	candidates := []string{t.Columns[layout.Time]}
+	if r := cfg.Relay.Retention; r != nil {
+		candidates = append(candidates, r.Column)
+	}
+	candidates = append(candidates, "created_at")
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		var typ string
+		err := conn.QueryRow(ctx, "SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped",
+			t.Qualified(), c).Scan(&typ)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("reading the columns of %s: %w", t, err)
+		}
+		switch typ {
+		case "timestamp with time zone":
+			return c, "$2::timestamptz", nil
+		case "timestamp without time zone":
+			return c, "($2::timestamptz AT TIME ZONE 'UTC')", nil // as columns.time reads it
+		}
+		return "", "", fmt.Errorf("%w: column %q of %s has type %s; selecting the rows by time needs a timestamptz or timestamp column: map columns.time to one",
+			ErrRecoverNoBound, c, t, typ)
+	}
+	return "", "", fmt.Errorf("%w: selecting the rows by time needs the row's time: map columns.time (the default layout's created_at is used when the table has it)",
+		ErrRecoverNoBound)
+}
