@@ -139,7 +139,10 @@
 //     a listener answering in plain text).
 //   - Of those, the ones a message causes by itself are marked with
 //     publish.Rejected instead: MessageSizeTooLarge (from the broker, or
-//     a message over batch_bytes) and an illegal expanded topic name. With
+//     a message over batch_bytes), an illegal expanded topic name, and,
+//     for a topic from the template (a message chose the name,
+//     docs/security.md), UnknownTopicOrPartition, TopicAuthorizationFailed
+//     and InvalidTopic. With
 //     relay.on_refused: dead_letter the relay then publishes the batch's
 //     messages that Kafka did not acknowledge one at a time and parks the
 //     message that is refused alone; the others stop the relay whatever

@@ -87,3 +87,13 @@ func classify(err error, autoCreate bool) verdict {
 	}
 	return verdict{}
 }
+
+// refusesTopic reports whether err is Kafka refusing a topic by its name:
+// it does not exist (UnknownTopicOrPartition without auto_create_topics),
+// the principal may not write to it (TopicAuthorizationFailed: ACLs are
+// per topic name or prefix), or the name is invalid (InvalidTopic).
+func refusesTopic(err error) bool {
+	var code kafka.Error
+	return errors.As(err, &code) &&
+		(code == kafka.UnknownTopicOrPartition || code == kafka.TopicAuthorizationFailed || code == kafka.InvalidTopic)
+}

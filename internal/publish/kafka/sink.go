@@ -170,6 +170,11 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	if kc.SASL != nil && kc.SASL.Mechanism == "PLAIN" && tc == nil {
 		log.Warn().Msg("kafka sink with SASL PLAIN but without TLS: the password crosses the network in clear text")
 	}
+	if kc.AutoCreateTopics && strings.HasPrefix(kc.Topic, "{") {
+		log.Warn().Str("topic", kc.Topic).Msg("kafka sink with auto_create_topics: true and a topic template that starts with a placeholder: " +
+			"whoever writes outbox rows can have the brokers create a topic of any name; give the template a prefix (\"outbox.{type}\") " +
+			"or leave auto_create_topics off (docs/security.md)")
+	}
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
 		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).Msg("kafka sink configured")
 	return s, nil
@@ -521,6 +526,13 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, k
 			// fails.
 			idx = s.culprit(ctx, km)
 		}
+	}
+	if v.permanent && !s.topic.Fixed() && refusesTopic(cause) {
+		// A topic the message's type or key chose: other messages may go
+		// to other topics, and a name a message chose must never stop the
+		// relay for good (docs/security.md).
+		v.rejected = true
+		v.hint += fmt.Sprintf("; the topic comes from the message's type or key (topic %q): or park the message with relay.on_refused: dead_letter", s.topic.Text())
 	}
 	m := msgs[idx]
 	msg := fmt.Sprintf("kafka: %s to topic %q", publish.Describe(m), km[idx].Topic)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/walpost/walpost/internal/publish/nametmpl"
 )
@@ -27,11 +28,23 @@ func reservedTopic(name string) error {
 	return nil
 }
 
+// internalTopic refuses, in a name a message's type or key chose, the
+// "__" prefix of Kafka's internal topics (__consumer_offsets,
+// __transaction_state) and of other tools' (__confluent…, Connect's).
+func internalTopic(name string) error {
+	if strings.HasPrefix(name, "__") {
+		return fmt.Errorf("%w: %q starts with \"__\", the prefix of Kafka's internal topics (__consumer_offsets, __transaction_state)", errIllegalTopic, name)
+	}
+	return nil
+}
+
 // topicRules are Kafka's rules for topic names: 1 to 249 characters of
-// [a-zA-Z0-9._-], and neither "." nor "..".
+// [a-zA-Z0-9._-], and neither "." nor "..". An expanded name may not start
+// with "__" unless the template's leading text does.
 var topicRules = nametmpl.Rules{
 	Broker: "Kafka", MaxLen: maxTopicLen, LegalChar: legalTopicChar,
 	Allowed: "a-z, A-Z, 0-9, '.', '_' and '-'", Illegal: errIllegalTopic, Extra: reservedTopic,
+	Reserved: internalTopic,
 }
 
 // topicTemplate expands "outbox.{type}" into a topic per message.

@@ -7,6 +7,15 @@
 // placeholders, and its literal parts against the broker's Rules. What a
 // message brings in is checked for every expanded name, since a broker
 // rejects a name with, say, a '/' in it.
+//
+// A row's writer chooses its type and key, so a placeholder lets the
+// writer choose a destination. A value may only choose a name inside what
+// the operator's template fixes: Rules.Value refuses a value that would
+// change the name's structure (a NATS subject's tokens, a Service Bus
+// path), and Rules.Reserved a name in the broker's own namespace (NATS
+// "$JS.API.…", RabbitMQ "amq.…", Kafka "__…") unless the template's
+// leading literal is itself in it: the operator chose it, not the row.
+// See docs/security.md, "Row values that choose a destination".
 package nametmpl
 
 import (
@@ -32,6 +41,17 @@ type Rules struct {
 	// characters (reserved names, where a character may stand); its
 	// errors wrap Illegal.
 	Extra func(name string) error
+	// Value, if set, checks what one placeholder brings into a name (a
+	// message's type or key), beyond the checks of the whole name: a
+	// value must not change the name's structure. Its errors wrap
+	// Illegal.
+	Value func(v string) error
+	// Reserved, if set, refuses a name in the broker's own namespace (its
+	// control plane, its internal topics). It applies to expanded names
+	// only, and not when the template's leading literal is reserved
+	// itself: then the operator, not the message, chose the namespace.
+	// Its errors wrap Illegal.
+	Reserved func(name string) error
 }
 
 // Check returns nil when the broker accepts name (a whole, expanded name):
@@ -70,9 +90,18 @@ type Template struct {
 	rules Rules
 	parts []part
 	fixed bool // no placeholder: every message goes to text
-	byKey bool // uses {key}: not cached
-	cache map[string]string
+	// lead is the literal text before the first placeholder; leadReserved
+	// whether Rules.Reserved refuses it, i.e. whether the operator chose
+	// the reserved namespace.
+	lead         string
+	leadReserved bool
+	byKey        bool // uses {key}: not cached
+	cache        map[string]string
 }
+
+// refusedHint says what to do about a message refused for the name it
+// chose.
+const refusedHint = "the message is refused: park it with relay.on_refused: dead_letter, and fix what writes such rows"
 
 // maxCache bounds the per-type cache of expanded names.
 const maxCache = 4096
@@ -119,6 +148,10 @@ func Parse(field, text string, r Rules) (*Template, error) {
 		}
 		return t, nil
 	}
+	if t.parts[0].hole == "" {
+		t.lead = t.parts[0].lit
+	}
+	t.leadReserved = r.Reserved != nil && t.lead != "" && r.Reserved(t.lead) != nil
 	// The literal parts alone must be legal and leave room for what the
 	// placeholders bring in.
 	var lits strings.Builder
@@ -141,12 +174,20 @@ func Parse(field, text string, r Rules) (*Template, error) {
 // Field is the config field the template came from.
 func (t *Template) Field() string { return t.field }
 
+// Fixed reports whether the template has no placeholder: every message
+// goes to the same name, which the operator chose. A broker refusing a
+// fixed name refuses every message alike (Permanent); refusing a name a
+// message chose refuses that message (publish.Rejected).
+func (t *Template) Fixed() bool { return t.fixed }
+
 // Text is the template as written.
 func (t *Template) Text() string { return t.text }
 
 // Expand returns m's name, or an error (wrapping Rules.Illegal) when the
-// expanded name is not one the broker accepts; the name is returned either
-// way, for the error message.
+// expanded name is not one the broker accepts, when a placeholder's value
+// fails Rules.Value, or when the name is one Rules.Reserved refuses and
+// the template's leading literal did not choose that namespace; the name
+// is returned either way, for the error message.
 func (t *Template) Expand(m *message.Message) (string, error) {
 	if t.fixed {
 		return t.text, nil
@@ -170,6 +211,25 @@ func (t *Template) Expand(m *message.Message) (string, error) {
 	name := b.String()
 	if err := t.rules.Check(name); err != nil {
 		return name, err
+	}
+	if t.rules.Value != nil {
+		for _, p := range t.parts {
+			v := m.Type
+			switch p.hole {
+			case "":
+				continue
+			case "key":
+				v = m.OrderingKey()
+			}
+			if err := t.rules.Value(v); err != nil {
+				return name, fmt.Errorf("{%s} %q: %w (%s)", p.hole, v, err, refusedHint)
+			}
+		}
+	}
+	if t.rules.Reserved != nil && !t.leadReserved {
+		if err := t.rules.Reserved(name); err != nil {
+			return name, fmt.Errorf("%w (a message's type or key may not choose it, only the template's own leading text may; %s)", err, refusedHint)
+		}
 	}
 	if !t.byKey {
 		if len(t.cache) >= maxCache {

@@ -11,7 +11,11 @@
 //     replaced by the message type and {key} by the ordering key. A
 //     subject NATS cannot take (white space, '*', '>', an empty token from
 //     a type like "a..b") is refused as publish.Rejected naming the
-//     message, before anything of the call is sent.
+//     message, before anything of the call is sent; so is a subject in
+//     NATS's control plane that the type or key chose: one starting with
+//     '$' ("$JS.API.STREAM.PURGE.…") or _INBOX, or a token of the type or
+//     key starting with '$' (subjectValue, reservedSubject;
+//     docs/security.md).
 //   - Data: the payload bytes as stored.
 //   - Nats-Msg-Id: the outbox id. JetStream drops a message whose id it
 //     stored within the stream's duplicate window (2 minutes by default),

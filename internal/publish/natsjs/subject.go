@@ -33,10 +33,47 @@ func tokensOK(name string) error {
 	return nil
 }
 
-// subjectRules are NATS's rules for a subject to publish to.
+// subjectValue checks what a message's type or key brings into a
+// subject: one or more whole tokens, none empty and none starting with
+// '$' (the server's and JetStream's own subjects, "$JS.API.…", "$SYS.…",
+// "$KV.…", start so); its characters are checked with the whole subject.
+// A dotted type ("order.created") makes several tokens under the
+// template's prefix, as the stream's wildcard form ("outbox.>") expects.
+func subjectValue(v string) error {
+	if v == "" {
+		return fmt.Errorf("%w: empty", errIllegalSubject)
+	}
+	for _, tok := range strings.Split(v, ".") {
+		switch {
+		case tok == "":
+			return fmt.Errorf("%w: an empty token (a leading or trailing '.', or \"..\")", errIllegalSubject)
+		case tok[0] == '$':
+			return fmt.Errorf("%w: token %q starts with '$', which NATS keeps for its own subjects ($JS.API, $SYS, $KV)", errIllegalSubject, tok)
+		}
+	}
+	return nil
+}
+
+// reservedSubject refuses the subjects of NATS's control plane: those
+// starting with '$' (JetStream's API "$JS.API.…", "$SYS.…", "$KV.…") and
+// reply inboxes ("_INBOX.…").
+func reservedSubject(name string) error {
+	switch {
+	case name[0] == '$':
+		return fmt.Errorf("%w: it starts with '$', which NATS keeps for its own subjects ($JS.API, $SYS, $KV)", errIllegalSubject)
+	case strings.HasPrefix(name, "_INBOX"):
+		return fmt.Errorf("%w: it starts with _INBOX, the prefix of reply subjects", errIllegalSubject)
+	}
+	return nil
+}
+
+// subjectRules are NATS's rules for a subject to publish to, and the
+// limits on what a message may bring into one (see subjectValue and
+// reservedSubject).
 var subjectRules = nametmpl.Rules{
 	Broker: "NATS", MaxLen: maxSubjectLen, LegalChar: legalSubjectByte,
 	Allowed: "printable characters other than white space, '*' and '>'", Illegal: errIllegalSubject, Extra: tokensOK,
+	Value: subjectValue, Reserved: reservedSubject,
 }
 
 // subjectTemplate expands "outbox.{type}" into a subject per message.

@@ -30,6 +30,14 @@ type rabbitConfig struct {
 	// before its first use; when false (the default) a missing exchange is
 	// a Permanent error.
 	DeclareExchange bool `yaml:"declare_exchange"`
+	// DeclareExchanges lists the exchanges that declare_exchange may
+	// declare when the exchange is a template: names, and prefixes
+	// written with a trailing '*' ("outbox.*"). Unset, it is the
+	// template's leading text as a prefix ("outbox.{type}" → "outbox.*"),
+	// and nothing for a template that starts with a placeholder. Any
+	// other exchange a message's type or key chooses must exist. See
+	// docs/security.md.
+	DeclareExchanges []string `yaml:"declare_exchanges"`
 	// ExchangeType is the type declared with declare_exchange: topic
 	// (default), direct, fanout or headers.
 	ExchangeType string `yaml:"exchange_type"`
@@ -117,6 +125,17 @@ func (c *rabbitConfig) Validate() error {
 	}
 	if c.DeclareExchange && reservedExchange(ex) {
 		return fmt.Errorf("exchange: %q starts with amq., which RabbitMQ reserves: it cannot be declared (set declare_exchange: false to publish to it)", c.Exchange)
+	}
+	if c.DeclareExchanges != nil && !c.DeclareExchange {
+		return errors.New("declare_exchanges: set, but declare_exchange is false: set declare_exchange: true, or remove declare_exchanges")
+	}
+	if c.DeclareExchanges != nil && fixedName(ex) {
+		return fmt.Errorf("declare_exchanges: set, but exchange %q is a fixed name, which declare_exchange declares: remove declare_exchanges", c.Exchange)
+	}
+	for i, e := range c.DeclareExchanges {
+		if err := checkDeclarable(i, e); err != nil {
+			return err
+		}
 	}
 	if c.MaxInFlight < limits.maxInFlight[0] || c.MaxInFlight > limits.maxInFlight[1] {
 		return fmt.Errorf("max_in_flight: %d is outside %d..%d", c.MaxInFlight, limits.maxInFlight[0], limits.maxInFlight[1])

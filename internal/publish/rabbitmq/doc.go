@@ -16,6 +16,7 @@
 //     exchange: "outbox"           # a name, or a template with {type} and {key}; required
 //     routing_key: "{type}"        # a key or a template (default {type})
 //     declare_exchange: false      # declare missing exchanges (default false: a missing one is an error)
+//     declare_exchanges: []        # with a template: the exchanges it may declare ("outbox.*": a prefix)
 //     exchange_type: topic         # with declare_exchange: topic (default) | direct | fanout | headers
 //     max_in_flight: 1000          # unconfirmed messages on the channel (default 1000)
 //     max_message_bytes: 16777216  # largest body sent (default 16 MiB)
@@ -89,11 +90,14 @@
 // relay.on_refused decides (stop, or park it and go on). When both are
 // fixed, every message would come back (a binding is missing), and
 // parking them all would drop them silently: the error is Permanent. A
-// missing exchange is Permanent too: every message to it would fail, so
-// the error says to
-// create the exchange or to set declare_exchange: true. The sink checks
-// each exchange once per connection (exchange.declare, passive unless
-// declare_exchange) before the first message to it is sent.
+// missing fixed exchange is Permanent too: every message to it would
+// fail, so the error says to create the exchange or to set
+// declare_exchange: true. The sink checks each exchange once per
+// connection (exchange.declare, passive unless declare_exchange) before
+// the first message to it is sent. An exchange from the template is
+// declared only when declare_exchanges allows it, and RabbitMQ refusing
+// it (404, 403, 406) is publish.Rejected: a message's type chose the
+// name, and must not stop the relay for good (docs/security.md).
 //
 // # Ordering and Partial
 //

@@ -75,3 +75,13 @@ func isNotFound(err error) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }
+
+// refusesName reports whether err is RabbitMQ refusing an exchange by its
+// name: 404 NOT_FOUND (it does not exist), 403 ACCESS_REFUSED (the user
+// may not configure or write it: permissions are patterns over names) or
+// 406 PRECONDITION_FAILED (declared with another type or durability, or
+// in the amq. namespace).
+func refusesName(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && (ae.Code == amqp.NotFound || ae.Code == amqp.AccessRefused || ae.Code == amqp.PreconditionFailed)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ type Sink struct {
 	routingKey   *nametmpl.Template
 	declare      bool
 	exchangeType string
+	declarable   nameSet // the templated exchanges declare_exchange may declare
 	maxInFlight  int
 	maxBytes     int
 	timeout      time.Duration
@@ -117,6 +119,7 @@ func open(name string, rc rabbitConfig, log zerolog.Logger) (*Sink, error) {
 		exchange:     exchange,
 		routingKey:   routingKey,
 		declare:      rc.DeclareExchange,
+		declarable:   declarable(rc.DeclareExchanges, exchange),
 		exchangeType: rc.ExchangeType,
 		maxInFlight:  rc.MaxInFlight,
 		maxBytes:     rc.MaxMessageBytes,
@@ -140,6 +143,11 @@ func open(name string, rc rabbitConfig, log zerolog.Logger) (*Sink, error) {
 	if tc == nil && u.Host != "127.0.0.1" && u.Host != "localhost" && u.Host != "::1" {
 		log.Info().Msg("rabbitmq sink without TLS: the password crosses the network in clear text (use amqps:// to encrypt)")
 	}
+	if rc.DeclareExchange && rc.DeclareExchanges == nil && strings.HasPrefix(rc.Exchange, "{") {
+		log.Warn().Str("exchange", rc.Exchange).Msg("rabbitmq sink with declare_exchange: true and an exchange template that starts with a placeholder: " +
+			"a message's type or key must not create an exchange of its choosing, so the sink declares none of them (each must exist, " +
+			"or a message to it is refused); list the exchanges it may declare in declare_exchanges")
+	}
 	log.Info().Str("url", redact.URL(rc.URL)).Str("exchange", rc.Exchange).Str("routing_key", rc.RoutingKey).
 		Bool("declare_exchange", rc.DeclareExchange).Str("format", rc.Format).Msg("rabbitmq sink configured")
 	return s, nil
@@ -155,8 +163,10 @@ func (s *Sink) Name() string { return s.name }
 // A message whose exchange or routing key (from the templates) is not one
 // AMQP accepts, or whose body is over max_message_bytes, fails the call
 // before anything is sent, with a Rejected error naming it. A missing
-// exchange (declare_exchange: false) fails it before anything is sent,
-// with a Permanent error saying to create it. Up to max_in_flight
+// fixed exchange (declare_exchange: false) fails it before anything is
+// sent, with a Permanent error saying to create it; RabbitMQ refusing an
+// exchange from the template (404, 403, 406) fails it with a Rejected
+// error (see exchangeFailed). Up to max_in_flight
 // messages are unconfirmed at a time. On the first failure Publish
 // returns, marked with publish.Partial to report the confirmed prefix of
 // msgs: an unroutable message (basic.return) is an error naming its
@@ -336,23 +346,14 @@ func (s *Sink) exchanges(ctx context.Context, sess *session, msgs []*message.Mes
 			continue
 		}
 		var err error
-		if s.declare {
+		declare := s.declare && s.mayDeclare(name)
+		if declare {
 			err = sess.ch.ExchangeDeclare(name, s.exchangeType, true, false, false, false, nil)
 		} else {
 			err = sess.ch.ExchangeDeclarePassive(name, s.exchangeType, true, false, false, false, nil)
 		}
 		if err != nil {
-			m := msgs[i]
-			if !s.declare && isNotFound(err) {
-				return publish.Permanent(fmt.Errorf("rabbitmq: %s: exchange %q does not exist in vhost %q: %w; "+
-					"create it (durable, bound to the queues that should get the messages), or set declare_exchange: true",
-					publish.Describe(m), name, s.vhost, err))
-			}
-			what := "checking"
-			if s.declare {
-				what = "declaring"
-			}
-			return s.failure(ctx, err, fmt.Sprintf("rabbitmq: %s: %s exchange %q", publish.Describe(m), what, name))
+			return s.exchangeFailed(ctx, err, msgs[i], name, declare)
 		}
 		if len(sess.known) >= maxKnownExchanges {
 			clear(sess.known)
@@ -360,6 +361,54 @@ func (s *Sink) exchanges(ctx context.Context, sess *session, msgs []*message.Mes
 		sess.known[name] = true
 	}
 	return nil
+}
+
+// mayDeclare reports whether declare_exchange may declare the exchange
+// name: a fixed exchange always; an exchange from the template only when
+// declare_exchanges allows it (by default the names that start with the
+// template's leading text, none when the template starts with a
+// placeholder). A message's type must not create an exchange of its
+// choosing (docs/security.md).
+func (s *Sink) mayDeclare(name string) bool {
+	if fixedName(s.exchange) {
+		return true
+	}
+	return s.declarable.allows(name)
+}
+
+// exchangeFailed turns the failed check or declaration of exchange name,
+// first used by message m, into the error Publish returns. For an
+// exchange the template chose from the message, the broker's refusal of
+// that name (404 NOT_FOUND, 403 ACCESS_REFUSED, 406 PRECONDITION_FAILED)
+// is a refusal of the message (publish.Rejected: relay.on_refused stops
+// or parks it): other messages may go to other exchanges, and a name a
+// message chose must never stop the relay for good. For a fixed exchange
+// it is Permanent: every message would fail alike.
+func (s *Sink) exchangeFailed(ctx context.Context, err error, m *message.Message, name string, declared bool) error {
+	templated := !fixedName(s.exchange)
+	if ctx.Err() == nil && templated && refusesName(err) {
+		hint := "RabbitMQ refuses this exchange for this message's type or key"
+		switch {
+		case isNotFound(err) && s.declare:
+			hint = "the exchange does not exist and declare_exchanges does not allow declaring it: create it, or add it to declare_exchanges"
+		case isNotFound(err):
+			hint = "the exchange does not exist: create it (durable, bound to the queues that should get the messages), or set declare_exchange: true"
+		case declared:
+			hint = "RabbitMQ refuses to declare it (an exchange of another type or durability, or a name the user may not configure)"
+		}
+		return publish.Rejected(fmt.Errorf("rabbitmq: %s: exchange %q in vhost %q from template %q: %w; %s; "+
+			"or park the message with relay.on_refused: dead_letter", publish.Describe(m), name, s.vhost, s.exchange.Text(), err, hint))
+	}
+	if !s.declare && isNotFound(err) {
+		return publish.Permanent(fmt.Errorf("rabbitmq: %s: exchange %q does not exist in vhost %q: %w; "+
+			"create it (durable, bound to the queues that should get the messages), or set declare_exchange: true",
+			publish.Describe(m), name, s.vhost, err))
+	}
+	what := "checking"
+	if declared {
+		what = "declaring"
+	}
+	return s.failure(ctx, err, fmt.Sprintf("rabbitmq: %s: %s exchange %q", publish.Describe(m), what, name))
 }
 
 // send publishes out on the session's channel, at most maxInFlight

@@ -187,7 +187,10 @@
 //     disabled entity, a send the service does not allow (amqp:not-allowed:
 //     e.g. a session-enabled entity without sessions: true), Azure AD
 //     refusing the credential or no credential being available, and an
-//     illegal entity name or session id.
+//     illegal entity name or session id. An illegal name, a session id
+//     and a message too large are publish.Rejected, and so is an entity
+//     from the template that does not exist (a message chose the name,
+//     docs/security.md).
 //   - Of those, the ones a message causes by itself are marked with
 //     publish.Rejected instead: one message too large for the entity, and
 //     an illegal entity name or session id from its type or key. With

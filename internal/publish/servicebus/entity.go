@@ -37,12 +37,27 @@ func entityShape(name string) error {
 	return nil
 }
 
+// entityValue refuses a '/' in what a message's type or key brings into
+// an entity name: a path separator would let it reach another entity's
+// path ("orders/Subscriptions/…", "…/$management"). '$', '?', '#' and
+// every other character outside [a-zA-Z0-9._/-] are refused with the
+// whole name.
+func entityValue(v string) error {
+	if i := strings.IndexByte(v, '/'); i >= 0 {
+		return fmt.Errorf("%w: '/' at offset %d: a path separator may come only from the template", errIllegalEntity, i)
+	}
+	return nil
+}
+
 // entityRules are Service Bus's rules for queue and topic names: 1 to 260
 // characters of [a-zA-Z0-9._/-], starting and ending with a letter or
-// digit, with no empty path segment.
+// digit, with no empty path segment; a '/' only from the template. No
+// name starts with '$' ($management, $cbs), which the character set
+// refuses.
 var entityRules = nametmpl.Rules{
 	Broker: "Service Bus", MaxLen: maxEntityLen, LegalChar: legalEntityChar,
 	Allowed: "a-z, A-Z, 0-9, '.', '_', '-' and '/'", Illegal: errIllegalEntity, Extra: entityShape,
+	Value: entityValue,
 }
 
 // entityTemplate expands "outbox.{type}" into an entity name per message.

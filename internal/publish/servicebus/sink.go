@@ -519,7 +519,9 @@ func (s *Sink) limitName() string {
 // failed turns an error of sending g.msgs[start:end] (or of preparing the
 // batch that starts at start) into the error Publish returns: it names the
 // batch's first message, the entity, and how much of the call was not
-// acknowledged, and marks it Permanent when classify says so.
+// acknowledged, and marks it Permanent when classify says so (Rejected
+// for a message too large, and for an entity from the template that does
+// not exist).
 func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, total int) error {
 	m := g.msgs[start]
 	what := publish.Describe(m)
@@ -551,6 +553,15 @@ func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, tota
 		err = fmt.Errorf("%s: %w", msg, err)
 	}
 	if v.permanent {
+		if v.hint == hintNotFound && !s.entity.Fixed() {
+			// An entity the message's type or key chose: other messages
+			// go to other entities, and a name a message chose must never
+			// stop the relay for good (docs/security.md). Only not-found:
+			// an unauthorized answer may be the credential, which every
+			// entity would refuse alike.
+			return publish.Rejected(fmt.Errorf("%w (the entity comes from %s %q: or park the message with relay.on_refused: dead_letter)",
+				err, s.entity.Field(), s.entity.Text()))
+		}
 		if v.hint == hintTooLarge {
 			// The entity refuses this one message for its size (a batch
 			// refused as too large is max_batch_bytes's fault: Permanent).

@@ -155,6 +155,16 @@ func parseURL(s string) (*url.URL, error) {
 	if u.Fragment != "" {
 		return nil, errors.New("url: has a #fragment, which is never sent; remove it")
 	}
+	// The URL is fixed: no message chooses where it goes (docs/security.md).
+	// A placeholder the operator may have meant as a template is refused
+	// rather than sent as it stands.
+	low := strings.ToLower(s)
+	for _, p := range []string{"{type}", "{key}", "%7btype%7d", "%7bkey%7d"} {
+		if strings.Contains(low, p) {
+			return nil, errors.New("url: holds {type} or {key}, but the webhook URL is not a template: every message goes to the one URL " +
+				"(its type and key travel in the request's headers and body); remove the placeholder")
+		}
+	}
 	return u, nil
 }
 
