@@ -245,7 +245,7 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	}
 	ce := env.IsCloudEvents()
 	for k, v := range m.Headers {
-		if k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix) {
+		if k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix) || !publish.KeepRowHeader(k) {
 			continue
 		}
 		headers[k] = v
