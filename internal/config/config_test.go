@@ -188,3 +188,20 @@ func TestADONETURLIsConvertedAndSlashInPasswordRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestIsSetTellsGivenFromDefaulted: IsSet is true for a setting of the
+// file or of a CDC_* variable, false for a defaulted one.
+func TestIsSetTellsGivenFromDefaulted(t *testing.T) {
+	c, err := Parse([]byte(minimal+"log: {format: json}\n"), env(nil))
+	if err != nil || !c.IsSet("log.format") || c.IsSet("log.level") {
+		t.Errorf("log.format in the file: IsSet %v, log.level IsSet %v (%v)", c != nil && c.IsSet("log.format"), c != nil && c.IsSet("log.level"), err)
+	}
+	c, err = Parse([]byte(minimal), env(map[string]string{"CDC_LOG_FORMAT": "json"}))
+	if err != nil || !c.IsSet("log.format") {
+		t.Errorf("CDC_LOG_FORMAT: IsSet false (%v)", err)
+	}
+	c, err = Parse([]byte(minimal), env(nil))
+	if err != nil || c.IsSet("log.format") || c.Log.Format != "json" {
+		t.Errorf("no log.format: IsSet true or format %q (%v)", c.Log.Format, err)
+	}
+}
