@@ -78,10 +78,10 @@ var (
 		"or accept v1 for a transition (HTTPOptions.AcceptSignatureV1Until)")
 )
 
-// Sign returns the SignatureHeader value of a request with idempotency
-// key key and body body, sent at t, signed with secret (see
-// SignatureHeader). The webhook sink signs with it; tests of a receiver
-// can too.
+// Sign returns the SignatureHeader value, of the old scheme v1, of a
+// request with idempotency key key and body body, sent at t, signed with
+// secret (see SignatureHeader). The webhook sink adds it beside v2 with
+// signature_v1 (for receivers not yet upgraded); SignRequest makes v2.
 func Sign(secret []byte, t time.Time, key string, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, key, body))
@@ -119,6 +119,10 @@ func mac(secret []byte, ts, key string, body []byte) []byte {
 // and re-encoder would not give back the signed bytes. Use the id that
 // was verified, and no other, to drop duplicates: a request replayed
 // with another id fails here.
+//
+// Deprecated: v1 does not sign the type, key or headers, so a request
+// whose X-Message-Type was changed verifies. Use VerifyRequest, which
+// checks v2 (and v1 only during a transition you set).
 func VerifySignature(header, key string, body []byte, now time.Time, tolerance time.Duration, secrets ...[]byte) error {
 	header = strings.TrimSpace(header)
 	if header == "" {
