@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -51,14 +52,17 @@ func colorful(w io.Writer) bool {
 
 // lineLogger is an io.Writer that logs every line written to it as one
 // info record of log (a command's progress and reports, under log.format:
-// json). Not safe for concurrent use; cdc replay writes from one
-// goroutine at a time.
+// json). Safe for concurrent use: cdc replay reports from its sinks'
+// goroutines and its signal handler.
 type lineLogger struct {
 	log  zerolog.Logger
-	part []byte
+	mu   sync.Mutex
+	part []byte // the start of a line not ended yet
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	n := len(p)
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')

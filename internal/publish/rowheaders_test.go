@@ -1,6 +1,12 @@
 package publish
 
-import "testing"
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
 
 // TestRowHeaderDenied: credentials and connection headers are denied in
 // any case; trace context, tenants and other names pass.
@@ -20,5 +26,28 @@ func TestRowHeaderDenied(t *testing.T) {
 	before := DroppedRowHeaders()
 	if KeepRowHeader("Cookie") || !KeepRowHeader("traceparent") || DroppedRowHeaders() != before+1 {
 		t.Errorf("KeepRowHeader: Cookie kept or traceparent dropped, or the drop not counted (%d → %d)", before, DroppedRowHeaders())
+	}
+}
+
+// TestKeepRowHeaderWarnsOncePerName: the first drop of a name logs one
+// warning naming the header and why; later drops of it, in any case, are
+// counted without a warning.
+func TestKeepRowHeaderWarnsOncePerName(t *testing.T) {
+	var buf bytes.Buffer
+	setRowHeaderLog(zerolog.New(&buf))
+	defer setRowHeaderLog(zerolog.Nop())
+	before := DroppedRowHeaders()
+	for _, n := range []string{"Proxy-Authenticate", "proxy-authenticate", "PROXY-AUTHENTICATE"} {
+		if KeepRowHeader(n) {
+			t.Fatalf("KeepRowHeader(%q) = true", n)
+		}
+	}
+	if got := DroppedRowHeaders() - before; got != 3 {
+		t.Errorf("%d drops counted, want 3", got)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"warn"`) || !strings.Contains(lines[0], `"header":"Proxy-Authenticate"`) ||
+		!strings.Contains(lines[0], "a credential") {
+		t.Errorf("warnings %q, want one naming Proxy-Authenticate as a credential", lines)
 	}
 }
