@@ -30,7 +30,11 @@ type Delivery struct {
 	ID string
 	// Body is the request body, read in full.
 	Body []byte
+	// Header is the request's headers: with HTTPOptions.SigningSecrets
+	// only those the signature covers, else all of them.
+	Header http.Header
 	// Request is the request; its Body has been read, use Delivery.Body.
+	// With HTTPOptions.SigningSecrets its Header is Delivery.Header.
 	Request *http.Request
 }
 
@@ -45,16 +49,28 @@ type HTTPOptions struct {
 	// Zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// SigningSecrets, when not empty, makes the handler verify every
-	// request's SignatureHeader (VerifySignature, constant-time) with the
-	// message id it read and the body, before the effect sees either,
-	// and answer 401 to a request that is not signed, whose signature
-	// does not match its id and body with any of these secrets, or whose
-	// signature is older or newer than SignatureTolerance. List the new and the old secret while rotating
-	// it. The webhook sink signs with its `secret:` (docs/sinks/webhook.md).
+	// request's SignatureHeader (VerifyRequest, constant-time) before the
+	// effect sees it, and answer 401 to a request that is not signed,
+	// whose signature does not match its body and the headers it names
+	// (the id, type, key, content type, CloudEvents attributes and outbox
+	// headers the sender sets) with any of these secrets, that carries
+	// such a header unsigned, or whose signature is older or newer than
+	// SignatureTolerance. The effect then sees only the signed headers
+	// (Delivery.Header, Delivery.Request.Header): a header a proxy added
+	// is not there. List the new and the old secret while rotating it.
+	// The webhook sink signs with its `secret:` (docs/sinks/webhook.md,
+	// docs/security.md).
 	SigningSecrets [][]byte
 	// SignatureTolerance is how far a signature's timestamp may be from
 	// the receiver's clock; zero means DefaultSignatureTolerance.
 	SignatureTolerance time.Duration
+	// AcceptSignatureV1Until, when after now, also accepts requests
+	// signed with the old scheme v1 only (which signs the id and body but
+	// not the type, key or other headers; see SignatureHeader): the
+	// transition while a sender is not upgraded yet. Set it to the date
+	// by which every sender signs v2, and no later. The zero value, the
+	// default, accepts v2 only and answers 401 to a v1-only request.
+	AcceptSignatureV1Until time.Time
 	// OnError, when set, is called with the request, the message id (""
 	// when there is none) and the error of every request answered with a
 	// 4xx or 5xx status, e.g. to log it. It must be safe for concurrent
@@ -78,8 +94,10 @@ type HTTPOptions struct {
 //   - 400 when the body cannot be read, 413 when it is over
 //     HTTPOptions.MaxBodyBytes;
 //   - 401 when HTTPOptions.SigningSecrets is set and the request's
-//     signature is missing, does not match its id and body (a request
-//     replayed with another id) or is stale:
+//     signature is missing, does not match its body and signed headers
+//     (a request replayed with another id, type, key or headers), leaves
+//     a header derived from the message unsigned, is of the old scheme
+//     v1 after HTTPOptions.AcceptSignatureV1Until, or is stale:
 //     nothing was recorded (a sender with the wrong secret keeps
 //     failing, which is what it should see).
 //
@@ -114,16 +132,25 @@ func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx
 			fail(http.StatusPreconditionRequired, "", errors.New("inbox: request has no message id (no "+opts.IDHeader+" header, no \"id\" field in a JSON body)"))
 			return
 		}
+		d := Delivery{ID: id, Body: body, Header: r.Header, Request: r}
 		if len(opts.SigningSecrets) > 0 {
-			// The signature covers the id as well as the body: the id
-			// the effect is recorded under is the one verified.
-			err := VerifySignature(r.Header.Get(SignatureHeader), id, body, time.Now(), opts.SignatureTolerance, opts.SigningSecrets...)
+			// The signature covers the id header (or the body holding
+			// the id) and every header derived from the message: the
+			// effect sees only what was signed.
+			signed, err := VerifyRequest(r.Header, id, body, time.Now(), VerifyOptions{
+				Secrets:       opts.SigningSecrets,
+				Tolerance:     opts.SignatureTolerance,
+				IDHeader:      opts.IDHeader,
+				AcceptV1Until: opts.AcceptSignatureV1Until,
+			})
 			if err != nil {
 				fail(http.StatusUnauthorized, "", err)
 				return
 			}
+			d.Header = signed
+			d.Request = r.Clone(r.Context())
+			d.Request.Header = signed
 		}
-		d := Delivery{ID: id, Body: body, Request: r}
 		res, err := p.Process(r.Context(), id, func(ctx context.Context, tx Tx) error {
 			return effect(ctx, tx, d)
 		})

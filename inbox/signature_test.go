@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +75,35 @@ func TestVerifySignature(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secret") && strings.Contains(err.Error(), string(secret)) {
 			t.Errorf("%s: the error repeats the secret: %v", c.name, err)
 		}
+	}
+}
+
+// TestSignRequestSpelling: SignRequest's v2 is the HMAC-SHA256 of the
+// string docs/sinks/webhook.md spells for other languages, over the named
+// headers only, and VerifyRequest returns just those.
+func TestSignRequestSpelling(t *testing.T) {
+	secret := []byte("shared secret")
+	body := []byte(`{"n":1}`)
+	at := time.Unix(1767225600, 0)
+	h := http.Header{}
+	h.Set("X-Message-Id", "m1")
+	h.Set("X-Message-Type", "order.created")
+	h.Add("Traceparent", " 00-a ")
+	h.Add("Traceparent", "00-b")
+	h.Set("Authorization", "Bearer t")
+	sig := SignRequest(secret, at, h, []string{"X-Message-Type", "x-message-id", "Traceparent", "traceparent"}, body)
+	const hl = "traceparent;x-message-id;x-message-type"
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("v2\n1767225600\n" + hl + "\ntraceparent:00-a\ntraceparent:00-b\nx-message-id:m1\nx-message-type:order.created\n\n" + string(body)))
+	if want := "t=1767225600,h=" + hl + ",v2=" + hex.EncodeToString(m.Sum(nil)); sig != want {
+		t.Fatalf("SignRequest = %q, want %q", sig, want)
+	}
+	h.Set(SignatureHeader, sig)
+	got, err := VerifyRequest(h, "m1", body, at, VerifyOptions{Secrets: [][]byte{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got.Get("Authorization") != "" || len(got.Values("Traceparent")) != 2 {
+		t.Errorf("VerifyRequest returned %v, want the three signed headers", got)
 	}
 }

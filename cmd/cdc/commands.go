@@ -53,6 +53,11 @@ type command struct {
 	// structured: errors are logged as the config's log says (cdc run);
 	// the other commands print them as one plain line on stderr.
 	structured bool
+	// logFormat: the command follows log.format when it is set (in the
+	// file or CDC_LOG_FORMAT): with json its log, progress lines and
+	// errors on stderr are JSON records; otherwise it writes for a person
+	// (cdc replay, cdc dead-letter).
+	logFormat bool
 	// flags binds the command's own flags to o (nil: none). Adding a flag
 	// is one line here, its usage string being its help, plus its field
 	// in options.

@@ -20,7 +20,7 @@ import (
 
 func deadLetterCommand() *command {
 	return &command{name: "dead-letter", summary: "list | show ID | resend ID… | resend --all | drop ID…: the parked messages",
-		about: deadLetterAbout, exits: deadLetterExits, withConfig: true, run: deadLetterCmd, check: checkDeadLetter,
+		about: deadLetterAbout, exits: deadLetterExits, withConfig: true, logFormat: true, run: deadLetterCmd, check: checkDeadLetter,
 		argsUsage: "list | show ID... | resend ID... | resend --all | drop ID...",
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.BoolVar(&o.json, "json", false, "list, show: print a JSON array of the parked rows (row_data included) instead of text")
@@ -53,7 +53,9 @@ prints both. An id names every row of that message (one per sink that
 refused it); --sink narrows to one sink. A running relay is no
 obstacle: resend publishes on connections of its own (a file sink the
 relay holds is waited for, as with cdc replay). The table needs the
-current columns (resent_at, seq): cdc init adds them after an upgrade.`
+current columns (resent_at, seq): cdc init adds them after an upgrade.
+With log.format: json set (in the file or CDC_LOG_FORMAT), its log and
+errors on stderr are JSON records; list, show and resend report on stdout.`
 
 var deadLetterExits = []string{"0  done (resend: every message delivered)",
 	"1  a runtime error, an ID that names no parked row, a resend that failed (each reported), or a table made by an older walpost (run cdc init)", usageExit}

@@ -94,12 +94,14 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	// written to stdout or stderr (logs, errors, cdc status) carries a
 	// secret of the config. The stdout sink writes os.Stdout itself.
 	secrets := redact.NewSet(cfg.Secrets()...)
+	color := colorful(stderr)
 	stdout, stderr = secrets.Writer(stdout), secrets.Writer(stderr)
 	logCfg := cfg.Log
-	if !cmd.structured {
+	structured := cmd.structured || cmd.logFormat && cfg.IsSet("log.format") && cfg.Log.Format == "json"
+	if !structured {
 		logCfg.Format = "console" // a person reads it
 	}
-	log := newLogger(logCfg, stderr)
+	log := newLogger(logCfg, stderr, color)
 	// relay.New checks every sink's settings (no I/O): a mistake is a
 	// configuration error whatever the command.
 	reg := prometheus.NewRegistry()
@@ -109,13 +111,16 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer r.Close()
+	if structured && !cmd.structured {
+		stderr = &lineLogger{log: log} // progress and reports as records
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout, stderr: stderr})
 	switch {
 	case err == nil:
 		return 0
-	case cmd.structured:
+	case structured:
 		log.Error().Err(err).Msg("cdc " + cmd.name + " failed")
 	default:
 		fmt.Fprintf(stderr, "cdc %s: %v\n", cmd.name, err)

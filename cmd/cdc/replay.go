@@ -40,7 +40,7 @@ const usageExitCode = 2
 
 func replayCommand() *command {
 	return &command{name: "replay", summary: "--since D | --from-id X --to-id Y: publish the rows still in the outbox table again, in order, with their ids",
-		about: replayAbout, exits: replayExits, withConfig: true, run: replayCmd, check: checkReplay,
+		about: replayAbout, exits: replayExits, withConfig: true, logFormat: true, run: replayCmd, check: checkReplay,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.DurationVar(&o.since, "since", 0, "replay the rows of the last `duration` (2h, 30m): by columns.time, else by the time in UUIDv7 ids")
 			fs.StringVar(&o.fromID, "from-id", "", "replay from the row with this `id` (included), in replay order")
@@ -70,7 +70,8 @@ harmless. It reads and publishes --batch rows at a time, retrying a
 failing sink as cdc run does; progress (rows done/total, rate) goes to
 stderr. A row that cannot be mapped is reported and left out. A message
 a sink refuses for good stops replay, or with --skip-rejected is reported
-and left out. Replayed messages carry lsn and commit_lsn 0/0 (the table
+and left out. With log.format: json set (in the file or CDC_LOG_FORMAT),
+every line on stderr (progress, reports, errors) is a JSON record. Replayed messages carry lsn and commit_lsn 0/0 (the table
 keeps no WAL position) and no commit time.
 
 A file sink is written under an exclusive lock that a running cdc run

@@ -223,7 +223,7 @@ func TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight(t *testing.T) {
 	if len(got) != 15 || !slices.Equal(got, idsOfMsgs(msgs[:15])) {
 		t.Fatalf("interrupted in the third batch of 5: delivered %d %v, want the first 15 in order", len(got), got)
 	}
-	m := regexp.MustCompile(`to go on: cdc replay --config \S+ --from-id (\S+) --to-id (\S+)`).FindStringSubmatch(p.stderr.String())
+	m := regexp.MustCompile(`to go on: cdc replay --config \S+ --from-id ([0-9a-f-]+) --to-id ([0-9a-f-]+)`).FindStringSubmatch(p.stderr.String())
 	if m == nil || m[1] != msgs[15].ID || m[2] != msgs[39].ID {
 		t.Fatalf("the interrupted replay does not say how to go on from %s to %s:\n%s", msgs[15].ID, msgs[39].ID, p.stderr.String())
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -16,12 +18,67 @@ import (
 	"github.com/walpost/walpost/internal/relay"
 )
 
-func newLogger(c config.Log, w io.Writer) zerolog.Logger {
+// newLogger returns the logger of c writing to w. The console format
+// colours its lines only when color is true: stderr
+// is a terminal and NO_COLOR is not set (colorful). A log written to a
+// file or a pipe carries no ANSI escape sequences.
+func newLogger(c config.Log, w io.Writer, color bool) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(c.Level)
 	if c.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !color}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// colorful reports whether w is a terminal (a character device that is
+// not /dev/null) and the environment does not ask for no colour
+// (NO_COLOR set to anything, or TERM=dumb).
+func colorful(w io.Writer) bool {
+	if os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		return false
+	}
+	return true
+}
+
+// lineLogger is an io.Writer that logs every line written to it as one
+// info record of log (a command's progress and reports, under log.format:
+// json). Safe for concurrent use: cdc replay reports from its sinks'
+// goroutines and its signal handler.
+type lineLogger struct {
+	log  zerolog.Logger
+	mu   sync.Mutex
+	part []byte // the start of a line not ended yet
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			l.part = append(l.part, p...)
+			break
+		}
+		line := string(append(l.part, p[:i]...))
+		l.part = l.part[:0]
+		p = p[i+1:]
+		if line != "" {
+			l.log.Info().Msg(line)
+		}
+	}
+	return n, nil
 }
 
 // runCmd is cdc run: the relay, with its HTTP listener, until the context

@@ -411,6 +411,14 @@ func (c *Config) applyEnv(lookup func(string) (string, bool)) error {
 	return nil
 }
 
+// IsSet reports whether the setting at field (a path such as
+// "log.format") was given, in the file or by a CDC_* variable, rather
+// than defaulted.
+func (c *Config) IsSet(field string) bool {
+	_, ok := c.src[field]
+	return ok
+}
+
 // SetDefaults fills every unset field with its default.
 func (c *Config) SetDefaults() {
 	p := &c.Postgres

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/layout"
 )
@@ -153,5 +156,52 @@ sinks: [{name: out, kind: stdout}]
 	_, err = Parse([]byte(strings.Replace(y, `public."Outbox.Messages"`, `a.b.c`, 1)), env(nil))
 	if err == nil || !strings.Contains(err.Error(), `postgres.table: "a.b.c" is not schema.table`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestADONETURLIsConvertedAndSlashInPasswordRefused: postgres.url in the
+// ADO.NET form (Npgsql's keys) is converted to libpq's keyword/value form,
+// so that it connects where it says and is never sent as a startup
+// parameter; one that cannot be converted, and a URL whose password holds
+// an unescaped '/', are refused naming postgres.url, without a piece of
+// the password.
+func TestADONETURLIsConvertedAndSlashInPasswordRefused(t *testing.T) {
+	c, err := Parse([]byte("postgres:\n  url: 'Host=db.example.com;Port=5433;Database=app;User ID=walpost;Password=s3cret;SSL Mode=Require'\nsinks: [{name: a, kind: stdout}]"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := pgconn.ParseConfig(c.Postgres.URL)
+	if err != nil || pc.Host != "db.example.com" || pc.Port != 5433 || pc.Database != "app" || pc.User != "walpost" || pc.Password != "s3cret" || len(pc.RuntimeParams) != 0 {
+		t.Fatalf("converted to a URL that parses as %+v, %v", pc, err)
+	}
+	if !slices.Contains(c.Secrets(), "s3cret") {
+		t.Errorf("Secrets() = %d values, without the password", len(c.Secrets()))
+	}
+	for _, cs := range []struct{ url, want string }{
+		{"Host=h;Password=s3cretpw;Frobnicate=1", `postgres.url: it is a .NET (ADO.NET) connection string, and its key "Frobnicate" has no libpq equivalent`},
+		{"postgres://walpost:1234/s3cretpw@db.example.com/app", "postgres.url: an '@' follows a '/'"},
+		{"postgres://walpost:s3cr/etpw@db.example.com:5432/app", "%2F"},
+	} {
+		_, err := Parse([]byte("postgres:\n  url: '"+cs.url+"'\nsinks: [{name: a, kind: stdout}]"), env(nil))
+		if err == nil || !strings.Contains(err.Error(), cs.want) || strings.Contains(err.Error(), "s3cr") || strings.Contains(err.Error(), "etpw") {
+			t.Errorf("%q: %v, want an error saying %q without the password", cs.url, err, cs.want)
+		}
+	}
+}
+
+// TestIsSetTellsGivenFromDefaulted: IsSet is true for a setting of the
+// file or of a CDC_* variable, false for a defaulted one.
+func TestIsSetTellsGivenFromDefaulted(t *testing.T) {
+	c, err := Parse([]byte(minimal+"log: {format: json}\n"), env(nil))
+	if err != nil || !c.IsSet("log.format") || c.IsSet("log.level") {
+		t.Errorf("log.format in the file: IsSet %v, log.level IsSet %v (%v)", c != nil && c.IsSet("log.format"), c != nil && c.IsSet("log.level"), err)
+	}
+	c, err = Parse([]byte(minimal), env(map[string]string{"CDC_LOG_FORMAT": "json"}))
+	if err != nil || !c.IsSet("log.format") {
+		t.Errorf("CDC_LOG_FORMAT: IsSet false (%v)", err)
+	}
+	c, err = Parse([]byte(minimal), env(nil))
+	if err != nil || c.IsSet("log.format") || c.Log.Format != "json" {
+		t.Errorf("no log.format: IsSet true or format %q (%v)", c.Log.Format, err)
 	}
 }

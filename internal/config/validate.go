@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/sqlident"
 )
@@ -130,6 +131,16 @@ func (c *Config) validateURL() error {
 	if u == "" {
 		return c.fail(field, "empty (set it, or CDC_POSTGRES_URL)")
 	}
+	// An ADO.NET string ("Host=…;Password=…") is converted to libpq's
+	// keyword/value form: as it is, libpq would send it, password
+	// included, to the server as a startup parameter. A '/' in the
+	// password that is not %2F is refused: the rest of the password would
+	// be read (and shown) as the host, port and database.
+	u, err := pgconnect.Normalize(u)
+	if err != nil {
+		return c.fail(field, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), pgconnect.ErrURL.Error()), ": "))
+	}
+	c.Postgres.URL = u
 	pc, err := pgconn.ParseConfig(u)
 	if err == nil {
 		// libpq ends the userinfo at the first '@': the rest of a password

@@ -30,8 +30,13 @@ const DefaultConnectTimeout = 10 * time.Second
 // ErrURL is wrapped by errors about postgres.url itself.
 var ErrURL = errors.New("pgconnect: postgres.url is not valid")
 
-// Config parses url for an ordinary connection.
+// Config parses url for an ordinary connection, after Normalize (an
+// ADO.NET connection string is converted, never sent as it is).
 func Config(url string) (*pgx.ConnConfig, error) {
+	url, err := Normalize(url)
+	if err != nil {
+		return nil, err
+	}
 	c, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, parseError(err)
@@ -126,6 +131,10 @@ func Describe(c *pgconn.Config) string {
 
 // DescribeURL is Describe of url parsed, or a note that it does not parse.
 func DescribeURL(url string) string {
+	url, err := Normalize(url)
+	if err != nil {
+		return "(postgres.url does not parse)"
+	}
 	c, err := pgconn.ParseConfig(url)
 	if err != nil {
 		return "(postgres.url does not parse)"

@@ -65,6 +65,7 @@ func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	if !ok {
 		return nil, fmt.Errorf("sinks[%d].kind: unknown kind %q (one of %s)", index, cfg.Kind, strings.Join(Kinds(), ", "))
 	}
+	setRowHeaderLog(log)
 	open, err := f(cfg, log.With().Str("sink", cfg.Name).Logger())
 	if err != nil {
 		return nil, cfg.WrapError(index, err)

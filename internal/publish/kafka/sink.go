@@ -337,7 +337,7 @@ func (a *arena) appendHeaders(hs []kafka.Header, headers map[string]string, skip
 	}
 	keys := make([]string, 0, len(headers))
 	for k := range headers {
-		if !skip(k) {
+		if !skip(k) && publish.KeepRowHeader(k) {
 			keys = append(keys, k)
 		}
 	}

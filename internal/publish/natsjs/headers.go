@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
@@ -82,7 +83,7 @@ func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.
 	h := make(nats.Header, len(m.Headers)+8)
 	ce := env.IsCloudEvents()
 	for k, v := range m.Headers {
-		if reservedHeader(k, ce) {
+		if reservedHeader(k, ce) || !publish.KeepRowHeader(k) {
 			continue
 		}
 		if !headerKeyOK(k) {

@@ -234,6 +234,14 @@ func (s *Sink) prepare(msgs []*message.Message) ([]outgoing, error) {
 	return out, nil
 }
 
+// routingHeader reports whether a headers column entry named k is one
+// RabbitMQ acts on when routing: CC and BCC (sender-selected
+// distribution) would send the message to other queues, BCC unseen by
+// the consumers. Compared without regard to case.
+func routingHeader(k string) bool {
+	return strings.EqualFold(k, "CC") || strings.EqualFold(k, "BCC")
+}
+
 // Publishing maps an outbox message to its AMQP publishing (see the
 // package doc, "Mapping"): persistent, message_id = id, type = type,
 // content_type from the payload, timestamp = commit time (whole seconds),
@@ -243,7 +251,9 @@ func (s *Sink) prepare(msgs []*message.Message) ([]outgoing, error) {
 // the CloudEvents attributes as cloudEvents:specversion, cloudEvents:id,
 // cloudEvents:source, cloudEvents:type, cloudEvents:time and
 // cloudEvents:partitionkey (the key, unless NULL); a headers entry whose
-// name starts with cloudEvents: (any case) is then left out.
+// name starts with cloudEvents: (any case) is then left out. Entries
+// named CC or BCC (routingHeader) and credentials or connection headers
+// (publish.KeepRowHeader) are always left out.
 func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	var headers amqp.Table
 	n := len(m.Headers) + 1
@@ -255,7 +265,7 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	}
 	ce := env.IsCloudEvents()
 	for k, v := range m.Headers {
-		if k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix) {
+		if k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix) || routingHeader(k) || !publish.KeepRowHeader(k) {
 			continue
 		}
 		headers[k] = v

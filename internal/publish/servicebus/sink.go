@@ -403,7 +403,7 @@ func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azser
 func properties(m *message.Message, ce bool, env *envelope.Settings) map[string]any {
 	props := make(map[string]any, len(m.Headers)+7)
 	for k, v := range m.Headers {
-		if ce && envelope.HasPrefixFold(k, PrefixCloudEvents) {
+		if ce && envelope.HasPrefixFold(k, PrefixCloudEvents) || !publish.KeepRowHeader(k) {
 			continue
 		}
 		props[k] = v

@@ -38,8 +38,14 @@ type webhookConfig struct {
 	// Headers are extra headers sent with every request, e.g.
 	// Authorization. Their values are treated as secrets.
 	Headers map[string]string `yaml:"headers"`
-	// Secret, when set, signs every request (inbox.SignatureHeader).
+	// Secret, when set, signs every request (inbox.SignatureHeader),
+	// with scheme v2 (inbox.SignRequest).
 	Secret string `yaml:"secret"`
+	// SignatureV1 adds the old scheme's v1 signature beside v2 (default
+	// true), for receivers not yet upgraded to v2 during the transition
+	// (docs/security.md); set it to false once every receiver verifies
+	// v2. Receivers that verify v2 ignore v1 beside it.
+	SignatureV1 *bool `yaml:"signature_v1"`
 	// Timeout bounds one request: connecting, TLS, sending the body and
 	// reading the answer (default 10s).
 	Timeout config.Duration `yaml:"timeout"`
@@ -91,6 +97,10 @@ func (c *webhookConfig) SetDefaults() {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = defaultBatchSize
+	}
+	if c.SignatureV1 == nil {
+		v1 := true
+		c.SignatureV1 = &v1
 	}
 	if c.BatchBytes == 0 {
 		c.BatchBytes = defaultBatchBytes

@@ -14,7 +14,7 @@
 //     mode: message                # message (default): one POST per message | batch: one POST per JSON array
 //     format: raw                  # raw (default) | cloudevents (binary mode; mode: message only)
 //     headers: {Authorization: "Bearer ${HOOK_TOKEN}"}   # extra headers on every request
-//     secret: "${HOOK_SECRET}"     # signs every request: Walpost-Signature (inbox.VerifySignature)
+//     secret: "${HOOK_SECRET}"     # signs every request: Walpost-Signature (inbox.VerifyRequest)
 //     timeout: 10s                 # one request: connect, TLS, body, answer
 //     max_retry_after: 30s         # longest Retry-After honoured (0s: ignore it)
 //     batch_size: 100              # mode batch: most messages per request
@@ -55,14 +55,21 @@
 // the same messages carries the same key. format: cloudevents is refused
 // with mode batch.
 //
-// With secret: set, every request carries inbox.SignatureHeader,
-// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, t + "." + key + "\n" + body)>"
-// where key is the request's Idempotency-Key (the message id in mode
-// message, the batch's digest in mode batch), computed anew for each
-// attempt (inbox.Sign); receivers check it with inbox.VerifySignature or
-// HTTPOptions.SigningSecrets. Signing the key keeps a captured request
-// from being replayed under a fresh id: the ids travel in headers, and
-// in mode message the body is the bare payload.
+// With secret: set, every request carries inbox.SignatureHeader, scheme
+// v2: "t=<unix seconds>,h=<signed header names>,v2=<hex HMAC-SHA256>"
+// over t, every header derived from the message (id, idempotency key,
+// type, key, count, content type, ce- attributes, the headers column's
+// entries; not User-Agent nor headers:) and the body (inbox.SignRequest),
+// computed anew for each attempt; with signature_v1 (the default) the old
+// scheme's v1 (inbox.Sign: t, Idempotency-Key and body) beside it, for
+// receivers not yet upgraded. Receivers check it with inbox.VerifyRequest
+// or HTTPOptions.SigningSecrets. Signing the type, key and headers keeps a
+// captured request from being replayed with another type, key or id
+// (docs/security.md, "Webhook signatures").
+//
+// Entries of the headers column that are credentials or connection
+// headers (publish.KeepRowHeader) are left out, as are the names the sink
+// sets itself (docs/security.md, "Row headers").
 //
 // # Ordering
 //

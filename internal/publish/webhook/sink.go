@@ -76,6 +76,7 @@ type Sink struct {
 	env           envelope.Settings
 	static        http.Header // headers:, canonical keys
 	secret        []byte
+	signV1        bool // also sign with the old scheme v1 (signature_v1)
 	timeout       time.Duration
 	maxRetryAfter time.Duration
 	batchSize     int
@@ -142,6 +143,7 @@ func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
 		env:           wc.Settings,
 		static:        make(http.Header, len(wc.Headers)),
 		secret:        []byte(wc.Secret),
+		signV1:        *wc.SignatureV1,
 		timeout:       wc.Timeout.D(),
 		maxRetryAfter: wc.MaxRetryAfter.D(),
 		batchSize:     wc.BatchSize,
@@ -354,7 +356,7 @@ func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
 					"not an HTTP header name, or its value holds a control character", publish.Describe(m), k))
 			}
 			ck := http.CanonicalHeaderKey(k)
-			if isReserved(ck) || s.static[ck] != nil || ck == "User-Agent" {
+			if !publish.KeepRowHeader(k) || isReserved(ck) || s.static[ck] != nil || ck == "User-Agent" {
 				continue
 			}
 			h[ck] = append(h[ck], m.Headers[k])
@@ -422,13 +424,34 @@ func ceEncode(v string) string {
 	return string(b)
 }
 
+// sign returns the signature header of a request with headers h and
+// body: scheme v2 over every header derived from the message (all of h
+// but the configured headers: and User-Agent, which are the endpoint's
+// and may be rewritten by a gateway), and, with signature_v1, the old
+// scheme's v1 beside it (docs/security.md).
+func (s *Sink) sign(h http.Header, body []byte) string {
+	names := make([]string, 0, len(h))
+	for k := range h {
+		if k != "User-Agent" && s.static[k] == nil {
+			names = append(names, k)
+		}
+	}
+	now := s.now()
+	sig := inbox.SignRequest(s.secret, now, h, names, body)
+	if s.signV1 {
+		v1 := inbox.Sign(s.secret, now, h.Get(headerIdempotencyKey), body)
+		sig += v1[strings.IndexByte(v1, ','):]
+	}
+	return sig
+}
+
 // send posts one request holding msgs (in the body already) and returns
 // nil for a 2xx answer. The error of any other outcome names the
 // request's messages and is marked Permanent or Rejected per
 // classifyStatus and classifyError.
 func (s *Sink) send(ctx context.Context, body []byte, h http.Header, msgs []*message.Message) error {
 	if len(s.secret) > 0 {
-		h[headerSignature] = []string{inbox.Sign(s.secret, s.now(), h.Get(headerIdempotencyKey), body)}
+		h[headerSignature] = []string{s.sign(h, body)}
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// TestIntegrationADONETURLConnectsWhereItSays: postgres.url written as an
+// ADO.NET (Npgsql) connection string pointing at the test server makes
+// cdc run relay from it (the string is converted, not sent to a default
+// server as a startup parameter); a URL whose password holds an unescaped
+// '/' exits 2 saying to write %2F, without a piece of the password.
+func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
+	url := pgtest.URL(t)
+	pc, err := pgconn.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob := relaytest.NewOutbox(t, url)
+	ado := fmt.Sprintf("Host=%s;Port=%d;Database=%s;User ID=%s;Password='%s';SSL Mode=Disable;Pooling=true",
+		pc.Host, pc.Port, pc.Database, pc.User, strings.ReplaceAll(pc.Password, "'", "''"))
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "url: "+url, fmt.Sprintf("url: %q", ado), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	m := relaytest.NewMsg("t", "k", 1)
+	ob.InsertTx(t, conn, m)
+	relay := startCDC(t, "run", "--config", cfg)
+	defer relay.kill9(t)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.stderr.String)
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("postgres:\n  url: postgres://walpost:1234/secretpart@db.example.com/app\nsinks: [{name: o, kind: stdout}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cdc(t, nil, "status", "--config", bad)
+	if code != 2 || !strings.Contains(stderr, "%2F") || strings.Contains(stderr, "secretpart") || strings.Contains(stderr, "1234") {
+		t.Errorf("a '/' in the password: exit %d, stderr %q; want 2 saying %%2F, without the password", code, stderr)
+	}
+}
