@@ -98,6 +98,7 @@ func commands() []*command {
 				fs.StringVar(&o.lsn, "lsn", "", "the `LSN` of the row the relay stops at, as its error names it (e.g. 0/16B3748)")
 			}},
 		replayCommand(),
+		resyncCommand(),
 		deadLetterCommand(),
 		{name: "version", summary: "print the version, VCS revision and Go version", about: versionAbout, plain: versionCmd},
 		{name: "help", summary: "print this overview, or with a command's name that command's help", about: helpAbout, plain: helpCmd},

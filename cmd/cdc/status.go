@@ -15,6 +15,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -27,6 +28,7 @@ type status struct {
 	progress map[string]store.Position // by sink
 	parked   map[string]int            // by sink; "" for rows that could not be mapped
 	warnings []string                  // why cdc run would refuse the slot
+	coverage []string                  // why rows may not reach the sinks (coverageWarnings)
 }
 
 // statusCmd is cdc status [--json]. It exits 1 (an error) when the slot is
@@ -51,6 +53,8 @@ func statusCmd(e *cmdEnv) error {
 		return fmt.Errorf("slot %q is missing: run cdc init", slot)
 	case len(st.warnings) > 0:
 		return fmt.Errorf("slot %q cannot be used by cdc run: %s", slot, st.warnings[0])
+	case len(st.coverage) > 0:
+		return fmt.Errorf("outbox rows may not reach the sinks: %s", st.coverage[0])
 	}
 	return nil
 }
@@ -70,6 +74,9 @@ func readStatus(e *cmdEnv) (*status, error) {
 		return st, nil
 	}
 	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
+		return nil, err
+	}
+	if st.coverage, err = coverageWarnings(ctx, conn, cfg); err != nil {
 		return nil, err
 	}
 	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
@@ -108,6 +115,19 @@ func slotWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]st
 				return nil, err
 			}
 		}
+	}
+	return w, nil
+}
+
+// coverageWarnings says what keeps outbox rows from the stream: the
+// publication not publishing the outbox, a stretch the stream may not have
+// carried that is not relayed yet, other tables in the publication
+// (relay.CoverageWarnings; docs/design.md, "The publication or the table
+// changing under the relay").
+func coverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
+	w, err := relay.CoverageWarnings(ctx, conn, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reading what publishes the outbox: %w", err)
 	}
 	return w, nil
 }
@@ -168,7 +188,7 @@ func (st *status) printText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
-	for _, warning := range st.warnings {
+	for _, warning := range append(slices.Clone(st.warnings), st.coverage...) {
 		fmt.Fprintf(w, "warning:       %s\n", warning)
 	}
 }
@@ -224,7 +244,7 @@ func ptr[T any](v T) *T { return &v }
 func (st *status) jsonReport() statusJSON {
 	info := st.slot
 	r := statusJSON{Slot: st.cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
-		Sinks: []sinkJSON{}, Warnings: append([]string{}, st.warnings...)}
+		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.warnings...), st.coverage...)}
 	for _, s := range st.cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.progress[s.Name]; ok {

@@ -22,6 +22,13 @@ type Metrics struct {
 	refused          *prometheus.CounterVec
 	retentionDeleted prometheus.Counter
 
+	// The publication or the table changing under the relay (coverage.go).
+	foreignRelations prometheus.Counter
+	gaps             prometheus.Counter
+	gapRows          prometheus.Counter
+	notPublished     prometheus.Gauge
+	gapOpen          prometheus.Gauge
+
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
 	window  *publish.Window
@@ -43,12 +50,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter)."}, []string{"sink"}),
 		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_retention_deleted_total",
 			Help: "Delivered outbox rows deleted by relay.retention."}),
+		foreignRelations: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_foreign_relations_total",
+			Help: "Relations other than the outbox seen in the replication stream (each once per process); their rows are skipped."}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_stream_gaps_total",
+			Help: "Times the publication stopped covering the outbox or changed what covers it: stretches the stream may not have carried."}),
+		gapRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_gap_rows_relayed_total",
+			Help: "Rows of such stretches relayed from the outbox table because the stream did not carry them."}),
+		notPublished: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_outbox_not_published",
+			Help: "1 while the publication does not publish the outbox table's inserts."}),
+		gapOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_stream_gap_open",
+			Help: "1 while a stretch the stream may not have carried is not yet relayed from the outbox table."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walpost_end_to_end_latency_seconds",
 			Help:    "From the transaction's commit (its Begin message's commit time) to the sink's acknowledgement.",
 			Buckets: latencyBuckets}, []string{"sink"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted,
+			m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
