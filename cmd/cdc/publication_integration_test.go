@@ -338,3 +338,47 @@ func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
 		t.Fatalf("%d lines, want the 2 outbox rows only", n)
 	}
 }
+
+// TestIntegrationUnmappableRelationStopsWithAdviceThatWorks: a column
+// renamed and retyped while the relay is stopped, a row written in
+// between, then renamed back: the stream carries that row with a Relation
+// that neither maps by name nor by position. The relay stops there at
+// every start (the WAL does not change); its advice, cdc resync, relays
+// the row from the table and moves the slot past it.
+func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
+	r := newPubRelay(t)
+	p := startCDC(t, "run", "--config", r.cfg)
+	first := relaytest.NewMsg("first", "k", 0)
+	r.ob.InsertTx(t, r.conn, first)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, p.stderr.String())
+	}
+	pgtest.Exec(t, r.url, "ALTER TABLE "+r.ob.Table+" RENAME COLUMN type TO kind")
+	m := relaytest.NewMsg("renamed.col", "k", 1)
+	if _, err := r.conn.Exec(context.Background(), "INSERT INTO "+r.ob.Table+" (id, kind, key, payload) VALUES ($1, $2, $3, $4)", m.ID, m.Type, m.Key, m.Payload); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, r.url, "ALTER TABLE "+r.ob.Table+" ALTER COLUMN kind TYPE varchar(200)", "ALTER TABLE "+r.ob.Table+" RENAME COLUMN kind TO type")
+	var advice string
+	for attempt := range 2 { // the same stop at every start
+		p = startCDC(t, "run", "--config", r.cfg)
+		code := p.wait(60 * time.Second)
+		msg := p.stderr.String()
+		found := regexp.MustCompile(`run: (cdc resync --config \S+)`).FindStringSubmatch(msg)
+		if code != 1 || found == nil || !strings.Contains(msg, "lacks mapped column") {
+			t.Fatalf("run %d: exit %d, want 1 with the advice to run cdc resync:\n%s", attempt, code, msg)
+		}
+		advice = found[1]
+	}
+	var b bytes.Buffer
+	if code := run(strings.Fields(advice)[1:], &b, &b); code != 0 {
+		t.Fatalf("%s: exit %d\n%s", advice, code, b.String())
+	}
+	after := relaytest.NewMsg("after", "k", 2)
+	r.ob.InsertTx(t, r.conn, after)
+	p = startCDC(t, "run", "--config", r.cfg)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, m, after}, 30*time.Second, p.stderr.String)
+	r.waitStatus(t, 0, "", p)
+}
