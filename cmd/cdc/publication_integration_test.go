@@ -144,11 +144,16 @@ func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 	r.ob.InsertTx(t, r.conn, in)
 	r.waitStatus(t, 1, "the outbox is not published", p)
 	r.waitMetric(t, "walpost_outbox_not_published", "1", p)
+	if code, st, _ := statusJSONOf(t, r.cfg); code != 1 || !strings.Contains(fmt.Sprint(st["outbox_warnings"]), "the outbox is not published") {
+		t.Errorf("status --json: exit %d, outbox_warnings %v", code, st["outbox_warnings"])
+	}
 	if !pgtest.WaitFor(10*time.Second, func() bool { return errorLogged(p, "does not publish the outbox") }) {
 		t.Fatalf("no error logged:\n%s", p.stderr.String())
 	}
 	pgtest.Exec(t, r.url, "ALTER PUBLICATION "+r.ob.Publication+" ADD TABLE "+r.ob.Table)
 	r.waitMetric(t, "walpost_outbox_not_published", "0", p)
+	r.waitMetric(t, "walpost_stream_gap_open", "0", p) // relayed from the table
+	r.waitStatus(t, 0, "", p)
 
 	// Faster than the relay looks: one round trip each.
 	fast := relaytest.NewMsg("fast", "k", 2)

@@ -76,8 +76,10 @@ func readStatus(e *cmdEnv) (*status, error) {
 	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
 		return nil, err
 	}
-	if st.coverage, err = coverageWarnings(ctx, conn, cfg); err != nil {
-		return nil, err
+	if len(st.warnings) == 0 {
+		if st.coverage, err = coverageWarnings(ctx, conn, cfg); err != nil {
+			return nil, err
+		}
 	}
 	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading sink progress: %w", err)
@@ -225,6 +227,9 @@ type statusJSON struct {
 	SlowestSink   *string         `json:"slowest_sink"`
 	DeadLetters   *deadLettersRep `json:"dead_letters"`
 	Warnings      []string        `json:"warnings"`
+	// OutboxWarnings: why outbox rows may not reach the sinks
+	// (coverageWarnings).
+	OutboxWarnings []string `json:"outbox_warnings"`
 }
 
 type sinkJSON struct {
@@ -244,7 +249,7 @@ func ptr[T any](v T) *T { return &v }
 func (st *status) jsonReport() statusJSON {
 	info := st.slot
 	r := statusJSON{Slot: st.cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
-		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.warnings...), st.coverage...)}
+		Sinks: []sinkJSON{}, Warnings: append([]string{}, st.warnings...), OutboxWarnings: append([]string{}, st.coverage...)}
 	for _, s := range st.cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.progress[s.Name]; ok {

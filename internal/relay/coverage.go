@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
@@ -221,6 +222,7 @@ type watcher struct {
 	rows   *replay.Rows
 	dec    *decoder.Decoder
 	cov    *store.Coverage
+	tables store.Tables // the coverage table "" once it proved unusable
 	loaded bool
 	marks  []mark
 	saved  time.Time
@@ -278,8 +280,9 @@ func (w *watcher) round(ctx context.Context) error {
 		}
 	}
 	if !w.loaded {
-		cov, err := store.LoadCoverage(ctx, w.conn, r.tables)
-		if err != nil {
+		w.tables = r.tables
+		cov, err := store.LoadCoverage(ctx, w.conn, w.tables)
+		if err = w.inMemory(err); err != nil {
 			return err
 		}
 		w.cov, w.loaded = cov, true
@@ -356,7 +359,7 @@ func (w *watcher) round(ctx context.Context) error {
 		cov.VerifiedAt = cur.at
 	}
 	if changed || time.Since(w.saved) >= coverageSaveEvery {
-		if err := store.SaveCoverage(ctx, w.conn, r.tables, cov); err != nil {
+		if err := w.inMemory(store.SaveCoverage(ctx, w.conn, w.tables, cov)); err != nil {
 			return err
 		}
 		w.saved = time.Now()
@@ -385,11 +388,25 @@ func (w *watcher) round(ctx context.Context) error {
 	r.log.Warn().Time("from", cov.GapFrom).Time("to", cov.GapTo).Int("relayed", relayed).Int("carried", carried).
 		Msg("rows the stream may not have carried: those it did not carry were relayed from the table, with their own ids, and acknowledged by every sink")
 	cov.GapFrom, cov.GapTo, cov.GapToLSN = time.Time{}, time.Time{}, 0
-	if err := store.SaveCoverage(ctx, w.conn, r.tables, cov); err != nil {
+	if err := w.inMemory(store.SaveCoverage(ctx, w.conn, w.tables, cov)); err != nil {
 		return err
 	}
 	w.saved = time.Now()
 	r.metrics.gapOpen.Set(0)
+	return nil
+}
+
+// inMemory turns an error of the coverage table that will not go away (no
+// privilege on it: SQLSTATE 42501) into a warning, once: the watcher keeps
+// its record in memory from then on.
+func (w *watcher) inMemory(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return err
+	}
+	w.r.log.Warn().Err(err).Str("table", w.r.cfg.Postgres.CoverageTable).
+		Msg("the coverage table cannot be used (see sql/roles.sql); what publishes the outbox is kept in memory only: a change while no relay runs goes unnoticed")
+	w.tables.Coverage = ""
 	return nil
 }
 
