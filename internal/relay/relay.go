@@ -415,8 +415,10 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	}
 	if !r.target.TableLess {
 		w := &watcher{r: r, tracker: tracker, p: p, shape: r.shape, started: time.Now()}
-		w.first(ctx)                                 // what covers the outbox now, recorded before anything streams
-		g.Go(func() error { return w.Run(sd.read) }) // off the hot path; never stops the relay
+		// What covers the outbox now is recorded before anything streams;
+		// then the watcher runs off the hot path and never stops the relay.
+		w.first(ctx)
+		g.Go(func() error { return w.Run(sd.read) })
 	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
