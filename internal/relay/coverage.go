@@ -46,6 +46,10 @@ const (
 	coverageInterval  = time.Second
 	coverageSaveEvery = 10 * time.Second
 	fillBatch         = 1000
+	// fillSlack is how far past the time the outbox was seen published
+	// again a fill looks: a transaction that committed while the watcher
+	// read the time and then the WAL position may carry a later time.
+	fillSlack = time.Second
 )
 
 // coverage is what one look at the catalog found.
@@ -225,6 +229,11 @@ type watcher struct {
 	tables store.Tables // the coverage table "" once it proved unusable
 	loaded bool
 	marks  []mark
+	// fillAt is a WAL position read at least fillSlack after the gap's
+	// end: the fill waits until the pipeline handled the stream up to it,
+	// so that the rows it reads that the stream carries are all among the
+	// ids the pipeline remembers. 0 until read.
+	fillAt pglogrepl.LSN
 	saved  time.Time
 	warned map[string]bool
 }
@@ -331,7 +340,7 @@ func (w *watcher) round(ctx context.Context) error {
 				cov.GapFrom = cov.VerifiedAt
 				r.metrics.gaps.Inc()
 			}
-			cov.GapTo, cov.GapToLSN = time.Time{}, 0
+			cov.GapTo, cov.GapToLSN, w.fillAt = time.Time{}, 0, 0
 			changed = true
 			if w.warned == nil {
 				w.warned = map[string]bool{}
@@ -348,7 +357,7 @@ func (w *watcher) round(ctx context.Context) error {
 				cov.GapFrom = cov.VerifiedAt
 				r.metrics.gaps.Inc()
 			}
-			cov.GapTo, cov.GapToLSN = cur.at, cur.lsn
+			cov.GapTo, cov.GapToLSN, w.fillAt = cur.at, cur.lsn, 0
 			changed = true
 			delete(w.warned, "")
 			r.log.Error().Str("publication", r.target.Publication).Str("table", r.target.Outbox.String()).
@@ -369,7 +378,13 @@ func (w *watcher) round(ctx context.Context) error {
 	} else {
 		r.metrics.gapOpen.Set(0)
 	}
-	if !cov.Open() || cov.GapTo.IsZero() || w.p.pos.get() < cov.GapToLSN {
+	if !cov.Open() || cov.GapTo.IsZero() {
+		return nil
+	}
+	if w.fillAt == 0 && !cur.at.Before(cov.GapTo.Add(fillSlack)) {
+		w.fillAt = cur.lsn
+	}
+	if w.fillAt == 0 || w.p.pos.get() < w.fillAt {
 		return nil
 	}
 	if w.rows == nil {
@@ -380,14 +395,14 @@ func (w *watcher) round(ctx context.Context) error {
 		}
 		return nil
 	}
-	relayed, carried, err := w.fill(ctx, cov.GapFrom.Add(-r.cfg.Postgres.GapMargin.D()), cov.GapTo.Add(time.Second))
+	relayed, carried, err := w.fill(ctx, cov.GapFrom.Add(-r.cfg.Postgres.GapMargin.D()), cov.GapTo.Add(fillSlack))
 	if err != nil {
 		return err
 	}
 	r.metrics.gapRows.Add(float64(relayed))
 	r.log.Warn().Time("from", cov.GapFrom).Time("to", cov.GapTo).Int("relayed", relayed).Int("carried", carried).
 		Msg("rows the stream may not have carried: those it did not carry were relayed from the table, with their own ids, and acknowledged by every sink")
-	cov.GapFrom, cov.GapTo, cov.GapToLSN = time.Time{}, time.Time{}, 0
+	cov.GapFrom, cov.GapTo, cov.GapToLSN, w.fillAt = time.Time{}, time.Time{}, 0, 0
 	if err := w.inMemory(store.SaveCoverage(ctx, w.conn, w.tables, cov)); err != nil {
 		return err
 	}

@@ -25,8 +25,8 @@ import (
 // loss).
 const carriedIDs = 1 << 16
 
-// carried is a ring of the last carriedIDs message ids the stream carried.
-// Owned by the pipeline's goroutine.
+// carried is a ring of the last carriedIDs message ids the stream carried
+// or a fill relayed. Owned by the pipeline's goroutine.
 type carried struct {
 	ids  []string
 	next int
@@ -146,6 +146,7 @@ func (p *pipeline) doFill(ctx context.Context, f *fill) error {
 			}
 		}
 		p.tracker.Add(d.txn, n)
+		p.carried.add(m.ID) // relayed: a later fill leaves it out too
 		del := publish.Delivery{Msg: m, Tag: d.txn}
 		for _, i := range p.targets {
 			p.out[i] = append(p.out[i], del)
