@@ -233,9 +233,10 @@ type watcher struct {
 	// end: the fill waits until the pipeline handled the stream up to it,
 	// so that the rows it reads that the stream carries are all among the
 	// ids the pipeline remembers. 0 until read.
-	fillAt pglogrepl.LSN
-	saved  time.Time
-	warned map[string]bool
+	fillAt  pglogrepl.LSN
+	saved   time.Time
+	warned  map[string]bool
+	failing time.Time // when a failing round was last logged; zero while rounds succeed
 }
 
 // first runs the first round before the stream starts, so that what
@@ -247,12 +248,20 @@ func (w *watcher) first(ctx context.Context) {
 }
 
 func (w *watcher) try(ctx context.Context) {
-	if err := w.round(ctx); err != nil && ctx.Err() == nil {
-		w.r.log.Error().Err(err).Msg("checking that the publication publishes the outbox failed; trying again")
-		if w.conn != nil {
-			w.conn.Close(context.Background())
-			w.conn = nil
-		}
+	err := w.round(ctx)
+	if err == nil || ctx.Err() != nil {
+		w.failing = time.Time{}
+		return
+	}
+	// Logged when it starts failing, then every 30 s while it does (a
+	// server restart fails every round until it is back).
+	if w.failing.IsZero() || time.Since(w.failing) >= 30*time.Second {
+		w.failing = time.Now()
+		w.r.log.Error().Err(err).Msg("checking that the publication publishes the outbox failed; trying again every second")
+	}
+	if w.conn != nil {
+		w.conn.Close(context.Background())
+		w.conn = nil
 	}
 }
 
