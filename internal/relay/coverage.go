@@ -217,7 +217,7 @@ type mark struct {
 // the relay: a failing round is logged and tried again.
 type watcher struct {
 	r       *Relay
-	tracker *checkpoint.Tracker
+	tracker *checkpoint.Tracker // a fill's deliveries are acknowledged in it
 	p       *pipeline
 	shape   outboxShape
 	started time.Time
@@ -333,8 +333,18 @@ func (w *watcher) round(ctx context.Context) error {
 		changed = true
 	}
 	cov := w.cov
+	// The slot's confirmed position as the server has it (a crash loses
+	// what the tracker confirmed but the server was not told yet).
+	var confirmedText *string
+	if err := w.conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Postgres.Slot).Scan(&confirmedText); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("reading the slot's confirmed position: %w", err)
+	}
+	var confirmed pglogrepl.LSN
+	if confirmedText != nil {
+		confirmed, _ = pglogrepl.ParseLSN(*confirmedText)
+	}
 	w.marks = append(w.marks, mark{cur.at, cur.lsn})
-	for confirmed := w.tracker.Confirmed(); len(w.marks) > 0 && w.marks[0].lsn <= confirmed; w.marks = w.marks[1:] {
+	for ; len(w.marks) > 0 && w.marks[0].lsn <= confirmed; w.marks = w.marks[1:] {
 		cov.SafeAt = w.marks[0].at
 		changed = true
 	}
