@@ -235,8 +235,8 @@ type watcher struct {
 	// ids the pipeline remembers. 0 until read.
 	fillAt  pglogrepl.LSN
 	saved   time.Time
-	warned  map[string]bool
-	failing time.Time // when a failing round was last logged; zero while rounds succeed
+	warned  map[string]bool // what was logged once: other tables by name, "" not published, "time" no time column
+	failing time.Time       // when a failing round was last logged; zero while rounds succeed
 }
 
 // first runs the first round before the stream starts, so that what
@@ -313,11 +313,11 @@ func (w *watcher) round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if w.warned == nil {
+		w.warned = map[string]bool{}
+	}
 	for _, o := range cur.others {
 		if !w.warned[o] {
-			if w.warned == nil {
-				w.warned = map[string]bool{}
-			}
 			w.warned[o] = true
 			r.log.Error().Str("publication", r.target.Publication).Str("relation", o).
 				Msg("the publication publishes a table that is not the outbox: its rows are skipped; remove it from the publication (ALTER PUBLICATION ... DROP TABLE)")
@@ -361,9 +361,6 @@ func (w *watcher) round(ctx context.Context) error {
 			}
 			cov.GapTo, cov.GapToLSN, w.fillAt = time.Time{}, 0, 0
 			changed = true
-			if w.warned == nil {
-				w.warned = map[string]bool{}
-			}
 			w.warned[""] = true
 			r.log.Error().Str("publication", r.target.Publication).Str("table", r.target.Outbox.String()).Str("why", cur.why).
 				Time("since", cov.GapFrom).
