@@ -44,6 +44,11 @@ GRANT SELECT ON public.walpost_adopt TO walpost_relay;
 -- dead_letter or by `cdc skip`, read back to go past a skipped row.
 GRANT SELECT, INSERT ON public.walpost_dead_letter TO walpost_relay;
 
+-- What publishes the outbox, and stretches the stream may not have
+-- carried (postgres.coverage_table; without these grants the relay keeps
+-- it in memory only, and says so).
+GRANT SELECT, INSERT, UPDATE ON public.walpost_coverage TO walpost_relay;
+
 -- pg_hba.conf must let the role connect to the database (a logical
 -- replication connection matches the database's name, not the
 -- "replication" keyword), e.g.:

@@ -37,6 +37,7 @@ func TestHelpOfEveryCommandNamesItsFlags(t *testing.T) {
 		"skip":        {"--config file", "--lsn LSN", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
 		"recover":     {"--config file", "--since time", "--margin duration", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
 		"replay":      {"--config file", "--since duration", "--from-id id", "--to-id id", "--sink name", "--skip-rejected", "130  interrupted", "CDC_CONFIG"},
+		"resync":      {"--config file", "--since duration", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
 		"dead-letter": {"--config file", "--json", "--all", "--sink name", "list | show ID", "exit codes:", "CDC_CONFIG"},
 		"version":     {"-h, --help", "exit codes:", "(unknown revision)"},
 		"help":        {"-h, --help", "exit codes:"},

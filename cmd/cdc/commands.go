@@ -107,6 +107,7 @@ func commands() []*command {
 			}},
 		recoverCommand(),
 		replayCommand(),
+		resyncCommand(),
 		deadLetterCommand(),
 		{name: "version", summary: "print the version, VCS revision and Go version", about: versionAbout, plain: versionCmd},
 		{name: "help", summary: "print this overview, or with a command's name that command's help", about: helpAbout, plain: helpCmd},

@@ -49,7 +49,8 @@ var runExits = []string{"0  stopped cleanly after SIGINT/SIGTERM: everything rea
 
 const initAbout = `Create what the relay needs, as a role that may (the outbox table's owner,
 with REPLICATION): the outbox table (default layout, if missing), the
-publication, the slot, and the progress and dead-letter tables. What exists
+publication, the slot, and the progress, dead-letter and coverage tables
+(the coverage table records what publishes the outbox). What exists
 already is kept. Run it once before the first application write; or, to
 replace a polling dispatcher that marks rows sent (columns.sent_at), stop
 the dispatcher and run it with --adopt: the rows still unsent are then

@@ -8,6 +8,7 @@
 //	cdc skip   [--config F] --lsn X    park the one bad row a relay stops at
 //	cdc recover [--config F] [--since D|T] [--margin D]   replace a lost slot, relay again the rows not proven delivered
 //	cdc replay [--config F] --since D | --from-id X --to-id Y [--sink S]   publish outbox rows again
+//	cdc resync [--config F] [--since D]     relay from the table what the slot skips, move the slot to now
 //	cdc dead-letter [--config F] list | show ID | resend ID… | resend --all | drop ID…
 //	cdc version
 //	cdc help [command]                 also cdc <command> --help

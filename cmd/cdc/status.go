@@ -29,6 +29,7 @@ type status struct {
 	parked   map[string]int            // by sink; "" for rows that could not be mapped
 	warnings []string                  // why cdc run would refuse the slot
 	cautions []string                  // what threatens the slot or the stream (wal_status unreserved, relay.EmitRisk); not a refusal
+	coverage []string                  // why rows may not reach the sinks (coverageWarnings)
 }
 
 // statusCmd is cdc status [--json]. It exits 1 (an error) when the slot is
@@ -56,6 +57,8 @@ func statusCmd(e *cmdEnv) error {
 			"(a new slot; every outbox row not proven delivered is relayed again)", slot, st.slot.WALStatus, st.slot.InvalidReason(), e.opts.config)
 	case len(st.warnings) > 0:
 		return fmt.Errorf("slot %q cannot be used by cdc run: %s", slot, st.warnings[0])
+	case len(st.coverage) > 0:
+		return fmt.Errorf("outbox rows may not reach the sinks: %s", st.coverage[0])
 	}
 	return nil
 }
@@ -90,6 +93,11 @@ func readStatus(e *cmdEnv) (*status, error) {
 	if st.slot.WALStatus == "unreserved" {
 		st.cautions = append(st.cautions, "wal_status unreserved: the WAL the slot still needs is beyond max_slot_wal_keep_size, and the next checkpoint may remove it "+
 			"and invalidate the slot; let the relay catch up (is it running?) or raise max_slot_wal_keep_size")
+	}
+	if len(st.warnings) == 0 {
+		if st.coverage, err = coverageWarnings(ctx, conn, cfg); err != nil {
+			return nil, err
+		}
 	}
 	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading sink progress: %w", err)
@@ -141,6 +149,19 @@ func slotWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]st
 				return nil, err
 			}
 		}
+	}
+	return w, nil
+}
+
+// coverageWarnings says what keeps outbox rows from the stream: the
+// publication not publishing the outbox, a stretch the stream may not have
+// carried that is not relayed yet, other tables in the publication
+// (relay.CoverageWarnings; docs/design.md, "The publication or the table
+// changing under the relay").
+func coverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
+	w, err := relay.CoverageWarnings(ctx, conn, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reading what publishes the outbox: %w", err)
 	}
 	return w, nil
 }
@@ -212,7 +233,7 @@ func (st *status) printText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
-	for _, warning := range append(st.warnings, st.cautions...) {
+	for _, warning := range append(append(slices.Clone(st.warnings), st.coverage...), st.cautions...) {
 		fmt.Fprintf(w, "warning:       %s\n", warning)
 	}
 }
@@ -252,6 +273,9 @@ type statusJSON struct {
 	SlowestSink   *string         `json:"slowest_sink"`
 	DeadLetters   *deadLettersRep `json:"dead_letters"`
 	Warnings      []string        `json:"warnings"`
+	// OutboxWarnings: why outbox rows may not reach the sinks
+	// (coverageWarnings).
+	OutboxWarnings []string `json:"outbox_warnings"`
 }
 
 type sinkJSON struct {
@@ -271,7 +295,7 @@ func ptr[T any](v T) *T { return &v }
 func (st *status) jsonReport() statusJSON {
 	info := st.slot
 	r := statusJSON{Slot: st.cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
-		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.warnings...), st.cautions...)}
+		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.warnings...), st.cautions...), OutboxWarnings: append([]string{}, st.coverage...)}
 	for _, s := range st.cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.progress[s.Name]; ok {

@@ -162,6 +162,14 @@ func (t *Tracker) Oldest() *Txn {
 	return nil
 }
 
+// Settled reports whether txn is committed and every delivery of it was
+// acknowledged.
+func (t *Tracker) Settled(txn *Txn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return complete(txn)
+}
+
 // Idle reports whether nothing is in flight: no open transaction and no
 // unacknowledged delivery. It takes no lock: it reports the state after
 // the last change that completed.

@@ -214,3 +214,24 @@ func TestOldestIsTheOldestTransactionWithADeliveryPending(t *testing.T) {
 		t.Fatalf("everything acknowledged: Oldest %v, confirmed %s", tr.Oldest(), tr.Confirmed())
 	}
 }
+
+// Settled says when every delivery of a committed transaction was
+// acknowledged (the relay waits for it before it closes a gap relayed
+// from the table).
+func TestSettledOnceEveryDeliveryIsAcked(t *testing.T) {
+	tr := New(0)
+	txn := tr.Begin()
+	tr.Add(txn, 2)
+	if tr.Settled(txn) {
+		t.Fatal("settled while open")
+	}
+	tr.Commit(txn, 10)
+	tr.AckAll([]*Txn{txn})
+	if tr.Settled(txn) {
+		t.Fatal("settled with one delivery unacknowledged")
+	}
+	tr.AckAll([]*Txn{txn})
+	if !tr.Settled(txn) {
+		t.Fatal("not settled once both deliveries are acknowledged")
+	}
+}

@@ -86,6 +86,17 @@ type Postgres struct {
 	// rows (default public.walpost_adopt; created by cdc init; see
 	// docs/security.md).
 	AdoptTable string `yaml:"adopt_table"`
+	// CoverageTable keeps, per slot, what made the publication cover the
+	// outbox when the relay last verified it, and any stretch the stream
+	// may not have carried (docs/design.md, "The publication or the table
+	// changing under the relay"; default public.walpost_coverage, created
+	// by cdc init; "-" keeps it in memory only).
+	CoverageTable string `yaml:"coverage_table"`
+	// GapMargin is the longest a transaction takes from setting its row's
+	// time (columns.time, else created_at) to committing: rows the stream
+	// may not have carried are looked for from this long before the
+	// stretch (default 1m).
+	GapMargin Duration `yaml:"gap_margin"`
 	// ReconnectBackoff is the longest wait between reconnect attempts
 	// (default 30s; attempts start at 250ms and double).
 	ReconnectBackoff Duration `yaml:"reconnect_backoff"`
@@ -429,6 +440,10 @@ func (c *Config) SetDefaults() {
 	def(&p.ProgressTable, "public.walpost_sink_progress")
 	def(&p.DeadLetterTable, "public.walpost_dead_letter")
 	def(&p.AdoptTable, "public.walpost_adopt")
+	def(&p.CoverageTable, "public.walpost_coverage")
+	if p.GapMargin == 0 {
+		p.GapMargin = Duration(time.Minute)
+	}
 	if p.StatusInterval == 0 {
 		p.StatusInterval = Duration(10 * time.Second)
 	}

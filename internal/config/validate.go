@@ -108,6 +108,14 @@ func (c *Config) validatePostgres() error {
 	if err := c.validateTable("postgres.adopt_table", p.AdoptTable, ""); err != nil {
 		return err
 	}
+	if p.CoverageTable != "-" {
+		if err := c.validateTable("postgres.coverage_table", p.CoverageTable, ` (or "-" to keep it in memory only)`); err != nil {
+			return err
+		}
+	}
+	if p.GapMargin.D() < 0 {
+		return c.fail("postgres.gap_margin", "%v is negative", p.GapMargin.D())
+	}
 	return c.validateTable("postgres.dead_letter_table", p.DeadLetterTable, "")
 }
 

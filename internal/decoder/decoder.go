@@ -76,6 +76,31 @@ type Event struct {
 	// its rows are visible to other sessions once it is (columns.sent_at,
 	// docs/design.md "sent_at and adopt").
 	Xid uint32
+	// Rel is set (with Kind Skip) for a Relation message: what the
+	// decoder made of the relation, for the relay to report.
+	Rel *RelationNote
+}
+
+// RelationNote is what the decoder made of a Relation message
+// (docs/design.md, "The publication or the table changing under the
+// relay"): the outbox, the outbox under another name or another OID, the
+// outbox with its columns renamed (mapped by position), or a relation that
+// is not the outbox (Foreign: its rows are skipped).
+type RelationNote struct {
+	OID  uint32
+	Name string // schema.name as the Relation message gives it
+	// Foreign: neither the outbox's OID nor its configured name.
+	Foreign bool
+	// Renamed: the outbox's OID under another name.
+	Renamed bool
+	// Recreated: the configured name under another OID than the one the
+	// relay looked up at start (SetOutbox).
+	Recreated bool
+	// Positional: mapped columns are missing by name, but the columns'
+	// count and types are those of the last Relation of this OID that
+	// mapped by name, so they are mapped by position; Columns says how.
+	Positional bool
+	Columns    string
 }
 
 // Error is a row the decoder cannot map to a message: bad input, not a
@@ -199,6 +224,36 @@ type Decoder struct {
 	// must have signed each envelope (RequireSignature).
 	envelope string
 	keys     [][]byte
+
+	// outboxOID is the outbox table's OID (SetOutbox), 0 when unknown;
+	// good is, by relation OID, the columns of the last Relation of the
+	// outbox that mapped by name (kept across Reset).
+	outboxOID uint32
+	good      map[uint32][]Column
+}
+
+// Column is a column of a relation as a Relation message lists it: its
+// name and type OID.
+type Column struct {
+	Name string
+	Type uint32
+}
+
+// SetOutbox tells the decoder the outbox table's OID and its columns in
+// attribute order (non-dropped, not generated: as a Relation message lists
+// them), as the catalog has them now. The outbox is then recognised by its
+// OID as well as by its name, and a Relation whose columns were renamed
+// since can be mapped by position (RelationNote.Positional). cols that do
+// not map by name are not kept.
+func (d *Decoder) SetOutbox(oid uint32, cols []Column) {
+	d.outboxOID = oid
+	m := &pglogrepl.RelationMessage{RelationID: oid, Namespace: d.m.Schema, RelationName: d.m.Name}
+	for _, c := range cols {
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: c.Name, DataType: c.Type})
+	}
+	if r := d.mapColumns(&relation{name: d.m.String(), outbox: true, ncols: len(cols)}, m.Columns); len(r.missing) == 0 && r.bad == nil {
+		d.good[oid] = cols
+	}
 }
 
 // relation is a cached Relation message: the outbox table with the index of
@@ -226,7 +281,7 @@ const (
 
 // New returns a decoder for the outbox described by m.
 func New(m Mapping) *Decoder {
-	return &Decoder{m: m, rels: map[uint32]*relation{}}
+	return &Decoder{m: m, rels: map[uint32]*relation{}, good: map[uint32][]Column{}}
 }
 
 // Reset forgets the cached relations and any open transaction. Call it when
@@ -379,8 +434,9 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		if err != nil {
 			return Event{}, err
 		}
-		d.rels[m.RelationID] = d.relation(m)
-		return Event{Kind: Skip}, nil
+		rel, note := d.relation(m)
+		d.rels[m.RelationID] = rel
+		return Event{Kind: Skip, Rel: note}, nil
 	case 'M':
 		m, err := parse[*pglogrepl.LogicalDecodingMessage](walStart, data)
 		if err != nil {
@@ -513,18 +569,65 @@ func (r *reader) uint32() int {
 	return int(v)
 }
 
-func (d *Decoder) relation(m *pglogrepl.RelationMessage) *relation {
+// relation reads a Relation message. The outbox is the relation with the
+// outbox's OID (SetOutbox) or its configured name: a renamed outbox is
+// still the outbox, and so is a table created again under its name.
+// Mapped columns missing by name are mapped by position when the columns'
+// count and types are those of the last Relation of the same OID that
+// mapped by name (a column renamed, and maybe renamed back: the same
+// attributes). The note says what the relay should report.
+func (d *Decoder) relation(m *pglogrepl.RelationMessage) (*relation, *RelationNote) {
 	r := &relation{name: m.Namespace + "." + m.RelationName, ncols: len(m.Columns)}
-	if m.Namespace != d.m.Schema || m.RelationName != d.m.Name {
-		return r
+	note := &RelationNote{OID: m.RelationID, Name: printable(r.name)}
+	byName := m.Namespace == d.m.Schema && m.RelationName == d.m.Name
+	byOID := d.outboxOID != 0 && m.RelationID == d.outboxOID
+	if d.envelope != "" || !byName && !byOID {
+		note.Foreign = d.envelope == "" // a table-less outbox's publication carries no table
+		return r, note
 	}
+	note.Renamed, note.Recreated = !byName, !byOID && d.outboxOID != 0
 	r.outbox = true
+	d.mapColumns(r, m.Columns)
+	if len(r.missing) == 0 && r.bad == nil {
+		cols := make([]Column, len(m.Columns))
+		for i, c := range m.Columns {
+			cols[i] = Column{Name: c.Name, Type: c.DataType}
+		}
+		d.good[m.RelationID] = cols
+		return r, note
+	}
+	good, ok := d.good[m.RelationID]
+	if !ok || len(good) != len(m.Columns) {
+		return r, note
+	}
+	renamed := make([]*pglogrepl.RelationMessageColumn, len(m.Columns))
+	var diffs []string
+	for i, c := range m.Columns {
+		if c.DataType != good[i].Type {
+			return r, note
+		}
+		renamed[i] = &pglogrepl.RelationMessageColumn{Name: good[i].Name, DataType: c.DataType}
+		if c.Name != good[i].Name {
+			diffs = append(diffs, fmt.Sprintf("%q as %q", printable(c.Name), printable(good[i].Name)))
+		}
+	}
+	p := &relation{name: r.name, outbox: true, ncols: r.ncols}
+	if d.mapColumns(p, renamed); len(p.missing) > 0 || p.bad != nil {
+		return r, note
+	}
+	note.Positional, note.Columns = true, strings.Join(diffs, ", ")
+	return p, note
+}
+
+// mapColumns sets r's column indexes, types, missing and bad from cols by
+// the mapping's column names, and returns r.
+func (d *Decoder) mapColumns(r *relation, cols []*pglogrepl.RelationMessageColumn) *relation {
 	names := d.m.Columns
 	var have []string
 	for i := range r.idx {
 		r.idx[i] = -1
 	}
-	for ci, c := range m.Columns {
+	for ci, c := range cols {
 		have = append(have, printable(c.Name))
 		for role, n := range names {
 			if n != "" && c.Name == n {

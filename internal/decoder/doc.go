@@ -46,5 +46,13 @@
 // Relation messages are cached by relation id and replaced when the server
 // sends one again (after ALTER TABLE, or on a new connection). A mapped
 // column that is missing is reported on the first row, not on the Relation
-// message, so that the error names a message.
+// message, so that the error names a message. The outbox is the relation
+// with the OID SetOutbox gave (the relay looks it up at start) or with the
+// configured name: a renamed outbox is still the outbox. A Relation whose
+// mapped names are missing but whose columns have the count and types, by
+// position, of the last Relation of the same OID that mapped by name (a
+// column renamed) is mapped by position. Each Relation message's Event
+// carries a RelationNote saying which case it was, for the relay to report
+// (docs/design.md, "The publication or the table changing under the
+// relay").
 package decoder

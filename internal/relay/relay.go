@@ -71,6 +71,9 @@ type Relay struct {
 	// retention deletes delivered rows (relay.retention; from the check),
 	// nil when it is off.
 	retention *retention.Job
+	// shape is the outbox table's OID, columns and time column (from the
+	// check; coverage.go).
+	shape outboxShape
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -269,6 +272,11 @@ func (r *Relay) check(ctx context.Context) error {
 			return err
 		}
 	}
+	if !r.target.TableLess {
+		if r.shape, err = lookupOutbox(ctx, conn, r.cfg); err != nil {
+			return err
+		}
+	}
 	if r.target.Outbox.Columns.Has(layout.SentAt) {
 		if r.sentStmt, err = sentat.Check(ctx, conn, r.target.Outbox); err != nil {
 			return err
@@ -459,6 +467,13 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	if job := r.retention; job != nil {
 		g.Go(func() error { return job.Run(sd.read) }) // off the hot path; never stops the relay
 	}
+	if !r.target.TableLess {
+		w := &watcher{r: r, tracker: tracker, p: p, shape: r.shape, started: time.Now()}
+		// What covers the outbox now is recorded before anything streams;
+		// then the watcher runs off the hot path and never stops the relay.
+		w.first(ctx)
+		g.Go(func() error { return w.Run(sd.read) })
+	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
 		return replication.RunHeartbeat(sd.read, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
@@ -507,6 +522,10 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *publish.Window,
 	}
 	for i := range p.sinks {
 		p.sinks[i] = make(chan []publish.Delivery, 256)
+	}
+	p.fills = make(chan *fill)
+	if r.shape.oid != 0 {
+		p.dec.SetOutbox(r.shape.oid, r.shape.cols)
 	}
 	for _, s := range cfg.Sinks {
 		p.skip = append(p.skip, loaded[s.Name])
@@ -567,6 +586,8 @@ func (r *Relay) cycleError(err error, confirmed pglogrepl.LSN) error {
 		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, confirmed)}
 	case errors.Is(err, replication.ErrSlotLost):
 		return restart{err}
+	case publicationGone(err):
+		return r.explainPublicationGone(err)
 	}
 	return err
 }
@@ -652,8 +673,12 @@ func (r *Relay) explainStop(stop *stopAtRow, tracked pglogrepl.LSN) error {
 	}
 	de := stop.err
 	if de.Table {
-		return fmt.Errorf("%w; the slot %s is confirmed up to %s, before this message's transaction: after fixing the table or columns:, restart and the rows are delivered",
-			de, cfg.Postgres.Slot, slotAt)
+		return fmt.Errorf("%w; the slot %s is confirmed up to %s, before this message's transaction. "+
+			"The stream carries each row with the table's columns as they were when it was written: if columns: in the config is wrong, fix it and restart. "+
+			"If the table changed since (a column renamed, dropped or retyped), changing it now does not change the rows written before: "+
+			"stop every relay on the slot, make the table and columns: match, and run: cdc resync --config %s "+
+			"(it relays the rows committed since the slot's confirmed position from the table and moves the slot past them); then start cdc run again",
+			de, cfg.Postgres.Slot, slotAt, r.ConfigPath)
 	}
 	return fmt.Errorf("%w; relay.on_invalid is stop: everything before this message was delivered, nothing after it, and slot %s is confirmed up to %s. "+
 		"A restart stops here again. To go past this one message, stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
@@ -683,6 +708,13 @@ type pipeline struct {
 	tableLess bool
 	ids       []string // the open transaction's message ids, for marker
 	xid       uint32   // the open transaction's id, for marker
+
+	// The publication or the table changing under the relay (gap.go).
+	foreign map[uint32]bool // relations that are not the outbox, reported
+	carried carried         // the last ids the stream carried
+	pos     position        // the last commit or progress point handled
+	fills   chan *fill      // rows read from the table, to relay unless carried
+	pending *fill           // a fill waiting for the open transaction's end
 }
 
 func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) error {
@@ -692,7 +724,21 @@ func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) e
 		}
 	}()
 	p.out = make([][]publish.Delivery, len(p.sinks))
-	for batch := range events {
+	for {
+		fills := p.fills
+		if p.pending != nil {
+			fills = nil
+		}
+		var batch []replication.Event
+		select {
+		case b, ok := <-events:
+			if !ok {
+				return nil
+			}
+			batch = b
+		case f := <-fills:
+			p.pending = f
+		}
 		for _, ev := range batch {
 			switch ev.Kind {
 			case replication.Reset:
@@ -702,6 +748,7 @@ func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) e
 			case replication.Keepalive:
 				if !p.dec.InTransaction() {
 					p.tracker.Progress(ev.LSN)
+					p.pos.raise(ev.LSN)
 				}
 			case replication.Data:
 				if err := p.data(ctx, ev); err != nil {
@@ -716,8 +763,13 @@ func (p *pipeline) run(ctx context.Context, events <-chan []replication.Event) e
 		if err := p.flush(ctx); err != nil {
 			return err
 		}
+		if p.pending != nil && p.txn == nil {
+			if err := p.doFill(ctx, p.pending); err != nil {
+				return err
+			}
+			p.pending = nil
+		}
 	}
-	return nil
 }
 
 // flush sends each sink the deliveries gathered from the input batch.
@@ -786,6 +838,9 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 			Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
 		return nil
 	}
+	if e.Rel != nil {
+		p.relationSeen(e.Rel)
+	}
 	switch e.Kind {
 	case decoder.Begin:
 		p.txn, p.xid = p.tracker.Begin(), e.Xid
@@ -807,10 +862,13 @@ func (p *pipeline) data(ctx context.Context, ev replication.Event) error {
 		}
 		p.tracker.Commit(p.txn, e.LSN)
 		p.txn = nil
+		p.pos.raise(e.LSN)
 	case decoder.Progress:
 		p.tracker.Progress(e.LSN)
+		p.pos.raise(e.LSN)
 	case decoder.Row:
 		p.metrics.decoded.Inc()
+		p.carried.add(e.Msg.ID)
 		if p.marker != nil {
 			p.ids = append(p.ids, e.Msg.ID)
 		}

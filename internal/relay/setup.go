@@ -74,6 +74,10 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		}
 		report(fmt.Sprintf("pg_logical_emit_message: EXECUTE taken from PUBLIC, granted to %s", strings.Join(cfg.Postgres.MessageRoles, ", ")))
 	}
+	before, err := slotBirth(ctx, conn, t)
+	if err != nil {
+		return err
+	}
 	slotCreated := true
 	if opts.Adopt {
 		n, err := createSlotAdopting(ctx, conn, cfg)
@@ -104,10 +108,31 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		}
 		report(line)
 	}
+	if err == nil && slotCreated && !t.TableLess {
+		err = recordSlotBirth(ctx, conn, cfg, before)
+	}
 	if s := retention.SettingsOf(cfg); s != nil && err == nil {
 		return setupRetention(ctx, conn, *s, slotCreated, report)
 	}
 	return err
+}
+
+// slotBirth reads, before the slot is created, what publishes the outbox
+// and the server's time: every transaction the new slot streams commits
+// after it.
+func slotBirth(ctx context.Context, conn *pgx.Conn, t replication.Target) (coverage, error) {
+	if t.TableLess {
+		return coverage{}, nil
+	}
+	return readCoverage(ctx, conn, t)
+}
+
+// recordSlotBirth starts the coverage table's row of a slot created now:
+// what publishes the outbox, verified and safe (docs/design.md, "The
+// publication or the table changing under the relay") at the time read
+// before the slot existed.
+func recordSlotBirth(ctx context.Context, conn *pgx.Conn, cfg *config.Config, c coverage) error {
+	return store.SaveCoverage(ctx, conn, store.TablesOf(cfg), &store.Coverage{Seen: c.seen, VerifiedAt: c.at, SafeAt: c.at})
 }
 
 // setupRetention creates relay.retention's marks table and, when the slot

@@ -212,8 +212,6 @@ func hint(e *pgconn.PgError) string {
 	switch {
 	case e.Code == "58P01" || strings.Contains(e.Message, "has already been removed"):
 		return " (the WAL the slot needs is gone: the slot was invalidated, e.g. by max_slot_wal_keep_size; messages in it are lost to replication — recreate the slot and re-send from the outbox table)"
-	case e.Code == "42704":
-		return " (does the publication exist? run 'cdc init')"
 	}
 	return ""
 }

@@ -24,6 +24,9 @@ type Tables struct {
 	// Adopt is the adopt table (postgres.adopt_table), quoted; AdoptName
 	// as configured.
 	Adopt, AdoptName string
+	// Coverage is the coverage table, quoted, "" when kept in memory only
+	// (coverage_table: "-", or a table-less outbox).
+	Coverage string
 }
 
 // TablesOf returns the tables cfg names.
@@ -31,7 +34,15 @@ func TablesOf(cfg *config.Config) Tables {
 	return Tables{Slot: cfg.Postgres.Slot,
 		Progress: quote(cfg.Postgres.ProgressTable), ProgressName: cfg.Postgres.ProgressTable,
 		DeadLetter: quote(cfg.Postgres.DeadLetterTable), DeadLetterName: cfg.Postgres.DeadLetterTable,
-		Adopt: quote(cfg.Postgres.AdoptTable), AdoptName: cfg.Postgres.AdoptTable}
+		Adopt: quote(cfg.Postgres.AdoptTable), AdoptName: cfg.Postgres.AdoptTable,
+		Coverage: quote(coverageTable(cfg))}
+}
+
+func coverageTable(cfg *config.Config) string {
+	if cfg.Postgres.TableLess() {
+		return ""
+	}
+	return cfg.Postgres.CoverageTable
 }
 
 func quote(t string) string {
@@ -92,6 +103,7 @@ func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 	for _, x := range []struct{ table, ddl, field string }{
 		{t.Progress, progressDDL, "postgres.progress_table"},
 		{t.DeadLetter, deadLetterDDL, "postgres.dead_letter_table"},
+		{t.Coverage, coverageDDL, "postgres.coverage_table"},
 	} {
 		if x.table == "" {
 			continue

@@ -1,0 +1,557 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/internal/checkpoint"
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replay"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// Coverage: whether, and by what, the publication publishes the outbox's
+// inserts (docs/design.md, "The publication or the table changing under
+// the relay"). The stream cannot tell: pgoutput leaves out, without a
+// word, the rows written while the table was not in the publication. So
+// the relay looks, on a connection of its own, every coverageInterval,
+// and records what it saw in the coverage table (store.Coverage). Any
+// change of what covers the outbox (the publication, its row for the
+// table in pg_publication_rel, the table's OID), and any time the outbox
+// is not covered, opens a gap: rows committed after the last time the old
+// coverage was verified may be missing from the stream. Once the outbox
+// is covered again and the pipeline handled the stream up to that point,
+// the watcher reads the rows of the gap from the table (by the time column,
+// from gap_margin before) and the pipeline relays those it did not see in
+// the stream (a fill), with their own ids, through the sinks; once they
+// are acknowledged, the gap is closed.
+
+// coverageInterval is how often the coverage watcher looks;
+// coverageSaveEvery how often it writes the coverage table when nothing
+// changed; fillBatch how many rows a fill reads at a time.
+const (
+	coverageInterval  = time.Second
+	coverageSaveEvery = 10 * time.Second
+	fillBatch         = 1000
+	// fillSlack is how far past the time the outbox was seen published
+	// again a fill looks: a transaction that committed while the watcher
+	// read the time and then the WAL position may carry a later time.
+	fillSlack = time.Second
+)
+
+// coverage is what one look at the catalog found.
+type coverage struct {
+	seen    string // what covers the outbox; "" when nothing does
+	covered bool
+	why     string // why not covered
+	at      time.Time
+	lsn     pglogrepl.LSN // the WAL insert position, read after at
+	others  []string      // other tables the publication publishes
+}
+
+// readCoverage reads, in one statement, whether the publication publishes
+// the outbox's inserts and what makes it do so: the publication's OID,
+// FOR ALL TABLES, its pg_publication_rel row for the table (and, from
+// PostgreSQL 15, its pg_publication_namespace row for the schema), the
+// table's OID. Then the server's clock, then the WAL insert position.
+func readCoverage(ctx context.Context, conn *pgx.Conn, t replication.Target) (coverage, error) {
+	var c coverage
+	var pubOID, relOID, prOID, nsOID *int64
+	var all, insert *bool
+	var covered bool
+	err := conn.QueryRow(ctx, `
+WITH p AS (SELECT oid, pubname, puballtables, pubinsert FROM pg_publication WHERE pubname = $1),
+     r AS (SELECT c.oid, c.relnamespace FROM pg_class c WHERE c.oid = to_regclass($2))
+SELECT (SELECT oid::int8 FROM p), (SELECT puballtables FROM p), (SELECT pubinsert FROM p), (SELECT oid::int8 FROM r),
+       (SELECT pr.oid::int8 FROM pg_publication_rel pr, p, r WHERE pr.prpubid = p.oid AND pr.prrelid = r.oid),
+       EXISTS (SELECT 1 FROM pg_publication_tables pt WHERE pt.pubname = $1 AND pt.schemaname = $3 AND pt.tablename = $4),
+       clock_timestamp()`, t.Publication, t.QualifiedTable(), t.Outbox.Schema, t.Outbox.Name).
+		Scan(&pubOID, &all, &insert, &relOID, &prOID, &covered, &c.at)
+	if err != nil {
+		return c, fmt.Errorf("reading what publishes the outbox: %w", err)
+	}
+	var major int
+	fmt.Sscan(conn.PgConn().ParameterStatus("server_version"), &major)
+	if pubOID != nil && relOID != nil && major >= 15 {
+		// FOR TABLES IN SCHEMA (PostgreSQL 15): the publication's row for
+		// the table's schema.
+		err := conn.QueryRow(ctx, "SELECT pn.oid::int8 FROM pg_publication_namespace pn, pg_class c WHERE pn.pnpubid = $1::int8::oid AND c.oid = $2::int8::oid AND pn.pnnspid = c.relnamespace",
+			*pubOID, *relOID).Scan(&nsOID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return c, fmt.Errorf("reading the publication's schemas: %w", err)
+		}
+	}
+	var lsn string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		return c, fmt.Errorf("reading the WAL insert position: %w", err)
+	}
+	c.lsn, _ = pglogrepl.ParseLSN(lsn)
+	switch {
+	case pubOID == nil:
+		c.why = fmt.Sprintf("publication %q does not exist", t.Publication)
+	case relOID == nil:
+		c.why = fmt.Sprintf("table %s does not exist (renamed or dropped)", t.Outbox)
+	case !covered:
+		c.why = fmt.Sprintf("publication %q does not publish table %s", t.Publication, t.Outbox)
+	case !*insert:
+		c.why = fmt.Sprintf("publication %q does not publish inserts", t.Publication)
+	default:
+		c.covered = true
+		num := func(p *int64) int64 {
+			if p == nil {
+				return 0
+			}
+			return *p
+		}
+		c.seen = fmt.Sprintf("publication %d all_tables %t rel %d schema %d table %d", *pubOID, *all, num(prOID), num(nsOID), *relOID)
+	}
+	if pubOID != nil {
+		rows, err := conn.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1 AND (schemaname, tablename) <> ($2, $3) ORDER BY 1, 2 LIMIT 5",
+			t.Publication, t.Outbox.Schema, t.Outbox.Name)
+		if err != nil {
+			return c, fmt.Errorf("reading the publication's tables: %w", err)
+		}
+		for rows.Next() {
+			var s, n string
+			if err := rows.Scan(&s, &n); err != nil {
+				rows.Close()
+				return c, err
+			}
+			c.others = append(c.others, s+"."+n)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// outboxShape is what the relay looks up of the outbox table at start:
+// its OID and columns (for the decoder, decoder.SetOutbox), and the
+// column that tells a row's time (columns.time, else created_at when the
+// table has one of a timestamp type; "" for none).
+type outboxShape struct {
+	oid     uint32
+	cols    []decoder.Column
+	timeCol string
+}
+
+func lookupOutbox(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (outboxShape, error) {
+	var s outboxShape
+	t := cfg.Outbox()
+	var oid *int64
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid::int8", t.Qualified()).Scan(&oid); err != nil || oid == nil {
+		return s, err
+	}
+	s.oid = uint32(*oid)
+	rows, err := conn.Query(ctx, "SELECT attname, atttypid::int8 FROM pg_attribute WHERE attrelid = $1::int8::oid AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum", *oid)
+	if err != nil {
+		return s, fmt.Errorf("reading the columns of %s: %w", t, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c decoder.Column
+		var typ int64
+		if err := rows.Scan(&c.Name, &typ); err != nil {
+			return s, err
+		}
+		c.Type = uint32(typ)
+		s.cols = append(s.cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	s.timeCol = gapTimeColumn(cfg, s.cols)
+	return s, nil
+}
+
+// gapTimeColumn is the column that tells a row's time: columns.time, else
+// created_at when cols has it with a timestamp type; "" for none.
+func gapTimeColumn(cfg *config.Config, cols []decoder.Column) string {
+	if c := cfg.Outbox().Columns; c.Has(layout.Time) {
+		return c[layout.Time]
+	}
+	for _, c := range cols {
+		if c.Name == "created_at" && (c.Type == 1184 || c.Type == 1114) {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+// gapRows is how the rows of a gap are read: the outbox with timeCol as
+// its time column.
+func gapRows(ctx context.Context, conn *pgx.Conn, cfg *config.Config, timeCol string) (*replay.Rows, error) {
+	t := cfg.Outbox()
+	t.Columns[layout.Time] = timeCol
+	for _, stmt := range []string{"SET datestyle = 'ISO, MDY'", "SET timezone = 'UTC'", "SET bytea_output = 'hex'"} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return replay.ReadRows(ctx, conn, t)
+}
+
+// mark is a point in time and the WAL insert position read after it: a
+// transaction whose commit is after lsn committed after at.
+type mark struct {
+	at  time.Time
+	lsn pglogrepl.LSN
+}
+
+// watcher is the coverage watcher of one streaming cycle. It never stops
+// the relay: a failing round is logged and tried again.
+type watcher struct {
+	r       *Relay
+	tracker *checkpoint.Tracker // a fill's deliveries are acknowledged in it
+	p       *pipeline
+	shape   outboxShape
+	started time.Time
+
+	conn   *pgx.Conn
+	rows   *replay.Rows
+	dec    *decoder.Decoder
+	cov    *store.Coverage
+	tables store.Tables // the coverage table "" once it proved unusable
+	loaded bool
+	marks  []mark
+	// fillAt is a WAL position read at least fillSlack after the gap's
+	// end: the fill waits until the pipeline handled the stream up to it,
+	// so that the rows it reads that the stream carries are all among the
+	// ids the pipeline remembers. 0 until read.
+	fillAt  pglogrepl.LSN
+	saved   time.Time
+	warned  map[string]bool // what was logged once: other tables by name, "" not published, "time" no time column
+	failing time.Time       // when a failing round was last logged; zero while rounds succeed
+}
+
+// first runs the first round before the stream starts, so that what
+// covers the outbox is recorded even if the stream fails at once.
+func (w *watcher) first(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w.try(ctx)
+}
+
+func (w *watcher) try(ctx context.Context) {
+	err := w.round(ctx)
+	if err == nil || ctx.Err() != nil {
+		w.failing = time.Time{}
+		return
+	}
+	// Logged when it starts failing, then every 30 s while it does (a
+	// server restart fails every round until it is back).
+	if w.failing.IsZero() || time.Since(w.failing) >= 30*time.Second {
+		w.failing = time.Now()
+		w.r.log.Error().Err(err).Msg("checking that the publication publishes the outbox failed; trying again every second")
+	}
+	if w.conn != nil {
+		w.conn.Close(context.Background())
+		w.conn = nil
+	}
+}
+
+func (w *watcher) Run(ctx context.Context) error {
+	defer func() {
+		if w.conn != nil {
+			w.conn.Close(context.Background())
+		}
+	}()
+	tick := time.NewTicker(coverageInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		w.try(ctx)
+	}
+}
+
+func (w *watcher) round(ctx context.Context) error {
+	r := w.r
+	if w.conn == nil {
+		conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
+		if err != nil {
+			return err
+		}
+		w.conn = conn
+		if w.shape.timeCol != "" {
+			if w.rows, err = gapRows(ctx, conn, r.cfg, w.shape.timeCol); err != nil {
+				return err
+			}
+		}
+	}
+	if !w.loaded {
+		w.tables = r.tables
+		cov, err := store.LoadCoverage(ctx, w.conn, w.tables)
+		if err = w.inMemory(err); err != nil {
+			return err
+		}
+		w.cov, w.loaded = cov, true
+		if w.cov != nil && w.cov.Open() {
+			r.log.Error().Time("from", w.cov.GapFrom).Time("to", w.cov.GapTo).
+				Msg("the coverage table records rows the stream may not have carried, not yet relayed from the table; relaying them once the outbox is published and the stream is past that point")
+		}
+	}
+	cur, err := readCoverage(ctx, w.conn, r.target)
+	if err != nil {
+		return err
+	}
+	if w.warned == nil {
+		w.warned = map[string]bool{}
+	}
+	for _, o := range cur.others {
+		if !w.warned[o] {
+			w.warned[o] = true
+			r.log.Error().Str("publication", r.target.Publication).Str("relation", o).
+				Msg("the publication publishes a table that is not the outbox: its rows are skipped; remove it from the publication (ALTER PUBLICATION ... DROP TABLE)")
+		}
+	}
+	changed := false
+	if w.cov == nil {
+		verified := cur.at
+		if !cur.covered {
+			verified = cur.at.Add(-time.Since(w.started)) // the check at the cycle's start saw it covered
+		}
+		w.cov = &store.Coverage{Seen: cur.seen, VerifiedAt: verified}
+		changed = true
+	}
+	cov := w.cov
+	// The slot's confirmed position as the server has it (a crash loses
+	// what the tracker confirmed but the server was not told yet).
+	var confirmedText *string
+	if err := w.conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", r.cfg.Postgres.Slot).Scan(&confirmedText); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("reading the slot's confirmed position: %w", err)
+	}
+	var confirmed pglogrepl.LSN
+	if confirmedText != nil {
+		confirmed, _ = pglogrepl.ParseLSN(*confirmedText)
+	}
+	w.marks = append(w.marks, mark{cur.at, cur.lsn})
+	for ; len(w.marks) > 0 && w.marks[0].lsn <= confirmed; w.marks = w.marks[1:] {
+		cov.SafeAt = w.marks[0].at
+		changed = true
+	}
+	if n := len(w.marks); n > 1000 {
+		w.marks = slices.Clone(w.marks[n-1000:])
+	}
+	switch {
+	case !cur.covered:
+		r.metrics.notPublished.Set(1)
+		if !cov.Open() || !cov.GapTo.IsZero() || !w.warned[""] {
+			if !cov.Open() {
+				cov.GapFrom = cov.VerifiedAt
+				r.metrics.gaps.Inc()
+			}
+			cov.GapTo, cov.GapToLSN, w.fillAt = time.Time{}, 0, 0
+			changed = true
+			w.warned[""] = true
+			r.log.Error().Str("publication", r.target.Publication).Str("table", r.target.Outbox.String()).Str("why", cur.why).
+				Time("since", cov.GapFrom).
+				Msg("the publication does not publish the outbox's inserts: rows written now are not in the replication stream; they will be relayed from the table once it does again")
+		}
+	default:
+		r.metrics.notPublished.Set(0)
+		if cur.seen != cov.Seen || cov.Open() && cov.GapTo.IsZero() {
+			if !cov.Open() {
+				cov.GapFrom = cov.VerifiedAt
+				r.metrics.gaps.Inc()
+			}
+			cov.GapTo, cov.GapToLSN, w.fillAt = cur.at, cur.lsn, 0
+			changed = true
+			delete(w.warned, "")
+			r.log.Error().Str("publication", r.target.Publication).Str("table", r.target.Outbox.String()).
+				Str("was", cov.Seen).Str("now", cur.seen).Time("from", cov.GapFrom).Time("to", cov.GapTo).Str("lsn", cur.lsn.String()).
+				Msg("what publishes the outbox changed: rows committed in between may not be in the replication stream; relaying them from the table once the stream is past lsn")
+			cov.Seen = cur.seen
+		}
+		cov.VerifiedAt = cur.at
+	}
+	if changed || time.Since(w.saved) >= coverageSaveEvery {
+		if err := w.inMemory(store.SaveCoverage(ctx, w.conn, w.tables, cov)); err != nil {
+			return err
+		}
+		w.saved = time.Now()
+	}
+	if cov.Open() {
+		r.metrics.gapOpen.Set(1)
+	} else {
+		r.metrics.gapOpen.Set(0)
+	}
+	if !cov.Open() || cov.GapTo.IsZero() {
+		return nil
+	}
+	if w.fillAt == 0 && !cur.at.Before(cov.GapTo.Add(fillSlack)) {
+		w.fillAt = cur.lsn
+	}
+	if w.fillAt == 0 || w.p.pos.get() < w.fillAt {
+		return nil
+	}
+	if w.rows == nil {
+		if !w.warned["time"] {
+			w.warned["time"] = true
+			r.log.Error().Str("table", r.target.Outbox.String()).
+				Msg("the outbox table has no time column (columns.time, or created_at) to find the rows the stream may not have carried: stop the relay and run cdc resync --since D")
+		}
+		return nil
+	}
+	relayed, carried, err := w.fill(ctx, cov.GapFrom.Add(-r.cfg.Postgres.GapMargin.D()), cov.GapTo.Add(fillSlack))
+	if err != nil {
+		return err
+	}
+	r.metrics.gapRows.Add(float64(relayed))
+	r.log.Warn().Time("from", cov.GapFrom).Time("to", cov.GapTo).Int("relayed", relayed).Int("carried", carried).
+		Msg("rows the stream may not have carried: those it did not carry were relayed from the table, with their own ids, and acknowledged by every sink")
+	cov.GapFrom, cov.GapTo, cov.GapToLSN, w.fillAt = time.Time{}, time.Time{}, 0, 0
+	if err := w.inMemory(store.SaveCoverage(ctx, w.conn, w.tables, cov)); err != nil {
+		return err
+	}
+	w.saved = time.Now()
+	r.metrics.gapOpen.Set(0)
+	return nil
+}
+
+// inMemory turns an error of the coverage table that will not go away (no
+// privilege on it: SQLSTATE 42501) into a warning, once: the watcher keeps
+// its record in memory from then on.
+func (w *watcher) inMemory(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return err
+	}
+	w.r.log.Warn().Err(err).Str("table", w.r.cfg.Postgres.CoverageTable).
+		Msg("the coverage table cannot be used (see sql/roles.sql); what publishes the outbox is kept in memory only: a change while no relay runs goes unnoticed")
+	w.tables.Coverage = ""
+	return nil
+}
+
+// fill reads the rows whose time is in [from, to] from the table, a batch
+// at a time, and has the pipeline relay those the stream did not carry;
+// it returns once every sink acknowledged them.
+func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carried int, err error) {
+	cols := w.rows.Table.Columns
+	tc, idc := cols.Column(layout.Time), cols.Column(layout.ID)
+	if w.dec == nil {
+		w.dec = decoder.New(w.r.cfg.Outbox())
+	}
+	var after []any
+	for {
+		cond := ""
+		args := []any{from, to}
+		if after != nil {
+			cond = fmt.Sprintf(" AND (%s, %s) > (CAST($3::text AS %s), CAST($4::text AS %s))", tc, idc, w.rows.Types[layout.Time], w.rows.Types[layout.ID])
+			args = append(args, after...)
+		}
+		q := fmt.Sprintf("SELECT %s::text AS k_time, %s::text AS k_id, %s AS k_row, %s AS k_at FROM %s WHERE %s >= $1 AND %s <= $2%s ORDER BY %s, %s LIMIT %d",
+			tc, idc, w.rows.Adopted(), tc, w.rows.Table.Qualified(), tc, tc, cond, tc, idc, fillBatch)
+		rs, err := w.conn.Query(ctx, q, args...)
+		if err != nil {
+			return relayed, carried, fmt.Errorf("reading the rows the stream may not have carried: %w", err)
+		}
+		var msgs []*message.Message
+		n := 0
+		for rs.Next() {
+			var ts, id, content string
+			var at time.Time
+			if err := rs.Scan(&ts, &id, &content, &at); err != nil {
+				rs.Close()
+				return relayed, carried, err
+			}
+			n++
+			after = []any{ts, id}
+			m, err := w.dec.TableRow([]byte(content), 0, 0, at)
+			if err != nil {
+				w.r.log.Error().Err(err).Str("msg_id", id).Msg("a row the stream may not have carried cannot be mapped; it is left out (cdc replay --from-id reports it too)")
+				continue
+			}
+			msgs = append(msgs, m)
+		}
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return relayed, carried, err
+		}
+		if len(msgs) > 0 {
+			f := &fill{msgs: msgs, done: make(chan fillDone, 1)}
+			select {
+			case w.p.fills <- f:
+			case <-ctx.Done():
+				return relayed, carried, ctx.Err()
+			}
+			var d fillDone
+			select {
+			case d = <-f.done:
+			case <-ctx.Done():
+				return relayed, carried, ctx.Err()
+			}
+			for !fillSettled(w.tracker, d) {
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-ctx.Done():
+					return relayed, carried, ctx.Err()
+				}
+			}
+			relayed += d.relayed
+			carried += d.carried
+		}
+		if n < fillBatch {
+			return relayed, carried, nil
+		}
+	}
+}
+
+// CoverageWarnings says, for cdc status, what keeps the outbox from being
+// relayed whole: the publication not publishing it now, a stretch the
+// stream may not have carried that is not relayed yet (or a change of
+// what publishes it since a relay last looked), other tables in the
+// publication. None for a table-less outbox.
+func CoverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
+	if cfg.Postgres.TableLess() {
+		return nil, nil
+	}
+	t := TargetOf(cfg)
+	cur, err := readCoverage(ctx, conn, t)
+	if err != nil {
+		return nil, err
+	}
+	var w []string
+	if !cur.covered {
+		w = append(w, fmt.Sprintf("the outbox is not published: %s; rows written now are not in the replication stream (a running relay relays them from the table once it is published again)", cur.why))
+	}
+	cov, err := store.LoadCoverage(ctx, conn, store.TablesOf(cfg))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cov == nil:
+	case cov.Open():
+		to := "now"
+		if !cov.GapTo.IsZero() {
+			to = cov.GapTo.UTC().Format(time.RFC3339)
+		}
+		w = append(w, fmt.Sprintf("rows committed from %s to %s may not be in the replication stream and are not relayed yet: cdc run relays them from the table (if it is stopped at an error, follow its advice: cdc resync)",
+			cov.GapFrom.UTC().Format(time.RFC3339), to))
+	case cur.covered && cov.Seen != cur.seen:
+		w = append(w, fmt.Sprintf("what publishes the outbox changed since a relay last looked (%s): rows committed since %s may not be in the replication stream; cdc run relays them from the table",
+			cov.VerifiedAt.UTC().Format(time.RFC3339), cov.VerifiedAt.UTC().Format(time.RFC3339)))
+	}
+	if len(cur.others) > 0 {
+		w = append(w, fmt.Sprintf("publication %q also publishes %s: those rows are in the replication stream and skipped; remove them from the publication", t.Publication, strings.Join(cur.others, ", ")))
+	}
+	return w, nil
+}

@@ -1,0 +1,172 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/replay"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// publicationGone reports the WAL sender's error for a publication that
+// did not exist at the WAL it decodes (SQLSTATE 42704 while streaming;
+// at START_REPLICATION it is the slot's, ErrSlotMissing).
+func publicationGone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704" && !errors.Is(err, replication.ErrSlotMissing)
+}
+
+// explainPublicationGone tells the operator why the stream stops at the
+// same place at every start, and the way out (docs/design.md, "The
+// publication or the table changing under the relay").
+func (r *Relay) explainPublicationGone(err error) error {
+	cfg := r.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	exists := true
+	slotAt := "its confirmed position"
+	if conn, cerr := pgconnect.Connect(ctx, cfg.Postgres.URL); cerr == nil {
+		if info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err == nil && info.Exists {
+			slotAt = info.ConfirmedFlush.String()
+		}
+		exists = !errors.Is(replication.CheckPublication(ctx, conn, r.target), replication.ErrPublicationMissing)
+		conn.Close(context.Background())
+	}
+	create := ""
+	if !exists {
+		create = fmt.Sprintf(", create the publication again (cdc init --config %s)", r.ConfigPath)
+	}
+	return fmt.Errorf("%w. Publication %q was dropped (and created again) after the slot's confirmed position %s: "+
+		"the WAL sender decodes the WAL written since with the catalog of its time, in which the publication did not exist, and fails there at every start (restarting and cdc init do not help). "+
+		"The rows committed since are in the outbox table. To go on without losing them, stop every relay on the slot%s and run: cdc resync --config %s "+
+		"(it relays the rows committed since the slot's confirmed position from the table, with their own ids, then moves the slot past the publication's re-creation); then start cdc run again",
+		err, cfg.Postgres.Publication, slotAt, create, r.ConfigPath)
+}
+
+// ResyncOptions says what Resync relays.
+type ResyncOptions struct {
+	// Since, when set, relays the rows of the last Since instead of those
+	// since the slot's confirmed position as the coverage table records it.
+	Since    time.Duration
+	Progress io.Writer
+	Log      zerolog.Logger
+}
+
+// ResyncResult is what Resync did.
+type ResyncResult struct {
+	From   time.Time     // rows whose time is at or after From were relayed
+	Slot   pglogrepl.LSN // the slot's confirmed position before
+	Target pglogrepl.LSN // and after
+	Replay replay.Result
+}
+
+// Errors of Resync.
+var (
+	ErrResyncSlotActive = errors.New("relay: the slot is in use")
+	ErrResyncNoRecord   = errors.New("relay: no record of when the slot's confirmed position was written")
+)
+
+// Resync is cdc resync: the way out when the stream cannot go on from the
+// slot's confirmed position (the publication dropped and created again:
+// the WAL sender fails there at every start) or when rows it did not carry
+// must be relayed with the relay stopped. It reads the WAL insert
+// position (after a time T0 read first), relays every row of the outbox
+// table whose time is at or after From through the sinks (cdc replay's
+// machinery) — From is gap_margin before the coverage table's safe_at (a
+// time before the commit of every transaction after the slot's confirmed
+// position) or the open gap's start, whichever is earlier, or now − Since —,
+// and only then moves the slot to that position
+// (pg_replication_slot_advance) and records the gap as closed. A
+// transaction that commits after the position is streamed; one before it
+// committed after From's bound, so its row is relayed. Nothing is lost;
+// rows the stream had carried are sent again (at-least-once). The slot
+// must not be in use.
+func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (ResyncResult, error) {
+	var res ResyncResult
+	if cfg.Postgres.TableLess() {
+		return res, replay.ErrTableLess
+	}
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close(context.Background())
+	info, err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot)
+	if err != nil {
+		return res, err
+	}
+	if info.Active {
+		return res, fmt.Errorf("%w: slot %q is held by a running relay (pid %d); stop every relay on the slot first", ErrResyncSlotActive, cfg.Postgres.Slot, info.ActivePID)
+	}
+	res.Slot = info.ConfirmedFlush
+	t := TargetOf(cfg)
+	if err := replication.CheckPublication(ctx, conn, t); err != nil {
+		return res, fmt.Errorf("%w (the rows written from now on must be in the stream before resync moves the slot)", err)
+	}
+	shape, err := lookupOutbox(ctx, conn, cfg)
+	if err != nil {
+		return res, err
+	}
+	tables := store.TablesOf(cfg)
+	cov, err := store.LoadCoverage(ctx, conn, tables)
+	if err != nil {
+		return res, err
+	}
+	var serverNow time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&serverNow); err != nil {
+		return res, err
+	}
+	readAt := time.Now()
+	switch {
+	case o.Since > 0:
+		res.From = serverNow.Add(-o.Since)
+	case cov != nil && !cov.SafeAt.IsZero():
+		res.From = cov.SafeAt
+		if cov.Open() && cov.GapFrom.Before(res.From) {
+			res.From = cov.GapFrom
+		}
+		res.From = res.From.Add(-cfg.Postgres.GapMargin.D())
+	default:
+		return res, fmt.Errorf("%w (the coverage table %s has none for slot %q): give --since D, a duration that reaches back before the commit of every transaction after the slot's confirmed position %s",
+			ErrResyncNoRecord, cfg.Postgres.CoverageTable, cfg.Postgres.Slot, info.ConfirmedFlush)
+	}
+	if shape.timeCol == "" {
+		return res, fmt.Errorf("relay: table %s has no time column (columns.time, or created_at): resync cannot tell which rows were committed since the slot's confirmed position; use cdc replay --from-id, then move the slot by hand", t.Outbox)
+	}
+	current, err := readCoverage(ctx, conn, t) // its time before its WAL position
+	if err != nil {
+		return res, err
+	}
+	res.Target = current.lsn
+	rc := *cfg
+	rc.Columns.Time = shape.timeCol
+	// Replay's --since counts back from the server's clock when it reads
+	// its bounds: as far back as From, and a margin.
+	since := serverNow.Sub(res.From) + time.Since(readAt)
+	fmt.Fprintf(o.Progress, "resync: relaying the rows of %s whose %s is at or after %s, then moving slot %s from %s to %s\n",
+		t.Outbox, shape.timeCol, res.From.UTC().Format(time.RFC3339Nano), cfg.Postgres.Slot, res.Slot, res.Target)
+	res.Replay, err = replay.Replay(stop, ctx, &rc, replay.Options{Since: since + 2*time.Second, Progress: o.Progress, Log: o.Log})
+	if err != nil {
+		return res, err
+	}
+	if res.Target > res.Slot {
+		if _, err := conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, $2::pg_lsn)", cfg.Postgres.Slot, res.Target.String()); err != nil {
+			return res, fmt.Errorf("moving slot %q to %s (the rows were relayed; running cdc resync again only sends them again): %w", cfg.Postgres.Slot, res.Target, err)
+		}
+	}
+	c := &store.Coverage{Seen: current.seen, VerifiedAt: current.at, SafeAt: current.at}
+	if err := store.SaveCoverage(ctx, conn, tables, c); err != nil {
+		return res, err
+	}
+	return res, nil
+}
