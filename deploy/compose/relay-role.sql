@@ -15,3 +15,4 @@ GRANT SELECT ON public.outbox TO walpost_relay;
 GRANT SELECT, INSERT, UPDATE ON public.walpost_sink_progress TO walpost_relay;
 GRANT SELECT, INSERT ON public.walpost_dead_letter TO walpost_relay;
 GRANT SELECT, INSERT, UPDATE ON public.walpost_coverage TO walpost_relay;
+GRANT SELECT ON public.walpost_adopt TO walpost_relay;
