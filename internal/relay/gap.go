@@ -111,12 +111,17 @@ func (p *pipeline) relationSeen(n *decoder.RelationNote) {
 
 // doFill relays f's rows the stream did not carry as one transaction of
 // the tracker, between two of the stream's transactions (no transaction
-// may be open). Their position is the last the pipeline handled, so that
-// neither the slot nor a sink's progress moves back or past anything.
+// may be open). They confirm up to the last position the pipeline handled,
+// and carry the position just before it, so that neither the slot nor a
+// sink's progress moves back or past anything.
 func (p *pipeline) doFill(ctx context.Context, f *fill) error {
 	seen := p.carried.set()
 	var d fillDone
 	pos := p.pos.get()
+	at := pos
+	if at > 0 {
+		at-- // the rows' position for the sinks' progress (store.Position)
+	}
 	for _, m := range f.msgs {
 		if _, ok := seen[m.ID]; ok {
 			d.carried++
@@ -134,7 +139,9 @@ func (p *pipeline) doFill(ctx context.Context, f *fill) error {
 		if d.txn == nil {
 			d.txn = p.tracker.Begin()
 		}
-		m.LSN, m.CommitLSN = pos, pos
+		// Just before pos: a transaction whose commit record starts at a
+		// keepalive's position must not count as acknowledged with them.
+		m.LSN, m.CommitLSN = at, at
 		n := len(p.targets)
 		size := int64(n * m.Size())
 		if !p.window.TryAcquire(n, size) {
