@@ -291,6 +291,11 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 		!strings.Contains(initOut.String(), "upgraded: added column resent_at, column seq, primary key (slot, lsn, seq, sink)") {
 		t.Fatalf("cdc init: exit %d, want both tables upgraded\n%s", code, initOut.String())
 	}
+	var strays int // columns of the progress table's upgrade on another state table
+	if err := pgtest.Connect(t, url).QueryRow(context.Background(), `SELECT count(*) FROM pg_attribute
+		WHERE attrelid IN (to_regclass('public.walpost_coverage'), to_regclass('public.walpost_adopt')) AND attname IN ('seq', 'commit_time')`).Scan(&strays); err != nil || strays != 0 {
+		t.Fatalf("cdc init added %d upgrade column(s) to the coverage or adopt table (%v)", strays, err)
+	}
 	if rows := listParked(t, adminCfg); len(rows) != 1 || *rows[0].ID != "old" || rows[0].Seq != 0 {
 		t.Fatalf("after the upgrade the dead-letter table holds %+v, want the older walpost's row", rows)
 	}

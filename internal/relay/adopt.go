@@ -115,7 +115,7 @@ type selection struct {
 func createSlotEmitting(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sel selection) (int64, error) {
 	// Where the emitting transaction records itself (emitRows), before
 	// the slot's snapshot.
-	if _, err := store.EnsureAdoptTable(ctx, conn, store.TablesOf(cfg)); err != nil {
+	if err := store.EnsureAdoptTable(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return 0, err
 	}
 	rc, err := pgconnect.ReplicationConfig(cfg.Postgres.URL)

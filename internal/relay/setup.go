@@ -93,13 +93,6 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		slotCreated = created
 		report(fmt.Sprintf("slot %s: %s (confirmed %s)", t.Slot, createdOrExists(created), info.ConfirmedFlush))
 	}
-	if !t.TableLess {
-		created, err := store.EnsureAdoptTable(ctx, conn, store.TablesOf(cfg))
-		if err != nil {
-			return err
-		}
-		report(fmt.Sprintf("table %s: %s", cfg.Postgres.AdoptTable, createdOrExists(created)))
-	}
 	results, err := store.Setup(ctx, conn, store.TablesOf(cfg))
 	for _, res := range results {
 		line := fmt.Sprintf("table %s: %s", res.Table, createdOrExists(res.Created))

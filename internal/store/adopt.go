@@ -25,17 +25,11 @@ const adoptDDL = `CREATE TABLE IF NOT EXISTS %s (
     PRIMARY KEY (slot, xid)
 )`
 
-// EnsureAdoptTable creates the adopt table when it is missing and
-// reports whether it did.
-func EnsureAdoptTable(ctx context.Context, conn *pgx.Conn, t Tables) (bool, error) {
-	exists, err := TableExists(ctx, conn, t.Adopt)
-	if err != nil || exists {
-		return false, err
-	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(adoptDDL, t.Adopt)); err != nil {
-		return false, fmt.Errorf("postgres.adopt_table: creating %s: %w", t.AdoptName, err)
-	}
-	return true, nil
+// EnsureAdoptTable creates the adopt table when it is missing (cdc
+// recover, on an outbox cdc init set up before the table), as Setup does.
+func EnsureAdoptTable(ctx context.Context, conn *pgx.Conn, t Tables) error {
+	_, err := ensure(ctx, conn, t.Adopt, adoptDDL, "postgres.adopt_table")
+	return err
 }
 
 // RecordAdopt records tx's transaction as the one whose adopt messages
@@ -59,15 +53,8 @@ var ErrNoAdoptTable = errors.New("store: no adopt table")
 // relay reads as rows, by their 32-bit xid as pgoutput's Begin carries
 // it; ErrNoAdoptTable when the table does not exist.
 func LoadAdopted(ctx context.Context, conn *pgx.Conn, t Tables) ([]uint32, error) {
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT (xid::text::numeric %% 4294967296)::bigint FROM %s WHERE slot = $1", t.Adopt), t.Slot)
-	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" {
-			return nil, ErrNoAdoptTable
-		}
-		return nil, fmt.Errorf("postgres.adopt_table: reading %s: %w", t.AdoptName, err)
-	}
-	xids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uint32, error) {
+	rows, _ := conn.Query(ctx, fmt.Sprintf("SELECT (xid::text::numeric %% 4294967296)::bigint FROM %s WHERE slot = $1", t.Adopt), t.Slot)
+	xids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uint32, error) { // CollectRows returns the query's error too
 		var x int64
 		err := r.Scan(&x)
 		return uint32(x), err

@@ -21,8 +21,8 @@ type Tables struct {
 	// ProgressName and DeadLetterName are the names as configured, for
 	// messages.
 	ProgressName, DeadLetterName string
-	// Adopt is the adopt table (postgres.adopt_table), quoted; AdoptName
-	// as configured.
+	// Adopt is the adopt table (postgres.adopt_table), quoted, "" for a
+	// table-less outbox (it has no rows to adopt); AdoptName as configured.
 	Adopt, AdoptName string
 	// Coverage is the coverage table, quoted, "" when kept in memory only
 	// (coverage_table: "-", or a table-less outbox).
@@ -34,8 +34,15 @@ func TablesOf(cfg *config.Config) Tables {
 	return Tables{Slot: cfg.Postgres.Slot,
 		Progress: quote(cfg.Postgres.ProgressTable), ProgressName: cfg.Postgres.ProgressTable,
 		DeadLetter: quote(cfg.Postgres.DeadLetterTable), DeadLetterName: cfg.Postgres.DeadLetterTable,
-		Adopt: quote(cfg.Postgres.AdoptTable), AdoptName: cfg.Postgres.AdoptTable,
+		Adopt: quote(adoptTable(cfg)), AdoptName: cfg.Postgres.AdoptTable,
 		Coverage: quote(coverageTable(cfg))}
+}
+
+func adoptTable(cfg *config.Config) string {
+	if cfg.Postgres.TableLess() {
+		return ""
+	}
+	return cfg.Postgres.AdoptTable
 }
 
 func coverageTable(cfg *config.Config) string {
@@ -97,28 +104,28 @@ type Result struct {
 	Upgraded []string
 }
 
-// Setup creates the tables that are missing.
+// Setup creates the tables that are missing, and upgrades the progress
+// and dead-letter tables an older walpost made (upgrade.go).
 func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 	var out []Result
-	for _, x := range []struct{ table, ddl, field string }{
-		{t.Progress, progressDDL, "postgres.progress_table"},
-		{t.DeadLetter, deadLetterDDL, "postgres.dead_letter_table"},
-		{t.Coverage, coverageDDL, "postgres.coverage_table"},
+	for _, x := range []struct {
+		table, ddl, field string
+		upgrade           bool
+	}{
+		{t.Progress, progressDDL, "postgres.progress_table", true},
+		{t.DeadLetter, deadLetterDDL, "postgres.dead_letter_table", true},
+		{t.Adopt, adoptDDL, "postgres.adopt_table", false},
+		{t.Coverage, coverageDDL, "postgres.coverage_table", false},
 	} {
 		if x.table == "" {
 			continue
 		}
-		exists, err := TableExists(ctx, conn, x.table)
+		created, err := ensure(ctx, conn, x.table, x.ddl, x.field)
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", x.field, err)
+			return out, err
 		}
-		if !exists {
-			if _, err := conn.Exec(ctx, fmt.Sprintf(x.ddl, x.table)); err != nil {
-				return out, fmt.Errorf("%s: creating %s: %w", x.field, x.table, err)
-			}
-		}
-		res := Result{Table: x.table, Created: !exists}
-		if exists {
+		res := Result{Table: x.table, Created: created}
+		if !created && x.upgrade {
 			if res.Upgraded, err = upgrade(ctx, conn, x.table, x.table == t.DeadLetter); err != nil {
 				return out, fmt.Errorf("%s: upgrading %s: %w", x.field, x.table, err)
 			}
@@ -126,6 +133,22 @@ func Setup(ctx context.Context, conn *pgx.Conn, t Tables) ([]Result, error) {
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// ensure creates table (quoted) with ddl when it is missing and reports
+// whether it did; field names the setting in errors.
+func ensure(ctx context.Context, conn *pgx.Conn, table, ddl, field string) (bool, error) {
+	exists, err := TableExists(ctx, conn, table)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", field, err)
+	}
+	if exists {
+		return false, nil
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(ddl, table)); err != nil {
+		return false, fmt.Errorf("%s: creating %s: %w", field, table, err)
+	}
+	return true, nil
 }
 
 // ErrMissing, ErrGrant and ErrUpgrade are wrapped by Check's errors.
@@ -156,8 +179,10 @@ func Check(ctx context.Context, conn *pgx.Conn, t Tables, deadLetter bool) error
 	}
 	// Missing: an outbox set up before it (the relay says so, and takes
 	// adopt messages from any transaction until cdc init creates it).
-	if err := checkTable(ctx, conn, t.Adopt, t.AdoptName, "postgres.adopt_table", []string{"SELECT"}, false, ""); err != nil {
-		return err
+	if t.Adopt != "" {
+		if err := checkTable(ctx, conn, t.Adopt, t.AdoptName, "postgres.adopt_table", []string{"SELECT"}, false, ""); err != nil {
+			return err
+		}
 	}
 	return checkUpgraded(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", true)
 }
