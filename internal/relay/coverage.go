@@ -186,7 +186,7 @@ func gapTimeColumn(cfg *config.Config, cols []decoder.Column) string {
 		return c[layout.Time]
 	}
 	for _, c := range cols {
-		if c.Name == "created_at" && (c.Type == 1184 || c.Type == 1114) {
+		if c.Name == layout.DefaultTime && (c.Type == 1184 || c.Type == 1114) {
 			return c.Name
 		}
 	}

@@ -278,30 +278,15 @@ func progressBound(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (tim
 	if tables.Progress == "" {
 		return time.Time{}, errors.New(`postgres.progress_table is "-" (no per-sink progress is kept)`)
 	}
-	var has bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'commit_time' AND NOT attisdropped)",
-		tables.Progress).Scan(&has); err != nil {
-		return time.Time{}, fmt.Errorf("reading %s: %w", tables.ProgressName, err)
-	}
-	if !has {
-		return time.Time{}, fmt.Errorf("%s has no commit_time column (cdc init adds it)", tables.ProgressName)
-	}
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_time FROM %s WHERE slot = $1 AND commit_time IS NOT NULL", tables.Progress), tables.Slot)
+	progress, err := store.LoadProgress(ctx, conn, tables) // no commit time from a table made before it
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reading %s: %w", tables.ProgressName, err)
 	}
 	times := map[string]time.Time{}
-	for rows.Next() {
-		var sink string
-		var at time.Time
-		if err := rows.Scan(&sink, &at); err != nil {
-			rows.Close()
-			return time.Time{}, err
+	for sink, p := range progress {
+		if !p.CommitTime.IsZero() {
+			times[sink] = p.CommitTime
 		}
-		times[sink] = at
-	}
-	if err := rows.Err(); err != nil {
-		return time.Time{}, err
 	}
 	var min time.Time
 	var missing []string
@@ -331,7 +316,7 @@ func timeColumn(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (col, b
 	if r := cfg.Relay.Retention; r != nil {
 		candidates = append(candidates, r.Column)
 	}
-	candidates = append(candidates, "created_at")
+	candidates = append(candidates, layout.DefaultTime)
 	for _, c := range candidates {
 		if c == "" {
 			continue
