@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,10 +248,7 @@ func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
 
 	// While the relay is stopped: its next start sees the renamed
 	// Relation first, and maps it against the table's columns now.
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("stop: exit %d\n%s", code, p.stderr.String())
-	}
+	stopGracefully(t, p)
 	rename("type", "kind")
 	b := insert(3)
 	rename("kind", "type")
@@ -367,10 +363,7 @@ func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
 	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("stop: exit %d\n%s", code, p.stderr.String())
-	}
+	stopGracefully(t, p)
 	pgtest.Exec(t, r.url, "ALTER TABLE "+r.ob.Table+" RENAME COLUMN type TO kind")
 	m := relaytest.NewMsg("renamed.col", "k", 1)
 	if _, err := r.conn.Exec(context.Background(), "INSERT INTO "+r.ob.Table+" (id, kind, key, payload) VALUES ($1, $2, $3, $4)", m.ID, m.Type, m.Key, m.Payload); err != nil {
@@ -410,10 +403,7 @@ func TestIntegrationPublicationChangedWhileStoppedLosesNothing(t *testing.T) {
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
 	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("stop: exit %d\n%s", code, p.stderr.String())
-	}
+	stopGracefully(t, p)
 	pgtest.Exec(t, r.url, "ALTER PUBLICATION "+r.ob.Publication+" DROP TABLE "+r.ob.Table)
 	in := relaytest.NewMsg("between", "k", 1)
 	r.ob.InsertTx(t, r.conn, in)

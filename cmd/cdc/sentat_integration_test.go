@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -100,10 +99,7 @@ func TestIntegrationSentAtIsSetOnEveryRowTheSlotPasses(t *testing.T) {
 	held = append(held, h)
 	all = append(all, h.msgs...)
 	h.awaitDeliveredAndHeld(t, conn, ob.Slot, out, p)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("cdc run exited %d\n%s", code, p.stderr.String())
-	}
+	stopGracefully(t, p)
 	if c := relaytest.SlotConfirmed(t, conn, ob.Slot); c > h.commit {
 		t.Errorf("after a SIGTERM the slot is at %s, past the held transaction (commit %s, xid %d) whose rows were not visible, so not marked", c, h.commit, h.xid)
 	}
@@ -112,10 +108,7 @@ func TestIntegrationSentAtIsSetOnEveryRowTheSlotPasses(t *testing.T) {
 	if !pgtest.WaitFor(30*time.Second, func() bool { return unmarked(t, conn, ob.Table, h.ids()) == 0 }) {
 		t.Errorf("the transaction held across the SIGTERM (xid %d) is still not marked 30 s after the restart", h.xid)
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("cdc run exited %d\n%s", code, p.stderr.String())
-	}
+	stopGracefully(t, p)
 
 	// Every row delivered has its sent-at; none the slot passed lacks it.
 	lines := relaytest.ReadLines(t, out)
