@@ -64,9 +64,9 @@ func checkAdoptConfig(cfg *config.Config) error {
 func checkAdoptServer(ctx context.Context, conn *pgx.Conn, cfg *config.Config) error {
 	// Adopted rows travel as logical messages, which pgoutput sends from
 	// PostgreSQL 14 on: on an older server they would be lost.
-	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+	if ok, v, err := replication.SendsMessages(ctx, conn); err != nil {
 		return err
-	} else if v < 140000 {
+	} else if !ok {
 		return fmt.Errorf("%w: --adopt needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages, which pgoutput sends from 14 on",
 			ErrAdoptNeedsPG14, v/10000, v%10000)
 	}

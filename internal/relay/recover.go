@@ -123,9 +123,9 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		return err
 	}
 	// The rows travel as logical messages, which pgoutput sends from 14 on.
-	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+	if ok, v, err := replication.SendsMessages(ctx, conn); err != nil {
 		return err
-	} else if v < 140000 {
+	} else if !ok {
 		return fmt.Errorf("%w: cdc recover needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages; "+
 			"instead, drop the slot, run cdc init, then cdc replay --since <a time before the slot's confirmed position>", ErrAdoptNeedsPG14, v/10000, v%10000)
 	}

@@ -94,9 +94,9 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 	// Logical messages (adopted rows, a table-less outbox) as the stream
 	// asks for them: from PostgreSQL 14 on, where pgoutput knows the option.
 	messages := ""
-	if v, err := replication.ServerVersion(ctx, conn); err != nil {
+	if ok, _, err := replication.SendsMessages(ctx, conn); err != nil {
 		return nil, err
-	} else if v >= 140000 {
+	} else if ok {
 		messages = ", 'messages', 'true'"
 	}
 	adopted, err := adoptedXids(ctx, conn, cfg, zerolog.Nop())

@@ -160,7 +160,7 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 		"proto_version '1'",
 		"publication_names " + quoteLiteral(pgx.Identifier{s.opt.Publication}.Sanitize()),
 	}}
-	if serverVersion(pg) >= 140000 {
+	if serverVersion(pg) >= messagesVersion {
 		opts.PluginArgs = append(opts.PluginArgs, "messages 'true'")
 	}
 	if err := pglogrepl.StartReplication(ctx, pg, s.opt.Slot, resume, opts); err != nil {
