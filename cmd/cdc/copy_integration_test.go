@@ -92,10 +92,17 @@ func (h *countingHook) distinct() int {
 // 300 rows written by one COPY go to a webhook (which acknowledges message
 // by message) that accepts 150 and then answers 503: the sink's saved
 // progress ends inside a group of rows that share an LSN. The relay is
-// stopped (SIGTERM) and started again with the webhook healthy: every row
-// reaches it (the rows after the acknowledged one at the same LSN were
-// skipped as "acknowledged before a restart" when progress was an LSN).
+// stopped, by SIGTERM or by kill -9 once the progress table holds that
+// position, and started again with the webhook healthy: every row reaches
+// it (the rows after the acknowledged one at the same LSN were skipped as
+// "acknowledged before a restart" when progress was an LSN).
 func TestIntegrationCopyRowsSharingAnLSNAreNotTakenForAcknowledgedAfterARestart(t *testing.T) {
+	for _, stop := range []string{"SIGTERM", "kill -9"} {
+		t.Run(stop, func(t *testing.T) { copyPartialAckThenRestart(t, stop == "kill -9") })
+	}
+}
+
+func copyPartialAckThenRestart(t *testing.T, kill bool) {
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook := &countingHook{got: map[string]int{}}
@@ -114,15 +121,25 @@ func TestIntegrationCopyRowsSharingAnLSNAreNotTakenForAcknowledgedAfterARestart(
 	if !pgtest.WaitFor(60*time.Second, func() bool { return hook.distinct() >= 150 && hook.refused.Load() > 0 }) {
 		t.Fatalf("the webhook accepted %d messages and refused %d, want 150 and some\n%s", hook.distinct(), hook.refused.Load(), p.stderr.String())
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code < 0 {
-		t.Fatalf("the relay did not stop after SIGTERM\n%s", p.stderr.String())
-	}
 	var lsn string
 	var seq int64
-	if err := conn.QueryRow(context.Background(), "SELECT lsn::text, seq FROM public.walpost_sink_progress WHERE slot = $1 AND sink = 'hook'",
-		ob.Slot).Scan(&lsn, &seq); err != nil {
-		t.Fatalf("reading the webhook's saved progress: %v\n%s", err, p.stderr.String())
+	saved := func() bool {
+		return conn.QueryRow(context.Background(), "SELECT lsn::text, seq FROM public.walpost_sink_progress WHERE slot = $1 AND sink = 'hook'",
+			ob.Slot).Scan(&lsn, &seq) == nil && seq > 0
+	}
+	if kill {
+		if !pgtest.WaitFor(30*time.Second, saved) {
+			t.Fatalf("no progress inside the COPY's group saved for the webhook\n%s", p.stderr.String())
+		}
+		p.kill9(t)
+	} else {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(30 * time.Second); code < 0 {
+			t.Fatalf("the relay did not stop after SIGTERM\n%s", p.stderr.String())
+		}
+		if !saved() {
+			t.Fatalf("no progress inside the COPY's group saved for the webhook\n%s", p.stderr.String())
+		}
 	}
 	t.Logf("the webhook's saved progress: lsn %s, seq %d", lsn, seq)
 
