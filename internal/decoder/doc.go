@@ -55,4 +55,16 @@
 // carries a RelationNote saying which case it was, for the relay to report
 // (docs/design.md, "The publication or the table changing under the
 // relay").
+//
+// Files. decoder.go holds the Decoder, its Event kinds and Decode, which
+// frames each message (checkFraming, parse) and dispatches it by kind;
+// errors.go the errors (ErrProtocol, *Error and its RowValues);
+// relations.go Relation messages: which relation is the outbox (name or
+// OID), the mapped columns by name or by position, and their types;
+// rows.go an Insert's tuple and the mapping of an outbox row to a
+// Message; values.go the checks and conversions of single values (UTF-8,
+// JSON payloads and headers, bytea hex, timestamps); adopt.go the adopt
+// messages of cdc init --adopt and cdc recover; envelope.go the table-less
+// outbox's envelopes; table.go TableRow, a row read from the table
+// (cdc replay, cdc dead-letter resend).
 package decoder
