@@ -3,8 +3,9 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/walpost/walpost/internal/backoff"
 )
 
 // What the receive loops share (inboxkafka, inboxsb and the loops written
@@ -34,27 +35,17 @@ func Backoff(attempt int, limit time.Duration) time.Duration {
 	if limit <= 0 {
 		limit = DefaultRetryBackoff
 	}
-	d := limit
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt < 30 { // past that the shift would overflow; limit is reached long before
-		d = min(limit, FirstRetryBackoff<<(attempt-1))
-	}
-	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+	d := backoff.Step(FirstRetryBackoff, limit, attempt)
+	return backoff.Between(d-d/5, d)
 }
 
 // SleepBackoff waits Backoff(attempt, limit). It returns ctx.Err() if ctx
 // ends first, and nil otherwise.
 func SleepBackoff(ctx context.Context, attempt int, limit time.Duration) error {
-	t := time.NewTimer(Backoff(attempt, limit))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, Backoff(attempt, limit)) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 // CheckRetry checks a loop's RetryBackoff and MaxAttempts options, named

@@ -1,8 +1,9 @@
 package replication
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/walpost/walpost/internal/backoff"
 )
 
 // Backoff bounds (internal/backoff). A reconnect waits BackoffStart
@@ -15,4 +16,6 @@ const (
 	SlotPoll     = time.Second
 )
 
-func jitter(d time.Duration) time.Duration { return d*3/4 + rand.N(d/2+1) }
+// jitter returns d ±25% (backoff.Between): the wait before a slot held by
+// another process is tried again.
+func jitter(d time.Duration) time.Duration { return backoff.Between(d-d/4, d+d/4) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 )
@@ -22,7 +23,8 @@ type Retry struct {
 	// AttemptTimeout bounds one Publish call (default 10s).
 	AttemptTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait between attempts (defaults
-	// 20ms and 500ms); the wait doubles after each failed attempt.
+	// 20ms and 500ms): it doubles after each failed attempt, with jitter,
+	// as the runner's (internal/backoff).
 	MinBackoff, MaxBackoff time.Duration
 	// OnError, if set, is called after each failed attempt (1 for the
 	// first) with its error, before the backoff.
@@ -39,14 +41,15 @@ func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*message.M
 	if attemptTimeout <= 0 {
 		attemptTimeout = 10 * time.Second
 	}
-	backoff := r.MinBackoff
-	if backoff <= 0 {
-		backoff = 20 * time.Millisecond
+	minBackoff := r.MinBackoff
+	if minBackoff <= 0 {
+		minBackoff = 20 * time.Millisecond
 	}
 	maxBackoff := r.MaxBackoff
 	if maxBackoff <= 0 {
 		maxBackoff = 500 * time.Millisecond
 	}
+	retry := backoff.New(minBackoff, maxBackoff)
 	rest := msgs
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
@@ -77,15 +80,10 @@ func (r Retry) Publish(ctx context.Context, sink publish.Sink, msgs []*message.M
 		if r.OnError != nil {
 			r.OnError(attempt, err)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, retry.Next()) {
 			return fmt.Errorf("sinktest: giving up publishing %d messages (first %s) after %d attempts, the last failing with %v: %w",
 				len(rest), rest[0].ID, attempt, err, ctx.Err())
-		case <-t.C:
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
