@@ -211,13 +211,14 @@ type Relay struct {
 	// Procs is how many OS threads may run Go code at once (GOMAXPROCS)
 	// for `cdc run`. Default 1 with one sink: the pipeline is one stream,
 	// and on a small machine shared with Postgres one thread relays faster
-	// than several, which spend their time waking each other (measured on
-	// 2 cores: ~15× fewer context switches, 1.5–3× the throughput). Default
-	// 2 with several sinks: they publish in parallel, and on one thread a
-	// file sink's write and fdatasync hold up the others (three sinks
-	// caught up at 0.5× one sink's rate on one thread, 0.8× on two). 0
-	// means Go's default (every core). The GOMAXPROCS environment variable
-	// wins over all of these.
+	// than several, which spend their time waking each other: fewer
+	// context switches, more throughput. Default 2 with several sinks:
+	// they publish in parallel, and on one thread a file sink's write and
+	// fdatasync hold up the others, so three sinks catch up well below
+	// one sink's rate. (BENCHMARKS.md, "What each optimisation bought",
+	// the relay.procs rows; the fan-out row walpost → file + Kafka +
+	// discard.) 0 means Go's default (every core). The GOMAXPROCS
+	// environment variable wins over all of these.
 	Procs *int `yaml:"procs"`
 	// OnInvalid is what happens to an outbox row that cannot be mapped to
 	// a message (id not a UUID, payload not JSON, …): "stop" (default)

@@ -145,14 +145,15 @@ func (s *stallClock) observe(now time.Time, confirmed, serverWAL pglogrepl.LSN) 
 }
 
 // latencyBuckets are the end-to-end latency histogram's upper bounds, in
-// seconds. The relay's p99 is about 1 ms in normal operation (0.6–2 ms
-// measured at 1,000 tx/s, BENCHMARKS.md), so the buckets are dense from
-// 0.5 ms to 10 ms to tell discard, file and Kafka apart and to see a
-// regression of a few milliseconds; during an outage messages wait for a
-// sink's retries (relay.retry_backoff, 30 s by default), so a few buckets
-// go on to 60 s to show how long it lasted. Beyond 60 s only the count
-// and sum tell. 16 buckets instead of a fine exponential scale keep every
-// sink's series cheap (18 per sink).
+// seconds. The relay's p99 is of the order of a millisecond in normal
+// operation (BENCHMARKS.md, "Paced: 1,000 single-row transactions per
+// second for 20s"), so the buckets are dense from 0.5 ms to 10 ms to tell
+// discard, file and Kafka apart and to see a regression of a few
+// milliseconds; during an outage messages wait for a sink's retries
+// (relay.retry_backoff, 30 s by default), so a few buckets go on to 60 s
+// to show how long it lasted. Beyond 60 s only the count and sum tell. 16
+// buckets instead of a fine exponential scale keep every sink's series
+// cheap (18 per sink).
 var latencyBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // addSinks makes every per-sink series exist for each sink, at 0, before

@@ -40,8 +40,8 @@ type kafkaConfig struct {
 	// (default 0: send at once). The relay hands a sink whole batches,
 	// and kafka-go adds a call's messages of one partition to one request
 	// under one lock, so waiting never makes requests bigger: it only
-	// adds latency (1ms cost ~2.4 ms at p50 in the benchmark). Kept for
-	// configurations that set it.
+	// adds latency (BENCHMARKS.md, "What each optimisation bought", the
+	// Kafka sink latency table). Kept for configurations that set it.
 	Linger *config.Duration `yaml:"linger"`
 	// Compression is none (default), gzip, snappy, lz4 or zstd.
 	Compression string `yaml:"compression"`
