@@ -20,6 +20,10 @@ type report struct {
 	Results   []*runResult
 	Elapsed   time.Duration
 	KafkaMem  bool
+	// Mechanisms switched off in the section of their own, and its runs
+	// (none: no section).
+	Mechanisms []mechanism
+	MechRuns   []*mechRun
 }
 
 func newReport(m machineInfo, p params, quick bool, systems []system, workloads []string, results []*runResult, elapsed time.Duration) *report {
@@ -97,6 +101,8 @@ type figures struct {
 	WalpostKafkaP99    *float64 `json:"walpost_kafka_p99_ms"`
 	BigMsgPeakRSS      *float64 `json:"walpost_bigmsg_peak_rss_mb"`
 	BigMsgSize         *float64 `json:"walpost_bigmsg_size_mb"`
+	// The low-level mechanisms switched off (null: not run).
+	Mechanisms []mechFigure `json:"mechanisms"`
 }
 
 func (r *report) figures() figures {
@@ -130,6 +136,7 @@ func (r *report) figures() figures {
 		WalpostKafkaP99:    round(r.value("walpost_kafka", wPaced1k, p99), 3),
 		BigMsgPeakRSS:      round(r.bigMsgRSS(), 1),
 		BigMsgSize:         round(r.bigMsgSize(), 1),
+		Mechanisms:         r.mechFigures(),
 	}
 }
 
@@ -204,8 +211,12 @@ func shortLabel(system string) string {
 }
 
 // targets are the lines of the targets table, in order: catch-up against
-// the ceiling and against polling, paced latency against tuned polling and
-// the ceiling, the file sink's own latency, and walpost's peak memory.
+// pg_recvlogical and against polling, paced latency against tuned polling
+// and pg_recvlogical, the file sink's own latency, walpost's peak memory,
+// the rest of the performance bar (three sinks, CPU per message and
+// Kafka's p99 at 1,000 tx/s, one 50 MiB message), and reference lines
+// (no target): the ratios to the in-server decode and Kafka's CPU per
+// message, whose targets (issue #16) were withdrawn.
 func (r *report) targets() []target {
 	var out []target
 	out = append(out, r.catchUpVsCeiling()...)
@@ -213,59 +224,32 @@ func (r *report) targets() []target {
 	out = append(out, r.pacedVsTuned()...)
 	out = append(out, r.pacedVsCeiling(), r.pacedFile())
 	out = append(out, r.peakRSSTargets()...)
-	return append(out, r.nextBarTargets()...)
+	out = append(out, r.barTargets()...)
+	return append(out, r.referenceLines()...)
 }
 
-// nextBarTargets are issue #16's: catch-up against PostgreSQL's in-server
-// decode, fan-out to three sinks against one, relay CPU per message at
-// 1,000 tx/s against pg_recvlogical's, Kafka's p99 against
-// pg_recvlogical's, and the peak RSS of relaying one 50 MiB message.
-func (r *report) nextBarTargets() []target {
+// barSinks are the sinks the fan-out runs together; "one" in its target
+// is the slowest of them run alone.
+var barSinks = []string{"walpost_discard", "walpost_file", "walpost_kafka"}
+
+// barTargets are the performance bar's lines beyond the catch-up against
+// pg_recvlogical: three sinks on one slot against the slowest of them
+// alone, relay CPU per message at 1,000 tx/s to discard against
+// pg_recvlogical's, Kafka's p99 at 1,000 tx/s against pg_recvlogical's,
+// and the peak RSS of relaying one 50 MiB message.
+func (r *report) barTargets() []target {
 	var out []target
-	dec := r.value("decode_ceiling", wCatchUp, rate)
-	for _, t := range []struct {
-		sys  string
-		min  float64
-		info bool
-	}{{"walpost_discard", 0.6, false}, {"walpost_kafka", 0.5, false}, {"ceiling", 0, true}} {
-		v := r.value(t.sys, wCatchUp, rate)
-		tg := target{What: "catch-up " + shortLabel(t.sys) + " vs in-server decode", Goal: fmt.Sprintf("≥ %.1f×", t.min), Info: t.info}
-		if t.info {
-			tg.Goal = "none (reference)"
-		}
-		if x := quotient(v, dec); x != nil {
-			tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*v), num(*dec))
-			tg.Pass = boolp(*x >= t.min)
-		} else {
-			tg.Measured = r.why(t.sys, wCatchUp, "decode_ceiling")
-		}
-		if t.info && tg.Pass == nil {
-			continue // a reference line only when both ran
-		}
-		out = append(out, tg)
-	}
-	fan, one := r.value("walpost_fanout3", wCatchUp, rate), r.value("walpost_discard", wCatchUp, rate)
-	tg := target{What: "catch-up " + shortLabel("walpost_fanout3") + " (three sinks, one slot) vs walpost→discard", Goal: "≥ 0.8×"}
-	if x := quotient(fan, one); x != nil {
-		tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*fan), num(*one))
-		tg.Pass = boolp(*x >= 0.8)
+	out = append(out, r.fanOutTarget())
+	v, c := r.value("walpost_discard", wPaced1k, cpuPerMsg), r.value("ceiling", wPaced1k, cpuPerMsg)
+	tg := target{What: "paced 1,000 tx/s: relay CPU per message, walpost→discard vs pg_recvlogical", Goal: "≤ 2.0×"}
+	if x := quotient(v, c); x != nil {
+		tg.Measured = fmt.Sprintf("%.2f× (%s vs %s µs/msg)", *x, num(*v), num(*c))
+		tg.Pass = boolp(*x <= 2.0)
 	} else {
-		tg.Measured = r.why("walpost_fanout3", wCatchUp, "walpost_discard")
+		tg.Measured = r.why("walpost_discard", wPaced1k, "ceiling")
 	}
 	out = append(out, tg)
-	ceilCPU := r.value("ceiling", wPaced1k, cpuPerMsg)
-	for _, sys := range []string{"walpost_discard", "walpost_kafka"} {
-		v := r.value(sys, wPaced1k, cpuPerMsg)
-		tg := target{What: "paced 1,000 tx/s: relay CPU per message, " + shortLabel(sys) + " vs pg_recvlogical", Goal: "≤ 1.0×"}
-		if x := quotient(v, ceilCPU); x != nil {
-			tg.Measured = fmt.Sprintf("%.2f× (%s vs %s µs/msg)", *x, num(*v), num(*ceilCPU))
-			tg.Pass = boolp(*x <= 1.0)
-		} else {
-			tg.Measured = r.why(sys, wPaced1k, "ceiling")
-		}
-		out = append(out, tg)
-	}
-	v, c := r.value("walpost_kafka", wPaced1k, p99), r.value("ceiling", wPaced1k, p99)
+	v, c = r.value("walpost_kafka", wPaced1k, p99), r.value("ceiling", wPaced1k, p99)
 	tg = target{What: "paced 1,000 tx/s: walpost→kafka p99 vs pg_recvlogical p99", Goal: "within 1 ms"}
 	if v != nil && c != nil {
 		tg.Measured = fmt.Sprintf("%s ms vs %s ms (%+.2f ms)", ms(*v), ms(*c), *v-*c)
@@ -285,6 +269,59 @@ func (r *report) nextBarTargets() []target {
 			tg.Measured = r.why(sys, wBigMsg, "")
 		}
 		out = append(out, tg)
+	}
+	return out
+}
+
+// fanOutTarget compares the catch-up of three sinks on one slot with one
+// sink alone: the slowest of the three run alone in the same run, since
+// the slot waits for every sink and three can never beat the slowest.
+func (r *report) fanOutTarget() target {
+	tg := target{What: "catch-up walpost→file+Kafka+discard (three sinks, one slot) vs one sink: the slowest of walpost→discard, →file and →kafka run alone",
+		Goal: "≥ 0.8×"}
+	fan := r.value("walpost_fanout3", wCatchUp, rate)
+	var one *float64
+	oneSys := ""
+	for _, sys := range barSinks {
+		v := r.value(sys, wCatchUp, rate)
+		if v == nil {
+			tg.Measured = r.why("walpost_fanout3", wCatchUp, sys)
+			return tg
+		}
+		if one == nil || *v < *one {
+			one, oneSys = v, sys
+		}
+	}
+	if x := quotient(fan, one); x != nil {
+		tg.Measured = fmt.Sprintf("%.3f× (%s vs %s msgs/s, %s)", *x, num(*fan), num(*one), shortLabel(oneSys))
+		tg.Pass = boolp(*x >= 0.8)
+	} else {
+		tg.Measured = r.why("walpost_fanout3", wCatchUp, oneSys)
+	}
+	return tg
+}
+
+// referenceLines are figures shown for reference, without a target (only
+// when both sides were measured): the catch-up of walpost → discard, →
+// Kafka and pg_recvlogical against PostgreSQL's in-server decode, and
+// walpost → Kafka's relay CPU per message at 1,000 tx/s against
+// pg_recvlogical's. Issue #16 had targets for them; they were withdrawn,
+// as the WAL sender's send path, not the client, sets the first limit and
+// the ratios move with the machine (bench/NOTES.md, "A second machine").
+func (r *report) referenceLines() []target {
+	var out []target
+	dec := r.value("decode_ceiling", wCatchUp, rate)
+	for _, sys := range []string{"walpost_discard", "walpost_kafka", "ceiling"} {
+		v := r.value(sys, wCatchUp, rate)
+		if x := quotient(v, dec); x != nil {
+			out = append(out, target{What: "catch-up " + shortLabel(sys) + " vs in-server decode", Goal: "none (reference)", Info: true,
+				Measured: fmt.Sprintf("%.3f× (%s vs %s msgs/s)", *x, num(*v), num(*dec))})
+		}
+	}
+	v, c := r.value("walpost_kafka", wPaced1k, cpuPerMsg), r.value("ceiling", wPaced1k, cpuPerMsg)
+	if x := quotient(v, c); x != nil {
+		out = append(out, target{What: "paced 1,000 tx/s: relay CPU per message, walpost→kafka vs pg_recvlogical", Goal: "none (reference)", Info: true,
+			Measured: fmt.Sprintf("%.2f× (%s vs %s µs/msg)", *x, num(*v), num(*c))})
 	}
 	return out
 }
@@ -309,7 +346,7 @@ func (r *report) catchUpVsCeiling() []target {
 	for _, t := range []struct {
 		sys string
 		min float64
-	}{{"walpost_discard", 0.9}, {"walpost_file", 0.8}, {"walpost_kafka", 0.6}} {
+	}{{"walpost_discard", 1.0}, {"walpost_file", 0.8}, {"walpost_kafka", 1.0}} {
 		x := quotient(r.value(t.sys, wCatchUp, rate), ceil)
 		tg := target{What: "catch-up " + shortLabel(t.sys) + " vs pg_recvlogical", Goal: fmt.Sprintf("≥ %.1f×", t.min)}
 		if x != nil {
@@ -594,6 +631,7 @@ func (r *report) markdown(png string) string {
 		r.writeBigMsg(p)
 	}
 	r.writePollLoad(p)
+	r.writeMechanisms(p)
 	r.writeMethod(p)
 	return b.String()
 }
@@ -605,9 +643,9 @@ func (r *report) writeIntro(p printer, png string) {
 		mode = "`-quick` run"
 	}
 	p("# walpost benchmarks\n\n")
-	p("Written by `go run ./bench` (%s) on %s; the run took %s. Every figure below was measured in that one run, "+
-		"on this machine, side by side; nothing is carried over from elsewhere. `go run ./bench -out BENCHMARKS.md` "+
-		"refreshes the committed file (without -out the report goes to a temporary file).\n\n",
+	p("Written by `go -C bench run .` (%s) on %s; the run took %s. Every figure below was measured in that one run, "+
+		"on this machine, side by side; nothing is carried over from elsewhere. `go -C bench run . -out BENCHMARKS.md` "+
+		"(or `make bench-report`) refreshes the committed file (without -out the report goes to a temporary file).\n\n",
 		mode, r.Machine.Date, r.Elapsed.Round(time.Second))
 	if r.Quick {
 		p("A `-quick` run is a smoke test, not a verdict: catch-up runs once per system, and a paced run lasts %s, so "+
@@ -653,6 +691,9 @@ func (r *report) writeMachine(p printer) {
 
 // writeTargets writes the targets table.
 func (r *report) writeTargets(p printer) {
+	if len(r.Results) == 0 {
+		return // only the mechanisms section ran
+	}
 	p("## Targets\n\n| what | target | measured | result |\n|---|---|---|---|\n")
 	for _, t := range r.targets() {
 		p("| %s | %s | %s | %s |\n", t.What, t.Goal, t.Measured, verdict(t))
@@ -937,7 +978,7 @@ func (r *report) writeMethod(p printer) {
 			"published counts.\n")
 	}
 	if r.has(wPaced1k) {
-		p("- Relay CPU per message at 1,000 tx/s (issue #16's CPU targets) is the paced run's relay CPU over the " +
+		p("- Relay CPU per message at 1,000 tx/s (the CPU target, and Kafka's reference line) is the paced run's relay CPU over the " +
 			"messages delivered (µs/msg = s/100k × 10): the window runs from just before the producer starts to the " +
 			"last message (walpost: slot confirmed; pg_recvlogical: last Insert read from its pipe).\n")
 	}
@@ -965,8 +1006,10 @@ func (r *report) writeMethod(p printer) {
 // summary is the compact table printed to stdout.
 func (r *report) summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| system | run | delivered | msgs/s | p50 ms | p99 ms | max ms | relay CPU s/100k | peak RSS MB | note |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	if len(r.Results) > 0 {
+		fmt.Fprintf(&b, "| system | run | delivered | msgs/s | p50 ms | p99 ms | max ms | relay CPU s/100k | peak RSS MB | note |\n")
+		fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	}
 	for _, x := range r.Results {
 		note := ""
 		if x.Capped {
@@ -981,8 +1024,14 @@ func (r *report) summary() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", x.System, x.Workload, x.Delivered, num(x.MsgsPerS),
 			ms(x.P50), ms(x.P99), ms(x.Max), num(per100k(x.RelayCPU, x.Delivered)), mb(x.PeakRSSMB), note)
 	}
-	for _, t := range r.targets() {
-		fmt.Fprintf(&b, "target: %s %s: %s → %s\n", t.What, t.Goal, t.Measured, strings.Trim(verdict(t), "*"))
+	if len(r.Results) > 0 {
+		for _, t := range r.targets() {
+			fmt.Fprintf(&b, "target: %s %s: %s → %s\n", t.What, t.Goal, t.Measured, strings.Trim(verdict(t), "*"))
+		}
+	}
+	for _, c := range r.mechComparisons() {
+		fmt.Fprintf(&b, "mechanism: %s=off, %s: on %s, off %s (%d / %d runs): gain %s%s\n", c.Mech.Env, c.Measure.What,
+			mechCell(c.On), mechCell(c.Off), c.On.N, c.Off.N, gainCell(c), map[bool]string{true: ", clear", false: ""}[c.Clear])
 	}
 	return b.String()
 }

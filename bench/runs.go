@@ -193,7 +193,7 @@ func (b *bench) waitQuiet(max time.Duration) (float64, bool) {
 func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 	r := &runResult{System: s.Name, Workload: w}
 	n := newNames(shortName(s.Name), w)
-	b.logf("%s / %s: starting (table %s)", s.Name, w, n.Table)
+	b.logf("%s / %s: starting (table %s)", s.tag(), w, n.Table)
 	// Write back what earlier runs left dirty (PostgreSQL's pages under
 	// fsync=off, output files) now, so that it does not land in this run's
 	// fsyncs: on ext4 an fdatasync may wait for other files' dirty data.
@@ -216,14 +216,14 @@ func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 	if err != nil {
 		r.Err = err.Error()
 		if isSkipped(r.Err) {
-			b.logf("%s / %s: %v", s.Name, w, err)
+			b.logf("%s / %s: %v", s.tag(), w, err)
 		} else {
-			b.logf("%s / %s: FAILED: %v", s.Name, w, err)
+			b.logf("%s / %s: FAILED: %v", s.tag(), w, err)
 		}
 		return r
 	}
 	b.logf("%s / %s: %d/%d messages in %.2fs = %.0f msgs/s; p50 %.2f p99 %.2f max≤%.1f ms; cpu %.2fs (pg %.2fs, others %.2f cores); rss %.1f MB; %d context switches",
-		s.Name, w, r.Delivered, r.Produced, r.Seconds, r.MsgsPerS, r.P50, r.P99, r.Max, r.RelayCPU, r.ServerCPU, r.OtherCores, r.PeakRSSMB, r.CtxSwitches)
+		s.tag(), w, r.Delivered, r.Produced, r.Seconds, r.MsgsPerS, r.P50, r.P99, r.Max, r.RelayCPU, r.ServerCPU, r.OtherCores, r.PeakRSSMB, r.CtxSwitches)
 	return r
 }
 
@@ -284,6 +284,7 @@ func (b *bench) runWalpost(ctx context.Context, s system, wl workload, n names, 
 		return err
 	}
 	defer wr.close()
+	wr.env = s.Env
 	if wl.backlog {
 		return b.walpostBacklog(ctx, wr, wl, n, r)
 	}
@@ -331,6 +332,9 @@ func (b *bench) walpostBacklog(ctx context.Context, wr *walpostRun, wl workload,
 	if err != nil {
 		return err
 	}
+	if err := p.switchedOff(wr.env); err != nil {
+		return err
+	}
 	if r.Delivered != r.Produced {
 		return fmt.Errorf("slot confirmed, but the relay counted %d messages published of %d", r.Delivered, r.Produced)
 	}
@@ -368,7 +372,7 @@ func (b *bench) walpostPaced(ctx context.Context, s system, wr *walpostRun, wl w
 		return err
 	}
 	var profiled func() error
-	if b.pprofDir != "" {
+	if b.pprofDir != "" && len(s.Env) == 0 { // the main rows only
 		path := filepath.Join(b.pprofDir, s.Name+"_"+r.Workload+".pprof")
 		profiled = p.cpuProfile(b.p.PacedDur, path)
 		defer func() {
@@ -401,8 +405,10 @@ func (b *bench) walpostPaced(ctx context.Context, s system, wr *walpostRun, wl w
 	if r.Hist, err = h1.Sub(h0); err != nil {
 		return err
 	}
-	_, r.PeakRSSMB, err = p.stop()
-	return err
+	if _, r.PeakRSSMB, err = p.stop(); err != nil {
+		return err
+	}
+	return p.switchedOff(wr.env)
 }
 
 // kill ends the process if it is still running (error paths).

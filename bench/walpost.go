@@ -129,14 +129,16 @@ func cdcInit(bin, cfg string) error {
 	return nil
 }
 
-// startCDC starts `cdc run`; its log goes to dir/cdc.log.
-func startCDC(bin, cfg, dir string, sinks []string, port int) (*cdcProc, error) {
+// startCDC starts `cdc run` with env (KEY=value) added to its
+// environment; its log goes to dir/cdc.log.
+func startCDC(bin, cfg, dir string, sinks []string, port int, env []string) (*cdcProc, error) {
 	logPath := filepath.Join(dir, "cdc.log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "run", "--config", cfg)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		lf.Close()
@@ -179,6 +181,36 @@ func (p *cdcProc) streamingInfo() string {
 		return fmt.Sprintf("receive buffer %d bytes (0: the kernel's), round trip at connect %d µs", *line.ReceiveBuffer, *line.RTT)
 	}
 	return "no streaming line with receive_buffer in its log"
+}
+
+// switchedOff checks that the relay's log reports each low-level switch
+// of env (KEY=off) as switched off (rawnet.Switch.Log), so that a
+// mechanisms row never compares a run in which the switch was not seen.
+func (p *cdcProc) switchedOff(env []string) error {
+	b, _ := os.ReadFile(p.logPath)
+	for _, kv := range env {
+		key, _, _ := strings.Cut(kv, "=")
+		if !loggedOff(string(b), key) {
+			return fmt.Errorf("the relay's log does not report %s as switched off; log tail:\n%s", kv, p.logTail(1500))
+		}
+	}
+	return nil
+}
+
+// loggedOff reports whether log (JSON lines) has the info line of the
+// switch env turned off.
+func loggedOff(log, env string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		var line struct {
+			Level string `json:"level"`
+			Env   string `json:"env"`
+			On    *bool  `json:"on"`
+		}
+		if json.Unmarshal([]byte(l), &line) == nil && line.Level == "info" && line.Env == env && line.On != nil && !*line.On {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *cdcProc) logTail(n int) string {
@@ -307,7 +339,8 @@ type walpostRun struct {
 	// stored counts the messages the run's stream or queue holds (NATS,
 	// RabbitMQ; nil for the other sinks).
 	stored func() (int64, error)
-	close  func() // stops what the run started besides the relay (its Kafka broker), deletes its stream or queue, removes its files
+	close  func()   // stops what the run started besides the relay (its Kafka broker), deletes its stream or queue, removes its files
+	env    []string // added to the relay's environment (low-level switches)
 }
 
 func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walpostRun, error) {
@@ -370,5 +403,5 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 }
 
 func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
-	return startCDC(b.cdc, w.cfg, w.dir, w.names, w.port)
+	return startCDC(b.cdc, w.cfg, w.dir, w.names, w.port, w.env)
 }

@@ -38,7 +38,10 @@ func streamingLine(t *testing.T, p *proc) map[string]any {
 // never; a size: that size), and with each a backlog with messages far
 // larger than the buffer arrives whole and in order. (Sizes under 64 KiB
 // are refused by the config: at 4 KiB this backlog crawled through the
-// WAL sender's zero-window probes.)
+// WAL sender's zero-window probes.) With every low-level switch off
+// (WALPOST_RAWNET, WALPOST_COALESCE, WALPOST_RCVBUF), auto leaves the
+// buffer to the kernel, the relay logs each switch at info, and the
+// backlog still arrives whole and in order through net.Conn alone.
 func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T) {
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
@@ -48,20 +51,26 @@ func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T
 	conn := pgtest.Connect(t, url)
 
 	var all []relaytest.Msg
+	switchesOff := []string{"WALPOST_RAWNET=off", "WALPOST_COALESCE=off", "WALPOST_RCVBUF=off"}
 	for _, tc := range []struct {
-		setting string
-		want    func(rtt float64) float64
+		name, setting string
+		env           []string // low-level switches
+		want          func(rtt float64) float64
 	}{
-		{"auto", func(rtt float64) float64 {
+		{setting: "auto", want: func(rtt float64) float64 {
 			if rtt > 0 && rtt <= 250 {
 				return 65536
 			}
 			return 0
 		}},
-		{"kernel", func(float64) float64 { return 0 }},
-		{"65536", func(float64) float64 { return 65536 }},
+		{setting: "kernel", want: func(float64) float64 { return 0 }},
+		{setting: "65536", want: func(float64) float64 { return 65536 }},
+		{name: "auto, every low-level switch off", setting: "auto", env: switchesOff, want: func(float64) float64 { return 0 }},
 	} {
-		t.Run(tc.setting, func(t *testing.T) {
+		if tc.name == "" {
+			tc.name = tc.setting
+		}
+		t.Run(tc.name, func(t *testing.T) {
 			// A backlog committed before the relay starts: small messages
 			// and a few of 1 MiB, 16 times the smallest buffer.
 			for tx := range 5 {
@@ -79,8 +88,15 @@ func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T
 				t.Fatal(err)
 			}
 			writeFile(t, cfg, strings.Replace(string(y), "postgres:\n", "postgres:\n  receive_buffer: "+tc.setting+"\n", 1))
-			p := startCDC(t, "run", "--config", cfg)
+			p := startCDCEnv(t, tc.env, "run", "--config", cfg)
 			line := streamingLine(t, p)
+			for _, kv := range tc.env {
+				env, _, _ := strings.Cut(kv, "=")
+				if !strings.Contains(p.stderr.String(), `"env":"`+env+`","value":"off"`) ||
+					!strings.Contains(p.stderr.String(), "switched off by the environment") {
+					t.Errorf("no info line for %s in the relay's log:\n%s", kv, p.stderr.String())
+				}
+			}
 			rtt, _ := line["rtt_us"].(float64)
 			t.Logf("receive_buffer %v, rtt_us %v", line["receive_buffer"], line["rtt_us"])
 			if got, want := line["receive_buffer"], tc.want(rtt); got != want {

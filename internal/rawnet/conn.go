@@ -21,6 +21,23 @@
 // because it waits for the reader, the read waits for ever. (It did: the
 // replication stream stopped with a sink cut off and the window full, in
 // the five-sink fan-out test.)
+//
+// What it buys is measured, not assumed: the bench reruns its catch-up and
+// 1,000 tx/s rows with raw system calls off, and BENCHMARKS.md ("What each
+// optimisation bought", and the bench's "Low-level mechanisms switched
+// off") holds the figures.
+//
+// # Switch
+//
+// WALPOST_RAWNET=off (EnvRawSyscalls; also false, no or 0) turns raw
+// system calls off: Wrap returns every connection as it is, so the
+// replication socket and the Kafka sink's broker sockets are read and
+// written through net.Conn, the ordinary Go path, and every read deadline
+// the replication stream sets is the socket's own. It is read once, when the process
+// starts (Setting); the replication stream and each Kafka sink log it at
+// info when it is set (Switch.Log). Switch is the type of this and of
+// internal/replication's switches (WALPOST_COALESCE, WALPOST_RCVBUF), so
+// that every low-level switch reads and logs the same way.
 package rawnet
 
 import (
@@ -55,10 +72,11 @@ type Conn struct {
 }
 
 // Wrap returns c wrapped in a Conn, or c itself where raw system calls
-// are not available (no socket underneath, not Linux).
+// are not available (no socket underneath, not Linux) or switched off
+// (WALPOST_RAWNET=off).
 func Wrap(c net.Conn) net.Conn {
 	sc, ok := c.(syscall.Conn)
-	if !ok || !rawSyscalls {
+	if !ok || !rawSyscalls || !rawSwitch.On {
 		return c
 	}
 	rc, err := sc.SyscallConn()

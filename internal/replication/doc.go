@@ -26,9 +26,10 @@
 //
 // Coalesced reads while behind. Read eagerly, a stream that keeps up with
 // the WAL sender empties the socket after every message, sleeps, and is
-// woken by the sender's next send: the wake-up is paid on the sender's CPU
-// (about a sixth of its time per message in a catch-up on two cores, where
-// the WAL sender is the bottleneck). So while the server sends a
+// woken by the sender's next send: the wake-up is paid on the sender's CPU,
+// which in a catch-up is the bottleneck (what that costs, and what
+// coalescing buys, is measured: BENCHMARKS.md, "What each optimisation
+// bought"). So while the server sends a
 // transaction's messages 100 ms or more after it committed (the Begin
 // message's commit time against the send time in each XLogData header,
 // both the server's clock), the stream sets SO_RCVLOWAT on the socket: the
@@ -57,6 +58,27 @@
 // message at low rates (docs/design.md, "Wake-ups at low rates"). A read
 // deadline of pastDeadline is not set on the socket: rawnet.Conn.Expire
 // makes the next read take what is there without a timer.
+//
+// Switches. Each of the three mechanisms above that work below net.Conn
+// has an environment variable that turns it off, read once when the
+// process starts and logged at info by NewStream when set (off, false, no
+// or 0 turn a mechanism off; see rawnet.Switch), so that an operator can
+// rule it out when the stream hangs, without a config change:
+//
+//   - WALPOST_COALESCE=off (EnvCoalesce): no SO_RCVLOWAT. The stream still
+//     notices it is behind (status updates every pollBehind, the short
+//     read deadline), but every read is eager, as through net.Conn alone.
+//   - WALPOST_RCVBUF=off (EnvReceiveBuffer): SO_RCVBUF is left to the
+//     kernel's autotuning whatever postgres.receive_buffer says (as
+//     receive_buffer: kernel); the streaming log line then shows
+//     receive_buffer 0.
+//   - WALPOST_RAWNET=off (rawnet.EnvRawSyscalls): the socket is read and
+//     written through net.Conn, and read deadlines are the socket's own.
+//     It also applies to the Kafka sink's broker sockets.
+//
+// The bench measures each against the relay with it on (BENCHMARKS.md,
+// "Low-level mechanisms switched off" and "What each optimisation
+// bought"); a mechanism stays only while it shows an end-to-end gain there.
 //
 // Acquire and reconnects. Acquire connects and starts replication before
 // Run, waiting while another process holds the slot (SQLSTATE 55006,

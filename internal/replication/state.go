@@ -24,14 +24,16 @@ const (
 	// at the position while something is in flight. Each update costs a
 	// write, wakes the WAL sender, and makes it send a keepalive after
 	// the next transaction it sends (one more read): at 10 ms that was a
-	// tenth of the relay's wake-ups at 1,000 transactions/s.
+	// noticeable share of the relay's wake-ups at 1,000 transactions/s
+	// (BENCHMARKS.md, "What each optimisation bought").
 	pollPending = 100 * time.Millisecond
 	// pollBehind replaces pollPending while the stream is behind
 	// (coalescing) and after that until a status update reported
 	// everything acknowledged: when a backlog is read, the slot is
-	// confirmed within 10 ms of the last acknowledgement, not 100 ms
-	// (which was a sixth of the time a 200,000-row catch-up took), at the
-	// cost of a hundred updates per second while a backlog lasts.
+	// confirmed within 10 ms of the last acknowledgement, not 100 ms (a
+	// large share of a catch-up's time: BENCHMARKS.md, "What each
+	// optimisation bought"), at the cost of a hundred updates per second
+	// while a backlog lasts.
 	pollBehind = 10 * time.Millisecond
 
 	// While the server sends transactions behindMicros or more after

@@ -108,6 +108,7 @@ func NewStream(opt StreamOptions, cp Confirmer) *Stream {
 	if opt.SlotPoll <= 0 {
 		opt.SlotPoll = SlotPoll
 	}
+	logSwitches(opt.Log)
 	s := &Stream{opt: opt, cp: cp, sleep: backoff.Sleep}
 	s.dial = s.connect
 	s.lastReceived.Store(time.Now().UnixNano())

@@ -26,7 +26,7 @@ func TestRawRecordIsUnchangedByTheFormatOption(t *testing.T) {
 	}
 	m := sinktest.NewGen(50).Message("k")
 	var hs []string
-	for _, h := range (&arena{}).record(m, "t").Headers {
+	for _, h := range record(m, "t").Headers {
 		hs = append(hs, h.Key)
 	}
 	if got := strings.Join(hs, " "); got != "id type traceparent" {
@@ -44,7 +44,7 @@ func TestCloudEventsRecordCarriesTheBindingHeaders(t *testing.T) {
 	m := g.Message("order-1")
 	m.Headers = map[string]string{"traceparent": "tp", "CE_ID": "spoof", "Content-Type": "text/plain", "id": "kept", "b": "2"}
 	env := envelope.Settings{Format: envelope.CloudEvents, Source: "/orders"}
-	r := (&arena{}).cloudEventsRecord(m, "t", &env)
+	r := cloudEventsRecord(m, "t", &env)
 	var hs []string
 	for _, h := range r.Headers {
 		hs = append(hs, h.Key+"="+string(h.Value))
@@ -57,14 +57,14 @@ func TestCloudEventsRecordCarriesTheBindingHeaders(t *testing.T) {
 	if got := strings.Join(hs, " "); got != strings.Join(want, " ") {
 		t.Errorf("headers\n%s\nwant\n%s", got, strings.Join(want, " "))
 	}
-	raw := (&arena{}).record(m, "t")
+	raw := record(m, "t")
 	if string(r.Key) != "order-1" || !bytes.Equal(r.Value, m.Payload) || !r.Time.Equal(raw.Time) || r.Topic != "t" {
 		t.Errorf("key %q value %q time %s topic %q differ from raw's", r.Key, r.Value, r.Time, r.Topic)
 	}
 
 	n := g.NullKeyMessage()
 	n.Payload, n.PayloadJSON, n.Headers, n.CommitTime = nil, false, nil, time.Time{}
-	r = (&arena{}).cloudEventsRecord(n, "t", &env)
+	r = cloudEventsRecord(n, "t", &env)
 	hs = hs[:0]
 	for _, h := range r.Headers {
 		hs = append(hs, h.Key+"="+string(h.Value))

@@ -44,6 +44,15 @@
 // man-in-the-middle can read and alter messages and credentials. The sink
 // logs a warning for it when it opens; give tls.ca_file instead.
 //
+// The brokers' sockets are read and written with raw system calls
+// (internal/rawnet), which at low rates spare the Go runtime a thread
+// wake-up per request. WALPOST_RAWNET=off, read once when the process
+// starts and logged at info when the sink opens, leaves them to net.Conn.
+// Records are built with ordinary allocations: an arena for their header
+// slices and values cut the allocations per call but moved neither rate
+// nor CPU in a catch-up, and was removed (BENCHMARKS.md, "What each
+// optimisation bought").
+//
 // # Mapping
 //
 //   - Record key: the outbox key; the message id when the key is NULL

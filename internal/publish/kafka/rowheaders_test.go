@@ -18,7 +18,7 @@ func TestRowHeadersCannotSetCredentials(t *testing.T) {
 	m.Headers = map[string]string{"Authorization": "Bearer x", "cookie": "s=1", "Transfer-Encoding": "chunked", "traceparent": "tp"}
 	env := envelope.Settings{Format: envelope.CloudEvents}
 	env.SetDefaults()
-	for _, r := range [][]string{keys((&arena{}).record(m, "t").Headers), keys((&arena{}).cloudEventsRecord(m, "t", &env).Headers)} {
+	for _, r := range [][]string{keys(record(m, "t").Headers), keys(cloudEventsRecord(m, "t", &env).Headers)} {
 		got := strings.Join(r, " ")
 		if strings.Contains(strings.ToLower(got), "authorization") || strings.Contains(got, "cookie") ||
 			strings.Contains(got, "Transfer-Encoding") || !strings.Contains(got, "traceparent") {

@@ -109,7 +109,8 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	dialer := &net.Dialer{Timeout: timeout}
 	tr := &kafka.Transport{
 		// Raw system calls on the broker's sockets: no wake-up of the
-		// runtime's sysmon thread per request at low rates (see rawnet).
+		// runtime's sysmon thread per request at low rates (see rawnet;
+		// WALPOST_RAWNET=off leaves the connection as dialed).
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dialer.DialContext(ctx, network, addr)
 			if err != nil {
@@ -177,6 +178,7 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	}
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
 		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).Msg("kafka sink configured")
+	rawnet.Setting().Log(log, "raw system calls on the Kafka brokers' sockets (internal/rawnet)")
 	return s, nil
 }
 
@@ -230,17 +232,15 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		clear(km) // drop references to payloads
 		s.buf = km[:0]
 	}()
-	var a arena // this call's only: see arena
-	for i, m := range msgs {
-		a.left = len(msgs) - i
+	for _, m := range msgs {
 		topic, err := s.topic.Expand(m)
 		if err != nil {
 			return publish.Rejected(fmt.Errorf("kafka: %w", publish.NameError(m, "topic", topic, s.topic.Text(), err)))
 		}
 		if s.env.IsCloudEvents() {
-			km = append(km, a.cloudEventsRecord(m, topic, &s.env))
+			km = append(km, cloudEventsRecord(m, topic, &s.env))
 		} else {
-			km = append(km, a.record(m, topic))
+			km = append(km, record(m, topic))
 		}
 	}
 	for start := 0; start < len(km); {
@@ -293,11 +293,11 @@ func acked(n, start int, werrs kafka.WriteErrors) []bool {
 // ordering key, value = payload as stored, headers id, type and then
 // msg.Headers in key order (entries named id or type are left out: the
 // message's own id and type win), timestamp = commit time.
-func (a *arena) record(m *message.Message, topic string) kafka.Message {
-	hs := a.headers(2 + len(m.Headers))
-	hs = append(hs, kafka.Header{Key: HeaderID, Value: a.bytes(m.ID)}, kafka.Header{Key: HeaderType, Value: a.bytes(m.Type)})
-	hs = a.appendHeaders(hs, m.Headers, func(k string) bool { return k == HeaderID || k == HeaderType })
-	return a.bare(m, topic, hs)
+func record(m *message.Message, topic string) kafka.Message {
+	hs := make([]kafka.Header, 0, 2+len(m.Headers))
+	hs = append(hs, kafka.Header{Key: HeaderID, Value: []byte(m.ID)}, kafka.Header{Key: HeaderType, Value: []byte(m.Type)})
+	hs = appendHeaders(hs, m.Headers, func(k string) bool { return k == HeaderID || k == HeaderType })
+	return bare(m, topic, hs)
 }
 
 // cloudEventsRecord maps an outbox message to a Kafka record in format:
@@ -309,18 +309,18 @@ func (a *arena) record(m *message.Message, topic string) kafka.Message {
 // CloudEvents attributes (a name starting with ce_ in any case) or as the
 // content type: the message's own attributes win. The raw id and type
 // headers are not written: a sink writes one form.
-func (a *arena) cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings) kafka.Message {
+func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings) kafka.Message {
 	attrs := env.Attributes(m)
-	hs := a.headers(len(attrs) + 2 + len(m.Headers))
-	for _, at := range attrs {
-		hs = append(hs, kafka.Header{Key: PrefixCloudEvents + at.Name, Value: a.bytes(at.Value)})
+	hs := make([]kafka.Header, 0, len(attrs)+2+len(m.Headers))
+	for _, a := range attrs {
+		hs = append(hs, kafka.Header{Key: PrefixCloudEvents + a.Name, Value: []byte(a.Value)})
 	}
-	hs = append(hs, kafka.Header{Key: HeaderContentType, Value: a.bytes(envelope.ContentType(m))})
+	hs = append(hs, kafka.Header{Key: HeaderContentType, Value: []byte(envelope.ContentType(m))})
 	if m.HasKey {
-		hs = append(hs, kafka.Header{Key: HeaderPartitionKey, Value: a.bytes(m.Key)})
+		hs = append(hs, kafka.Header{Key: HeaderPartitionKey, Value: []byte(m.Key)})
 	}
-	hs = a.appendHeaders(hs, m.Headers, reservedCloudEvents)
-	return a.bare(m, topic, hs)
+	hs = appendHeaders(hs, m.Headers, reservedCloudEvents)
+	return bare(m, topic, hs)
 }
 
 // reservedCloudEvents reports whether a headers column entry named k would
@@ -331,7 +331,7 @@ func reservedCloudEvents(k string) bool {
 
 // appendHeaders appends the entries of the headers column in key order,
 // leaving out those skip reports.
-func (a *arena) appendHeaders(hs []kafka.Header, headers map[string]string, skip func(string) bool) []kafka.Header {
+func appendHeaders(hs []kafka.Header, headers map[string]string, skip func(string) bool) []kafka.Header {
 	if len(headers) == 0 {
 		return hs
 	}
@@ -343,7 +343,7 @@ func (a *arena) appendHeaders(hs []kafka.Header, headers map[string]string, skip
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		hs = append(hs, kafka.Header{Key: k, Value: a.bytes(headers[k])})
+		hs = append(hs, kafka.Header{Key: k, Value: []byte(headers[k])})
 	}
 	return hs
 }
@@ -351,8 +351,9 @@ func (a *arena) appendHeaders(hs []kafka.Header, headers map[string]string, skip
 // bare returns m's record with headers hs: key = ordering key, value =
 // payload as stored (never nil: nil is a tombstone), timestamp = the
 // message's time (columns.time when mapped, else the commit time; now when
-// unknown).
-func (a *arena) bare(m *message.Message, topic string, hs []kafka.Header) kafka.Message {
+// unknown). Keys and header values are converted with []byte(s), which
+// is never nil, not even for "" (nil would be sent as null, not empty).
+func bare(m *message.Message, topic string, hs []kafka.Header) kafka.Message {
 	value := m.Payload
 	if value == nil {
 		value = []byte{} // nil would be a tombstone
@@ -363,60 +364,11 @@ func (a *arena) bare(m *message.Message, topic string, hs []kafka.Header) kafka.
 	}
 	return kafka.Message{
 		Topic:   topic,
-		Key:     a.bytes(m.OrderingKey()),
+		Key:     []byte(m.OrderingKey()),
 		Value:   value,
 		Headers: hs,
 		Time:    ts,
 	}
-}
-
-// arena hands out the header slices, header values and keys of one
-// Publish call's records from shared blocks: a few allocations per call
-// instead of four or five per message, which were most of the sink's
-// garbage in a catch-up. An arena serves one call and is then dropped,
-// never reused: after a canceled Publish kafka-go may still be sending
-// that call's records (Close waits for them). What it hands out is never
-// written again, and each slice is capped at its own length, so that an
-// append can only copy it elsewhere, never run into the next one.
-//
-// A block is sized for the messages left in the call (left), so that a
-// call of one message takes a few hundred bytes, not whole blocks.
-type arena struct {
-	hs   []kafka.Header
-	buf  []byte
-	left int // messages of the call not mapped yet, this one included (0: one)
-}
-
-const (
-	arenaHeaders = 256      // headers per block, at most
-	arenaBytes   = 16 << 10 // bytes per block, at most; a longer value gets its own
-	arenaPerMsg  = 128      // bytes per message a block is sized for (id, type, key, a header or two)
-)
-
-// headers returns an empty slice with room for n headers.
-func (a *arena) headers(n int) []kafka.Header {
-	if cap(a.hs)-len(a.hs) < n {
-		a.hs = make([]kafka.Header, 0, max(n, min(arenaHeaders, n*max(a.left, 1))))
-	}
-	i := len(a.hs)
-	a.hs = a.hs[:i+n]
-	return a.hs[i : i : i+n]
-}
-
-// bytes returns s as bytes, never nil (a nil key or header value would
-// be sent as null, not as empty).
-func (a *arena) bytes(s string) []byte {
-	switch {
-	case s == "":
-		return []byte{}
-	case len(s) > arenaBytes/4:
-		return []byte(s)
-	case cap(a.buf)-len(a.buf) < len(s):
-		a.buf = make([]byte, 0, max(len(s), min(arenaBytes, arenaPerMsg*max(a.left, 1))))
-	}
-	i := len(a.buf)
-	a.buf = append(a.buf, s...)
-	return a.buf[i:len(a.buf):len(a.buf)]
 }
 
 // recordBatchOverhead is the size of a v2 record batch's header.
