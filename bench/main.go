@@ -601,7 +601,7 @@ func (b *bench) setup(root string, systems []system) error {
 	}
 	needCDC := false
 	for _, s := range systems {
-		needCDC = needCDC || s.Kind == "walpost"
+		needCDC = needCDC || s.Kind == "walpost" || s.Kind == kindWebhook
 	}
 	if needCDC {
 		b.logf("building %s", b.cdcPkg)

@@ -213,6 +213,7 @@ func (r *report) targets() []target {
 	out = append(out, r.pacedVsTuned()...)
 	out = append(out, r.pacedVsCeiling(), r.pacedFile())
 	out = append(out, r.peakRSSTargets()...)
+	out = append(out, r.webhookTargets()...)
 	return append(out, r.nextBarTargets()...)
 }
 
@@ -593,6 +594,7 @@ func (r *report) markdown(png string) string {
 	if r.has(wBigMsg) {
 		r.writeBigMsg(p)
 	}
+	r.writeWebhook(p)
 	r.writePollLoad(p)
 	r.writeMethod(p)
 	return b.String()
