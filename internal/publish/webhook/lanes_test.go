@@ -568,3 +568,36 @@ func TestIntegrationConformanceWithLanes(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrencyOneKeepsWALOrderAndStopsAtTheFirstFailure: the default,
+// concurrency 1, sends the messages of many keys one request at a time in
+// WAL order, and the first failed request ends the call with the
+// messages before it, whatever their key, as the only durable ones.
+func TestConcurrencyOneKeepsWALOrderAndStopsAtTheFirstFailure(t *testing.T) {
+	rc := newReceiver(t)
+	kw := watchKeys(rc, time.Millisecond)
+	s := newSink(t, rc.srv.URL)
+	msgs := interleaved(sinktest.NewGen(47), 60, sinktest.Keys(6))
+	bad := msgs[25]
+	kw.setRefuse(func(r request, _ []string) (int, map[string]string) {
+		if r.header.Get(headerID) == bad.ID {
+			return http.StatusBadGateway, nil
+		}
+		return 0, nil
+	})
+	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
+	if err == nil || publish.IsPermanent(err) {
+		t.Fatalf("got %v, want a transient error", err)
+	}
+	requirePartial(t, err, len(msgs), 25)
+	kw.setRefuse(nil)
+	if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, msgs[25:]); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, NullKey: true}, msgs, received(t, rc), nil)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.maxIn != 1 {
+		t.Errorf("%d requests at once with concurrency 1", rc.maxIn)
+	}
+}
