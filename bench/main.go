@@ -726,7 +726,7 @@ func (b *bench) setup(root string, systems []system) error {
 	}
 	needCDC := len(b.mechs) > 0
 	for _, s := range systems {
-		needCDC = needCDC || s.Kind == "walpost"
+		needCDC = needCDC || s.Kind == "walpost" || s.Kind == kindWebhook
 	}
 	if needCDC {
 		b.logf("building %s", b.cdcPkg)

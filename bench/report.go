@@ -225,6 +225,7 @@ func (r *report) targets() []target {
 	out = append(out, r.pacedVsCeiling(), r.pacedFile())
 	out = append(out, r.peakRSSTargets()...)
 	out = append(out, r.barTargets()...)
+	out = append(out, r.webhookTargets()...)
 	return append(out, r.referenceLines()...)
 }
 
@@ -630,6 +631,7 @@ func (r *report) markdown(png string) string {
 	if r.has(wBigMsg) {
 		r.writeBigMsg(p)
 	}
+	r.writeWebhook(p)
 	r.writePollLoad(p)
 	r.writeMechanisms(p)
 	r.writeMethod(p)

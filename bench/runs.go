@@ -208,6 +208,8 @@ func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 		err = b.runWalpost(ctx, s, b.workload(w), n, r)
 	case "poll":
 		err = b.runPoll(ctx, s, b.workload(w), n, r)
+	case kindWebhook:
+		err = b.runWebhook(ctx, s, n, r)
 	}
 	if cerr := dropAll(ctx, b.conn, n); cerr != nil {
 		b.logf("cleanup of %s: %v", n.Table, cerr)

@@ -69,7 +69,11 @@
 //
 // The sink opens one connection and one channel in confirm mode. Publish
 // sends the batch's messages in order, at most max_in_flight unconfirmed
-// at a time, and waits for their confirms in order. A message counts as
+// at a time, and waits for their confirms in order. Confirms are thus
+// pipelined: the sink does not wait a round trip per message, and several
+// channels publishing different keys at once (the webhook sink's lanes)
+// measured no faster, the broker bounding the rate (docs/sinks/rabbitmq.md,
+// "Throughput"). A message counts as
 // delivered only when RabbitMQ acked it: for a persistent message routed
 // to durable queues that is after every queue accepted it (and, for
 // classic queues, wrote it to disk; for quorum queues, after a majority

@@ -160,6 +160,14 @@
 // parallel, up to 8 at once; order across entities is not defined, as it
 // is not for a receiver reading two queues.
 //
+// With sessions: true the unit of order is the session, and batches of
+// disjoint sessions could be in flight at once without reordering any
+// (the webhook sink's lanes). The sink does not do it: a batch already
+// carries hundreds of messages of many sessions per round trip, and
+// against the stand-in, 2 or 4 senders sending disjoint sessions at once
+// were no faster than one (docs/sinks/servicebus.md, "Throughput"); a
+// real namespace was not at hand to measure.
+//
 // On a partitioned entity Service Bus keeps order per partition only, and
 // without a SessionId (or PartitionKey) it spreads messages over the
 // partitions: use sessions: true there when receivers rely on order.

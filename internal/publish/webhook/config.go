@@ -59,6 +59,12 @@ type webhookConfig struct {
 	// (default 1048576, inbox.DefaultMaxBodyBytes); a message larger
 	// than that goes alone.
 	BatchBytes int `yaml:"batch_bytes"`
+	// Concurrency is how many requests may be in flight at once (default
+	// 1: one at a time, in WAL order). Above 1 the messages of one
+	// ordering key (message.Message.OrderingKey: the key, or the id for a
+	// NULL key) still go one request at a time, in WAL order, and
+	// requests of different keys go out at once (see lanes.go).
+	Concurrency *int `yaml:"concurrency"`
 	// TLS configures https; it is refused with an http URL.
 	TLS tlsconf.Settings `yaml:"tls"`
 }
@@ -68,6 +74,7 @@ const (
 	defaultMaxRetryAfter = 30 * time.Second
 	defaultBatchSize     = 100
 	defaultBatchBytes    = 1 << 20
+	defaultConcurrency   = 1
 )
 
 // limits is the table of allowed ranges, checked by Validate.
@@ -76,11 +83,13 @@ var limits = struct {
 	maxRetryAfter [2]time.Duration
 	batchSize     [2]int
 	batchBytes    [2]int
+	concurrency   [2]int
 }{
 	timeout:       [2]time.Duration{100 * time.Millisecond, 10 * time.Minute},
 	maxRetryAfter: [2]time.Duration{0, time.Hour},
 	batchSize:     [2]int{1, 10_000},
 	batchBytes:    [2]int{1 << 10, 1 << 30},
+	concurrency:   [2]int{1, 256},
 }
 
 func (c *webhookConfig) SetDefaults() {
@@ -104,6 +113,10 @@ func (c *webhookConfig) SetDefaults() {
 	}
 	if c.BatchBytes == 0 {
 		c.BatchBytes = defaultBatchBytes
+	}
+	if c.Concurrency == nil {
+		n := defaultConcurrency
+		c.Concurrency = &n
 	}
 }
 
@@ -142,6 +155,10 @@ func (c *webhookConfig) Validate() error {
 	}
 	if c.BatchBytes < limits.batchBytes[0] || c.BatchBytes > limits.batchBytes[1] {
 		return fmt.Errorf("batch_bytes: %d is outside %d..%d", c.BatchBytes, limits.batchBytes[0], limits.batchBytes[1])
+	}
+	if n := *c.Concurrency; n < limits.concurrency[0] || n > limits.concurrency[1] {
+		return fmt.Errorf("concurrency: %d is outside %d..%d (the most requests in flight at once; 1 sends one at a time)",
+			n, limits.concurrency[0], limits.concurrency[1])
 	}
 	return c.TLS.Validate(u.Scheme == "https", "url is not https")
 }

@@ -19,6 +19,7 @@
 //     max_retry_after: 30s         # longest Retry-After honoured (0s: ignore it)
 //     batch_size: 100              # mode batch: most messages per request
 //     batch_bytes: 1048576         # mode batch: most body bytes per request
+//     concurrency: 1               # requests in flight at once (1..256); above 1, one at a time per ordering key
 //     tls: {ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false, server_name: ""}
 //
 // Errors name the field ("url: the scheme is not http or https",
@@ -73,16 +74,37 @@
 //
 // # Ordering
 //
-// Publish calls are serialized, and within a call the requests go out one
-// at a time: a request is sent only after the one before it was answered
-// 2xx. When a request fails, Publish returns at once, reporting with
-// publish.Partial the messages of the requests answered 2xx before it;
-// the relay sends the others again, in order. So the sequence of first
-// acknowledged deliveries is WAL order. A request whose answer was lost
-// (a timeout, a reset) may have been processed: receivers see
-// duplicates (the Idempotency-Key and the inbox drop them), never a
-// message before one that preceded it in the WAL. Redirects are not
-// followed.
+// Publish calls are serialized. With concurrency 1 (the default) the
+// requests of a call go out one at a time: a request is sent only after
+// the one before it was answered 2xx, and when one fails Publish returns
+// at once, reporting with publish.Partial the messages of the requests
+// answered 2xx before it; the relay sends the others again, in order. So
+// the sequence of first acknowledged deliveries is WAL order.
+//
+// With concurrency N (lanes.go) the unit of order is the ordering key,
+// message.Message.OrderingKey: the outbox key, or the message's id when
+// the key is NULL, so messages without a key are ordered by nothing, as
+// on Kafka. Up to N lanes each send one request at a time; a lane that is
+// free takes the waiting key whose next message comes first in the WAL,
+// and a key is never on two lanes at once: its next request goes out only
+// after its previous one was answered 2xx. A failed request stops its
+// keys for the rest of the call, and the other keys go on (a Permanent
+// failure or the end of ctx stops every lane from starting another
+// request); Publish then returns the worst failure marked with
+// publish.Partial for exactly the messages answered 2xx, per key a prefix
+// of its messages in the call, so that the relay's retry sends each key's
+// remainder in order (publish.Sink's order argument with the key as the
+// unit of order). A 429 or 503 answer's Retry-After is waited out by its
+// lane. A refused message (Rejected) is found by the relay's runner as
+// with one lane: it publishes the messages not yet durable one at a time.
+//
+// Either way, per key, every message is first delivered after the first
+// delivery of every earlier message of its key; a request whose answer
+// was lost (a timeout, a reset, a relay killed) may have been processed,
+// and a duplicate then comes as part of an in-order resend of the key
+// from an earlier point (the Idempotency-Key and the inbox drop it),
+// never as a message before one that preceded it in the WAL and was not
+// yet delivered. Redirects are not followed.
 //
 // # Errors
 //

@@ -64,9 +64,10 @@ const (
 // Sink posts outbox messages to an HTTP endpoint (see the package doc).
 //
 // Publish calls are serialized by the sink (a second caller waits for
-// the first), so requests go out one at a time, in WAL order; Name and
-// Close are safe to call from any goroutine. Publish is not called after
-// Close.
+// the first). Within a call, requests go out one at a time in WAL order
+// (concurrency 1), or up to concurrency at once, one at a time per
+// ordering key (lanes.go). Name and Close are safe to call from any
+// goroutine. Publish is not called after Close.
 type Sink struct {
 	name          string
 	log           zerolog.Logger
@@ -81,14 +82,15 @@ type Sink struct {
 	maxRetryAfter time.Duration
 	batchSize     int
 	batchBytes    int
+	concurrency   int
 	secrets       *redact.Set // cut out of answers quoted in errors
 
 	transport *http.Transport
 	client    *http.Client
 
-	mu       sync.Mutex // serializes Publish; guards bodyHint and head
-	bodyHint int        // the size of the last body of mode batch
-	head     [4096]byte // the start of an answer's body
+	mu       sync.Mutex // serializes Publish; guards lanes
+	bodyHint int        // the size of the last body of mode batch (guarded by the call's schedule)
+	lanes    []lane     // one per request in flight at once
 
 	// now is the clock of signatures and Retry-After dates; tests set it.
 	now func() time.Time
@@ -119,14 +121,17 @@ func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
 		return nil, err
 	}
 	// timeout bounds each request as a whole through its context (send),
-	// from dialing to the end of the answer's body.
+	// from dialing to the end of the answer's body. Every lane keeps its
+	// connection between requests (HTTP/1.1; HTTP/2 multiplexes them on
+	// one).
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	idle := max(2, *wc.Concurrency)
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
 		ForceAttemptHTTP2:   true,
-		MaxIdleConns:        2,
-		MaxIdleConnsPerHost: 2,
+		MaxIdleConns:        idle,
+		MaxIdleConnsPerHost: idle,
 		IdleConnTimeout:     90 * time.Second,
 	}
 	if u.Scheme == "https" {
@@ -148,6 +153,8 @@ func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
 		maxRetryAfter: wc.MaxRetryAfter.D(),
 		batchSize:     wc.BatchSize,
 		batchBytes:    wc.BatchBytes,
+		concurrency:   *wc.Concurrency,
+		lanes:         make([]lane, *wc.Concurrency),
 		transport:     tr,
 		client: &http.Client{
 			Transport: tr,
@@ -164,7 +171,8 @@ func open(name string, wc webhookConfig, log zerolog.Logger) (*Sink, error) {
 	s.secrets = secretsOf(u, wc)
 	s.warn(u, wc)
 	log.Info().Str("endpoint", s.endpoint).Str("mode", wc.Mode).Str("format", wc.Format).
-		Bool("signed", wc.Secret != "").Int("headers", len(wc.Headers)).Msg("webhook sink configured")
+		Bool("signed", wc.Secret != "").Int("headers", len(wc.Headers)).Int("concurrency", s.concurrency).
+		Msg("webhook sink configured")
 	return s, nil
 }
 
@@ -221,19 +229,26 @@ func (s *Sink) Close() error {
 	return nil
 }
 
-// Publish posts msgs, in order, one request at a time, and returns nil
-// only once every request was answered with a 2xx status.
+// Publish posts msgs and returns nil only once every request was
+// answered with a 2xx status.
 //
 // In mode message each message is one request; in mode batch the
 // messages go out in requests of at most batch_size messages and
-// batch_bytes of body. A request is sent only after the one before it
-// was answered 2xx. On the first failure Publish returns, marked with
-// publish.Partial for the messages of the requests answered 2xx before
-// it, so that the retry sends only the others; Permanent or Rejected as
-// classifyStatus and classifyError decide. A 429 or 503 answer's
-// Retry-After is waited out (at most max_retry_after) before Publish
-// returns. When ctx ends Publish returns at once with an error wrapping
-// ctx.Err().
+// batch_bytes of body. With concurrency 1 the requests go out one at a
+// time, in WAL order, each only after the one before it was answered
+// 2xx, and the first failure ends the call. With concurrency N up to N
+// requests are in flight at once, never two of one ordering key, and
+// each key's messages go in WAL order, each request only after the key's
+// previous one was answered 2xx; a failed request stops its keys for the
+// rest of the call, and the other keys go on (lanes.go). On failure
+// Publish returns the worst error (Permanent, then Rejected, then
+// transient; of equal rank the earliest in the WAL), marked with
+// publish.Partial for the messages of the requests answered 2xx: per key
+// a prefix of its messages, so that the retry sends each key's remainder
+// in order. Permanent or Rejected as classifyStatus and classifyError
+// decide. A 429 or 503 answer's Retry-After is waited out by its lane
+// (at most max_retry_after) before Publish returns. When ctx ends
+// Publish returns at once with an error wrapping ctx.Err().
 //
 // Every error names the message (id and LSN) or request it concerns and
 // the endpoint (scheme and host only).
@@ -246,59 +261,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("webhook: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
-	if s.mode == ModeBatch {
-		return s.publishBatches(ctx, msgs)
-	}
-	for i, m := range msgs {
-		h, err := s.messageHeader(m)
-		if err == nil {
-			err = s.send(ctx, m.Payload, h, msgs[i:i+1])
-		}
-		if err != nil {
-			return publish.Partial(err, publish.DonePrefix(len(msgs), i))
-		}
-	}
-	return nil
-}
-
-// publishBatches posts msgs as JSON arrays (mode batch).
-//
-// Each request gets a body of its own: after a failed request net/http
-// may still be reading the body it was given (http.Client.Do), so a
-// reused buffer could be rewritten under it.
-func (s *Sink) publishBatches(ctx context.Context, msgs []*message.Message) error {
-	for start := 0; start < len(msgs); {
-		body, end := appendBatch(make([]byte, 0, s.bodyHint), msgs, start, s.batchSize, s.batchBytes)
-		s.bodyHint = min(len(body), s.batchBytes)
-		if err := s.send(ctx, body, s.batchHeader(msgs[start:end]), msgs[start:end]); err != nil {
-			return publish.Partial(err, publish.DonePrefix(len(msgs), start))
-		}
-		start = end
-	}
-	return nil
-}
-
-// appendBatch appends to b the JSON array of msgs[start:end], the file
-// sink's objects (publish.AppendJSONLine without the newline), and
-// returns it and end: at most size messages and, unless the first message
-// alone is larger, at most limit bytes.
-func appendBatch(b []byte, msgs []*message.Message, start, size, limit int) ([]byte, int) {
-	b = append(b, '[')
-	end := start
-	for end < len(msgs) && end-start < size {
-		n := len(b)
-		if end > start {
-			b = append(b, ',')
-		}
-		b = publish.AppendJSONLine(b, msgs[end])
-		b = b[:len(b)-1] // the newline
-		if end > start && len(b)+1 > limit {
-			b = b[:n]
-			break
-		}
-		end++
-	}
-	return append(b, ']'), end
+	return s.publishLanes(ctx, msgs)
 }
 
 // batchHeader returns the headers of a request of mode batch holding msgs.
@@ -445,11 +408,12 @@ func (s *Sink) sign(h http.Header, body []byte) string {
 	return sig
 }
 
-// send posts one request holding msgs (in the body already) and returns
-// nil for a 2xx answer. The error of any other outcome names the
-// request's messages and is marked Permanent or Rejected per
-// classifyStatus and classifyError.
-func (s *Sink) send(ctx context.Context, body []byte, h http.Header, msgs []*message.Message) error {
+// send posts one request holding msgs (in the body already) on lane ln
+// and returns nil for a 2xx answer. The error of any other outcome names
+// the request's messages and is marked Permanent or Rejected per
+// classifyStatus and classifyError. It is safe to call from several
+// lanes at once.
+func (s *Sink) send(ctx context.Context, ln *lane, body []byte, h http.Header, msgs []*message.Message) error {
 	if len(s.secret) > 0 {
 		h[headerSignature] = []string{s.sign(h, body)}
 	}
@@ -466,7 +430,7 @@ func (s *Sink) send(ctx context.Context, body []byte, h http.Header, msgs []*mes
 	}
 	// A body broken off after the status does not matter: a 2xx status
 	// makes the messages durable, any other is an error already.
-	snippet := s.readAnswer(resp)
+	snippet := s.readAnswer(resp, ln.head[:])
 	out, hint := classifyStatus(resp.StatusCode)
 	if out == delivered {
 		return nil
@@ -492,19 +456,19 @@ func (s *Sink) send(ctx context.Context, body []byte, h http.Header, msgs []*mes
 }
 
 // readAnswer reads an answer's body, up to drainBytes so that the
-// connection can carry the next request, and returns the start of it as
-// it goes into an error (": <quoted>", secrets replaced), or "" when
-// empty or when the status is 2xx.
-func (s *Sink) readAnswer(resp *http.Response) string {
+// connection can carry the next request, and returns the start of it (read
+// into head) as it goes into an error (": <quoted>", secrets replaced), or
+// "" when empty or when the status is 2xx.
+func (s *Sink) readAnswer(resp *http.Response, head []byte) string {
 	defer resp.Body.Close()
-	n, err := io.ReadFull(resp.Body, s.head[:])
+	n, err := io.ReadFull(resp.Body, head)
 	if err == nil {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, drainBytes))
 	}
 	if n == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
 		return ""
 	}
-	text := s.secrets.Redact(string(s.head[:n]))
+	text := s.secrets.Redact(string(head[:n]))
 	if len(text) > snippetBytes {
 		text = text[:snippetBytes] + "…"
 	}
