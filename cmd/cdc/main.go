@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/internal/config"
+	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
 	_ "github.com/walpost/walpost/internal/publish/rabbitmq"   // registers kind: rabbitmq
