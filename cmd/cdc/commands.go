@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/store"
@@ -228,8 +229,8 @@ func checkSkip(o *options) error {
 }
 
 func initCmd(e *cmdEnv) error {
-	err := relay.SetupWith(e.ctx, e.cfg, relay.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
-	if relay.IsSetupConfigError(err) {
+	err := admin.SetupWith(e.ctx, e.cfg, admin.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	if admin.IsSetupConfigError(err) {
 		return &exitCode{err, usageExitCode} // nothing was done
 	}
 	return err
@@ -237,7 +238,7 @@ func initCmd(e *cmdEnv) error {
 
 func skipCmd(e *cmdEnv) error {
 	cfg := e.cfg
-	sk, err := relay.Skip(e.ctx, cfg, e.opts.skipLSN, e.opts.skipSeq)
+	sk, err := admin.Skip(e.ctx, cfg, e.opts.skipLSN, e.opts.skipSeq)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -90,20 +88,15 @@ func checkDeadLetter(o *options) error {
 // deadLetterCmd is cdc dead-letter.
 func deadLetterCmd(e *cmdEnv) error {
 	sub, ids := e.opts.args[0], e.opts.args[1:]
-	conn, err := pgconnect.Connect(e.ctx, e.cfg.Postgres.URL)
+	dl, err := replay.OpenDeadLetters(e.ctx, e.cfg)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
-	t := store.TablesOf(e.cfg)
-	if err := store.CheckParkedTable(e.ctx, conn, t); err != nil {
-		return err
-	}
-	parked, err := store.ListParked(e.ctx, conn, t, store.ParkedFilter{IDs: ids, Sink: e.opts.sink, Unsent: e.opts.all})
+	defer dl.Close()
+	parked, missing, err := dl.List(e.ctx, store.ParkedFilter{IDs: ids, Sink: e.opts.sink, Unsent: e.opts.all})
 	if err != nil {
 		return err
 	}
-	missing := unmatched(ids, parked)
 	switch sub {
 	case "list":
 		return printParked(e.stdout, parked, e.opts.json)
@@ -118,7 +111,7 @@ func deadLetterCmd(e *cmdEnv) error {
 	case "drop":
 		for i := range parked {
 			p := &parked[i]
-			ok, err := store.DropParked(e.ctx, conn, t, p)
+			ok, err := dl.Drop(e.ctx, p)
 			if err != nil {
 				return err
 			}
@@ -128,28 +121,9 @@ func deadLetterCmd(e *cmdEnv) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no parked message of slot %s in %s is %s (see cdc dead-letter list)", t.Slot, t.DeadLetterName, strings.Join(missing, ", "))
+		return dl.NotFound(missing)
 	}
 	return nil
-}
-
-// unmatched returns the ids that name none of parked.
-func unmatched(ids []string, parked []store.Parked) []string {
-	var out []string
-	for _, id := range ids {
-		found := false
-		for i := range parked {
-			lsn, seq, ok := store.ParseAt(strings.ToUpper(id))
-			if parked[i].ID == id || ok && parked[i].LSN == lsn && (seq < 0 || int64(parked[i].Seq) == seq) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // resendParked resends parked and reports each outcome.

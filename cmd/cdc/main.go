@@ -21,11 +21,19 @@
 // drain, cdc replay 130 when interrupted.
 //
 // The files: main.go dispatches; commands.go holds the command table and
-// parses each command's own flags; help.go the help texts; runcmd.go is
-// cdc run; status.go cdc status; recover.go cdc recover; replay.go cdc replay; deadletter.go
-// cdc dead-letter; http.go the /metrics, /healthz, /readyz
+// parses each command's own flags (and runs cdc init and cdc skip);
+// help.go the help texts; runcmd.go is cdc run; status.go cdc status;
+// recover.go cdc recover; resync.go cdc resync; replay.go cdc replay;
+// deadletter.go cdc dead-letter; http.go the /metrics, /healthz, /readyz
 // listener and its authentication; version.go the version and VCS
-// revision. README.md ("Use it") documents the commands for users.
+// revision. They parse, print and choose exit codes; each command's logic
+// is in one package:
+//
+//	run                                 internal/relay
+//	init, status, skip, recover, resync internal/admin
+//	replay, dead-letter                 internal/replay
+//
+// README.md ("Use it") documents the commands for users.
 package main
 
 import (
@@ -41,6 +49,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/internal/config"
+	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
 	_ "github.com/walpost/walpost/internal/publish/rabbitmq"   // registers kind: rabbitmq

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/admin"
 )
 
 // recoverOptions are the flags of cdc recover.
 type recoverOptions struct {
 	recoverSince  string        // --since DURATION | TIMESTAMP
 	recoverMargin time.Duration // --margin
-	recover       relay.RecoverOptions
+	recover       admin.RecoverOptions
 }
 
 func recoverCommand() *command {
@@ -74,5 +74,5 @@ func checkRecover(o *options) error {
 }
 
 func recoverCmd(e *cmdEnv) error {
-	return relay.Recover(e.ctx, e.cfg, e.opts.recover, func(line string) { fmt.Fprintln(e.stdout, line) })
+	return admin.Recover(e.ctx, e.cfg, e.opts.recover, func(line string) { fmt.Fprintln(e.stdout, line) })
 }

@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/replay"
 )
 
@@ -42,7 +42,7 @@ var resyncExits = []string{"0  the rows were published and the slot moved",
 	usageExit}
 
 func resyncCmd(e *cmdEnv) error {
-	res, err := relay.Resync(e.ctx, e.ctx, e.cfg, relay.ResyncOptions{Since: e.opts.since, Progress: e.stderr, Log: e.log})
+	res, err := admin.Resync(e.ctx, e.ctx, e.cfg, admin.ResyncOptions{Since: e.opts.since, Progress: e.stderr, Log: e.log})
 	switch {
 	case errors.Is(err, replay.ErrTableLess):
 		return &exitCode{err, usageExitCode}

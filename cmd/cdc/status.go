@@ -1,186 +1,40 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strings"
 
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
-
+	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/pgconnect"
-	"github.com/walpost/walpost/internal/relay"
-	"github.com/walpost/walpost/internal/replication"
-	"github.com/walpost/walpost/internal/store"
 )
 
-// status is what cdc status found: the slot, and when it exists each
-// sink's progress and the parked messages.
-type status struct {
-	cfg      *config.Config
-	slot     replication.SlotInfo
-	progress map[string]store.Position // by sink
-	parked   map[string]int            // by sink; "" for rows that could not be mapped
-	warnings []string                  // why cdc run would refuse the slot
-	cautions []string                  // what threatens the slot or the stream (wal_status unreserved, relay.EmitRisk); not a refusal
-	coverage []string                  // why rows may not reach the sinks (coverageWarnings)
-}
-
 // statusCmd is cdc status [--json]. It exits 1 (an error) when the slot is
-// missing or cdc run would refuse it, after printing what it found.
+// missing or cdc run would refuse it, after printing what it found
+// (admin.Status.Err).
 func statusCmd(e *cmdEnv) error {
-	st, err := readStatus(e)
+	st, err := admin.ReadStatus(e.ctx, e.cfg)
 	if err != nil {
 		return err
 	}
 	if e.opts.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(st.jsonReport()); err != nil {
+		if err := enc.Encode(statusReport(e.cfg, st)); err != nil {
 			return err
 		}
 	} else {
-		st.printText(e.stdout)
+		printStatus(e.stdout, e.cfg, st)
 	}
-	slot := e.cfg.Postgres.Slot
-	switch {
-	case !st.slot.Exists:
-		return fmt.Errorf("slot %q is missing: run cdc init", slot)
-	case st.slot.Invalid():
-		return fmt.Errorf("slot %q was invalidated by the server (wal_status %s): %s; cdc run cannot stream from it. Stop every relay on it and run cdc recover --config %s "+
-			"(a new slot; every outbox row not proven delivered is relayed again)", slot, st.slot.WALStatus, st.slot.InvalidReason(), e.opts.config)
-	case len(st.warnings) > 0:
-		return fmt.Errorf("slot %q cannot be used by cdc run: %s", slot, st.warnings[0])
-	case len(st.coverage) > 0:
-		return fmt.Errorf("outbox rows may not reach the sinks: %s", st.coverage[0])
-	}
-	return nil
+	return st.Err(e.opts.config)
 }
 
-func readStatus(e *cmdEnv) (*status, error) {
-	ctx, cfg := e.ctx, e.cfg
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
-	st := &status{cfg: cfg}
-	if st.slot, err = replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err != nil {
-		return nil, err
-	}
-	if !st.slot.Exists {
-		return st, nil
-	}
-	if st.warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
-		return nil, err
-	}
-	if risk, err := relay.EmitRisk(ctx, conn, cfg); err != nil {
-		return nil, err
-	} else if risk != "" {
-		st.cautions = append(st.cautions, risk)
-	}
-	if w, err := outdatedWarnings(ctx, conn, cfg); err != nil {
-		return nil, err
-	} else {
-		st.warnings = append(st.warnings, w...)
-	}
-	if st.slot.WALStatus == "unreserved" {
-		st.cautions = append(st.cautions, "wal_status unreserved: the WAL the slot still needs is beyond max_slot_wal_keep_size, and the next checkpoint may remove it "+
-			"and invalidate the slot; let the relay catch up (is it running?) or raise max_slot_wal_keep_size")
-	}
-	if len(st.warnings) == 0 {
-		if st.coverage, err = coverageWarnings(ctx, conn, cfg); err != nil {
-			return nil, err
-		}
-	}
-	if st.progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
-		return nil, fmt.Errorf("reading sink progress: %w", err)
-	}
-	if st.parked, err = store.DeadLetterCounts(ctx, conn, store.TablesOf(cfg)); err != nil {
-		return nil, fmt.Errorf("reading the dead-letter table: %w", err)
-	}
-	return st, nil
-}
-
-// outdatedWarnings names the state tables made by an older walpost: cdc
-// run stops at them unless its role owns them (store.checkUpgraded).
-func outdatedWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
-	old, err := store.Outdated(ctx, conn, store.TablesOf(cfg))
-	if err != nil {
-		return nil, fmt.Errorf("reading the state tables: %w", err)
-	}
-	var w []string
-	for _, name := range slices.Sorted(maps.Keys(old)) {
-		w = append(w, fmt.Sprintf("table %s was made by an older walpost and lacks %s: run cdc init (as its owner) to add them", name, strings.Join(old[name], ", ")))
-	}
-	return w, nil
-}
-
-// slotWarnings says why cdc run would refuse the slot, and how to fix it:
-// the errors of the checks cdc run makes (replication.CheckSlot, and
-// CheckFailoverSlot with postgres.failover_slot). An error that is no
-// such refusal (the server could not be read) is returned.
-func slotWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
-	var w []string
-	refusal := func(err error, kinds ...error) error {
-		for _, k := range kinds {
-			if errors.Is(err, k) {
-				w = append(w, err.Error())
-				return nil
-			}
-		}
-		return err
-	}
-	slot := cfg.Postgres.Slot
-	if _, err := replication.CheckSlot(ctx, conn, slot); err != nil {
-		if err := refusal(err, replication.ErrSlotMissing, replication.ErrSlotPlugin, replication.ErrSlotDatabase, replication.ErrSlotInvalidated); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Postgres.FailoverSlot {
-		if err := replication.CheckFailoverSlot(ctx, conn, slot); err != nil {
-			if err := refusal(err, replication.ErrFailoverUnsupported, replication.ErrNotFailoverSlot); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return w, nil
-}
-
-// coverageWarnings says what keeps outbox rows from the stream: the
-// publication not publishing the outbox, a stretch the stream may not have
-// carried that is not relayed yet, other tables in the publication
-// (relay.CoverageWarnings; docs/design.md, "The publication or the table
-// changing under the relay").
-func coverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
-	w, err := relay.CoverageWarnings(ctx, conn, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("reading what publishes the outbox: %w", err)
-	}
-	return w, nil
-}
-
-// slowest returns the configured sink that acknowledged the least, "" when
-// none saved progress.
-func (st *status) slowest() string {
-	var name string
-	var min pglogrepl.LSN
-	for _, s := range st.cfg.Sinks {
-		if p, ok := st.progress[s.Name]; ok && (name == "" || p.CommitLSN < min) {
-			name, min = s.Name, p.CommitLSN
-		}
-	}
-	return name
-}
-
-func (st *status) printText(w io.Writer) {
-	cfg, info := st.cfg, st.slot
+// printStatus prints st as text.
+func printStatus(w io.Writer, cfg *config.Config, st *admin.Status) {
+	info := st.Slot
 	if !info.Exists {
 		fmt.Fprintf(w, "slot %s: missing (run cdc init)\ncurrent WAL: %s\n", cfg.Postgres.Slot, info.CurrentWAL)
 		return
@@ -207,7 +61,7 @@ func (st *status) printText(w io.Writer) {
 		fmt.Fprintf(w, "WAL status:    %s%s\n", info.WALStatus, safe)
 	}
 	for _, s := range cfg.Sinks {
-		p, ok := st.progress[s.Name]
+		p, ok := st.Progress[s.Name]
 		switch {
 		case !ok:
 			fmt.Fprintf(w, "sink %-8s  no progress saved yet\n", s.Name+":")
@@ -217,23 +71,23 @@ func (st *status) printText(w io.Writer) {
 			fmt.Fprintf(w, "sink %-8s  acknowledged up to commit %s\n", s.Name+":", p.CommitLSN)
 		}
 	}
-	if slowest := st.slowest(); len(cfg.Sinks) > 1 && slowest != "" && info.LagBytes > 0 {
+	if slowest := st.Slowest(); len(cfg.Sinks) > 1 && slowest != "" && info.LagBytes > 0 {
 		fmt.Fprintf(w, "slowest sink:  %s (the slot advances at its pace)\n", slowest)
 	}
-	if len(st.parked) > 0 {
+	if len(st.Parked) > 0 {
 		var parts []string
 		total := 0
-		for _, sink := range slices.Sorted(maps.Keys(st.parked)) {
-			total += st.parked[sink]
+		for _, sink := range slices.Sorted(maps.Keys(st.Parked)) {
+			total += st.Parked[sink]
 			if sink == "" {
-				parts = append(parts, fmt.Sprintf("rows that could not be mapped: %d", st.parked[sink]))
+				parts = append(parts, fmt.Sprintf("rows that could not be mapped: %d", st.Parked[sink]))
 			} else {
-				parts = append(parts, fmt.Sprintf("refused by sink %s: %d", sink, st.parked[sink]))
+				parts = append(parts, fmt.Sprintf("refused by sink %s: %d", sink, st.Parked[sink]))
 			}
 		}
 		fmt.Fprintf(w, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
-	for _, warning := range append(append(slices.Clone(st.warnings), st.coverage...), st.cautions...) {
+	for _, warning := range append(append(slices.Clone(st.Warnings), st.Coverage...), st.Cautions...) {
 		fmt.Fprintf(w, "warning:       %s\n", warning)
 	}
 }
@@ -274,7 +128,7 @@ type statusJSON struct {
 	DeadLetters   *deadLettersRep `json:"dead_letters"`
 	Warnings      []string        `json:"warnings"`
 	// OutboxWarnings: why outbox rows may not reach the sinks
-	// (coverageWarnings).
+	// (admin.Status.Coverage).
 	OutboxWarnings []string `json:"outbox_warnings"`
 }
 
@@ -292,13 +146,14 @@ type deadLettersRep struct {
 
 func ptr[T any](v T) *T { return &v }
 
-func (st *status) jsonReport() statusJSON {
-	info := st.slot
-	r := statusJSON{Slot: st.cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
-		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.warnings...), st.cautions...), OutboxWarnings: append([]string{}, st.coverage...)}
-	for _, s := range st.cfg.Sinks {
+// statusReport is st as cdc status --json prints it.
+func statusReport(cfg *config.Config, st *admin.Status) statusJSON {
+	info := st.Slot
+	r := statusJSON{Slot: cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
+		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.Warnings...), st.Cautions...), OutboxWarnings: append([]string{}, st.Coverage...)}
+	for _, s := range cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
-		if p, ok := st.progress[s.Name]; ok {
+		if p, ok := st.Progress[s.Name]; ok {
 			sj.AcknowledgedCommitLSN = ptr(p.CommitLSN.String())
 		}
 		r.Sinks = append(r.Sinks, sj)
@@ -321,11 +176,11 @@ func (st *status) jsonReport() statusJSON {
 	} else if info.Invalid() {
 		r.Invalidation = ptr("wal_removed") // wal_status lost on a server that gives no reason (before 17)
 	}
-	if s := st.slowest(); s != "" {
+	if s := st.Slowest(); s != "" {
 		r.SlowestSink = ptr(s)
 	}
-	dl := &deadLettersRep{Table: st.cfg.Postgres.DeadLetterTable, Refused: map[string]int{}}
-	for sink, n := range st.parked {
+	dl := &deadLettersRep{Table: cfg.Postgres.DeadLetterTable, Refused: map[string]int{}}
+	for sink, n := range st.Parked {
 		dl.Total += n
 		if sink == "" {
 			dl.Unmappable += n

@@ -32,8 +32,8 @@ const (
 // extension.
 var traceExtensions = []string{"traceparent", "tracestate"}
 
-// ceLineStart is how every line of AppendCloudEventLine begins.
-var ceLineStart = `{"specversion":"` + envelope.SpecVersion + `","id":"`
+// CloudEventLineStart is how every line of AppendCloudEventLine begins.
+var CloudEventLineStart = `{"specversion":"` + envelope.SpecVersion + `","id":"`
 
 // AppendCloudEventLine appends m as one line in format: cloudevents, a
 // CloudEvents 1.0 event in the JSON event format (structured content

@@ -43,25 +43,26 @@ const (
 	payloadCompact                     // JSON over several lines, compacted
 )
 
-// outOfLineMin is the payload size from which appendJSONLineOut leaves a
+// OutOfLineMin is the payload size from which AppendJSONLineOut leaves a
 // payload out of the line it builds, for the writer to write it from the
 // message: a large message is then not copied into a line first.
-const outOfLineMin = 64 << 10
+const OutOfLineMin = 64 << 10
 
-// appendJSONLineOut appends m's line to b as AppendJSONLine does, but
-// leaves out a payload of outOfLineMin bytes or more that goes in verbatim
+// AppendJSONLineOut appends m's line to b as AppendJSONLine does, but
+// leaves out a payload of OutOfLineMin bytes or more that goes in verbatim
 // or in base64 (out is true): the line is then b[:at], the payload (in
-// base64 when form says so), and the rest of b.
-func appendJSONLineOut(b []byte, m *message.Message) (_ []byte, at int, form payloadForm, out bool) {
-	if len(m.Payload) < outOfLineMin {
-		return AppendJSONLine(b, m), 0, 0, false
+// base64 when b64 is true), and the rest of b. The file and stdout sinks
+// (publish/file) write such a payload from the message.
+func AppendJSONLineOut(b []byte, m *message.Message) (_ []byte, at int, b64, out bool) {
+	if len(m.Payload) < OutOfLineMin {
+		return AppendJSONLine(b, m), 0, false, false
 	}
-	b, form = appendJSONLineHead(b, m)
+	b, form := appendJSONLineHead(b, m)
 	if form == payloadCompact {
-		return appendJSONLineTail(appendCompact(b, m.Payload), m, form), 0, 0, false
+		return appendJSONLineTail(appendCompact(b, m.Payload), m, form), 0, false, false
 	}
 	at = len(b)
-	return appendJSONLineTail(b, m, form), at, form, true
+	return appendJSONLineTail(b, m, form), at, form == payloadBase64, true
 }
 
 // appendCompact appends the JSON text p without its insignificant white

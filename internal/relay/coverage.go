@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -19,7 +18,6 @@ import (
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replay"
-	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
 
@@ -51,147 +49,6 @@ const (
 	// read the time and then the WAL position may carry a later time.
 	fillSlack = time.Second
 )
-
-// coverage is what one look at the catalog found.
-type coverage struct {
-	seen    string // what covers the outbox; "" when nothing does
-	covered bool
-	why     string // why not covered
-	at      time.Time
-	lsn     pglogrepl.LSN // the WAL insert position, read after at
-	others  []string      // other tables the publication publishes
-}
-
-// readCoverage reads, in one statement, whether the publication publishes
-// the outbox's inserts and what makes it do so: the publication's OID,
-// FOR ALL TABLES, its pg_publication_rel row for the table (and, from
-// PostgreSQL 15, its pg_publication_namespace row for the schema), the
-// table's OID. Then the server's clock, then the WAL insert position.
-func readCoverage(ctx context.Context, conn *pgx.Conn, t replication.Target) (coverage, error) {
-	var c coverage
-	var pubOID, relOID, prOID, nsOID *int64
-	var all, insert *bool
-	var covered bool
-	err := conn.QueryRow(ctx, `
-WITH p AS (SELECT oid, pubname, puballtables, pubinsert FROM pg_publication WHERE pubname = $1),
-     r AS (SELECT c.oid, c.relnamespace FROM pg_class c WHERE c.oid = to_regclass($2))
-SELECT (SELECT oid::int8 FROM p), (SELECT puballtables FROM p), (SELECT pubinsert FROM p), (SELECT oid::int8 FROM r),
-       (SELECT pr.oid::int8 FROM pg_publication_rel pr, p, r WHERE pr.prpubid = p.oid AND pr.prrelid = r.oid),
-       EXISTS (SELECT 1 FROM pg_publication_tables pt WHERE pt.pubname = $1 AND pt.schemaname = $3 AND pt.tablename = $4),
-       clock_timestamp()`, t.Publication, t.QualifiedTable(), t.Outbox.Schema, t.Outbox.Name).
-		Scan(&pubOID, &all, &insert, &relOID, &prOID, &covered, &c.at)
-	if err != nil {
-		return c, fmt.Errorf("reading what publishes the outbox: %w", err)
-	}
-	var major int
-	fmt.Sscan(conn.PgConn().ParameterStatus("server_version"), &major)
-	if pubOID != nil && relOID != nil && major >= 15 {
-		// FOR TABLES IN SCHEMA (PostgreSQL 15): the publication's row for
-		// the table's schema.
-		err := conn.QueryRow(ctx, "SELECT pn.oid::int8 FROM pg_publication_namespace pn, pg_class c WHERE pn.pnpubid = $1::int8::oid AND c.oid = $2::int8::oid AND pn.pnnspid = c.relnamespace",
-			*pubOID, *relOID).Scan(&nsOID)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return c, fmt.Errorf("reading the publication's schemas: %w", err)
-		}
-	}
-	var lsn string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
-		return c, fmt.Errorf("reading the WAL insert position: %w", err)
-	}
-	c.lsn, _ = pglogrepl.ParseLSN(lsn)
-	switch {
-	case pubOID == nil:
-		c.why = fmt.Sprintf("publication %q does not exist", t.Publication)
-	case relOID == nil:
-		c.why = fmt.Sprintf("table %s does not exist (renamed or dropped)", t.Outbox)
-	case !covered:
-		c.why = fmt.Sprintf("publication %q does not publish table %s", t.Publication, t.Outbox)
-	case !*insert:
-		c.why = fmt.Sprintf("publication %q does not publish inserts", t.Publication)
-	default:
-		c.covered = true
-		num := func(p *int64) int64 {
-			if p == nil {
-				return 0
-			}
-			return *p
-		}
-		c.seen = fmt.Sprintf("publication %d all_tables %t rel %d schema %d table %d", *pubOID, *all, num(prOID), num(nsOID), *relOID)
-	}
-	if pubOID != nil {
-		rows, err := conn.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1 AND (schemaname, tablename) <> ($2, $3) ORDER BY 1, 2 LIMIT 5",
-			t.Publication, t.Outbox.Schema, t.Outbox.Name)
-		if err != nil {
-			return c, fmt.Errorf("reading the publication's tables: %w", err)
-		}
-		for rows.Next() {
-			var s, n string
-			if err := rows.Scan(&s, &n); err != nil {
-				rows.Close()
-				return c, err
-			}
-			c.others = append(c.others, s+"."+n)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
-}
-
-// outboxShape is what the relay looks up of the outbox table at start:
-// its OID and columns (for the decoder, decoder.SetOutbox), and the
-// column that tells a row's time (columns.time, else created_at when the
-// table has one of a timestamp type; "" for none).
-type outboxShape struct {
-	oid     uint32
-	cols    []decoder.Column
-	timeCol string
-}
-
-func lookupOutbox(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (outboxShape, error) {
-	var s outboxShape
-	t := cfg.Outbox()
-	var oid *int64
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid::int8", t.Qualified()).Scan(&oid); err != nil || oid == nil {
-		return s, err
-	}
-	s.oid = uint32(*oid)
-	rows, err := conn.Query(ctx, "SELECT attname, atttypid::int8 FROM pg_attribute WHERE attrelid = $1::int8::oid AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum", *oid)
-	if err != nil {
-		return s, fmt.Errorf("reading the columns of %s: %w", t, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var c decoder.Column
-		var typ int64
-		if err := rows.Scan(&c.Name, &typ); err != nil {
-			return s, err
-		}
-		c.Type = uint32(typ)
-		s.cols = append(s.cols, c)
-	}
-	if err := rows.Err(); err != nil {
-		return s, err
-	}
-	s.timeCol = gapTimeColumn(cfg, s.cols)
-	return s, nil
-}
-
-// gapTimeColumn is the column that tells a row's time: columns.time, else
-// created_at when cols has it with a timestamp type; "" for none.
-func gapTimeColumn(cfg *config.Config, cols []decoder.Column) string {
-	if c := cfg.Outbox().Columns; c.Has(layout.Time) {
-		return c[layout.Time]
-	}
-	for _, c := range cols {
-		if c.Name == layout.DefaultTime && (c.Type == 1184 || c.Type == 1114) {
-			return c.Name
-		}
-	}
-	return ""
-}
 
 // gapRows is how the rows of a gap are read: the outbox with timeCol as
 // its time column.
@@ -513,45 +370,4 @@ func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carrie
 			return relayed, carried, nil
 		}
 	}
-}
-
-// CoverageWarnings says, for cdc status, what keeps the outbox from being
-// relayed whole: the publication not publishing it now, a stretch the
-// stream may not have carried that is not relayed yet (or a change of
-// what publishes it since a relay last looked), other tables in the
-// publication. None for a table-less outbox.
-func CoverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) ([]string, error) {
-	if cfg.Postgres.TableLess() {
-		return nil, nil
-	}
-	t := TargetOf(cfg)
-	cur, err := readCoverage(ctx, conn, t)
-	if err != nil {
-		return nil, err
-	}
-	var w []string
-	if !cur.covered {
-		w = append(w, fmt.Sprintf("the outbox is not published: %s; rows written now are not in the replication stream (a running relay relays them from the table once it is published again)", cur.why))
-	}
-	cov, err := store.LoadCoverage(ctx, conn, store.TablesOf(cfg))
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case cov == nil:
-	case cov.Open():
-		to := "now"
-		if !cov.GapTo.IsZero() {
-			to = cov.GapTo.UTC().Format(time.RFC3339)
-		}
-		w = append(w, fmt.Sprintf("rows committed from %s to %s may not be in the replication stream and are not relayed yet: cdc run relays them from the table (if it is stopped at an error, follow its advice: cdc resync)",
-			cov.GapFrom.UTC().Format(time.RFC3339), to))
-	case cur.covered && cov.Seen != cur.seen:
-		w = append(w, fmt.Sprintf("what publishes the outbox changed since a relay last looked (%s): rows committed since %s may not be in the replication stream; cdc run relays them from the table",
-			cov.VerifiedAt.UTC().Format(time.RFC3339), cov.VerifiedAt.UTC().Format(time.RFC3339)))
-	}
-	if len(cur.others) > 0 {
-		w = append(w, fmt.Sprintf("publication %q also publishes %s: those rows are in the replication stream and skipped; remove them from the publication", t.Publication, strings.Join(cur.others, ", ")))
-	}
-	return w, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/file"
 	"github.com/walpost/walpost/internal/relaytest"
 )
 
@@ -34,7 +35,7 @@ func setGate(path string, open bool) {
 
 type gateSink struct {
 	path string
-	file *publish.FileSink
+	file *file.Sink
 }
 
 func init() {
@@ -46,7 +47,7 @@ func init() {
 			return nil, err
 		}
 		return func(context.Context) (publish.Sink, error) {
-			f, err := publish.OpenFileSink(cfg.Name, c.Path, false)
+			f, err := file.Open(cfg.Name, c.Path, false)
 			if err != nil {
 				return nil, err
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -39,7 +40,7 @@ func BenchmarkCatchUp(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer r.Close()
-			if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
+			if err := admin.Setup(context.Background(), cfg, func(string) {}); err != nil {
 				b.Fatal(err)
 			}
 			pad := "0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdef"

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -39,7 +40,7 @@ func startRelay(t *testing.T, cfgPath string) *started {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
+	if err := admin.Setup(context.Background(), cfg, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 	logs := &relaytest.Buffer{}
@@ -80,7 +81,7 @@ func prepare(t *testing.T, cfgPath string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Setup(context.Background(), cfg, func(string) {}); err != nil {
+	if err := admin.Setup(context.Background(), cfg, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 }

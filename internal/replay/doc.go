@@ -1,7 +1,15 @@
 // Package replay publishes outbox messages again, outside the replication
-// stream: `cdc replay` re-publishes rows still in the outbox table, and
-// `cdc dead-letter resend` publishes parked messages again (README.md,
-// "Replay and parked messages"; docs/design.md, "Command line").
+// stream, and is the home of two commands' logic (README.md, "Replay and
+// parked messages"; docs/design.md, "Command line"):
+//
+//	cdc replay        replay.go, bounds.go, publish.go (Replay): rows still
+//	                  in the outbox table, published again
+//	cdc dead-letter   deadletter.go (DeadLetters: list, show, drop),
+//	                  resend.go (Resend: parked messages published again)
+//
+// cmd/cdc parses their flags and prints their results. cdc resync
+// (internal/admin) publishes through Replay; the relay's gap fills and
+// cdc init --adopt read rows as Rows says.
 //
 // Neither touches the slot, the progress table or the outbox: the relay
 // keeps running meanwhile, and receivers drop the copies by message id

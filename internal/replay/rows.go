@@ -18,7 +18,7 @@ type Querier interface {
 
 // Rows says how to read the outbox table's rows as the decoder reads an
 // adopt message (decoder.Adopted): `cdc init --adopt` emits them so
-// (internal/relay/adopt.go), `cdc replay` and `cdc dead-letter resend`
+// (internal/admin/adopt.go), `cdc replay` and `cdc dead-letter resend`
 // decode them with decoder.TableRow. sent_at is never carried (the
 // decoder takes it as NULL).
 type Rows struct {

@@ -249,6 +249,16 @@ func (s SlotInfo) InvalidReason() string {
 	return s.Invalidation
 }
 
+// ReasonNote is ", invalidation_reason R" when the server gives the
+// reason R the slot was invalidated, "" otherwise: for messages that name
+// the slot's wal_status.
+func (s SlotInfo) ReasonNote() string {
+	if s.Invalidation == "" {
+		return ""
+	}
+	return ", invalidation_reason " + s.Invalidation
+}
+
 // CheckSlot checks that the slot exists, uses pgoutput and belongs to this
 // database, and returns its state. It creates nothing (`cdc run`).
 func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
@@ -262,7 +272,7 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, erro
 	if info.Invalid() {
 		return info, fmt.Errorf("%w: slot %q (wal_status %s%s): %s, so what was committed after its confirmed position %s cannot be streamed from it; "+
 			"the rows are still in the outbox table: stop every relay on the slot and run 'cdc recover' (a new slot, and every row not proven delivered relayed again)",
-			ErrSlotInvalidated, slot, info.WALStatus, reasonField(info), info.InvalidReason(), info.ConfirmedFlush)
+			ErrSlotInvalidated, slot, info.WALStatus, info.ReasonNote(), info.InvalidReason(), info.ConfirmedFlush)
 	}
 	if info.Plugin != "pgoutput" {
 		return info, fmt.Errorf("%w: slot %q exists with plugin %q; walpost needs pgoutput: drop it (SELECT pg_drop_replication_slot('%s')) if nothing else uses it, or set postgres.slot to another name",
@@ -277,13 +287,6 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, erro
 			ErrSlotDatabase, slot, info.Database, db)
 	}
 	return info, nil
-}
-
-func reasonField(info SlotInfo) string {
-	if info.Invalidation == "" {
-		return ""
-	}
-	return ", invalidation_reason " + info.Invalidation
 }
 
 // EnsureSlot creates the pgoutput slot when missing and checks an existing

@@ -1,9 +1,8 @@
-package publish
+package file
 
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,22 +19,26 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
 func init() {
-	Register("file", openFile)
-	Register("stdout", openStdout)
-	Register("discard", openDiscard)
+	publish.Register("file", openFile)
+	publish.Register("stdout", openStdout)
+	publish.Register("discard", openDiscard)
 }
 
-// ErrForeignFile is returned (wrapped) when the file at a file sink's path
+// ErrForeign is returned (wrapped) when the file at a file sink's path
 // holds something other than the sink's JSON lines. The sink neither
 // appends to such a file nor cuts it.
-var ErrForeignFile = errors.New("publish: not a JSON-lines file of the file sink")
+//
+// Its text keeps the "publish:" of the package the sink lived in, as
+// users have seen it.
+var ErrForeign = errors.New("publish: not a JSON-lines file of the file sink")
 
-// FileConfig is the file sink's settings.
-type FileConfig struct {
+// Config is the file sink's settings.
+type Config struct {
 	// Settings are format (raw, the default, or cloudevents) and source
 	// (docs/design.md, "Formats"); one file holds one format.
 	envelope.Settings `yaml:",inline"`
@@ -55,24 +58,24 @@ type FileConfig struct {
 	Mode string `yaml:"mode"`
 }
 
-// FileOptions are OpenFileSinkContext's settings.
-type FileOptions struct {
+// Options are OpenContext's settings.
+type Options struct {
 	// Fsync: acknowledge a batch only once fdatasync returned (see
-	// FileConfig.Fsync).
+	// Config.Fsync).
 	Fsync bool
 	// Mode of the file if the sink creates it; 0 means 0600. Directories
-	// it creates get dirMode(Mode). See FileConfig.Mode.
+	// it creates get dirMode(Mode). See Config.Mode.
 	Mode os.FileMode
 	// Log receives the warnings of opening (waiting for the lock, a torn
 	// line cut); the zero Logger logs nothing.
 	Log zerolog.Logger
-	// Envelope is the line format: raw (AppendJSONLine, also the zero
-	// value) or cloudevents (AppendCloudEventLine).
+	// Envelope is the line format: raw (publish.AppendJSONLine, also the
+	// zero value) or cloudevents (publish.AppendCloudEventLine).
 	Envelope envelope.Settings
 }
 
-// FileSink appends messages as JSON lines to a file (format: AppendJSONLine)
-// and fdatasyncs before it acknowledges them.
+// Sink appends messages as JSON lines to a file (format:
+// publish.AppendJSONLine) and fdatasyncs before it acknowledges them.
 //
 // The file is opened with O_APPEND, so every write lands at the end of the
 // file as it is at that moment, never at an offset remembered from earlier.
@@ -84,18 +87,18 @@ type FileOptions struct {
 //
 // On open, under the lock, the sink checks that the file is its own: empty,
 // or with a first and a last complete line in its format (AppendJSONLine's,
-// or AppendCloudEventLine's with format: cloudevents; a file of the other
-// format is refused too, so that one file holds one format). A torn last
-// line left by a crash (bytes after the last newline that begin
-// like a message line, or are all zero bytes) is cut off; any other file
-// is refused with ErrForeignFile and left untouched. Lines in the middle
-// are not read, so opening does not depend on the file's size. A failed
-// write is cut back the same way (only the bytes this sink appended) before
-// the batch is retried.
+// or AppendCloudEventLine's with format: cloudevents, both in publish; a
+// file of the other format is refused too, so that one file holds one
+// format). A torn last line left by a crash (bytes after the last newline
+// that begin like a message line, or are all zero bytes) is cut off; any
+// other file is refused with ErrForeign and left untouched. Lines in the
+// middle are not read, so opening does not depend on the file's size. A
+// failed write is cut back the same way (only the bytes this sink
+// appended) before the batch is retried.
 //
 // Publish and Close must not be called concurrently (the Runner never
 // does).
-type FileSink struct {
+type Sink struct {
 	name   string
 	path   string
 	f      *os.File
@@ -110,8 +113,8 @@ type FileSink struct {
 	testWrite func(b []byte) (int, error)
 }
 
-func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
-	var fc FileConfig
+func openFile(cfg *config.Sink, log zerolog.Logger) (publish.Opener, error) {
+	var fc Config
 	if err := cfg.Decode(&fc); err != nil {
 		return nil, err
 	}
@@ -131,8 +134,8 @@ func openFile(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 		mode = m
 	}
 	fsync := fc.Fsync == nil || *fc.Fsync
-	return func(ctx context.Context) (Sink, error) {
-		s, err := OpenFileSinkContext(ctx, cfg.Name, fc.Path, FileOptions{Fsync: fsync, Mode: mode, Log: log, Envelope: fc.Settings})
+	return func(ctx context.Context) (publish.Sink, error) {
+		s, err := OpenContext(ctx, cfg.Name, fc.Path, Options{Fsync: fsync, Mode: mode, Log: log, Envelope: fc.Settings})
 		if err != nil {
 			return nil, err
 		}
@@ -161,23 +164,23 @@ func parseFileMode(s string) (os.FileMode, error) {
 // x wherever r is set.
 func dirMode(m os.FileMode) os.FileMode { return m | (m&0o444)>>2 }
 
-// OpenFileSink opens the file at path as OpenFileSinkContext does, with
+// Open opens the file at path as OpenContext does, with
 // the default mode, no logs, and no end to the wait for the lock.
-func OpenFileSink(name, path string, fsync bool) (*FileSink, error) {
-	return OpenFileSinkContext(context.Background(), name, path, FileOptions{Fsync: fsync})
+func Open(name, path string, fsync bool) (*Sink, error) {
+	return OpenContext(context.Background(), name, path, Options{Fsync: fsync})
 }
 
 // lockPoll is how often opening retries the lock held by another process.
 const lockPoll = 100 * time.Millisecond
 
-// OpenFileSinkContext opens the file at path for appending, creating it
-// and its parent directories if needed (see FileOptions.Mode), takes its
+// OpenContext opens the file at path for appending, creating it
+// and its parent directories if needed (see Options.Mode), takes its
 // lock, waiting while another process holds it, checks that it is the
-// sink's JSON-lines file and cuts a torn last line (see FileSink). It
+// sink's JSON-lines file and cuts a torn last line (see Sink). It
 // returns an error wrapping ctx's when ctx ends first, wrapping
-// ErrForeignFile when the file is not the sink's; it never modifies a file
+// ErrForeign when the file is not the sink's; it never modifies a file
 // it refuses.
-func OpenFileSinkContext(ctx context.Context, name, path string, opts FileOptions) (*FileSink, error) {
+func OpenContext(ctx context.Context, name, path string, opts Options) (*Sink, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -205,7 +208,7 @@ func OpenFileSinkContext(ctx context.Context, name, path string, opts FileOption
 
 // lockAndCheck takes f's lock, checks that f is still the file at path
 // (retry when not) and repairs its tail.
-func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts FileOptions) (s *FileSink, retry bool, err error) {
+func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts Options) (s *Sink, retry bool, err error) {
 	fd := int(f.Fd())
 	if err := lockFile(ctx, fd, path, opts.Log); err != nil {
 		return nil, false, err
@@ -231,7 +234,7 @@ func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts FileO
 		return nil, false, fmt.Errorf("path: reading %s: %w", path, err)
 	}
 	if why != "" {
-		return nil, false, fmt.Errorf("path: %s: %w (%s); move it away or point path: elsewhere", path, ErrForeignFile, why)
+		return nil, false, fmt.Errorf("path: %s: %w (%s); move it away or point path: elsewhere", path, ErrForeign, why)
 	}
 	if keep < size {
 		if err := f.Truncate(keep); err != nil {
@@ -240,7 +243,7 @@ func lockAndCheck(ctx context.Context, f *os.File, name, path string, opts FileO
 		opts.Log.Warn().Str("path", path).Int64("bytes", size-keep).Int64("size", keep).
 			Msg("file sink: cut a torn last line (left by a crash in the middle of a write)")
 	}
-	return &FileSink{name: name, path: path, f: f, fd: fd, size: keep, cutTo: -1, fsync: opts.Fsync, env: opts.Envelope}, false, nil
+	return &Sink{name: name, path: path, f: f, fd: fd, size: keep, cutTo: -1, fsync: opts.Fsync, env: opts.Envelope}, false, nil
 }
 
 // openAppend opens path read-write in append mode without following a
@@ -366,7 +369,7 @@ func lockFile(ctx context.Context, fd int, path string, log zerolog.Logger) erro
 	}
 }
 
-// lineStart is how every line of AppendJSONLine's format begins.
+// lineStart is how every line of publish.AppendJSONLine's format begins.
 const lineStart = `{"id":"`
 
 // lineFormat is what the open-time check knows of a line format: how a
@@ -379,7 +382,7 @@ type lineFormat struct {
 
 var (
 	rawLines = lineFormat{envelope.Raw, lineStart, []string{"id", "lsn", "commit_lsn"}}
-	ceLines  = lineFormat{envelope.CloudEvents, ceLineStart, []string{"id", ExtLSN, ExtCommitLSN}}
+	ceLines  = lineFormat{envelope.CloudEvents, publish.CloudEventLineStart, []string{"id", publish.ExtLSN, publish.ExtCommitLSN}}
 )
 
 // lineFormatOf returns the line format of env, and other the other one.
@@ -443,7 +446,7 @@ func checkLine(r io.ReaderAt, off, n int64, lf, other lineFormat, what string) (
 	if lf.name == envelope.Raw {
 		return what + " is not a message line " + lineStart + `…","lsn":"…","commit_lsn":"…"}`, nil
 	}
-	return what + " is not a message line " + ceLineStart + `…","walpostlsn":"…","walpostcommitlsn":"…",…}`, nil
+	return what + " is not a message line " + publish.CloudEventLineStart + `…","walpostlsn":"…","walpostcommitlsn":"…",…}`, nil
 }
 
 // isMessageLine reports whether the n bytes at off are one JSON object of
@@ -543,13 +546,13 @@ func lastIndexByte(r io.ReaderAt, end int64, c byte) (int64, error) {
 	return -1, nil
 }
 
-// Name implements Sink.
-func (s *FileSink) Name() string { return s.name }
+// Name implements publish.Sink.
+func (s *Sink) Name() string { return s.name }
 
-// Publish implements Sink: it appends the batch and fdatasyncs (unless
-// Fsync is off). On error it cuts off what it appended, so that the retry
+// Publish implements publish.Sink: it appends the batch and fdatasyncs
+// (unless Fsync is off). On error it cuts off what it appended, so that the retry
 // appends after whole lines.
-func (s *FileSink) Publish(ctx context.Context, msgs []*message.Message) error {
+func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -585,7 +588,7 @@ func (s *FileSink) Publish(ctx context.Context, msgs []*message.Message) error {
 // end: O_APPEND, and the lock keeps other relays out), never cutting below
 // s.size, the end of the last successful write, unless the file shrank
 // under it. When the cut fails, the next Publish retries it before writing.
-func (s *FileSink) cutBack(n int64) {
+func (s *Sink) cutBack(n int64) {
 	s.cutTo = s.size
 	fi, err := s.f.Stat()
 	if err != nil {
@@ -602,7 +605,7 @@ func (s *FileSink) cutBack(n int64) {
 
 // cut truncates the file to size if it is longer, and clears the pending
 // cut.
-func (s *FileSink) cut(size int64) error {
+func (s *Sink) cut(size int64) error {
 	fi, err := s.f.Stat()
 	if err != nil {
 		return err
@@ -617,9 +620,9 @@ func (s *FileSink) cut(size int64) error {
 	return nil
 }
 
-// Close implements Sink: it releases the lock and closes the file. A
-// second call returns os.ErrClosed.
-func (s *FileSink) Close() error {
+// Close implements publish.Sink: it releases the lock and closes the file.
+// A second call returns os.ErrClosed.
+func (s *Sink) Close() error {
 	if s.closed {
 		return os.ErrClosed
 	}
@@ -629,180 +632,3 @@ func (s *FileSink) Close() error {
 	_ = unix.Flock(s.fd, unix.LOCK_UN)
 	return s.f.Close()
 }
-
-// lines are a batch's lines, in the format env says, ready to write: a
-// buffer of the lines, less the large payloads (raw format: see
-// appendJSONLineOut), which are written from the messages, so that a
-// large message is not copied into a line first.
-type lines struct {
-	buf  []byte
-	outs []outPayload
-}
-
-// outPayload is a payload left out of lines.buf: it goes at buf[at:].
-type outPayload struct {
-	at   int
-	p    []byte
-	form payloadForm
-}
-
-// build makes the lines of msgs, dropping the previous ones.
-func (l *lines) build(msgs []*message.Message, env *envelope.Settings) {
-	l.buf, l.outs = l.buf[:0], l.outs[:0]
-	if env.IsCloudEvents() {
-		for _, m := range msgs {
-			l.buf = AppendCloudEventLine(l.buf, m, env)
-		}
-		return
-	}
-	for _, m := range msgs {
-		var at int
-		var form payloadForm
-		var out bool
-		l.buf, at, form, out = appendJSONLineOut(l.buf, m)
-		if out {
-			l.outs = append(l.outs, outPayload{at: at, p: m.Payload, form: form})
-		}
-	}
-}
-
-// writeTo writes the lines with write, which writes all of b or fails
-// (as os.File.Write does), and returns the bytes written.
-func (l *lines) writeTo(write func(b []byte) (int, error)) (int, error) {
-	n, at := 0, 0
-	for _, o := range l.outs {
-		k, err := write(l.buf[at:o.at])
-		n += k
-		if err != nil {
-			return n, err
-		}
-		at = o.at
-		if o.form == payloadBase64 {
-			k, err = writeBase64(write, o.p)
-		} else {
-			k, err = write(o.p)
-		}
-		n += k
-		if err != nil {
-			return n, err
-		}
-	}
-	k, err := write(l.buf[at:])
-	return n + k, err
-}
-
-// writeBase64 writes p in standard base64, a piece at a time.
-func writeBase64(write func(b []byte) (int, error), p []byte) (int, error) {
-	const piece = 48 << 10 // a multiple of 3: no padding but at the end
-	buf := make([]byte, 0, base64.StdEncoding.EncodedLen(piece))
-	n := 0
-	for len(p) > 0 {
-		k := min(len(p), piece)
-		w, err := write(base64.StdEncoding.AppendEncode(buf[:0], p[:k]))
-		n += w
-		if err != nil {
-			return n, err
-		}
-		p = p[k:]
-	}
-	return n, nil
-}
-
-// release drops the written lines: the payloads they refer to, and a huge
-// batch's buffer.
-func (l *lines) release() {
-	clear(l.outs)
-	l.outs = l.outs[:0]
-	if cap(l.buf) > 4<<20 {
-		l.buf = nil
-	}
-}
-
-// WriterSink writes JSON lines to an io.Writer (stdout) and acknowledges
-// after the write returns. Publish must not be called concurrently.
-type WriterSink struct {
-	name  string
-	w     io.Writer
-	env   envelope.Settings
-	lines lines
-}
-
-// NewWriterSink returns a sink writing JSON lines to w (format: raw).
-func NewWriterSink(name string, w io.Writer) *WriterSink { return &WriterSink{name: name, w: w} }
-
-// NewWriterSinkFormat returns a sink writing lines of the format env says
-// to w (docs/design.md, "Formats").
-func NewWriterSinkFormat(name string, w io.Writer, env envelope.Settings) *WriterSink {
-	return &WriterSink{name: name, w: w, env: env}
-}
-
-// decodeEnvelope decodes a sink kind whose only settings are format and
-// source, fills in their defaults and validates them.
-func decodeEnvelope(cfg *config.Sink) (envelope.Settings, error) {
-	var c struct {
-		envelope.Settings `yaml:",inline"`
-	}
-	if err := cfg.Decode(&c); err != nil {
-		return c.Settings, err
-	}
-	c.Settings.SetDefaults()
-	return c.Settings, c.Settings.Validate()
-}
-
-func openStdout(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
-	env, err := decodeEnvelope(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return func(context.Context) (Sink, error) { return NewWriterSinkFormat(cfg.Name, os.Stdout, env), nil }, nil
-}
-
-// Name implements Sink.
-func (s *WriterSink) Name() string { return s.name }
-
-// Publish implements Sink.
-func (s *WriterSink) Publish(ctx context.Context, msgs []*message.Message) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.lines.build(msgs, &s.env)
-	_, err := s.lines.writeTo(s.w.Write)
-	s.lines.release()
-	if err != nil {
-		// A closed pipe will not reopen: retrying cannot help.
-		if errors.Is(err, unix.EPIPE) || errors.Is(err, os.ErrClosed) {
-			return Permanent(fmt.Errorf("stdout sink %s: %w", s.name, err))
-		}
-		return fmt.Errorf("stdout sink %s: %w", s.name, err)
-	}
-	return nil
-}
-
-// Close implements Sink.
-func (s *WriterSink) Close() error { return nil }
-
-// DiscardSink acknowledges every message at once and keeps nothing. It
-// exists to measure the relay without a destination (the benchmark's
-// walpost→discard row); it is never what a deployment wants. It accepts
-// format and source like every sink (checked, then unused), so that a
-// sink's kind can be switched to discard alone.
-type DiscardSink struct{ name string }
-
-func openDiscard(cfg *config.Sink, log zerolog.Logger) (Opener, error) {
-	if _, err := decodeEnvelope(cfg); err != nil {
-		return nil, err
-	}
-	return func(context.Context) (Sink, error) {
-		log.Warn().Msg("discard sink: messages are acknowledged and dropped (for benchmarks only)")
-		return DiscardSink{cfg.Name}, nil
-	}, nil
-}
-
-// Name implements Sink.
-func (s DiscardSink) Name() string { return s.name }
-
-// Publish implements Sink.
-func (s DiscardSink) Publish(ctx context.Context, msgs []*message.Message) error { return ctx.Err() }
-
-// Close implements Sink.
-func (s DiscardSink) Close() error { return nil }

@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"context"
@@ -12,62 +12,12 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/store"
 )
-
-// explainInvalidSlot turns the error a run stopped with into the
-// explanation of an invalidated slot when the server says the slot is
-// invalidated (wal_status lost, or an invalidation_reason): whatever the
-// error (the server's refusal to stream from it, with its DETAIL, or the
-// connection its checkpointer ended), the run cannot go on from this slot,
-// and what to do is cdc recover (docs/design.md, "A lost slot"). Any other
-// error is returned as it is.
-func (r *Relay) explainInvalidSlot(err error) error {
-	if err == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), missingSlotTimeout)
-	defer cancel()
-	conn, cerr := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
-	if cerr != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	info, rerr := replication.ReadSlot(ctx, conn, r.cfg.Postgres.Slot)
-	if rerr != nil || !info.Invalid() {
-		return err
-	}
-	r.metrics.slotRead(info)
-	server := err.Error()
-	if errors.Is(err, replication.ErrSlotInvalidated) {
-		server = "" // the check's own words, said below
-	}
-	slot, cfg := r.cfg.Postgres.Slot, r.ConfigPath
-	way := fmt.Sprintf("The outbox rows are still in the table: stop every relay on this slot and run cdc recover --config %s: it drops the invalidated slot, "+
-		"creates a new one and relays again every row not proven delivered (duplicates possible, inboxes drop them by id; nothing lost), "+
-		"then start cdc run --config %s again", cfg, cfg)
-	if r.cfg.Postgres.TableLess() {
-		way = fmt.Sprintf("A table-less outbox (postgres.source: messages) keeps no rows to relay again: what was committed after the confirmed position can only be emitted again by the application. "+
-			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and run cdc init --config %s", slot, cfg)
-	}
-	if server != "" {
-		server = " (the server said: " + server + ")"
-	}
-	msg := fmt.Sprintf("slot %q was invalidated by the server (wal_status %s%s): %s%s. It was confirmed up to %s; what was committed after that is no longer in the WAL it could stream. %s. "+
-		"To keep slots from being invalidated, raise max_slot_wal_keep_size (-1: no limit; and idle_replication_slot_timeout on PostgreSQL 18), and alert on walpost_slot_lost and cdc status",
-		slot, info.WALStatus, reasonOf(info), info.InvalidReason(), server, info.ConfirmedFlush, way)
-	return fmt.Errorf("%w: %s", replication.ErrSlotInvalidated, msg)
-}
-
-func reasonOf(info replication.SlotInfo) string {
-	if info.Invalidation == "" {
-		return ""
-	}
-	return ", invalidation_reason " + info.Invalidation
-}
 
 // Sentinel errors of Recover.
 var (
@@ -111,7 +61,7 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		return err
 	}
 	defer conn.Close(context.Background())
-	t := TargetOf(cfg)
+	t := outboxdb.Target(cfg)
 	if t.TableLess {
 		return fmt.Errorf("%w: postgres.source is messages: a table-less outbox keeps no rows to relay again; what was committed after the slot's confirmed position can only be emitted again by the application. "+
 			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and run cdc init", ErrRecoverTableLess, t.Slot)
@@ -150,7 +100,7 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", t.Slot); err != nil {
 			return fmt.Errorf("dropping the invalidated slot %q: %w (is a relay holding it? stop every relay on the slot first)", t.Slot, err)
 		}
-		report(fmt.Sprintf("slot %s: invalidated (wal_status %s%s, confirmed %s): dropped", t.Slot, old.WALStatus, reasonOf(old), old.ConfirmedFlush))
+		report(fmt.Sprintf("slot %s: invalidated (wal_status %s%s, confirmed %s): dropped", t.Slot, old.WALStatus, old.ReasonNote(), old.ConfirmedFlush))
 	} else {
 		report(fmt.Sprintf("slot %s: missing (dropped, or a failover to a server without it)", t.Slot))
 	}

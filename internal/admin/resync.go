@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"context"
@@ -8,50 +8,15 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
-
-// publicationGone reports the WAL sender's error for a publication that
-// did not exist at the WAL it decodes (SQLSTATE 42704 while streaming;
-// at START_REPLICATION it is the slot's, ErrSlotMissing).
-func publicationGone(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42704" && !errors.Is(err, replication.ErrSlotMissing)
-}
-
-// explainPublicationGone tells the operator why the stream stops at the
-// same place at every start, and the way out (docs/design.md, "The
-// publication or the table changing under the relay").
-func (r *Relay) explainPublicationGone(err error) error {
-	cfg := r.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	exists := true
-	slotAt := "its confirmed position"
-	if conn, cerr := pgconnect.Connect(ctx, cfg.Postgres.URL); cerr == nil {
-		if info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err == nil && info.Exists {
-			slotAt = info.ConfirmedFlush.String()
-		}
-		exists = !errors.Is(replication.CheckPublication(ctx, conn, r.target), replication.ErrPublicationMissing)
-		conn.Close(context.Background())
-	}
-	create := ""
-	if !exists {
-		create = fmt.Sprintf(", create the publication again (cdc init --config %s)", r.ConfigPath)
-	}
-	return fmt.Errorf("%w. Publication %q was dropped (and created again) after the slot's confirmed position %s: "+
-		"the WAL sender decodes the WAL written since with the catalog of its time, in which the publication did not exist, and fails there at every start (restarting and cdc init do not help). "+
-		"The rows committed since are in the outbox table. To go on without losing them, stop every relay on the slot%s and run: cdc resync --config %s "+
-		"(it relays the rows committed since the slot's confirmed position from the table, with their own ids, then moves the slot past the publication's re-creation); then start cdc run again",
-		err, cfg.Postgres.Publication, slotAt, create, r.ConfigPath)
-}
 
 // ResyncOptions says what Resync relays.
 type ResyncOptions struct {
@@ -109,11 +74,11 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 		return res, fmt.Errorf("%w: slot %q is held by a running relay (pid %d); stop every relay on the slot first", ErrResyncSlotActive, cfg.Postgres.Slot, info.ActivePID)
 	}
 	res.Slot = info.ConfirmedFlush
-	t := TargetOf(cfg)
+	t := outboxdb.Target(cfg)
 	if err := replication.CheckPublication(ctx, conn, t); err != nil {
 		return res, fmt.Errorf("%w (the rows written from now on must be in the stream before resync moves the slot)", err)
 	}
-	shape, err := lookupOutbox(ctx, conn, cfg)
+	shape, err := outboxdb.LookupOutbox(ctx, conn, cfg)
 	if err != nil {
 		return res, err
 	}
@@ -140,21 +105,21 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 		return res, fmt.Errorf("%w (the coverage table %s has none for slot %q): give --since D, a duration that reaches back before the commit of every transaction after the slot's confirmed position %s",
 			ErrResyncNoRecord, cfg.Postgres.CoverageTable, cfg.Postgres.Slot, info.ConfirmedFlush)
 	}
-	if shape.timeCol == "" {
+	if shape.TimeColumn == "" {
 		return res, fmt.Errorf("relay: table %s has no time column (columns.time, or created_at): resync cannot tell which rows were committed since the slot's confirmed position; use cdc replay --from-id, then move the slot by hand", t.Outbox)
 	}
-	current, err := readCoverage(ctx, conn, t) // its time before its WAL position
+	current, err := outboxdb.ReadCoverage(ctx, conn, t) // its time before its WAL position
 	if err != nil {
 		return res, err
 	}
-	res.Target = current.lsn
+	res.Target = current.LSN
 	rc := *cfg
-	rc.Columns.Time = shape.timeCol
+	rc.Columns.Time = shape.TimeColumn
 	// Replay's --since counts back from the server's clock when it reads
 	// its bounds: as far back as From, and a margin.
 	since := serverNow.Sub(res.From) + time.Since(readAt)
 	fmt.Fprintf(o.Progress, "resync: relaying the rows of %s whose %s is at or after %s, then moving slot %s from %s to %s\n",
-		t.Outbox, shape.timeCol, res.From.UTC().Format(time.RFC3339Nano), cfg.Postgres.Slot, res.Slot, res.Target)
+		t.Outbox, shape.TimeColumn, res.From.UTC().Format(time.RFC3339Nano), cfg.Postgres.Slot, res.Slot, res.Target)
 	res.Replay, err = replay.Replay(stop, ctx, &rc, replay.Options{Since: since + 2*time.Second, Progress: o.Progress, Log: o.Log})
 	if err != nil {
 		return res, err
@@ -164,7 +129,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 			return res, fmt.Errorf("moving slot %q to %s (the rows were relayed; running cdc resync again only sends them again): %w", cfg.Postgres.Slot, res.Target, err)
 		}
 	}
-	c := &store.Coverage{Seen: current.seen, VerifiedAt: current.at, SafeAt: current.at}
+	c := &store.Coverage{Seen: current.Seen, VerifiedAt: current.At, SafeAt: current.At}
 	if err := store.SaveCoverage(ctx, conn, tables, c); err != nil {
 		return res, err
 	}

@@ -1,4 +1,4 @@
-package publish_test
+package file_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/file"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
@@ -39,7 +40,7 @@ func readFile(t testing.TB, path string) []*message.Message {
 func TestFileSinkConformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{Features: jsonLineFeatures, Open: func(t *testing.T) *sinktest.Target {
 		path := filepath.Join(t.TempDir(), "out.jsonl")
-		s, err := publish.OpenFileSink("file", path, true)
+		s, err := file.Open("file", path, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestStdoutSinkConformance(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{Features: jsonLineFeatures, Open: func(t *testing.T) *sinktest.Target {
 		w := &downWriter{}
 		return &sinktest.Target{
-			Sink: publish.NewWriterSink("stdout", w),
+			Sink: file.NewWriterSink("stdout", w),
 			Read: func(t testing.TB) []*message.Message {
 				w.mu.Lock()
 				defer w.mu.Unlock()
@@ -143,7 +144,7 @@ var ceLineFeatures = func() sinktest.Features {
 func TestFileSinkConformanceCloudEvents(t *testing.T) {
 	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, Open: func(t *testing.T) *sinktest.Target {
 		path := filepath.Join(t.TempDir(), "out.jsonl")
-		s, err := publish.OpenFileSinkContext(context.Background(), "file", path, publish.FileOptions{Fsync: true, Envelope: ceSettings})
+		s, err := file.OpenContext(context.Background(), "file", path, file.Options{Fsync: true, Envelope: ceSettings})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestStdoutSinkConformanceCloudEvents(t *testing.T) {
 		var buf bytes.Buffer
 		w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
 		return &sinktest.Target{
-			Sink: publish.NewWriterSinkFormat("stdout", w, ceSettings),
+			Sink: file.NewWriterSinkFormat("stdout", w, ceSettings),
 			Read: func(t testing.TB) []*message.Message {
 				mu.Lock()
 				defer mu.Unlock()

@@ -1,4 +1,4 @@
-package publish
+package file
 
 import (
 	"bytes"
@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
 )
 
 // FuzzFileTailRepair opens a file sink on arbitrary existing content. The
-// open either refuses with ErrForeignFile, leaving the file byte for byte
+// open either refuses with ErrForeign, leaving the file byte for byte
 // as it was, or keeps the content up to and including its last newline
 // unchanged (it never cuts a complete line) and cuts only what follows;
 // the first and last kept lines are JSON objects (lines in the middle are
@@ -22,7 +23,7 @@ import (
 //
 // Seeds: testdata/fuzz/FuzzFileTailRepair.
 func FuzzFileTailRepair(f *testing.F) {
-	line := AppendJSONLine(nil, msg("a", `{"n":1}`))
+	line := publish.AppendJSONLine(nil, msg("a", `{"n":1}`))
 	f.Add([]byte{})
 	f.Add(line)
 	f.Add(append(bytes.Clone(line), line[:20]...))
@@ -36,14 +37,14 @@ func FuzzFileTailRepair(f *testing.F) {
 		if err := os.WriteFile(p, content, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s, err := OpenFileSink("f", p, false)
+		s, err := Open("f", p, false)
 		got, rerr := os.ReadFile(p)
 		if rerr != nil {
 			t.Fatal(rerr)
 		}
 		if err != nil {
-			if !errors.Is(err, ErrForeignFile) {
-				t.Fatalf("open failed with %v, want ErrForeignFile", err)
+			if !errors.Is(err, ErrForeign) {
+				t.Fatalf("open failed with %v, want ErrForeign", err)
 			}
 			if !bytes.Equal(got, content) {
 				t.Fatalf("refused (%v) but changed the file to %q", err, got)
@@ -83,7 +84,7 @@ func FuzzFileTailRepair(f *testing.F) {
 		}
 		s.Close()
 
-		again, err := OpenFileSink("f", p, false)
+		again, err := Open("f", p, false)
 		if err != nil {
 			t.Fatalf("reopening what the sink wrote: %v", err)
 		}

@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"context"
@@ -35,6 +35,10 @@ var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
 // ErrAdoptTableLess is returned by Setup with Adopt for a table-less
 // outbox (postgres.source: messages): it has no rows to adopt.
 var ErrAdoptTableLess = errors.New("relay: --adopt needs an outbox table")
+
+// ErrAdoptFailover: cdc init --adopt creates the slot on a replication
+// connection (CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT), without failover.
+var ErrAdoptFailover = errors.New("relay: cdc init --adopt does not create failover slots")
 
 // IsSetupConfigError reports whether err, returned by Setup, is a
 // configuration error that Setup found before it did anything (`cdc init`

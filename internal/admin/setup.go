@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/retention"
@@ -47,7 +48,7 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		return err
 	}
 	defer conn.Close(context.Background())
-	t := TargetOf(cfg)
+	t := outboxdb.Target(cfg)
 	slotOpts, err := failoverSlotOptions(ctx, conn, cfg, opts)
 	if err != nil {
 		return err // before anything is created
@@ -110,22 +111,39 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	return err
 }
 
+// failoverSlotOptions returns how cdc init creates the slot, refusing
+// postgres.failover_slot on a server without failover slots (before
+// anything is created).
+func failoverSlotOptions(ctx context.Context, conn *pgx.Conn, cfg *config.Config, opts SetupOptions) (replication.SlotOptions, error) {
+	if !cfg.Postgres.FailoverSlot {
+		return replication.SlotOptions{}, nil
+	}
+	if err := replication.CheckFailoverSupported(ctx, conn); err != nil {
+		return replication.SlotOptions{}, err
+	}
+	if opts.Adopt {
+		return replication.SlotOptions{}, fmt.Errorf("%w: run cdc init --adopt with postgres.failover_slot: false, then, with no relay running, "+
+			"ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection, and set postgres.failover_slot: true again", ErrAdoptFailover, cfg.Postgres.Slot)
+	}
+	return replication.SlotOptions{Failover: true}, nil
+}
+
 // slotBirth reads, before the slot is created, what publishes the outbox
 // and the server's time: every transaction the new slot streams commits
 // after it.
-func slotBirth(ctx context.Context, conn *pgx.Conn, t replication.Target) (coverage, error) {
+func slotBirth(ctx context.Context, conn *pgx.Conn, t replication.Target) (outboxdb.Coverage, error) {
 	if t.TableLess {
-		return coverage{}, nil
+		return outboxdb.Coverage{}, nil
 	}
-	return readCoverage(ctx, conn, t)
+	return outboxdb.ReadCoverage(ctx, conn, t)
 }
 
 // recordSlotBirth starts the coverage table's row of a slot created now:
 // what publishes the outbox, verified and safe (docs/design.md, "The
 // publication or the table changing under the relay") at the time read
 // before the slot existed.
-func recordSlotBirth(ctx context.Context, conn *pgx.Conn, cfg *config.Config, c coverage) error {
-	return store.SaveCoverage(ctx, conn, store.TablesOf(cfg), &store.Coverage{Seen: c.seen, VerifiedAt: c.at, SafeAt: c.at})
+func recordSlotBirth(ctx context.Context, conn *pgx.Conn, cfg *config.Config, c outboxdb.Coverage) error {
+	return store.SaveCoverage(ctx, conn, store.TablesOf(cfg), &store.Coverage{Seen: c.Seen, VerifiedAt: c.At, SafeAt: c.At})
 }
 
 // setupRetention creates relay.retention's marks table and, when the slot

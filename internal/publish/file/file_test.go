@@ -1,4 +1,4 @@
-package publish
+package file
 
 import (
 	"bytes"
@@ -19,34 +19,16 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
 )
 
 func msg(id string, payload string) *message.Message {
 	return &message.Message{ID: id, Type: "t", Payload: []byte(payload), PayloadJSON: true, LSN: 0x16B3748, CommitLSN: 0x16B37A0}
 }
 
-func TestJSONLineFormat(t *testing.T) {
-	m := &message.Message{ID: "0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a31", Type: "order.created", Key: "k\"1", HasKey: true,
-		Payload: []byte("{\"a\":\n 1}"), PayloadJSON: true, Headers: map[string]string{"z": "1", "a": "line\nbreak"},
-		LSN: 0x16B3748, CommitLSN: 0x16B37A0}
-	got := string(AppendJSONLine(nil, m))
-	want := `{"id":"0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a31","type":"order.created","key":"k\"1","payload":{"a":1},"headers":{"a":"line\nbreak","z":"1"},"lsn":"0/16B3748","commit_lsn":"0/16B37A0"}` + "\n"
-	if got != want {
-		t.Fatalf("got  %s\nwant %s", got, want)
-	}
-	m = &message.Message{ID: "x", Type: "t", Payload: []byte{0, 0xff}, LSN: 1, CommitLSN: 2}
-	var v map[string]any
-	if err := json.Unmarshal(AppendJSONLine(nil, m), &v); err != nil {
-		t.Fatal(err)
-	}
-	if v["key"] != nil || v["payload"] != "AP8=" || v["payload_encoding"] != "base64" {
-		t.Fatalf("got %v", v)
-	}
-}
-
 func TestFileSinkCutsATornLastLineOnOpen(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "sub", "out.jsonl")
-	s, err := OpenFileSink("f", p, true)
+	s, err := Open("f", p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +39,7 @@ func TestFileSinkCutsATornLastLineOnOpen(t *testing.T) {
 	s.Close()
 	// A crash in the middle of a write leaves half a line.
 	appendBehind(t, p, []byte(`{"id":"c","type":"t","pay`))
-	s, err = OpenFileSink("f", p, true)
+	s, err = Open("f", p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +66,7 @@ func TestFileSinkCutsATornLastLineOnOpen(t *testing.T) {
 func TestFileSinkWithoutNewlineAtAllIsEmptied(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
 	os.WriteFile(p, []byte(`{"id":"torn`), 0o644)
-	s, err := OpenFileSink("f", p, false)
+	s, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +111,7 @@ func fileIDs(t testing.TB, path string) string {
 	return strings.Join(ids, ",")
 }
 
-func filePublish(t testing.TB, s *FileSink, ids ...string) {
+func filePublish(t testing.TB, s *Sink, ids ...string) {
 	t.Helper()
 	var msgs []*message.Message
 	for _, id := range ids {
@@ -182,7 +164,7 @@ func fileSinkConfig(t testing.TB, doc string) *config.Sink {
 
 func TestFileSinkSecondOpenWaitsForTheLockThenAppendsAfterEverythingTheFirstWrote(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	first, err := OpenFileSink("f", p, false)
+	first, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,12 +172,12 @@ func TestFileSinkSecondOpenWaitsForTheLockThenAppendsAfterEverythingTheFirstWrot
 
 	var logs fileLogBuffer
 	type result struct {
-		s   *FileSink
+		s   *Sink
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := OpenFileSinkContext(context.Background(), "f", p, FileOptions{Log: zerolog.New(&logs)})
+		s, err := OpenContext(context.Background(), "f", p, Options{Log: zerolog.New(&logs)})
 		done <- result{s, err}
 	}()
 	if !fileWaitFor(10*time.Second, func() bool { return strings.Contains(logs.String(), "locked by another process") }) {
@@ -228,7 +210,7 @@ func TestFileSinkSecondOpenWaitsForTheLockThenAppendsAfterEverythingTheFirstWrot
 
 func TestFileSinkOpenGivesUpWhenCtxEndsWhileAnotherHoldsTheLock(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	first, err := OpenFileSink("f", p, false)
+	first, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +221,7 @@ func TestFileSinkOpenGivesUpWhenCtxEndsWhileAnotherHoldsTheLock(t *testing.T) {
 	before, _ := os.ReadFile(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
-	_, err = OpenFileSinkContext(ctx, "f", p, FileOptions{})
+	_, err = OpenContext(ctx, "f", p, Options{})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), p) {
 		t.Fatalf("err = %v, want the deadline, naming the path", err)
 	}
@@ -250,7 +232,7 @@ func TestFileSinkOpenGivesUpWhenCtxEndsWhileAnotherHoldsTheLock(t *testing.T) {
 
 func TestFileSinkAppendsAtTheEndOfTheFileAsItIsAtEachWrite(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	s, err := OpenFileSink("f", p, false)
+	s, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +240,7 @@ func TestFileSinkAppendsAtTheEndOfTheFileAsItIsAtEachWrite(t *testing.T) {
 	filePublish(t, s, "a")
 	// Lines that reach the file behind the sink's back (an older walpost
 	// without the lock) are not overwritten.
-	appendBehind(t, p, AppendJSONLine(nil, msg("x", `1`)))
+	appendBehind(t, p, publish.AppendJSONLine(nil, msg("x", `1`)))
 	filePublish(t, s, "b")
 	if got := fileIDs(t, p); got != "a,x,b" {
 		t.Fatalf("file holds %s, want a,x,b", got)
@@ -267,9 +249,9 @@ func TestFileSinkAppendsAtTheEndOfTheFileAsItIsAtEachWrite(t *testing.T) {
 
 func TestFileSinkCutsAZeroFilledTail(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	content := append(AppendJSONLine(nil, msg("a", `1`)), make([]byte, 4096)...)
+	content := append(publish.AppendJSONLine(nil, msg("a", `1`)), make([]byte, 4096)...)
 	os.WriteFile(p, content, 0o600)
-	s, err := OpenFileSink("f", p, false)
+	s, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,9 +264,9 @@ func TestFileSinkCutsAZeroFilledTail(t *testing.T) {
 
 func TestFileSinkReportsHowManyBytesItCut(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	os.WriteFile(p, append(AppendJSONLine(nil, msg("a", `1`)), `{"id":"b"`...), 0o600)
+	os.WriteFile(p, append(publish.AppendJSONLine(nil, msg("a", `1`)), `{"id":"b"`...), 0o600)
 	var logs fileLogBuffer
-	s, err := OpenFileSinkContext(context.Background(), "f", p, FileOptions{Log: zerolog.New(&logs)})
+	s, err := OpenContext(context.Background(), "f", p, Options{Log: zerolog.New(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +277,7 @@ func TestFileSinkReportsHowManyBytesItCut(t *testing.T) {
 }
 
 func TestFileSinkRefusesAForeignFileAndLeavesItUnchanged(t *testing.T) {
-	line := string(AppendJSONLine(nil, msg("a", `{"n":1}`)))
+	line := string(publish.AppendJSONLine(nil, msg("a", `{"n":1}`)))
 	cases := map[string]string{
 		"csv":                     "id,type,payload\n1,t,x\n",
 		"csv without newline":     "id,type,payload",
@@ -315,12 +297,12 @@ func TestFileSinkRefusesAForeignFileAndLeavesItUnchanged(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "out.jsonl")
 			os.WriteFile(p, []byte(content), 0o644)
-			s, err := OpenFileSink("f", p, false)
+			s, err := Open("f", p, false)
 			if err == nil {
 				s.Close()
 				t.Fatal("opened a foreign file")
 			}
-			if !errors.Is(err, ErrForeignFile) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "move it away or point path: elsewhere") {
+			if !errors.Is(err, ErrForeign) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "move it away or point path: elsewhere") {
 				t.Fatalf("err = %v", err)
 			}
 			if b, _ := os.ReadFile(p); string(b) != content {
@@ -338,7 +320,7 @@ func TestFileSinkOpensAFileWrittenByAnOlderWalpost(t *testing.T) {
 `
 	p := filepath.Join(t.TempDir(), "out.jsonl")
 	os.WriteFile(p, []byte(old), 0o644)
-	s, err := OpenFileSink("f", p, true)
+	s, err := Open("f", p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,14 +341,14 @@ func TestFileSinkOpensAFileWrittenByAnOlderWalpost(t *testing.T) {
 func TestFileSinkRefusesASymlink(t *testing.T) {
 	dir := t.TempDir()
 	real := filepath.Join(dir, "real.jsonl")
-	os.WriteFile(real, AppendJSONLine(nil, msg("a", `1`)), 0o600)
+	os.WriteFile(real, publish.AppendJSONLine(nil, msg("a", `1`)), 0o600)
 	for name, target := range map[string]string{"to a file": real, "dangling": filepath.Join(dir, "nowhere.jsonl")} {
 		t.Run(name, func(t *testing.T) {
 			link := filepath.Join(t.TempDir(), "out.jsonl")
 			if err := os.Symlink(target, link); err != nil {
 				t.Fatal(err)
 			}
-			s, err := OpenFileSink("f", link, false)
+			s, err := Open("f", link, false)
 			if err == nil {
 				s.Close()
 				t.Fatal("opened a symlink")
@@ -384,7 +366,7 @@ func TestFileSinkRefusesASymlink(t *testing.T) {
 func TestFileSinkCreatesFile0600AndDirectories0700ByDefault(t *testing.T) {
 	base := t.TempDir()
 	p := filepath.Join(base, "a", "b", "out.jsonl")
-	s, err := OpenFileSink("f", p, true)
+	s, err := Open("f", p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +381,7 @@ func TestFileSinkCreatesFile0600AndDirectories0700ByDefault(t *testing.T) {
 func TestFileSinkModeSettingSetsTheModeOfWhatItCreates(t *testing.T) {
 	base := t.TempDir()
 	p := filepath.Join(base, "d", "out.jsonl")
-	open, err := Prepare(0, fileSinkConfig(t, "name: out\nkind: file\npath: "+p+"\nmode: \"0660\"\nfsync: false\n"), zerolog.Nop())
+	open, err := publish.Prepare(0, fileSinkConfig(t, "name: out\nkind: file\npath: "+p+"\nmode: \"0660\"\nfsync: false\n"), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +400,7 @@ func TestFileSinkModeSettingSetsTheModeOfWhatItCreates(t *testing.T) {
 	}
 	// An unquoted YAML octal number works too.
 	cfg := fileSinkConfig(t, "name: out\nkind: file\npath: "+filepath.Join(base, "e", "out.jsonl")+"\nmode: 0640\n")
-	if s, err = Open(context.Background(), 0, cfg, zerolog.Nop()); err != nil {
+	if s, err = publish.Open(context.Background(), 0, cfg, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -437,7 +419,7 @@ func TestFileSinkModeSettingIsValidated(t *testing.T) {
 		`"04755"`: `mode: "04755" is out of range 0..0777`,
 		`"0400"`:  `mode: "0400" does not let the relay read and write the file`,
 	} {
-		_, err := Prepare(2, fileSinkConfig(t, "name: out\nkind: file\npath: /nonexistent/out.jsonl\nmode: "+mode+"\n"), zerolog.Nop())
+		_, err := publish.Prepare(2, fileSinkConfig(t, "name: out\nkind: file\npath: /nonexistent/out.jsonl\nmode: "+mode+"\n"), zerolog.Nop())
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "sinks[2] (out): mode: ") {
 			t.Errorf("mode %s: err = %v, want %q", mode, err, want)
 		}
@@ -451,7 +433,7 @@ func TestFileSinkModeSettingIsValidated(t *testing.T) {
 
 func TestFileSinkFailedWriteIsCutBackToWholeLines(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	s, err := OpenFileSink("f", p, false)
+	s, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +470,7 @@ func TestFileSinkFailedWriteIsCutBackToWholeLines(t *testing.T) {
 
 func TestFileSinkFailedWriteNeverCutsWhatWasThereBefore(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	s, err := OpenFileSink("f", p, false)
+	s, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +478,7 @@ func TestFileSinkFailedWriteNeverCutsWhatWasThereBefore(t *testing.T) {
 	filePublish(t, s, "a")
 	// A line another writer appended since (not a walpost: it would wait
 	// for the lock) stays: only the failed write's own bytes are cut.
-	appendBehind(t, p, AppendJSONLine(nil, msg("x", `1`)))
+	appendBehind(t, p, publish.AppendJSONLine(nil, msg("x", `1`)))
 	s.testWrite = func(b []byte) (int, error) {
 		n, _ := s.f.Write(b[:len(b)-3])
 		return n, unix.EIO
@@ -513,7 +495,7 @@ func TestFileSinkCloseReleasesTheLockForTheNextOpenInTheSameProcess(t *testing.T
 	p := filepath.Join(t.TempDir(), "out.jsonl")
 	for _, id := range []string{"a", "b", "c"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s, err := OpenFileSinkContext(ctx, "f", p, FileOptions{})
+		s, err := OpenContext(ctx, "f", p, Options{})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -533,14 +515,14 @@ func TestFileSinkCloseReleasesTheLockForTheNextOpenInTheSameProcess(t *testing.T
 
 func TestFileSinkRefusesADirectoryOrFIFO(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := OpenFileSink("f", dir, false); err == nil {
+	if _, err := Open("f", dir, false); err == nil {
 		t.Fatal("opened a directory")
 	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
 		t.Skip(err)
 	}
-	if _, err := OpenFileSink("f", fifo, false); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+	if _, err := Open("f", fifo, false); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -548,17 +530,17 @@ func TestFileSinkRefusesADirectoryOrFIFO(t *testing.T) {
 func TestFileSinkWaitingOpenTakesTheFileNowAtThePathWhenTheOldOneWasMovedAway(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "out.jsonl")
-	first, err := OpenFileSink("f", p, false)
+	first, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	filePublish(t, first, "a")
 	var logs fileLogBuffer
 	done := make(chan error, 1)
-	var second *FileSink
+	var second *Sink
 	go func() {
 		var err error
-		second, err = OpenFileSinkContext(context.Background(), "f", p, FileOptions{Log: zerolog.New(&logs)})
+		second, err = OpenContext(context.Background(), "f", p, Options{Log: zerolog.New(&logs)})
 		done <- err
 	}()
 	if !fileWaitFor(10*time.Second, func() bool { return strings.Contains(logs.String(), "locked by another process") }) {

@@ -1,4 +1,4 @@
-package relay
+package admin
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -99,12 +100,12 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 	} else if ok {
 		messages = ", 'messages', 'true'"
 	}
-	adopted, err := adoptedXids(ctx, conn, cfg, zerolog.Nop())
+	adopted, err := outboxdb.AdoptedXids(ctx, conn, cfg, zerolog.Nop())
 	if err != nil {
 		return nil, err
 	}
 	for _, limit := range skipPeeks {
-		dec := newDecoder(cfg)
+		dec := outboxdb.NewDecoder(cfg)
 		if adopted != nil {
 			dec.AdoptFrom(adopted)
 		}

@@ -1,4 +1,4 @@
-package publish_test
+package file_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/file"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
@@ -15,7 +15,7 @@ import (
 func BenchmarkFilePublish(b *testing.B) {
 	for _, batch := range []int{1, 1000} {
 		b.Run(fmt.Sprintf("file/batch=%d", batch), func(b *testing.B) {
-			s, err := publish.OpenFileSink("f", filepath.Join(b.TempDir(), "out.jsonl"), true)
+			s, err := file.Open("f", filepath.Join(b.TempDir(), "out.jsonl"), true)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -23,7 +23,7 @@ func BenchmarkFilePublish(b *testing.B) {
 			sinktest.BenchPublish(b, s, batch)
 		})
 		b.Run(fmt.Sprintf("lines/batch=%d", batch), func(b *testing.B) {
-			sinktest.BenchPublish(b, publish.NewWriterSink("w", io.Discard), batch)
+			sinktest.BenchPublish(b, file.NewWriterSink("w", io.Discard), batch)
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package publish
+package file
 
 import (
 	"bytes"
@@ -11,15 +11,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
 )
 
 // largeMessages are messages whose payloads the file sink writes from the
 // message rather than from a line it built (verbatim and base64), one it
 // compacts into the line, and small ones between them.
 func largeMessages() []*message.Message {
-	big := `{"pad":"` + strings.Repeat("é", outOfLineMin) + `"}`
-	binary := bytes.Repeat([]byte{0xab, 0, 0xff}, outOfLineMin/2+1) // not UTF-8: base64
-	multiline := "{\n  \"pad\": \"" + strings.Repeat("x", outOfLineMin) + "\"\n}"
+	big := `{"pad":"` + strings.Repeat("é", publish.OutOfLineMin) + `"}`
+	binary := bytes.Repeat([]byte{0xab, 0, 0xff}, publish.OutOfLineMin/2+1) // not UTF-8: base64
+	multiline := "{\n  \"pad\": \"" + strings.Repeat("x", publish.OutOfLineMin) + "\"\n}"
 	ms := []*message.Message{msg("a", `{"n":1}`), msg("big", big), msg("b", `2`),
 		{ID: "bin", Type: "t", Payload: binary, HasKey: true, Key: "k"}, msg("lines", multiline), msg("big2", big)}
 	ms[len(ms)-1].Headers = map[string]string{"h": "v"}
@@ -33,10 +34,10 @@ func TestFileSinkWritesLargePayloadsFromTheMessageAsTheLineFormatSays(t *testing
 	msgs := largeMessages()
 	var want []byte
 	for _, m := range msgs {
-		want = AppendJSONLine(want, m)
+		want = publish.AppendJSONLine(want, m)
 	}
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	s, err := OpenFileSink("f", p, true)
+	s, err := Open("f", p, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestFileSinkWritesLargePayloadsFromTheMessageAsTheLineFormatSays(t *testing
 // appends the whole batch.
 func TestFileSinkFailedWriteOfALargePayloadIsCutBack(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "out.jsonl")
-	s, err := OpenFileSink("f", p, false)
+	s, err := Open("f", p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
