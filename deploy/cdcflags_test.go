@@ -89,6 +89,7 @@ func TestCdcFlagsErrorRefusesWhatCdcRefuses(t *testing.T) {
 		{"run", "--config", "/etc/walpost/cdc.yaml", "--nope"},
 		{"init", "--configg", "/etc/walpost/cdc.yaml"},
 		{"status", "--lsn", "0/1"},
+		{"init", "--config", "/etc/walpost/cdc.yaml", "--wait", "soon"},
 	} {
 		if cdcFlagsError(t, args) == "" {
 			t.Errorf("cdc accepts %q, want it refused", args)
@@ -97,6 +98,7 @@ func TestCdcFlagsErrorRefusesWhatCdcRefuses(t *testing.T) {
 	for _, args := range [][]string{
 		{"run", "--config", "/etc/walpost/cdc.yaml"},
 		{"init", "/etc/walpost/cdc.yaml"},
+		{"init", "--config", "/etc/walpost/cdc.yaml", "--wait", "90s"},
 		{"status", "--json", "/etc/walpost/cdc.yaml"},
 	} {
 		if e := cdcFlagsError(t, args); e != "" {
