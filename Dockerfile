@@ -10,8 +10,9 @@
 # and /readyz (streaming; 503 on a hot standby) on http.listen.
 #
 # Never built here (no container engine on the project's machines);
-# deploy/deploy_test.go checks this file's runtime stage and builds the
-# binary with this file's `go build` line. See docs/deploy.md.
+# deploy/dockerfile_test.go (cd deploy && go test ./...) checks this
+# file's runtime stage and builds the binary with this file's `go build`
+# line. See docs/deploy.md.
 
 # Any Go >= 1.21 can fetch the toolchain go.mod names; GOTOOLCHAIN below
 # makes it do so (from the module proxy) whatever the base image's Go is.

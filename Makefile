@@ -33,6 +33,7 @@ vet:
 
 test: vet
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/internal/(relay|replication|checkpoint|publish)(/|$$)')
+	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) race fuzz bench-test
 
 race:

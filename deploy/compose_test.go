@@ -1,8 +1,8 @@
 package deploy
 
 import (
+	"context"
 	"encoding/base64"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,116 +11,134 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// composeVarRE matches compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR-default}.
-var composeVarRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}`)
-
-// interpolate resolves compose's ${VAR} references as `docker compose up`
-// does on a machine with none of them set and no .env file: a reference
-// without a default is an error, so that the file works as checked out.
-func interpolate(s string) (string, error) {
-	var missing []string
-	out := composeVarRE.ReplaceAllStringFunc(s, func(ref string) string {
-		m := composeVarRE.FindStringSubmatch(ref)
-		if m[2] == "" {
-			missing = append(missing, m[1])
-			return ""
-		}
-		return m[3]
-	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("${%s} has no default", strings.Join(missing, "}, ${"))
-	}
-	return strings.ReplaceAll(out, "$$", "$"), nil
-}
-
-type composeFile struct {
-	services map[string]map[string]any
-}
-
-func loadCompose(t *testing.T) composeFile {
+// loadCompose loads docker-compose.yml with compose-go, the loader of
+// `docker compose` itself: the compose specification's schema (an
+// unknown key or a value of the wrong type fails), interpolation,
+// normalisation (relative paths resolved, depends_on and ports in their
+// long forms) and its consistency checks (depends_on naming a service
+// that does not exist fails). The environment is empty and no .env file
+// is read, as on a machine with nothing set: ${VAR:-default} takes its
+// default.
+func loadCompose(t *testing.T) *types.Project {
 	t.Helper()
-	doc := yamlDoc(t, filepath.Join(root, "docker-compose.yml"))
-	c := composeFile{services: map[string]map[string]any{}}
-	for name, s := range obj(doc["services"]) {
-		c.services[name] = obj(s)
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(c.services) == 0 {
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  abs,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(abs, "docker-compose.yml")}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) { o.SetProjectName("walpost", true) })
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load as docker compose loads it: %v", err)
+	}
+	if len(p.Services) == 0 {
 		t.Fatal("docker-compose.yml: no services")
 	}
-	return c
+	return p
 }
 
-// env returns a service's environment, interpolated.
-func (c composeFile) env(t *testing.T, name string) map[string]string {
+// service returns the service called name.
+func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
 	t.Helper()
+	s, ok := p.Services[name]
+	if !ok {
+		t.Fatalf("docker-compose.yml: no service %s", name)
+	}
+	return s
+}
+
+// envOf returns a service's environment, interpolated.
+func envOf(s types.ServiceConfig) map[string]string {
 	out := map[string]string{}
-	add := func(k, v string) {
-		iv, err := interpolate(v)
-		if err != nil {
-			t.Errorf("docker-compose.yml: services.%s.environment.%s: %v", name, k, err)
-		}
-		out[k] = iv
-	}
-	switch e := c.services[name]["environment"].(type) {
-	case map[string]any:
-		for k, v := range e {
-			add(k, str(v))
-		}
-	case []any:
-		for _, kv := range e {
-			k, v, _ := strings.Cut(str(kv), "=")
-			add(k, v)
+	for k, v := range s.Environment {
+		if v != nil {
+			out[k] = *v
 		}
 	}
 	return out
 }
 
-func (c composeFile) strings(name, key string) []string {
-	var out []string
-	for _, v := range list(c.services[name][key]) {
-		s, _ := interpolate(str(v))
-		out = append(out, s)
+// composeVarRE matches compose's interpolation: ${VAR}, ${VAR:-default},
+// ${VAR-default}, ${VAR:?err}.
+var composeVarRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}`)
+
+// TestComposeFileWorksWithNothingSet: every ${VAR} of docker-compose.yml
+// has a default, so that `docker compose up` works as checked out (compose
+// would replace an unset one by "" with only a warning).
+func TestComposeFileWorksWithNothingSet(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	for _, m := range composeVarRE.FindAllStringSubmatch(string(b), -1) {
+		if m[2] != "-" && m[2] != ":-" {
+			t.Errorf("docker-compose.yml: %s has no default", m[0])
+		}
+	}
+	loadCompose(t)
 }
 
-// cdcServices returns the services that run the walpost image with a
-// config mounted, and for each the host file mounted at the config path
-// and the arguments it runs (its command, else the Dockerfile's CMD).
-func (c composeFile) cdcServices(t *testing.T, df dockerfile) map[string]struct {
-	config string
-	args   []string
-} {
+// cdcService is a compose service that runs the walpost image.
+type cdcService struct {
+	name   string
+	args   []string // the arguments after the entrypoint: a cdc command line
+	config string   // the host file mounted at configPath
+}
+
+// cdcServices returns the services that run the walpost image (built from
+// the Dockerfile, or its image walpost/cdc), with the cdc command line
+// each runs: its command, else the Dockerfile's CMD, after an entrypoint
+// that must be the Dockerfile's (cdc).
+func cdcServices(t *testing.T, p *types.Project) []cdcService {
 	t.Helper()
-	out := map[string]struct {
-		config string
-		args   []string
-	}{}
-	for name, s := range c.services {
-		if s["build"] == nil {
-			continue // not built from the Dockerfile
-		}
-		var host string
-		for _, v := range c.strings(name, "volumes") {
-			parts := strings.Split(v, ":")
-			if len(parts) >= 2 && parts[1] == configPath {
-				host = parts[0]
+	df := parseDockerfile(t)
+	var out []cdcService
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range p.Services {
+			if !yield(n) {
+				return
 			}
 		}
-		if host == "" {
-			t.Errorf("docker-compose.yml: service %s builds the Dockerfile but mounts no config at %s", name, configPath)
+	}) {
+		s := p.Services[name]
+		image, _, _ := strings.Cut(s.Image, ":")
+		if s.Build == nil && image != "walpost/cdc" {
 			continue
 		}
-		args := c.strings(name, "command")
+		if s.Build != nil && (s.Build.Dockerfile != "" && s.Build.Dockerfile != "Dockerfile" || filepath.Clean(s.Build.Context) != filepath.Clean(p.WorkingDir)) {
+			t.Errorf("service %s builds %s/%s, not the repository's Dockerfile", name, s.Build.Context, s.Build.Dockerfile)
+		}
+		if s.Entrypoint != nil && !slices.Equal(s.Entrypoint, df.runtime().entrypoint) {
+			t.Errorf("service %s: entrypoint %q, want the image's %q (cdc)", name, s.Entrypoint, df.runtime().entrypoint)
+		}
+		args := []string(s.Command)
 		if args == nil {
 			args = df.runtime().cmd
 		}
-		out[name] = struct {
-			config string
-			args   []string
-		}{filepath.Join(root, host), args}
+		var host string
+		for _, v := range s.Volumes {
+			if v.Target == configPath {
+				host = v.Source
+				if !filepath.IsAbs(host) {
+					host = filepath.Join(p.WorkingDir, host)
+				}
+				if !v.ReadOnly {
+					t.Errorf("service %s: the config at %s is mounted writable", name, configPath)
+				}
+			}
+		}
+		if host == "" {
+			t.Errorf("service %s runs the walpost image but mounts no config at %s", name, configPath)
+			continue
+		}
+		out = append(out, cdcService{name: name, args: args, config: host})
 	}
 	return out
 }
@@ -138,14 +156,45 @@ func configFlag(args []string) string {
 	return ""
 }
 
-func TestComposeSampleConfigLoadsInEveryServiceThatRunsCdc(t *testing.T) {
-	c := loadCompose(t)
-	df := parseDockerfile(t)
-	role := relayRole(t)
-	services := c.cdcServices(t, df)
+// flagValue returns the value of --name in args, and whether it is there.
+func flagValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		if a == "--"+name && i+1 < len(args) {
+			return args[i+1], true
+		}
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// TestComposeCdcCommandsAreOnesCdcAccepts: each service that runs the
+// walpost image runs a command line the real cdc binary parses (the
+// command exists, every flag is defined and its value valid), so that a
+// renamed or mistyped flag fails here and not at `docker compose up`.
+func TestComposeCdcCommandsAreOnesCdcAccepts(t *testing.T) {
+	p := loadCompose(t)
+	services := cdcServices(t, p)
 	var commands []string
-	for name, svc := range services {
-		commands = append(commands, svc.args[0])
+	for _, s := range services {
+		commands = append(commands, s.args[0])
+		if e := cdcFlagsError(t, s.args); e != "" {
+			t.Errorf("docker-compose.yml: service %s runs cdc %q, which cdc refuses: %s", s.name, s.args, e)
+		}
+	}
+	slices.Sort(commands)
+	if !slices.Equal(commands, []string{"init", "run"}) {
+		t.Errorf("docker-compose.yml: services running the walpost image run %v, want one init and one run", commands)
+	}
+}
+
+func TestComposeSampleConfigLoadsInEveryServiceThatRunsCdc(t *testing.T) {
+	p := loadCompose(t)
+	role := relayRole(t)
+	for _, svc := range cdcServices(t, p) {
+		name := svc.name
+		s := p.Services[name]
 		if got := configFlag(svc.args); got != configPath {
 			t.Errorf("docker-compose.yml: service %s runs %v: --config %q, want the mounted %s", name, svc.args, got, configPath)
 		}
@@ -153,33 +202,34 @@ func TestComposeSampleConfigLoadsInEveryServiceThatRunsCdc(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env := c.env(t, name)
+		env := envOf(s)
 		cfg := loadConfig(t, "docker-compose.yml service "+name+" ("+svc.config+")", b, env)
 
 		// Postgres is the compose service the URL names, with logical WAL.
 		host := urlHost(t, cfg.Postgres.URL)
-		if c.services[host] == nil {
+		if pg, ok := p.Services[host]; !ok {
 			t.Errorf("service %s: postgres.url host %q is not a compose service", name, host)
-		} else if !slices.Contains(c.strings(host, "command"), "wal_level=logical") {
+		} else if !slices.Contains(pg.Command, "wal_level=logical") {
 			t.Errorf("service %s: postgres.url names service %s, which does not run with wal_level=logical", name, host)
 		}
 
 		// Every Kafka sink reaches the compose broker on its advertised
 		// listener and may create topics, as the broker allows.
-		for _, s := range rawSinks(t, b) {
-			if s["kind"] != "kafka" {
+		for _, sink := range rawSinks(t, b) {
+			if sink["kind"] != "kafka" {
 				continue
 			}
-			if s["auto_create_topics"] != true {
-				t.Errorf("%s: sink %v: auto_create_topics is not true (the compose broker starts with no topics)", svc.config, s["name"])
+			if sink["auto_create_topics"] != true {
+				t.Errorf("%s: sink %v: auto_create_topics is not true (the compose broker starts with no topics)", svc.config, sink["name"])
 			}
-			for _, br := range list(s["brokers"]) {
+			for _, br := range list(sink["brokers"]) {
 				bhost, _, err := net.SplitHostPort(str(br))
-				if err != nil || c.services[bhost] == nil {
+				broker, ok := p.Services[bhost]
+				if err != nil || !ok {
 					t.Errorf("%s: broker %v is not a compose service's host:port", svc.config, br)
 					continue
 				}
-				kenv := c.env(t, bhost)
+				kenv := envOf(broker)
 				if !strings.Contains(","+kenv["KAFKA_ADVERTISED_LISTENERS"]+",", "://"+str(br)+",") {
 					t.Errorf("%s: broker %v is not among service %s's KAFKA_ADVERTISED_LISTENERS %q", svc.config, br, bhost, kenv["KAFKA_ADVERTISED_LISTENERS"])
 				}
@@ -201,26 +251,19 @@ func TestComposeSampleConfigLoadsInEveryServiceThatRunsCdc(t *testing.T) {
 		if lhost != "0.0.0.0" && lhost != "" {
 			t.Errorf("service %s: http.listen %q is not reachable through a published port; listen on 0.0.0.0", name, cfg.HTTP.Listen)
 		}
-		port := fmt.Sprint(listenPort(t, cfg))
+		port := listenPort(t, cfg)
 		published := false
-		for _, p := range c.strings(name, "ports") {
-			if strings.HasSuffix(p, ":"+port) {
-				published = true
-			}
+		for _, pp := range s.Ports {
+			published = published || int(pp.Target) == port && pp.Published != ""
 		}
 		if !published {
-			t.Errorf("service %s: http.listen port %s is not published (ports %v)", name, port, c.strings(name, "ports"))
+			t.Errorf("service %s: http.listen port %d is not published (ports %v)", name, port, s.Ports)
 		}
-		grace, err := time.ParseDuration(str(c.services[name]["stop_grace_period"]))
-		if err != nil {
-			t.Errorf("service %s: stop_grace_period: %v (compose's default 10s is below relay.shutdown_timeout)", name, err)
-		} else if grace <= cfg.Relay.ShutdownTimeout.D() {
+		if s.StopGracePeriod == nil {
+			t.Errorf("service %s: no stop_grace_period (compose's default 10s is below relay.shutdown_timeout)", name)
+		} else if grace := time.Duration(*s.StopGracePeriod); grace <= cfg.Relay.ShutdownTimeout.D() {
 			t.Errorf("service %s: stop_grace_period %s is not above relay.shutdown_timeout %s", name, grace, cfg.Relay.ShutdownTimeout.D())
 		}
-	}
-	slices.Sort(commands)
-	if !slices.Equal(commands, []string{"init", "run"}) {
-		t.Errorf("docker-compose.yml: services built from the Dockerfile run %v, want one init and one run", commands)
 	}
 }
 
@@ -233,54 +276,103 @@ func urlHost(t *testing.T, url string) string {
 	return m[1]
 }
 
-func TestComposeServicesStartInOrder(t *testing.T) {
-	c := loadCompose(t)
-	for name := range c.services {
-		for dep, cond := range obj(c.services[name]["depends_on"]) {
-			target := c.services[dep]
-			if target == nil {
+// TestComposeStartOrderDoesNotMatter: the services wait for what they
+// need (depends_on conditions that can be met, in the order init → role
+// → run), and do not depend on that order alone: Postgres' health check
+// asks over TCP, and cdc init retries a server that is not listening yet.
+//
+// The official postgres image runs a temporary server during its first
+// start (initdb scripts) that listens on the Unix socket only; pg_isready
+// without -h asks that socket and passes early, and a cdc init started
+// then finds nothing on TCP. Asked over TCP, the check passes only once
+// the real server listens; and cdc init waits (--wait) for it anyway.
+func TestComposeStartOrderDoesNotMatter(t *testing.T) {
+	p := loadCompose(t)
+	for name, s := range p.Services {
+		for dep, d := range s.DependsOn {
+			target, ok := p.Services[dep]
+			if !ok {
 				t.Errorf("service %s depends on %s, which does not exist", name, dep)
 				continue
 			}
-			switch cnd := str(dig(cond, "condition")); cnd {
-			case "service_healthy":
-				if target["healthcheck"] == nil {
+			switch d.Condition {
+			case types.ServiceConditionHealthy:
+				if target.HealthCheck == nil || target.HealthCheck.Disable || len(target.HealthCheck.Test) == 0 {
 					t.Errorf("service %s waits for %s to be healthy, which has no healthcheck", name, dep)
 				}
-			case "service_completed_successfully":
-				if r := str(target["restart"]); r != "no" {
-					t.Errorf("service %s waits for %s to complete, whose restart is %q (want \"no\")", name, dep, r)
+			case types.ServiceConditionCompletedSuccessfully:
+				if target.Restart != "no" && target.Restart != "" {
+					t.Errorf("service %s waits for %s to complete, whose restart is %q (want \"no\")", name, dep, target.Restart)
 				}
 			default:
-				t.Errorf("service %s depends on %s with condition %q: want service_healthy or service_completed_successfully", name, dep, cnd)
+				t.Errorf("service %s depends on %s with condition %q: want service_healthy or service_completed_successfully", name, dep, d.Condition)
 			}
 		}
 	}
 	// The order the relay needs: Postgres up, cdc init, the relay role
 	// (on the tables init made), then cdc run with Kafka healthy.
 	want := map[string]map[string]string{
-		"cdc-init":   {"postgres": "service_healthy"},
-		"relay-role": {"cdc-init": "service_completed_successfully"},
-		"cdc":        {"relay-role": "service_completed_successfully", "kafka": "service_healthy"},
+		"cdc-init":   {"postgres": types.ServiceConditionHealthy},
+		"relay-role": {"cdc-init": types.ServiceConditionCompletedSuccessfully},
+		"cdc":        {"relay-role": types.ServiceConditionCompletedSuccessfully, "kafka": types.ServiceConditionHealthy},
 	}
 	for name, deps := range want {
 		for dep, cnd := range deps {
-			if got := str(dig(c.services[name], "depends_on", dep, "condition")); got != cnd {
+			if got := service(t, p, name).DependsOn[dep].Condition; got != cnd {
 				t.Errorf("service %s: depends_on %s: condition %q, want %q", name, dep, got, cnd)
 			}
 		}
 	}
+
+	// Postgres' health check: pg_isready over TCP to the port the server
+	// listens on in the container.
+	pg := service(t, p, "postgres")
+	hc := pg.HealthCheck
+	if hc == nil || len(hc.Test) < 2 || hc.Test[0] != "CMD" || hc.Test[1] != "pg_isready" {
+		t.Fatalf("service postgres: healthcheck %v, want [CMD pg_isready -h 127.0.0.1 ...]", hc)
+	}
+	h, _ := flagValue(hc.Test, "host")
+	if v, ok := shortFlag(hc.Test, "-h"); ok {
+		h = v
+	}
+	if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+		t.Errorf("service postgres: healthcheck %q does not ask over TCP (-h 127.0.0.1): without -h pg_isready asks the Unix socket, which the image's temporary initdb server answers before the real one listens on TCP", hc.Test)
+	}
+	if v, ok := shortFlag(hc.Test, "-p"); ok && v != "5432" {
+		t.Errorf("service postgres: healthcheck asks port %s; the server listens on 5432 in the container", v)
+	}
+
+	// cdc init waits for the server itself too.
+	for _, s := range cdcServices(t, p) {
+		if s.args[0] != "init" {
+			continue
+		}
+		w, ok := flagValue(s.args, "wait")
+		d, err := time.ParseDuration(w)
+		if !ok || err != nil || d < 30*time.Second {
+			t.Errorf("service %s: cdc init --wait %q: want an explicit wait of 30s or more for Postgres to listen", s.name, w)
+		}
+	}
+
 	// A system cluster usually has 5432.
-	for _, p := range c.strings("postgres", "ports") {
-		if parts := strings.Split(p, ":"); len(parts) >= 2 && parts[len(parts)-2] == "5432" {
-			t.Errorf("service postgres publishes host port 5432 (%q), which a system cluster may hold", p)
+	for _, pp := range pg.Ports {
+		if pp.Published == "5432" {
+			t.Errorf("service postgres publishes host port 5432, which a system cluster may hold")
 		}
 	}
 	// KRaft formats its storage with CLUSTER_ID: a base64url 16-byte id.
-	id := c.env(t, "kafka")["CLUSTER_ID"]
+	id := envOf(service(t, p, "kafka"))["CLUSTER_ID"]
 	if b, err := base64.RawURLEncoding.Strict().DecodeString(id); err != nil || len(b) != 16 {
 		t.Errorf("service kafka: CLUSTER_ID %q is not the base64url of 16 bytes (%v)", id, err)
 	}
+}
+
+// shortFlag returns the word after flag in args.
+func shortFlag(args []string, flag string) (string, bool) {
+	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
+		return args[i+1], true
+	}
+	return "", false
 }
 
 func TestComposeRelayRoleGrantsWhatRolesSQLGrants(t *testing.T) {
@@ -306,23 +398,29 @@ func TestComposeRelayRoleGrantsWhatRolesSQLGrants(t *testing.T) {
 	if role := relayRole(t); !strings.Contains(string(b), "CREATE ROLE "+role+" WITH LOGIN REPLICATION") {
 		t.Errorf("deploy/compose/relay-role.sql does not create %s WITH LOGIN REPLICATION", role)
 	}
-	c := loadCompose(t)
-	mounted := false
-	for _, v := range c.strings("relay-role", "volumes") {
-		mounted = mounted || strings.HasPrefix(v, "./deploy/compose/relay-role.sql:")
+	p := loadCompose(t)
+	rr := service(t, p, "relay-role")
+	sqlFile, _ := filepath.Abs("compose/relay-role.sql")
+	var mountedAt string
+	for _, v := range rr.Volumes {
+		if v.Source == sqlFile {
+			mountedAt = v.Target
+		}
+	}
+	if f, _ := shortFlag(rr.Command, "-f"); mountedAt == "" || f != mountedAt {
+		t.Errorf("service relay-role does not run deploy/compose/relay-role.sql (volumes %v, command %q)", rr.Volumes, rr.Command)
 	}
 	// The password the role gets is the one cdc run logs in with.
 	var pw string
-	for _, a := range c.strings("relay-role", "command") {
+	for _, a := range rr.Command {
 		if v, ok := strings.CutPrefix(a, "relay_password="); ok {
 			pw = v
 		}
 	}
-	if got := c.env(t, "cdc")["PGPASSWORD"]; pw == "" || got != pw {
+	if got := envOf(service(t, p, "cdc"))["PGPASSWORD"]; pw == "" || got != pw {
 		t.Errorf("service relay-role sets the password %q, service cdc logs in with %q", pw, got)
 	}
-	if !mounted || !slices.Contains(c.strings("relay-role", "command"), "-f") {
-		t.Errorf("service relay-role does not run deploy/compose/relay-role.sql (volumes %v, command %v)",
-			c.strings("relay-role", "volumes"), c.strings("relay-role", "command"))
+	if envOf(rr)["PGHOST"] == "" || p.Services[envOf(rr)["PGHOST"]].Name == "" {
+		t.Errorf("service relay-role: PGHOST %q is not a compose service", envOf(rr)["PGHOST"])
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,11 +24,12 @@ import (
 // options are one command line's flags and arguments. Each command binds
 // the flags it takes to these fields (command.flags).
 type options struct {
-	config string   // --config, or the one argument; "" until resolved
-	lsn    string   // skip: --lsn
-	json   bool     // status: --json
-	adopt  bool     // init: --adopt
-	args   []string // the arguments that are not flags
+	config string        // --config, or the one argument; "" until resolved
+	lsn    string        // skip: --lsn
+	json   bool          // status: --json
+	adopt  bool          // init: --adopt
+	wait   time.Duration // init: --wait (initwait.go)
+	args   []string      // the arguments that are not flags
 
 	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
 	skipSeq int64         // --lsn's :seq; -1 for none
@@ -95,6 +97,7 @@ func commands() []*command {
 			about: initAbout, exits: initExits, withConfig: true, run: initCmd,
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.BoolVar(&o.adopt, "adopt", false, "when creating the slot, relay once the rows whose columns.sent_at is NULL (left unsent by the dispatcher walpost replaces); needs columns.sent_at and a new slot")
+				fs.DurationVar(&o.wait, "wait", defaultInitWait, "retry a server that cannot be reached (not listening yet, starting up) for up to this `duration` (default "+defaultInitWait.String()+"), as cdc run does; 0: try once. A refused password, role or database fails at once")
 			}},
 		{name: "status", summary: "show the slot: confirmed LSN, lag, active or not, per-sink progress, parked messages",
 			about: statusAbout, exits: statusExits, withConfig: true, run: statusCmd,
@@ -229,7 +232,9 @@ func checkSkip(o *options) error {
 }
 
 func initCmd(e *cmdEnv) error {
-	err := admin.SetupWith(e.ctx, e.cfg, admin.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	err := retryUnreachable(e.ctx, e.cfg, e.opts.wait, e.log, func(ctx context.Context) error {
+		return admin.SetupWith(ctx, e.cfg, admin.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+	})
 	if admin.IsSetupConfigError(err) {
 		return &exitCode{err, usageExitCode} // nothing was done
 	}

@@ -53,7 +53,8 @@ func readyz(addr string) int {
 }
 
 // TestIntegrationServerThatNeverAnswersTimesOut: a server that accepts TCP
-// but never answers makes `cdc init` give up after connect_timeout with an
+// but never answers makes `cdc init --wait 0` (one attempt; see
+// initwait_integration_test.go for the wait) give up after connect_timeout with an
 // error naming host, port, database and user (never the password), and
 // `cdc run` log where it connects, retry, and stay not ready.
 func TestIntegrationServerThatNeverAnswersTimesOut(t *testing.T) {
@@ -68,7 +69,7 @@ func TestIntegrationServerThatNeverAnswersTimesOut(t *testing.T) {
 	cfg := write("init.yaml", "postgres://walpost:"+secret+"@"+addr+"/app?sslmode=disable&connect_timeout=1", "")
 	var out bytes.Buffer
 	start := time.Now()
-	code := run([]string{"init", "--config", cfg}, &out, &out)
+	code := run([]string{"init", "--config", cfg, "--wait", "0"}, &out, &out)
 	if code != 1 || time.Since(start) > 10*time.Second {
 		t.Fatalf("cdc init: exit %d after %v: %s", code, time.Since(start), out.String())
 	}

@@ -171,7 +171,7 @@ func TestStatusErrorsArePlainText(t *testing.T) {
 	}
 	cfg := t.TempDir() + "/cdc.yaml"
 	writeFile(t, cfg, fmt.Sprintf("postgres: {url: 'postgres://u@127.0.0.1:%d/app?sslmode=disable&connect_timeout=2'}\nsinks: [{name: out, kind: discard}]\nlog: {format: json}\n", port))
-	for _, args := range [][]string{{"status", cfg}, {"status", "--json", cfg}, {"init", cfg}, {"skip", cfg, "--lsn", "0/1"}} {
+	for _, args := range [][]string{{"status", cfg}, {"status", "--json", cfg}, {"init", "--wait", "0", cfg}, {"skip", cfg, "--lsn", "0/1"}} {
 		code, stdout, stderr := cdc(t, nil, args...)
 		if code != 1 || stdout != "" {
 			t.Errorf("cdc %s: exit %d, stdout %q", strings.Join(args, " "), code, stdout)
