@@ -12,7 +12,7 @@ import (
 
 // A Writer with DeleteAfterInsert keeps the outbox table empty: the row is
 // inserted and deleted in the caller's transaction, and the relay streams
-// the insert from the WAL. Nothing is left to replay (README, "Keeping the
+// the insert from the WAL. Nothing is left to replay (docs/configuration.md, "Keeping the
 // outbox small").
 func ExampleWriter_deleteAfterInsert() {
 	ctx := context.Background()

@@ -93,7 +93,7 @@ type Writer struct {
 	// DeleteAfterInsert deletes the row again, in the same transaction,
 	// right after inserting it: the WAL keeps the insert, which the relay
 	// streams, and the table stays empty with no cleanup job, but nothing
-	// can be replayed from it (see delete.go and the README, "Keeping the
+	// can be replayed from it (see delete.go and docs/configuration.md, "Keeping the
 	// outbox small").
 	DeleteAfterInsert bool
 }

@@ -25,7 +25,7 @@ GRANT SELECT ON public.outbox TO walpost_relay;
 -- the relay fills in once every sink acknowledged a row), e.g.:
 --   GRANT UPDATE ("ProcessedOnUtc") ON public."OutboxMessages" TO walpost_relay;
 
--- Only with relay.retention (the relay deletes delivered rows: README,
+-- Only with relay.retention (the relay deletes delivered rows: docs/configuration.md,
 -- "Keeping the outbox small"): DELETE on the outbox, and its marks table
 -- (created by `cdc init`, relay.retention.marks_table):
 --   GRANT DELETE ON public.outbox TO walpost_relay;

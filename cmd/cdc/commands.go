@@ -102,7 +102,7 @@ func commands() []*command {
 		{name: "status", summary: "show the slot: confirmed LSN, lag, active or not, per-sink progress, parked messages",
 			about: statusAbout, exits: statusExits, withConfig: true, run: statusCmd,
 			flags: func(fs *flag.FlagSet, o *options) {
-				fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text (its fields: README.md, \"Use it\")")
+				fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text (its fields: docs/operations.md, \"cdc status\")")
 			}},
 		{name: "skip", summary: "--lsn X: park the one bad row a relay with on_invalid: stop stops at, so that the next run goes past it",
 			about: skipAbout, exits: skipExits, withConfig: true, run: skipCmd, required: []string{"lsn"}, check: checkSkip,

@@ -33,7 +33,7 @@
 //	init, status, skip, recover, resync internal/admin
 //	replay, dead-letter                 internal/replay
 //
-// README.md ("Use it") documents the commands for users.
+// docs/operations.md ("Commands") documents the commands for users.
 package main
 
 import (

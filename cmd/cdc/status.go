@@ -107,7 +107,7 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }
 
-// statusJSON is cdc status --json; README.md ("Use it") documents each
+// statusJSON is cdc status --json; docs/operations.md ("cdc status") documents each
 // field. Fields about the slot are null when it is missing.
 type statusJSON struct {
 	Slot          string          `json:"slot"`

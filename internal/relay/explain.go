@@ -78,7 +78,7 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 		"walpost never creates a slot by itself: a new slot starts at this server's current WAL position, so messages committed after the old slot's "+
 		"last confirmed position (or not yet synchronized to this server) would not be relayed by it. To go on: stop every relay on this slot; "+
 		"run cdc init --config %s (the new slot streams only what is committed from then on); %s. "+
-		"To keep the slot through failovers on PostgreSQL 17+, set postgres.failover_slot: true and synchronize it to the standbys (README, \"Failover\")",
+		"To keep the slot through failovers on PostgreSQL 17+, set postgres.failover_slot: true and synchronize it to the standbys (docs/operations.md, \"Failover\")",
 		slot, server, strings.Join(evidence, "; "), cfg, resend)
 	if timelineOnly {
 		msg += fmt.Sprintf(". If no relay ever streamed from slot %q on this database, just run cdc init --config %s", slot, cfg)

@@ -1,5 +1,5 @@
 // Package replay publishes outbox messages again, outside the replication
-// stream, and is the home of two commands' logic (README.md, "Replay and
+// stream, and is the home of two commands' logic (docs/operations.md, "Replay and
 // parked messages"; docs/design.md, "Command line"):
 //
 //	cdc replay        replay.go, bounds.go, publish.go (Replay): rows still

@@ -71,7 +71,7 @@ func CheckFailoverSupported(ctx context.Context, conn *pgx.Conn) error {
 	}
 	if v < failoverVersion {
 		return fmt.Errorf("%w: postgres.failover_slot is true but this server is PostgreSQL %d.%d; upgrade to PostgreSQL 17+ or set postgres.failover_slot: false "+
-			"(the slot then exists on the primary only: after a failover, walpost stops and cdc init must create a new slot, see README \"Failover\")",
+			"(the slot then exists on the primary only: after a failover, walpost stops and cdc init must create a new slot, see docs/operations.md, \"Failover\")",
 			ErrFailoverUnsupported, v/10000, v%10000)
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 
 // Parked is one row of the dead-letter table: a row that could not be
 // mapped (Sink "", parked for every sink) or a message Sink refused.
-// `cdc dead-letter` lists, shows, resends and drops them (README.md,
+// `cdc dead-letter` lists, shows, resends and drops them (docs/operations.md,
 // "Replay and parked messages").
 type Parked struct {
 	// ID is the message id; "" when the row's id could not be read.

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Upgrading state tables made by an older walpost (README, "Upgrading").
+// Upgrading state tables made by an older walpost (docs/operations.md, "Upgrading").
 //
 // The progress table gained seq and commit_time, the dead-letter table
 // resent_at and seq, and the dead-letter key became (slot, lsn, seq,
