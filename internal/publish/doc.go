@@ -13,8 +13,6 @@
 //     order, retrying what a failed call did not make durable with
 //     exponential backoff and jitter (so a retry never reorders messages
 //     of one key), and acknowledges the durable prefix to the relay.
-//   - Window bounds the deliveries and bytes in flight; it is the relay's
-//     back-pressure and its memory bound.
 //   - AppendJSONLine is the file and stdout sinks' line format.
 //
 // Every sink runs the conformance suite in publish/sinktest.
