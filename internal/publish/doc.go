@@ -14,8 +14,6 @@
 //     order, retrying what a failed call did not make durable with
 //     exponential backoff and jitter (so a retry never reorders messages
 //     of one key), and acknowledges the durable prefix to the relay.
-//   - Window bounds the deliveries and bytes in flight; it is the relay's
-//     back-pressure and its memory bound.
 //   - AppendJSONLine is the file and stdout sinks' line format, also the
 //     webhook sink's objects and the dead-letter table's row_data;
 //     AppendCloudEventLine is their line of format: cloudevents.

@@ -8,14 +8,18 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/backoff"
+	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/message"
 )
 
-// Delivery is one message on its way to one sink. Tag is the caller's
-// bookkeeping (the relay's checkpoint entry) handed back on ack.
+// Delivery is one message on its way to one sink. Txn is the checkpoint
+// entry of the message's transaction, in which the delivery is
+// acknowledged once the sink made it durable (pipeline.Settler); the
+// runner hands it back on ack untouched. It may be nil where nothing is
+// tracked (cdc replay, tests).
 type Delivery struct {
 	Msg *message.Message
-	Tag any
+	Txn *checkpoint.Txn
 }
 
 // RunnerOptions tunes a Runner.

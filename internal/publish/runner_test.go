@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,16 @@ import (
 
 	"github.com/walpost/walpost/internal/message"
 )
+
+// num is the number a test delivery's message id holds (the deliveries
+// are numbered in channel order).
+func num(d Delivery) int {
+	n, err := strconv.Atoi(d.Msg.ID)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
 
 // flaky fails every other Publish call before anything is delivered.
 type flaky struct {
@@ -45,7 +56,7 @@ func TestRunnerRetriesWholeBatchesInOrderAndAcksOnce(t *testing.T) {
 	for i := 0; i < 50; i += 5 {
 		var ds []Delivery
 		for j := i; j < i+5; j++ {
-			ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(j)}, Tag: j})
+			ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(j)}})
 		}
 		in <- ds
 	}
@@ -55,7 +66,7 @@ func TestRunnerRetriesWholeBatchesInOrderAndAcksOnce(t *testing.T) {
 	r := NewRunner(s, in, RunnerOptions{BatchSize: 7, MaxBackoff: time.Millisecond, Log: zerolog.Nop(),
 		Ack: func(b []Delivery) {
 			for _, d := range b {
-				acked = append(acked, d.Tag.(int))
+				acked = append(acked, num(d))
 			}
 		}})
 	if err := r.Run(context.Background()); err != nil {
@@ -91,27 +102,6 @@ func TestRunnerStopsOnPermanentError(t *testing.T) {
 	err := r.Run(context.Background())
 	if !IsPermanent(err) {
 		t.Fatalf("err = %v, want the permanent error", err)
-	}
-}
-
-func TestWindowBlocksWhenFullAndHonoursContext(t *testing.T) {
-	w := NewWindow(2, 1<<20)
-	ctx := context.Background()
-	w.Acquire(ctx, 1, 10)
-	w.Acquire(ctx, 1, 10)
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if err := w.Acquire(short, 1, 10); err == nil {
-		t.Fatal("Acquire on a full window returned at once")
-	}
-	go func() { time.Sleep(10 * time.Millisecond); w.Release(1, 10) }()
-	if err := w.Acquire(ctx, 1, 10); err != nil {
-		t.Fatal(err)
-	}
-	// A message larger than the byte window passes when the window is empty.
-	w2 := NewWindow(10, 100)
-	if err := w2.Acquire(ctx, 1, 1000); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -153,7 +143,7 @@ func (f *refuser) Publish(ctx context.Context, msgs []*message.Message) error {
 func deliveries(n int) chan []Delivery {
 	in := make(chan []Delivery, n)
 	for i := range n {
-		in <- []Delivery{{Msg: &message.Message{ID: fmt.Sprint(i)}, Tag: i}}
+		in <- []Delivery{{Msg: &message.Message{ID: fmt.Sprint(i)}}}
 	}
 	close(in)
 	return in
@@ -165,14 +155,14 @@ func TestRunnerHandsRefusedMessagesToRefusedAndGoesOnInOrder(t *testing.T) {
 	r := NewRunner(s, deliveries(20), RunnerOptions{BatchSize: 10, RefusedAttempts: 3, MaxBackoff: time.Millisecond, Log: zerolog.Nop(),
 		Ack: func(b []Delivery) {
 			for _, d := range b {
-				events = append(events, fmt.Sprint("ack ", d.Tag))
+				events = append(events, "ack "+d.Msg.ID)
 			}
 		},
 		Refused: func(ctx context.Context, d Delivery, err error) error {
 			if !IsRejected(err) || !strings.Contains(err.Error(), d.Msg.ID+" too large") {
 				t.Errorf("Refused(%s) with %v", d.Msg.ID, err)
 			}
-			events = append(events, fmt.Sprint("refused ", d.Tag))
+			events = append(events, "refused "+d.Msg.ID)
 			return nil
 		}})
 	if err := r.Run(context.Background()); err != nil {
@@ -299,7 +289,7 @@ type ackLog struct {
 func (a *ackLog) ack(b []Delivery) {
 	var s []string
 	for _, d := range b {
-		n := d.Tag.(int)
+		n := num(d)
 		if a.seen[n] {
 			a.t.Errorf("delivery %d acked twice", n)
 		}
@@ -317,7 +307,7 @@ func runOne(t *testing.T, s Sink, n int, opt RunnerOptions) (waits []time.Durati
 	in := make(chan []Delivery, 1)
 	var ds []Delivery
 	for i := range n {
-		ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i)}, Tag: i})
+		ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i)}})
 	}
 	in <- ds
 	close(in)
@@ -434,7 +424,7 @@ func TestRunnerLooksForARefusedMessageOnlyAmongTheNotDurable(t *testing.T) {
 	acks := newAckLog(t)
 	_, err := runOne(t, s, 6, RunnerOptions{Ack: acks.ack, RefusedAttempts: 2,
 		Refused: func(ctx context.Context, d Delivery, err error) error {
-			acks.events = append(acks.events, fmt.Sprint("refused ", d.Tag))
+			acks.events = append(acks.events, "refused "+d.Msg.ID)
 			return nil
 		}})
 	if err != nil {
@@ -498,14 +488,14 @@ func TestRunnerKeepsPerKeyOrderWithRandomPartialFailures(t *testing.T) {
 	for i := range n {
 		m := &message.Message{ID: fmt.Sprint(i), Key: fmt.Sprint(rnd.IntN(keys)), HasKey: true}
 		all = append(all, m)
-		in <- []Delivery{{Msg: m, Tag: i}}
+		in <- []Delivery{{Msg: m}}
 	}
 	close(in)
 	next := 0
 	r := NewRunner(s, in, RunnerOptions{BatchSize: 97, Log: zerolog.Nop(), Ack: func(b []Delivery) {
 		for _, d := range b {
-			if d.Tag.(int) != next {
-				t.Fatalf("acked %d, want %d", d.Tag, next)
+			if num(d) != next {
+				t.Fatalf("acked %s, want %d", d.Msg.ID, next)
 			}
 			if !storedSet[d.Msg.ID] {
 				t.Fatalf("acked %s before the sink stored it", d.Msg.ID)
@@ -560,7 +550,7 @@ func TestRunnerBackoffStartsAgainAfterProgress(t *testing.T) {
 	for b := range 2 {
 		var ds []Delivery
 		for i := b * 4; i < b*4+4; i++ {
-			ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i)}, Tag: i})
+			ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i)}})
 		}
 		in <- ds
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/pipeline"
 	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -75,7 +76,7 @@ type mark struct {
 type watcher struct {
 	r       *Relay
 	tracker *checkpoint.Tracker // a fill's deliveries are acknowledged in it
-	p       *pipeline
+	p       *pipeline.Pipeline
 	shape   outboxShape
 	started time.Time
 
@@ -257,7 +258,7 @@ func (w *watcher) round(ctx context.Context) error {
 	if w.fillAt == 0 && !cur.at.Before(cov.GapTo.Add(fillSlack)) {
 		w.fillAt = cur.lsn
 	}
-	if w.fillAt == 0 || w.p.pos.get() < w.fillAt {
+	if w.fillAt == 0 || w.p.Handled() < w.fillAt {
 		return nil
 	}
 	if w.rows == nil {
@@ -344,27 +345,19 @@ func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carrie
 			return relayed, carried, err
 		}
 		if len(msgs) > 0 {
-			f := &fill{msgs: msgs, done: make(chan fillDone, 1)}
-			select {
-			case w.p.fills <- f:
-			case <-ctx.Done():
-				return relayed, carried, ctx.Err()
+			d, err := w.p.Fill(ctx, msgs)
+			if err != nil {
+				return relayed, carried, err
 			}
-			var d fillDone
-			select {
-			case d = <-f.done:
-			case <-ctx.Done():
-				return relayed, carried, ctx.Err()
-			}
-			for !fillSettled(w.tracker, d) {
+			for !d.Settled(w.tracker) {
 				select {
 				case <-time.After(20 * time.Millisecond):
 				case <-ctx.Done():
 					return relayed, carried, ctx.Err()
 				}
 			}
-			relayed += d.relayed
-			carried += d.carried
+			relayed += d.Relayed
+			carried += d.Carried
 		}
 		if n < fillBatch {
 			return relayed, carried, nil

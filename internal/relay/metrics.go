@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/internal/checkpoint"
-	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/pipeline"
 	"github.com/walpost/walpost/internal/replication"
 )
 
@@ -35,7 +35,7 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
-	window  *publish.Window
+	window  *pipeline.Window
 	stream  *replication.Stream
 	// streaming is whether a cycle streams (watch until cycleEnded): the
 	// ages below are 0 otherwise, so that an instance that lost the slot
@@ -179,7 +179,19 @@ func RegisterBuildInfo(reg prometheus.Registerer, version, revision string) {
 	reg.MustRegister(g)
 }
 
-func (m *Metrics) watch(t *checkpoint.Tracker, w *publish.Window, s *replication.Stream) {
+// pipelineMetrics are the counters the pipeline is handed.
+func (m *Metrics) pipelineMetrics() pipeline.Metrics {
+	return pipeline.Metrics{Decoded: m.decoded, DeadLettered: m.deadLettered, ForgedEnvelopes: m.forged.WithLabelValues("envelope"),
+		ForgedAdopts: m.forged.WithLabelValues("adopt"), ForeignRelations: m.foreignRelations}
+}
+
+// sinkMetrics are the counters sink's settler is handed.
+func (m *Metrics) sinkMetrics(sink string) pipeline.SinkMetrics {
+	return pipeline.SinkMetrics{Published: m.published.WithLabelValues(sink), Latency: m.latency.WithLabelValues(sink),
+		Refused: m.refused.WithLabelValues(sink)}
+}
+
+func (m *Metrics) watch(t *checkpoint.Tracker, w *pipeline.Window, s *replication.Stream) {
 	m.mu.Lock()
 	m.tracker, m.window, m.stream, m.streaming = t, w, s, true
 	m.mu.Unlock()

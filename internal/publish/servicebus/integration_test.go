@@ -383,7 +383,7 @@ func TestIntegrationThrottledBatchAloneIsResent(t *testing.T) {
 		in := make(chan []publish.Delivery, 1)
 		ds := make([]publish.Delivery, len(msgs))
 		for i, m := range msgs {
-			ds[i] = publish.Delivery{Msg: m, Tag: i}
+			ds[i] = publish.Delivery{Msg: m}
 		}
 		in <- ds
 		close(in)
@@ -399,8 +399,8 @@ func TestIntegrationThrottledBatchAloneIsResent(t *testing.T) {
 		next := 0
 		for _, b := range acks {
 			for _, d := range b {
-				if d.Tag.(int) != next {
-					t.Fatalf("ack of %d, want %d", d.Tag, next)
+				if d.Msg != msgs[next] {
+					t.Fatalf("ack of %s, want %s", d.Msg.ID, msgs[next].ID)
 				}
 				next++
 			}

@@ -1,4 +1,4 @@
-package relay
+package pipeline
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 // The pipeline's side of the publication or the table changing under the
 // relay (docs/design.md, "The publication or the table changing under the
 // relay"): it reports what each Relation message is, remembers the ids of
-// the last rows the stream carried, and relays the rows that the coverage
-// watcher read from the table for a stretch the stream may not have
-// carried (a fill), leaving out those the stream carried.
+// the last rows the stream carried, and relays the rows that the relay's
+// coverage watcher read from the table for a stretch the stream may not
+// have carried (a fill), leaving out those the stream carried.
 
 // carriedIDs is how many of the last ids the stream carried the pipeline
 // remembers: a fill leaves these out. An id carried before them is sent
@@ -51,19 +51,53 @@ func (c *carried) set() map[string]struct{} {
 }
 
 // fill is a batch of rows read from the table for the pipeline to relay
-// unless the stream carried them. The pipeline answers on done with the
-// transaction the relayed ones are tracked in (nil when it relayed none)
-// and how many it left out as carried.
+// unless the stream carried them. The pipeline answers on done.
 type fill struct {
 	msgs []*message.Message
-	done chan fillDone
+	done chan FillDone
 }
 
-type fillDone struct {
-	txn     *checkpoint.Txn
-	relayed int
-	carried int
+// FillDone is the pipeline's answer to Fill: the transaction the rows it
+// relayed are tracked in (nil when it relayed none), how many it relayed
+// and how many it left out as carried by the stream.
+type FillDone struct {
+	Txn     *checkpoint.Txn
+	Relayed int
+	Carried int
 }
+
+// Settled reports whether every delivery of the fill was acknowledged.
+func (d FillDone) Settled(t *checkpoint.Tracker) bool {
+	return d.Txn == nil || t.Settled(d.Txn)
+}
+
+// Fill has the pipeline relay msgs, rows read from the outbox table, to
+// the sinks their types route to, leaving out those whose id the stream
+// carried among the last 65,536 (carriedIDs). The pipeline takes them
+// between two of the stream's transactions; Fill returns its answer once
+// it handed them to the sinks (FillDone.Settled tells when they are
+// acknowledged), or ctx's error. Their positions are set to just before
+// the last point the pipeline handled (Handled). Called from one
+// goroutine at a time.
+func (p *Pipeline) Fill(ctx context.Context, msgs []*message.Message) (FillDone, error) {
+	f := &fill{msgs: msgs, done: make(chan FillDone, 1)}
+	select {
+	case p.fills <- f:
+	case <-ctx.Done():
+		return FillDone{}, ctx.Err()
+	}
+	select {
+	case d := <-f.done:
+		return d, nil
+	case <-ctx.Done():
+		return FillDone{}, ctx.Err()
+	}
+}
+
+// Handled returns the end of the last commit or progress point the
+// pipeline handled: every transaction that committed before it was
+// decoded. Safe for concurrent use.
+func (p *Pipeline) Handled() pglogrepl.LSN { return p.pos.get() }
 
 // position is the end of the last commit or progress point the pipeline
 // handled: every transaction that committed before it was decoded.
@@ -84,7 +118,7 @@ func (p *position) get() pglogrepl.LSN { return pglogrepl.LSN(p.v.Load()) }
 // a relation that is not the outbox (error, once per relation and
 // process, counted), the outbox renamed or created again, or its columns
 // renamed and mapped by position (warnings).
-func (p *pipeline) relationSeen(n *decoder.RelationNote) {
+func (p *Pipeline) relationSeen(n *decoder.RelationNote) {
 	switch {
 	case n.Foreign:
 		if p.foreign == nil {
@@ -94,7 +128,7 @@ func (p *pipeline) relationSeen(n *decoder.RelationNote) {
 			return
 		}
 		p.foreign[n.OID] = true
-		p.metrics.foreignRelations.Inc()
+		p.metrics.ForeignRelations.Inc()
 		p.log.Error().Str("relation", n.Name).Uint32("oid", n.OID).
 			Msg("a relation that is not the outbox is in the replication stream: the publication publishes other tables; its rows are skipped (they are not outbox rows). Remove it from the publication (ALTER PUBLICATION ... DROP TABLE)")
 	case n.Positional:
@@ -114,9 +148,9 @@ func (p *pipeline) relationSeen(n *decoder.RelationNote) {
 // may be open). They confirm up to the last position the pipeline handled,
 // and carry the position just before it, so that neither the slot nor a
 // sink's progress moves back or past anything.
-func (p *pipeline) doFill(ctx context.Context, f *fill) error {
+func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 	seen := p.carried.set()
-	var d fillDone
+	var d FillDone
 	pos := p.pos.get()
 	at := pos
 	if at > 0 {
@@ -124,54 +158,36 @@ func (p *pipeline) doFill(ctx context.Context, f *fill) error {
 	}
 	for _, m := range f.msgs {
 		if _, ok := seen[m.ID]; ok {
-			d.carried++
+			d.Carried++
 			continue
 		}
 		p.targets = p.targets[:0]
 		for i := range p.routes {
-			if p.routes[i].Route.Matches(m.Type) {
+			if p.routes[i].Matches(m.Type) {
 				p.targets = append(p.targets, i)
 			}
 		}
 		if len(p.targets) == 0 {
 			continue
 		}
-		if d.txn == nil {
-			d.txn = p.tracker.Begin()
+		if d.Txn == nil {
+			d.Txn = p.tracker.Begin()
 		}
 		// Just before pos: a transaction whose commit record starts at a
 		// keepalive's position must not count as acknowledged with them.
 		m.LSN, m.CommitLSN = at, at
-		n := len(p.targets)
-		size := int64(n * m.Size())
-		if !p.window.TryAcquire(n, size) {
-			if err := p.flush(ctx); err != nil {
-				return err
-			}
-			if err := p.window.Acquire(ctx, n, size); err != nil {
-				return err
-			}
+		if err := p.deliver(ctx, publish.Delivery{Msg: m, Txn: d.Txn}); err != nil {
+			return err
 		}
-		p.tracker.Add(d.txn, n)
 		p.carried.add(m.ID) // relayed: a later fill leaves it out too
-		del := publish.Delivery{Msg: m, Tag: d.txn}
-		for _, i := range p.targets {
-			p.out[i] = append(p.out[i], del)
-		}
-		d.relayed++
+		d.Relayed++
 	}
-	if d.txn != nil {
-		p.tracker.Commit(d.txn, pos)
+	if d.Txn != nil {
+		p.tracker.Commit(d.Txn, pos)
 	}
 	if err := p.flush(ctx); err != nil {
 		return err
 	}
 	f.done <- d // buffered
 	return nil
-}
-
-// fillSettled reports whether every delivery of a fill's transaction was
-// acknowledged.
-func fillSettled(t *checkpoint.Tracker, d fillDone) bool {
-	return d.txn == nil || t.Settled(d.txn)
 }

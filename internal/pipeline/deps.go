@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// What the pipeline is handed by the relay, as the pipeline uses it. The
+// relay supplies store.DeadLetter, sentat.Marker, store.Progress and its
+// Prometheus counters; the tests supply fakes.
+
+// DeadLetters parks the rows the pipeline may not publish (store.DeadLetter:
+// relay.on_invalid: dead_letter, forged envelopes, rows parked by `cdc
+// skip`). It is used from the pipeline's goroutine only.
+type DeadLetters interface {
+	// Park stores e's row durably, for every sink, with errText as its
+	// error (e.Err's text when ""), and returns once it is stored: the row's
+	// transaction may be confirmed from then on. Parking a row again is a
+	// no-op.
+	Park(ctx context.Context, e *decoder.Error, errText string) error
+	// Parked reports whether the row at (lsn, seq) is parked for every
+	// sink (by relay.on_invalid: dead_letter or by `cdc skip`).
+	Parked(ctx context.Context, lsn pglogrepl.LSN, seq uint32) (bool, error)
+}
+
+// Refusals parks the messages a sink refuses for good (store.DeadLetter;
+// relay.on_refused: dead_letter). Each sink's settler has its own, used
+// from that sink's runner goroutine only.
+type Refusals interface {
+	// ParkRefused stores m, refused by sink with cause, durably and
+	// returns once it is stored.
+	ParkRefused(ctx context.Context, sink string, m *message.Message, cause error) error
+}
+
+// Marker is handed the message ids of each committed transaction
+// (sentat.Marker, columns.sent_at). Safe for concurrent use.
+type Marker interface {
+	// Full reports whether Add of n ids would wait: the pipeline then
+	// hands on what it holds for the sinks first, as their
+	// acknowledgements are what lets the marking catch up.
+	Full(n int) bool
+	// Add records a committed transaction's message ids: end is the end of
+	// its commit record, xid its id from the Begin. The pipeline calls it
+	// before telling the tracker of the commit, in stream order. It may
+	// wait while the marking is behind, until ctx ends (its error).
+	Add(ctx context.Context, end pglogrepl.LSN, xid uint32, ids []string) error
+}
+
+// Progress keeps each sink's acknowledged position (store.Progress). Safe
+// for concurrent use.
+type Progress interface {
+	// Acked records that sink acknowledged everything up to p; a position
+	// at or before the one recorded changes nothing.
+	Acked(sink string, p store.Position)
+}
+
+// Counter counts (a prometheus.Counter is one). Safe for concurrent use.
+type Counter interface {
+	Inc()
+	Add(float64)
+}
+
+// Observer takes samples (a prometheus.Observer is one). Safe for
+// concurrent use.
+type Observer interface {
+	Observe(float64)
+}
+
+// Metrics are the pipeline's counters; a nil one counts nothing.
+type Metrics struct {
+	Decoded          Counter // rows decoded from the stream
+	DeadLettered     Counter // bad rows parked (relay.on_invalid: dead_letter)
+	ForgedEnvelopes  Counter // envelopes without a valid signature, parked
+	ForgedAdopts     Counter // adopt messages no cdc init wrote, ignored
+	ForeignRelations Counter // relations other than the outbox, once each
+}
+
+// SinkMetrics are one sink's counters; a nil one counts nothing.
+type SinkMetrics struct {
+	Published Counter  // deliveries the sink acknowledged
+	Latency   Observer // per acknowledged delivery: seconds from its commit
+	Refused   Counter  // deliveries refused for good and parked
+}
+
+type nop struct{}
+
+func (nop) Inc()            {}
+func (nop) Add(float64)     {}
+func (nop) Observe(float64) {}
+
+func counter(c Counter) Counter {
+	if c == nil {
+		return nop{}
+	}
+	return c
+}
+
+func (m Metrics) orNop() Metrics {
+	return Metrics{Decoded: counter(m.Decoded), DeadLettered: counter(m.DeadLettered), ForgedEnvelopes: counter(m.ForgedEnvelopes),
+		ForgedAdopts: counter(m.ForgedAdopts), ForeignRelations: counter(m.ForeignRelations)}
+}
+
+func (m SinkMetrics) orNop() SinkMetrics {
+	if m.Latency == nil {
+		m.Latency = nop{}
+	}
+	return SinkMetrics{Published: counter(m.Published), Latency: m.Latency, Refused: counter(m.Refused)}
+}

@@ -1,0 +1,327 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/checkpoint"
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/store"
+)
+
+// sinkBuffer is how many delivery slices (one per input batch) each sink's
+// channel holds before the pipeline waits for the sink's runner.
+const sinkBuffer = 256
+
+// Options configures a Pipeline. Decoder, Tracker, Window and DeadLetters
+// are required.
+type Options struct {
+	// Decoder decodes the stream's pgoutput messages; the caller sets it
+	// up for the outbox (mapping, table OID, adopt or envelope prefix).
+	Decoder *decoder.Decoder
+	// Tracker is told every transaction, delivery and progress point, in
+	// stream order; the sinks' settlers acknowledge into it.
+	Tracker *checkpoint.Tracker
+	// Window bounds the deliveries and bytes in flight: Run waits on it.
+	Window *Window
+	// Routes selects, per sink (in the sinks' order), the messages it
+	// gets; there is one output channel per route.
+	Routes []config.Route
+	// Acked is, per sink, the position it acknowledged before this run
+	// (the progress table): a message at or before it is not sent to that
+	// sink again. A missing or zero entry skips nothing.
+	Acked []store.Position
+	// DeadLetters parks the rows the pipeline may not publish and answers
+	// whether `cdc skip` parked one.
+	DeadLetters DeadLetters
+	// ParkInvalid is relay.on_invalid: dead_letter (park a bad row and go
+	// on); otherwise Run stops at it with a *StopAtRow.
+	ParkInvalid bool
+	// TableLess is postgres.source: messages: a forged envelope is parked;
+	// of an outbox table, a forged adopt message is ignored.
+	TableLess bool
+	// Marker, when set, is handed each transaction's message ids at its
+	// commit, before the tracker (columns.sent_at).
+	Marker Marker
+	// Metrics counts what the pipeline sees; a nil counter counts nothing.
+	Metrics Metrics
+	Log     zerolog.Logger
+}
+
+// Pipeline is the stage between the replication stream and the sinks'
+// runners (see the package documentation). It alone writes and closes the
+// sinks' channels. Run is called once, from one goroutine; Fill and
+// Handled from any.
+type Pipeline struct {
+	dec     *decoder.Decoder
+	tracker *checkpoint.Tracker
+	window  *Window
+	sinks   []chan []publish.Delivery
+	out     [][]publish.Delivery // per sink: deliveries of this input batch, not sent yet
+	routes  []config.Route
+	skip    []store.Position // per sink: what it acknowledged before a restart
+	dead    DeadLetters
+	park    bool
+	marker  Marker
+	metrics Metrics
+	log     zerolog.Logger
+	// tableLess: postgres.source: messages (a forged envelope is parked;
+	// a forged adopt message, of an outbox table, ignored).
+	tableLess bool
+
+	txn     *checkpoint.Txn // the open transaction's entry, nil between transactions
+	targets []int           // the sinks the current message goes to
+	ids     []string        // the open transaction's message ids, for marker
+	xid     uint32          // the open transaction's id, for marker
+
+	// The publication or the table changing under the relay (gap.go).
+	foreign map[uint32]bool // relations that are not the outbox, reported
+	carried carried         // the last ids the stream carried
+	pos     position        // the last commit or progress point handled
+	fills   chan *fill      // rows read from the table, to relay unless carried
+	pending *fill           // a fill waiting for the open transaction's end
+}
+
+// New returns a pipeline with one output channel per route.
+func New(o Options) *Pipeline {
+	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
+		dead: o.DeadLetters, park: o.ParkInvalid, tableLess: o.TableLess, marker: o.Marker,
+		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill)}
+	p.sinks = make([]chan []publish.Delivery, len(o.Routes))
+	for i := range p.sinks {
+		p.sinks[i] = make(chan []publish.Delivery, sinkBuffer)
+	}
+	p.out = make([][]publish.Delivery, len(o.Routes))
+	p.skip = make([]store.Position, len(o.Routes))
+	copy(p.skip, o.Acked)
+	return p
+}
+
+// Out returns sink i's channel: delivery slices in WAL order, closed when
+// Run returns. Its receiver owns each slice.
+func (p *Pipeline) Out(i int) <-chan []publish.Delivery { return p.sinks[i] }
+
+// StopAtRow is Run's error for a row it cannot map and may not park:
+// everything before it was handed to the sinks, nothing after.
+type StopAtRow struct{ Err *decoder.Error }
+
+func (e *StopAtRow) Error() string { return e.Err.Error() }
+func (e *StopAtRow) Unwrap() error { return e.Err }
+
+// Run takes the stream's events until events is closed (nil), ctx ends or
+// a stage fails (its error): a *StopAtRow, an error wrapping
+// decoder.ErrProtocol, or a dead-letter, marker or window error. Whatever
+// it returns, it first hands the sinks what it gathered before the
+// failure, then closes their channels.
+func (p *Pipeline) Run(ctx context.Context, events <-chan []replication.Event) error {
+	defer func() {
+		for _, c := range p.sinks {
+			close(c)
+		}
+	}()
+	for {
+		fills := p.fills
+		if p.pending != nil {
+			fills = nil
+		}
+		var batch []replication.Event
+		select {
+		case b, ok := <-events:
+			if !ok {
+				return nil
+			}
+			batch = b
+		case f := <-fills:
+			p.pending = f
+		}
+		for _, ev := range batch {
+			switch ev.Kind {
+			case replication.Reset:
+				p.dec.Reset()
+				p.tracker.Abandon()
+				p.txn, p.ids = nil, nil
+			case replication.Keepalive:
+				if !p.dec.InTransaction() {
+					p.tracker.Progress(ev.LSN)
+					p.pos.raise(ev.LSN)
+				}
+			case replication.Data:
+				if err := p.data(ctx, ev); err != nil {
+					// Hand on what came before the failure.
+					if ferr := p.flush(ctx); ferr != nil {
+						return ferr
+					}
+					return err
+				}
+			}
+		}
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+		if p.pending != nil && p.txn == nil {
+			if err := p.doFill(ctx, p.pending); err != nil {
+				return err
+			}
+			p.pending = nil
+		}
+	}
+}
+
+// flush sends each sink the deliveries gathered from the input batch.
+func (p *Pipeline) flush(ctx context.Context) error {
+	for i, ds := range p.out {
+		if len(ds) == 0 {
+			continue
+		}
+		select {
+		case p.sinks[i] <- ds:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.out[i] = nil
+	}
+	return nil
+}
+
+// data handles one pgoutput message.
+func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
+	// The event's data is the pipeline's (replication.Event.Data): a large
+	// payload stays in it instead of being copied.
+	e, err := p.dec.DecodeOwned(ev.LSN, ev.Data)
+	if err != nil {
+		var de *decoder.Error
+		if !errors.As(err, &de) {
+			return err
+		}
+		return p.invalid(ctx, de)
+	}
+	if e.Rel != nil {
+		p.relationSeen(e.Rel)
+	}
+	switch e.Kind {
+	case decoder.Begin:
+		p.txn, p.xid = p.tracker.Begin(), e.Xid
+	case decoder.Commit:
+		return p.commit(ctx, e)
+	case decoder.Progress:
+		p.tracker.Progress(e.LSN)
+		p.pos.raise(e.LSN)
+	case decoder.Row:
+		p.metrics.Decoded.Inc()
+		p.carried.add(e.Msg.ID)
+		if p.marker != nil {
+			p.ids = append(p.ids, e.Msg.ID)
+		}
+		p.targets = p.targets[:0]
+		for i := range p.routes {
+			if p.routes[i].Matches(e.Msg.Type) && !p.skip[i].Covers(e.Msg) {
+				p.targets = append(p.targets, i)
+			}
+		}
+		if len(p.targets) == 0 {
+			p.log.Debug().Str("msg_id", e.Msg.ID).Str("type", e.Msg.Type).Msg("no sink needs this message (not routed, or acknowledged before a restart)")
+			return nil
+		}
+		return p.deliver(ctx, publish.Delivery{Msg: e.Msg, Txn: p.txn})
+	}
+	return nil
+}
+
+// commit ends the open transaction: the marker gets its ids first, then
+// the tracker its end.
+func (p *Pipeline) commit(ctx context.Context, e decoder.Event) error {
+	if p.txn == nil {
+		return fmt.Errorf("%w: commit at %s without begin", decoder.ErrProtocol, e.LSN)
+	}
+	if p.marker != nil {
+		if p.marker.Full(len(p.ids)) {
+			// Hand on what is gathered: its acks let the marking catch up.
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+		}
+		if err := p.marker.Add(ctx, e.LSN, p.xid, p.ids); err != nil { // before the tracker may confirm it
+			return err
+		}
+		p.ids = nil
+	}
+	p.tracker.Commit(p.txn, e.LSN)
+	p.txn = nil
+	p.pos.raise(e.LSN)
+	return nil
+}
+
+// deliver takes room in the window for d to each of p.targets, tracks the
+// deliveries in d.Txn and gathers them for the sinks. When the window is
+// full it hands on what is gathered (its acks are what frees the window),
+// then waits.
+func (p *Pipeline) deliver(ctx context.Context, d publish.Delivery) error {
+	n := len(p.targets)
+	size := int64(n * d.Msg.Size())
+	if !p.window.TryAcquire(n, size) {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+		if err := p.window.Acquire(ctx, n, size); err != nil {
+			return err // the relay is failing; nothing after this may be tracked
+		}
+	}
+	p.tracker.Add(d.Txn, n)
+	for _, i := range p.targets {
+		p.out[i] = append(p.out[i], d)
+	}
+	return nil
+}
+
+// invalid handles a row the decoder cannot map: by relay.on_invalid, it
+// parks it and goes on, or stops at it unless `cdc skip` parked it; a
+// forged message is never published and never stops the relay; a table
+// that does not fit the mapping always stops it (parking would take every
+// row of the table).
+func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
+	switch {
+	case de.Table:
+		return &StopAtRow{de}
+	case de.Forged && !p.tableLess:
+		// A forged adopt message: not a row at all (the rows are in the
+		// table); ignored, loudly.
+		p.metrics.ForgedAdopts.Inc()
+		p.log.Error().Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).Str("error", de.Err.Error()).
+			Msg("forged adopt message ignored: not published")
+		return nil
+	case de.Forged:
+		// Whoever wrote it may not publish, and must not stop the relay
+		// either: parked whatever relay.on_invalid says.
+		if err := p.dead.Park(ctx, de, ""); err != nil {
+			return err
+		}
+		p.metrics.ForgedEnvelopes.Inc()
+		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
+			Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
+		return nil
+	case !p.park:
+		parked, lerr := p.dead.Parked(ctx, de.LSN, de.Seq)
+		if lerr != nil {
+			return fmt.Errorf("%w (and looking it up in the dead-letter table failed: %v)", de, lerr)
+		}
+		if !parked {
+			return &StopAtRow{de}
+		}
+		p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("error", de.Err.Error()).
+			Msg("bad outbox row parked by cdc skip; going past it")
+		return nil
+	}
+	if err := p.dead.Park(ctx, de, ""); err != nil {
+		return err
+	}
+	p.metrics.DeadLettered.Inc()
+	p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("commit_lsn", de.CommitLSN.String()).
+		Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
+	return nil
+}
