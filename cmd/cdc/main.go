@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/fleet"
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
 	_ "github.com/walpost/walpost/internal/publish/rabbitmq"   // registers kind: rabbitmq
@@ -78,6 +79,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd.plain != nil {
 		return cmd.plain(o, stdout, stderr)
+	}
+	if cmd.sources && fleet.IsMulti(o.configs) { // several sources: sources.go [fleet hook]
+		return runSources(cmd, o, stdout, stderr)
 	}
 	return runWithConfig(cmd, o, stdout, stderr)
 }
