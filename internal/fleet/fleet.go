@@ -58,7 +58,7 @@ type Fleet struct {
 	opt      Options
 	gate     *Gate
 	sources  []*source
-	started  time.Time
+	started  atomic.Int64 // unix nanoseconds Run started at; 0 before
 	stopping atomic.Bool
 }
 
@@ -166,7 +166,7 @@ func slotUnowned(url, slot string) func(ctx context.Context) (bool, error) {
 // failure while ctx lasts does not end Run: it is reported and the
 // source started again.
 func (f *Fleet) Run(ctx context.Context) error {
-	f.started = time.Now()
+	f.started.Store(time.Now().UnixNano())
 	stop := context.AfterFunc(ctx, func() { f.stopping.Store(true) })
 	defer stop()
 	errs := make([]error, len(f.sources))

@@ -39,11 +39,9 @@ func stateOf(f *Fleet, name string) string {
 func TestIntegrationAFailedSourceIsStartedAgainAndTheOthersGoOn(t *testing.T) {
 	url := pgtest.URL(t)
 	dir := t.TempDir()
-	var outs []string
 	for _, name := range []string{"good", "late"} {
 		ob := relaytest.NewOutbox(t, url)
 		out := filepath.Join(t.TempDir(), name+".jsonl")
-		outs = append(outs, out)
 		b, err := os.ReadFile(ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), ""))
 		if err != nil {
 			t.Fatal(err)
@@ -54,8 +52,9 @@ func TestIntegrationAFailedSourceIsStartedAgainAndTheOthersGoOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, late := srcs[0], srcs[1] // sorted by file name
-	if err := relay.Setup(t.Context(), good.Config, func(string) {}); err != nil { // cdc init of good only
+	// Sorted by file name; cdc init of good only.
+	good, late := srcs[0], srcs[1]
+	if err := relay.Setup(t.Context(), good.Config, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -134,7 +133,7 @@ func TestReadinessOfSeveralSources(t *testing.T) {
 	if ok, why := f.readiness([]Status{st(StateStreaming, true)}); ok || why != "not started" {
 		t.Errorf("before Run: %v %q", ok, why)
 	}
-	f.started = time.Now()
+	f.started.Store(time.Now().UnixNano())
 	for _, tc := range []struct {
 		sources []Status
 		ready   bool
@@ -150,7 +149,7 @@ func TestReadinessOfSeveralSources(t *testing.T) {
 			t.Errorf("%+v: %v %q, want %v %q", tc.sources, ok, why, tc.ready, tc.why)
 		}
 	}
-	f.started = time.Now().Add(-2 * time.Hour) // past the grace
+	f.started.Store(time.Now().Add(-2 * time.Hour).UnixNano()) // past the grace
 	if ok, _ := f.readiness([]Status{st(StateConnecting, false)}); !ok {
 		t.Error("a source still connecting after the grace keeps the instance unready")
 	}

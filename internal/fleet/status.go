@@ -134,7 +134,8 @@ func (f *Fleet) readiness(sources []Status) (bool, string) {
 	if f.stopping.Load() {
 		return false, "stopping"
 	}
-	if f.started.IsZero() {
+	started := f.started.Load()
+	if started == 0 {
 		return false, "not started"
 	}
 	failed, starting := 0, 0
@@ -151,7 +152,7 @@ func (f *Fleet) readiness(sources []Status) (bool, string) {
 	if failed == len(sources) {
 		return false, fmt.Sprintf("every source failed (%d)", failed)
 	}
-	if starting > 0 && time.Since(f.started) < f.opt.StartGrace {
+	if starting > 0 && time.Since(time.Unix(0, started)) < f.opt.StartGrace {
 		return false, fmt.Sprintf("starting: %d of %d sources not yet at their slot", starting, len(sources))
 	}
 	var parts []string
