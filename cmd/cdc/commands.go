@@ -31,6 +31,9 @@ type options struct {
 	wait   time.Duration // init: --wait (initwait.go)
 	args   []string      // the arguments that are not flags
 
+	configs   []string // run and status: every --config, or the one file (several: docs/fleet.md)
+	maxActive int      // run: --max-active, or $CDC_MAX_ACTIVE
+
 	skipLSN pglogrepl.LSN // --lsn, parsed by skip's check
 	skipSeq int64         // --lsn's :seq; -1 for none
 
@@ -49,6 +52,9 @@ type command struct {
 	// withConfig: the command loads the configuration file (--config F,
 	// or F as its one argument) and reads the CDC_* variables.
 	withConfig bool
+	// sources: --config may be given several times and name directories:
+	// several sources in one process (cdc run, cdc status; sources.go).
+	sources bool
 	// argsUsage, when set, says the command takes arguments of its own
 	// (cdc dead-letter list): the configuration is then --config F or
 	// $CDC_CONFIG only, and the usage line ends with argsUsage.
@@ -92,7 +98,10 @@ type cmdEnv struct {
 func commands() []*command {
 	return []*command{
 		{name: "run", summary: "relay outbox messages until SIGINT/SIGTERM (creates nothing: run init first)",
-			about: runAbout, exits: runExits, env: runEnv, withConfig: true, structured: true, run: runCmd},
+			about: runAbout, exits: runExits, env: runEnv, withConfig: true, sources: true, structured: true, run: runCmd, check: checkRun,
+			flags: func(fs *flag.FlagSet, o *options) {
+				fs.IntVar(&o.maxActive, "max-active", 0, "with several sources: hold at most `N` of their slots at once and wait for the others as a standby that holds none (0: no limit; default $CDC_MAX_ACTIVE; docs/fleet.md)")
+			}},
 		{name: "init", summary: "create the outbox table (if missing), the publication, the slot, and the progress and dead-letter tables",
 			about: initAbout, exits: initExits, withConfig: true, run: initCmd,
 			flags: func(fs *flag.FlagSet, o *options) {
@@ -100,7 +109,7 @@ func commands() []*command {
 				fs.DurationVar(&o.wait, "wait", defaultInitWait, "retry a server that cannot be reached (not listening yet, starting up) for up to this `duration` (default "+defaultInitWait.String()+"), as cdc run does; 0: try once. A refused password, role or database fails at once")
 			}},
 		{name: "status", summary: "show the slot: confirmed LSN, lag, active or not, per-sink progress, parked messages",
-			about: statusAbout, exits: statusExits, withConfig: true, run: statusCmd,
+			about: statusAbout, exits: statusExits, withConfig: true, sources: true, run: statusCmd,
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text (its fields: docs/operations.md, \"cdc status\")")
 			}},
@@ -143,6 +152,9 @@ func (c *command) flagSet(o *options) *flag.FlagSet {
 	switch {
 	case c.withConfig && c.argsUsage != "":
 		fs.StringVar(&o.config, "config", "", "the configuration `file` (default: $CDC_CONFIG, then ./cdc.yaml)")
+	case c.withConfig && c.sources:
+		fs.Var((*configFlag)(o), "config", "the configuration `file` (default: $CDC_CONFIG, then ./cdc.yaml); may also be given as the one argument; "+
+			"given several times or naming a directory (its *.yaml and *.yml files), several sources in one process (docs/fleet.md)")
 	case c.withConfig:
 		fs.StringVar(&o.config, "config", "", "the configuration `file` (default: $CDC_CONFIG, then ./cdc.yaml); may also be given as the one argument")
 	}
@@ -200,6 +212,8 @@ func (c *command) parse(args []string) (*options, error) {
 // ./cdc.yaml. A second argument is an error, never ignored.
 func (o *options) resolveConfig() error {
 	switch {
+	case len(o.configs) > 1 && len(o.args) > 0:
+		return fmt.Errorf("several --config and the argument %s: give every source with --config", o.args[0])
 	case len(o.args) > 1:
 		return fmt.Errorf("one configuration file at most; got the arguments %s", quoteAll(o.args))
 	case len(o.args) == 1 && o.config != "" && filepath.Clean(o.args[0]) != filepath.Clean(o.config):
@@ -208,6 +222,9 @@ func (o *options) resolveConfig() error {
 		o.config = o.args[0]
 	case o.config == "":
 		o.config = cmp.Or(os.Getenv("CDC_CONFIG"), "cdc.yaml")
+	}
+	if len(o.configs) <= 1 {
+		o.configs = []string{o.config}
 	}
 	return nil
 }

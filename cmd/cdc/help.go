@@ -30,6 +30,7 @@ var configEnv = []envVar{
 
 var runEnv = []envVar{
 	{"GOMAXPROCS", "how many threads run Go code at once; wins over relay.procs"},
+	{"CDC_MAX_ACTIVE", "--max-active when the flag is not given"},
 }
 
 const usageExit = "2  usage or configuration error (nothing was done)"
@@ -41,7 +42,11 @@ confirming the slot only after every sink acknowledged. SIGINT or SIGTERM
 stop reading, drain, confirm and exit 0 (3 when relay.shutdown_timeout cut
 the drain short). Logs are
 structured (log.format) on stderr; http.listen serves /metrics, /healthz
-and /readyz.`
+and /readyz.
+
+Several sources (--config given several times, or a directory of config
+files) run in one process, each isolated, with --max-active bounding the
+slots it holds; identical instances share them (docs/fleet.md).`
 
 var runExits = []string{"0  stopped cleanly after SIGINT/SIGTERM: everything read was delivered and confirmed",
 	"1  a runtime error (logged)", usageExit,

@@ -14,13 +14,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/walpost/walpost/internal/config"
-	"github.com/walpost/walpost/internal/relay"
 )
 
-// serveHTTP serves /metrics (and /debug/pprof/ with http.pprof), behind
-// http.auth when set, and /healthz and /readyz, never behind it: probes
-// carry no credentials.
-func serveHTTP(c config.HTTP, reg *prometheus.Registry, r *relay.Relay) (*http.Server, error) {
+// readier answers /readyz: a *relay.Relay (streaming), or several
+// sources (internal/fleet), which also serve it themselves (ServeReadyz).
+type readier interface{ Ready() bool }
+
+// route is a path served behind http.auth, as /metrics is.
+type route struct {
+	path string
+	h    http.Handler
+}
+
+// serveHTTP serves /metrics (and /debug/pprof/ with http.pprof, and the
+// guarded routes), behind http.auth when set, and /healthz and /readyz,
+// never behind it: probes carry no credentials.
+func serveHTTP(c config.HTTP, reg *prometheus.Registry, r readier, guarded ...route) (*http.Server, error) {
 	mux := http.NewServeMux()
 	guard := func(h http.Handler) http.Handler { return requireAuth(c.Auth, h) }
 	if c.Pprof {
@@ -32,7 +41,16 @@ func serveHTTP(c config.HTTP, reg *prometheus.Registry, r *relay.Relay) (*http.S
 	}
 	mux.Handle("/metrics", guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	for _, g := range guarded {
+		mux.Handle(g.path, guard(g.h))
+	}
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		if s, ok := r.(interface {
+			ServeReadyz(http.ResponseWriter, *http.Request)
+		}); ok {
+			s.ServeReadyz(w, req)
+			return
+		}
 		if !r.Ready() {
 			http.Error(w, "not streaming", http.StatusServiceUnavailable)
 			return

@@ -49,6 +49,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/fleet"
 	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
@@ -87,6 +88,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd.plain != nil {
 		return cmd.plain(o, stdout, stderr)
+	}
+	if cmd.sources && fleet.IsMulti(o.configs) { // several sources: sources.go [fleet hook]
+		return runSources(cmd, o, stdout, stderr)
 	}
 	return runWithConfig(cmd, o, stdout, stderr)
 }

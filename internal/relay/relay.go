@@ -83,6 +83,10 @@ type Relay struct {
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
 	ConfigPath string
+	// Gate, when set, bounds the slots this process holds at once (a
+	// fleet of sources, internal/fleet); the stream enters it before each
+	// attempt to take the slot. [fleet hook]
+	Gate replication.Gate
 
 	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
 	emitWarned bool
@@ -194,6 +198,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
 		SlotPoll: cfg.Postgres.StandbyPoll.D(), ReceiveBuffer: cfg.Postgres.ReceiveBufferBytes(), Drained: drained, Log: r.log,
+		Gate: r.Gate, // [fleet hook]
 	}, confirmer)
 	r.setStream(stream, nil, false)
 	if err := stream.Acquire(ctx); err != nil {

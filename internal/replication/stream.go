@@ -68,6 +68,9 @@ type StreamOptions struct {
 	// stream stopped reading; the stream then sends its final status.
 	Drained <-chan struct{}
 	Log     zerolog.Logger
+	// Gate, when set, is entered before each attempt to take the slot
+	// and left when the stream does not hold it (gate.go); nil: none.
+	Gate Gate
 }
 
 // Stream owns the replication connection: it alone reads from it and alone
@@ -95,6 +98,8 @@ type Stream struct {
 	sleep func(context.Context, time.Duration) bool
 	// coalesceStarts counts how often the stream began coalescing reads.
 	coalesceStarts atomic.Int64
+	// entered: the stream holds what opt.Gate's last Enter gave (gate.go).
+	entered bool
 }
 
 // NewStream returns a stream reporting cp's confirmed position.
@@ -153,6 +158,9 @@ func (s *Stream) Acquire(ctx context.Context) error {
 	retry := backoff.New(BackoffStart, s.opt.MaxBackoff)
 	waiting := false
 	for {
+		if err := s.enter(ctx); err != nil {
+			return err
+		}
 		conn, err := s.dial(ctx, s.resume)
 		if err == nil {
 			s.held = conn
@@ -161,6 +169,7 @@ func (s *Stream) Acquire(ctx context.Context) error {
 			}
 			return nil
 		}
+		s.leave()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -188,12 +197,13 @@ func (s *Stream) Acquire(ctx context.Context) error {
 }
 
 // Release closes the connection Acquire left for Run, when Run will not
-// be called.
+// be called, and leaves the Gate.
 func (s *Stream) Release() {
 	if s.held != nil {
 		s.held.Close()
 		s.held = nil
 	}
+	s.leave()
 }
 
 // Run streams into out until ctx ends, then closes out, waits for
@@ -206,6 +216,7 @@ func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 	var once sync.Once
 	s.closeOut = func() { once.Do(func() { close(out) }) }
 	defer s.closeOut()
+	defer s.leave() // after the connection closed (session)
 	retry := backoff.New(BackoffStart, s.opt.MaxBackoff)
 	first := true
 	for {

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The command line of several sources: --config several times or a
+// directory (cdc run, cdc status); a configuration error in any source,
+// two sources of one name, a bad --max-active or CDC_MAX_ACTIVE, and
+// sources given both as --config and as an argument are usage or
+// configuration errors (exit 2, one line, nothing started).
+func TestSeveralSourcesCommandLineErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := "postgres: {url: 'postgres://127.0.0.1:1/x', slot: %s}\nsinks: [{name: a, kind: stdout}]\n"
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	writeFile(t, a, strings.Replace(good, "%s", "a", 1))
+	writeFile(t, b, strings.Replace(good, "%s", "b", 1)+"slott: 1\n")
+	other := filepath.Join(t.TempDir(), "a.yml")
+	writeFile(t, other, strings.Replace(good, "%s", "c", 1))
+	env := []string{"CDC_CONFIG=" + filepath.Join(dir, "absent.yaml")}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"run", "--config", a, "--config", b}, `b.yaml: slott: unknown key "slott"`},
+		{nil, []string{"run", "--config", dir}, `b.yaml: slott: unknown key "slott"`},
+		{nil, []string{"status", "--config", dir}, `b.yaml: slott: unknown key "slott"`},
+		{nil, []string{"run", "--config", a, "--config", other}, `source name "a" is also`},
+		{nil, []string{"run", "--config", a, "--config", other, "x.yaml"}, "give every source with --config"},
+		{nil, []string{"run", "--config", a, "--max-active", "-1"}, "--max-active -1"},
+		{[]string{"CDC_MAX_ACTIVE=two"}, []string{"run", "--config", a}, `CDC_MAX_ACTIVE="two"`},
+		{nil, []string{"run", "--config", t.TempDir()}, "no *.yaml or *.yml file"},
+	} {
+		code, stdout, stderr := cdc(t, append(env, c.env...), c.args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("cdc %s: exit %d, stdout %q, want exit 2 and one line with %q:\n%s", strings.Join(c.args, " "), code, stdout, c.want, stderr)
+		}
+	}
+}
