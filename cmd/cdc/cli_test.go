@@ -166,6 +166,7 @@ func TestConfigAsArgument(t *testing.T) {
 		{[]string{"status", "--lsn", "0/1", other}, "flag provided but not defined: -lsn"},
 		{[]string{"skip", other}, "--lsn is required"},
 		{[]string{"skip", other, "--lsn", "zz"}, `--lsn "zz" is not an LSN`},
+		{[]string{"skip", other, "--lsn", "0/100000000"}, `--lsn "0/100000000" is not an LSN`}, // not 1/0
 		{[]string{"version", other}, "takes no arguments"},
 		{[]string{"launch"}, `unknown command "launch"`},
 	} {
