@@ -22,12 +22,7 @@ import (
 // postgresql.conf lines, closed when the test ends.
 func startCluster(t *testing.T, settings ...string) *pgtest.Cluster {
 	t.Helper()
-	c, err := pgtest.Start(pgtest.Options{Settings: settings})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return pgtest.StartCluster(t, pgtest.Options{Settings: settings})
 }
 
 // pollWaits returns the waits (retry_in) a standby logged between its

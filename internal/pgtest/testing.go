@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -45,9 +46,37 @@ func SharedCluster(tb testing.TB) *Cluster {
 		shared, sharedErr = Start(Options{})
 	})
 	if sharedErr != nil {
-		tb.Fatalf("starting throwaway PostgreSQL: %v", sharedErr)
+		startFailed(tb, sharedErr)
 	}
 	return shared
+}
+
+// StartCluster starts a throwaway cluster of the test's own (for a test
+// that restarts, reconfigures or replicates its server), stopped and
+// removed when the test ends. Like SharedCluster, it skips the test under
+// -short when no PostgreSQL is installed.
+func StartCluster(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	c, err := Start(opts)
+	if err != nil {
+		startFailed(tb, err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startFailed ends a test whose throwaway cluster did not start: skipped
+// under -short when PostgreSQL is not installed (go test -short runs the
+// unit tests anywhere), failed otherwise, saying what to install.
+func startFailed(tb testing.TB, err error) {
+	tb.Helper()
+	if errors.Is(err, ErrNoServer) {
+		if testing.Short() {
+			tb.Skipf("skipped under -short: this test needs PostgreSQL: %v", err)
+		}
+		tb.Fatalf("starting throwaway PostgreSQL: %v (go test -short skips the tests that need it)", err)
+	}
+	tb.Fatalf("starting throwaway PostgreSQL: %v", err)
 }
 
 // URL returns the URL of a database with wal_level=logical for tests:
