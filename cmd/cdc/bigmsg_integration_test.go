@@ -68,10 +68,10 @@ func relayBigMessage(t *testing.T, c bigMsgCase, n int) (idle, peak int64) {
 	cfg := ob.Config(t, sink, "")
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(30*time.Second, func() bool { return bytes.Contains([]byte(p.stderr.String()), []byte(`"message":"streaming"`)) }) {
-		t.Fatalf("the relay did not start streaming:\n%s", p.stderr.String())
+	if !pgtest.WaitFor(30*time.Second, func() bool { return bytes.Contains([]byte(p.Stderr.String()), []byte(`"message":"streaming"`)) }) {
+		t.Fatalf("the relay did not start streaming:\n%s", p.Stderr.String())
 	}
-	idle = peakRSS(p.cmd.Process.Pid)
+	idle = peakRSS(p.Cmd.Process.Pid)
 
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -90,9 +90,9 @@ func relayBigMessage(t *testing.T, c bigMsgCase, n int) (idle, peak int64) {
 		return fileEndsWithLine(out)
 	}
 	if !pgtest.WaitFor(120*time.Second, delivered) {
-		t.Fatalf("the message was not delivered in 120 s\n%s", p.stderr.String())
+		t.Fatalf("the message was not delivered in 120 s\n%s", p.Stderr.String())
 	}
-	peak = peakRSS(p.cmd.Process.Pid)
+	peak = peakRSS(p.Cmd.Process.Pid)
 	if c.want != nil {
 		b, err := os.ReadFile(out)
 		if err != nil {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,12 +26,8 @@ func TestMain(m *testing.M) {
 	os.Exit(pgtest.Main(m))
 }
 
-// proc is a cdc subprocess.
-type proc struct {
-	cmd            *exec.Cmd
-	stdout, stderr *relaytest.Buffer
-	done           chan struct{}
-}
+// proc is a cdc subprocess: the test binary running cdc's main.
+type proc = relaytest.Proc
 
 func startCDC(t *testing.T, args ...string) *proc {
 	t.Helper()
@@ -50,45 +45,7 @@ func startCDCEnvOnly(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(env, "WALPOST_CDC_MAIN=1")
-	p := &proc{cmd: cmd, stdout: &relaytest.Buffer{}, stderr: &relaytest.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout = p.stdout
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait waits up to timeout for the process to end and returns its exit
-// code (-1 on timeout).
-func (p *proc) wait(timeout time.Duration) int {
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		return -1
-	}
-}
-
-func (p *proc) kill9(t *testing.T) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	return relaytest.Start(t, cmd)
 }
 
 // peakRSS reads VmHWM (peak resident set) of a running process, in bytes.
@@ -144,7 +101,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	small := batch(100)
 	ob.InsertTx(t, conn, small...)
 	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) >= len(small) }) {
-		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 	}
 	st, err := os.Stat(out)
 	if err != nil {
@@ -164,11 +121,11 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	p.kill9(t)
+	p.Kill9(t)
 	killedAt := relaytest.CountLines(out)
 	// More writes while the relay is down.
 	for i := 0; i < 20; i++ {
@@ -177,7 +134,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 		all = append(all, m...)
 	}
 	p = startCDC(t, "run", "--config", cfg)
-	lines := relaytest.WaitAllDelivered(t, out, all, 120*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, all, 120*time.Second, p.Stderr.String)
 	if bad := stopSampling(); len(bad) > 0 {
 		t.Fatal(bad[0])
 	}
@@ -189,16 +146,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	if dups > len(big) {
 		t.Fatalf("%d duplicates: more than the transaction in flight", dups)
 	}
-	// Graceful stop: exit 0.
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not stop on SIGTERM")
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM, want 0\n%s", code, p.stderr.String())
-	}
+	p.Stop(t) // graceful: exit 0
 }
 
 // TestIntegrationLargeTransactionHasBoundedMemory: one transaction of
@@ -217,12 +165,12 @@ func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
 	p := startCDC(t, "run", "--config", cfg)
 	var peak int64
 	ok := pgtest.WaitFor(180*time.Second, func() bool {
-		peak = max(peak, peakRSS(p.cmd.Process.Pid))
+		peak = max(peak, peakRSS(p.Cmd.Process.Pid))
 		return relaytest.CountLines(out) >= n
 	})
-	peak = max(peak, peakRSS(p.cmd.Process.Pid))
+	peak = max(peak, peakRSS(p.Cmd.Process.Pid))
 	if !ok {
-		t.Fatalf("only %d of %d lines after 180s\n%s", relaytest.CountLines(out), n, p.stderr.String())
+		t.Fatalf("only %d of %d lines after 180s\n%s", relaytest.CountLines(out), n, p.Stderr.String())
 	}
 	t.Logf("200,000-row transaction: relay peak RSS %.1f MB", float64(peak)/(1<<20))
 	if peak > 150<<20 {

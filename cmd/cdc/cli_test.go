@@ -17,10 +17,10 @@ import (
 func cdc(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	p := startCDCEnv(t, env, args...)
-	if code = p.wait(60 * time.Second); code == -1 {
-		t.Fatalf("cdc %s did not exit:\n%s", strings.Join(args, " "), p.stderr.String())
+	if code = p.Wait(60 * time.Second); code == -1 {
+		t.Fatalf("cdc %s did not exit:\n%s", strings.Join(args, " "), p.Stderr.String())
 	}
-	return code, p.stdout.String(), p.stderr.String()
+	return code, p.Stdout.String(), p.Stderr.String()
 }
 
 // TestHelpOfEveryCommandNamesItsFlags: cdc help X, cdc X --help and cdc X

@@ -33,10 +33,10 @@ func destinationRun(t *testing.T, sinkYAML string, rows []relaytest.Msg, deliver
 	cdcInit(t, cfg)
 	ob.InsertTx(t, pgtest.Connect(t, url), rows...)
 	p := startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(60*time.Second, func() bool { return p.exited() || delivered() }) || p.exited() {
-		t.Fatalf("the rows after the refused ones did not arrive (relay exited: %v)\n%s", p.exited(), p.stderr.String())
+	if !pgtest.WaitFor(60*time.Second, func() bool { return p.Exited() || delivered() }) || p.Exited() {
+		t.Fatalf("the rows after the refused ones did not arrive (relay exited: %v)\n%s", p.Exited(), p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	return listParked(t, cfg)
 }
 
@@ -155,9 +155,9 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 	}
 	for run := 1; run <= 2; run++ {
 		p := startCDC(t, "run", "--config", stopCfg)
-		if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), rows[1].ID) || !strings.Contains(p.stderr.String(), "amq.") ||
-			!strings.Contains(p.stderr.String(), "park it with relay.on_refused: dead_letter") {
-			t.Fatalf("run %d with on_refused: stop: exit %d, want 1 naming %s and amq., and saying how to go on\n%s", run, code, rows[1].ID, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), rows[1].ID) || !strings.Contains(p.Stderr.String(), "amq.") ||
+			!strings.Contains(p.Stderr.String(), "park it with relay.on_refused: dead_letter") {
+			t.Fatalf("run %d with on_refused: stop: exit %d, want 1 naming %s and amq., and saying how to go on\n%s", run, code, rows[1].ID, p.Stderr.String())
 		}
 		if h := holding(); h[rows[3].ID] != 0 {
 			t.Fatalf("run %d: the queue holds %v, not the row after the refused one", run, h)
@@ -165,10 +165,10 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 	}
 
 	p := startCDC(t, "run", "--config", parkCfg)
-	if !pgtest.WaitFor(60*time.Second, func() bool { return p.exited() || holding()[rows[3].ID] > 0 }) || p.exited() {
-		t.Fatalf("restarted with on_refused: dead_letter the relay did not go on past the refused rows (exited: %v)\n%s", p.exited(), p.stderr.String())
+	if !pgtest.WaitFor(60*time.Second, func() bool { return p.Exited() || holding()[rows[3].ID] > 0 }) || p.Exited() {
+		t.Fatalf("restarted with on_refused: dead_letter the relay did not go on past the refused rows (exited: %v)\n%s", p.Exited(), p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	parked := listParked(t, parkCfg)
 	if ids, want := parkedIDs(parked), []string{rows[1].ID, rows[2].ID}; strings.Join(ids, ",") != strings.Join(want, ",") {
 		t.Fatalf("parked %v, want %v", ids, want)

@@ -35,7 +35,7 @@ func TestIntegrationInitCreatesTheDefaultTableWithCreatedAtAsTime(t *testing.T) 
 	}
 	pgtest.Await(t, 60*time.Second, "the row delivered", func() bool { return relaytest.CountLines(out) == 1 })
 	if b, _ := os.ReadFile(out); !strings.Contains(string(b), `"time":"2021-06-01T12:00:00Z"`) {
-		t.Errorf("the event's time is not the row's created_at:\n%s\n%s", b, p.stderr.String())
+		t.Errorf("the event's time is not the row's created_at:\n%s\n%s", b, p.Stderr.String())
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,12 +26,9 @@ func TestIntegrationConsoleLogsToAPipeHaveNoColour(t *testing.T) {
 	m := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, m)
 	relay := startCDCEnv(t, []string{"CDC_LOG_FORMAT=console"}, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.stderr.String)
-	relay.cmd.Process.Signal(syscall.SIGTERM)
-	if code := relay.wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay: exit %d\n%s", code, relay.stderr.String())
-	}
-	log := relay.stderr.String()
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.Stderr.String)
+	relay.Stop(t)
+	log := relay.Stderr.String()
 	if !strings.Contains(log, "starting") || strings.HasPrefix(log, "{") {
 		t.Fatalf("cdc run with log.format console wrote no console log:\n%s", log)
 	}

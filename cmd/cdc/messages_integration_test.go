@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,8 +45,8 @@ func messagesOutbox(t *testing.T, postgres, extra string) (url string, mo relayt
 func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrder(t *testing.T) {
 	url, mo, out, cfg := messagesOutbox(t, "  heartbeat_interval: 200ms", "")
 	p := startCDC(t, "run", "--config", cfg)
-	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), mo.Publication+`\" does not exist; run 'cdc init'`) {
-		t.Fatalf("cdc run before cdc init: exit %d\n%s", code, p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), mo.Publication+`\" does not exist; run 'cdc init'`) {
+		t.Fatalf("cdc run before cdc init: exit %d\n%s", code, p.Stderr.String())
 	}
 	var initOut bytes.Buffer
 	if code := run([]string{"init", "--config", cfg}, &initOut, &initOut); code != 0 {
@@ -68,7 +67,7 @@ func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrd
 	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE "+other) })
 
 	p = startCDC(t, "run", "--config", cfg)
-	heartbeats := func() int { return strings.Count(p.stderr.String(), "heartbeat written") }
+	heartbeats := func() int { return strings.Count(p.Stderr.String(), "heartbeat written") }
 	var want []relaytest.Msg
 	for round, size := range []int{1, 3, 50, 1, 0, 7, 120, 2} {
 		msgs := make([]relaytest.Msg, size)
@@ -122,18 +121,9 @@ func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrd
 		before := heartbeats()
 		pgtest.Await(t, 30*time.Second, "a heartbeat", func() bool { return heartbeats() > before })
 	}
-	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.Stderr.String)
 	checkExactly(t, lines, want)
-	stopGracefully(t, p)
-}
-
-// stopGracefully sends SIGTERM and fails the test unless cdc exits 0.
-func stopGracefully(t *testing.T, p *proc) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.stderr.String())
-	}
+	p.Stop(t)
 }
 
 // checkExactly checks that lines are exactly want, in order, as emitted.
@@ -185,7 +175,7 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 	p := startCDC(t, "run", "--config", cfg)
 	mo.EmitSeqTx(t, conn, 100, 13, false)
 	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) >= 100 }) {
-		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 	}
 	st, err := os.Stat(out)
 	if err != nil {
@@ -200,11 +190,11 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	p.kill9(t)
+	p.Kill9(t)
 	killedAt := relaytest.CountLines(out)
 	for i := 0; i < 20; i++ {
 		mo.EmitSeqTx(t, conn, 1+i*10, 13, i == 7)
@@ -212,7 +202,7 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 	committed := mo.Committed(t, conn)
 	p = startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(120*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) }) {
-		t.Fatalf("not every committed message was delivered after the restart\n%s", p.stderr.String())
+		t.Fatalf("not every committed message was delivered after the restart\n%s", p.Stderr.String())
 	}
 	r := relaytest.CheckDelivered(t, "out", committed, relaytest.ReadLines(t, out))
 	if bad := stopSampling(); len(bad) > 0 {
@@ -225,7 +215,7 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 	if r.Duplicates > big {
 		t.Fatalf("%d duplicates: more than the transaction in flight", r.Duplicates)
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }
 
 // sampleSlot samples, every 150 ms until stop is called, the slot's
@@ -316,10 +306,10 @@ func TestIntegrationMessagesOutboxBadEnvelopeStopsAtItsLSNAndSkipParksIt(t *test
 	stopsAt := func(lsn, why string, delivered ...relaytest.Msg) {
 		t.Helper()
 		p := startCDC(t, "run", "--config", cfg)
-		if code := p.wait(60 * time.Second); code != 1 {
-			t.Fatalf("exit %d, want 1\n%s", code, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, p.Stderr.String())
 		}
-		msg := p.stderr.String()
+		msg := p.Stderr.String()
 		m := regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`).FindStringSubmatch(msg)
 		if m == nil || m[1] != lsn || !strings.Contains(msg, "at LSN "+lsn) || !strings.Contains(msg, why) {
 			t.Fatalf("the error does not name LSN %s (%s) and the cdc skip for it:\n%s", lsn, why, msg)
@@ -340,11 +330,11 @@ func TestIntegrationMessagesOutboxBadEnvelopeStopsAtItsLSNAndSkipParksIt(t *test
 	}
 	stopsAt(nonTxLSN, "non-transactional", good, after)
 	p := startCDC(t, "run", "--config", cfg)
-	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after, last}, 30*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after, last}, 30*time.Second, p.Stderr.String)
 	for _, l := range lines {
 		if l.Type == "bad" || l.ID == nonTx.ID {
 			t.Fatalf("a refused message was delivered: %+v", l)
 		}
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }

@@ -57,7 +57,7 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", cfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return readyz(addr) == http.StatusOK }) {
-		t.Fatalf("/readyz did not become 200 without credentials:\n%s", p.stderr.String())
+		t.Fatalf("/readyz did not become 200 without credentials:\n%s", p.Stderr.String())
 	}
 	if code, _, _ := get(t, addr, "/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz without credentials: %d", code)
@@ -97,8 +97,8 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 	if !regexp.MustCompile(`\nwalpost_build_info\{goversion="go[^"]+",revision="[^"]+",version="[^"]+"\} 1\n`).MatchString(body) {
 		t.Errorf("/metrics lacks walpost_build_info:\n%s", grepLines(body, "build_info"))
 	}
-	if strings.Contains(p.stderr.String(), password) {
-		t.Errorf("the log shows the password:\n%s", p.stderr.String())
+	if strings.Contains(p.Stderr.String(), password) {
+		t.Errorf("the log shows the password:\n%s", p.Stderr.String())
 	}
 }
 
@@ -170,7 +170,7 @@ func TestIntegrationStallMetricsShowAStuckDeliveryByAge(t *testing.T) {
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return readyz(addr) == http.StatusOK }) {
-		t.Fatalf("/readyz did not become 200:\n%s", p.stderr.String())
+		t.Fatalf("/readyz did not become 200:\n%s", p.Stderr.String())
 	}
 	gauge := func(name string) float64 {
 		t.Helper()

@@ -50,13 +50,13 @@ func TestIntegrationRunPicksItsThreadsFromItsSinks(t *testing.T) {
 			p := startCDCEnvOnly(t, append(append([]string(nil), env...), tc.env...), "run", "--config", cfg)
 			var got []string
 			if !pgtest.WaitFor(20*time.Second, func() bool {
-				got = procsRE.FindStringSubmatch(p.stderr.String())
+				got = procsRE.FindStringSubmatch(p.Stderr.String())
 				return got != nil
 			}) {
-				t.Fatalf("no start line with procs:\n%s", p.stderr.String())
+				t.Fatalf("no start line with procs:\n%s", p.Stderr.String())
 			}
 			if got[1] != tc.want {
-				t.Errorf("procs %s, want %s:\n%s", got[1], tc.want, p.stderr.String())
+				t.Errorf("procs %s, want %s:\n%s", got[1], tc.want, p.Stderr.String())
 			}
 		})
 	}

@@ -75,8 +75,8 @@ func (ro retentionOutbox) rounds(t *testing.T, n int, p *proc) {
 		markAfterNow()
 		markAfterNow()
 	}
-	if p.exited() {
-		t.Fatalf("relay exited\n%s", p.stderr.String())
+	if p.Exited() {
+		t.Fatalf("relay exited\n%s", p.Stderr.String())
 	}
 }
 
@@ -166,7 +166,7 @@ func TestIntegrationRetentionNeverDeletesARowItsSlotHasNotConfirmed(t *testing.T
 	for {
 		ro.rounds(t, 1, p)
 		if n := ro.count(t, "id = ANY($1::uuid[])", ids(during)); n != len(during) {
-			t.Fatalf("retention deleted %d row(s) the sink never acknowledged\n%s", len(during)-n, p.stderr.String())
+			t.Fatalf("retention deleted %d row(s) the sink never acknowledged\n%s", len(during)-n, p.Stderr.String())
 		}
 		var age time.Duration
 		ro.conn.QueryRow(context.Background(), "SELECT now() - $1::timestamptz", committedAt).Scan(&age)
@@ -236,7 +236,7 @@ func TestIntegrationRetentionBoundaryKeepAndMargin(t *testing.T) {
 			})
 			ro.rounds(t, 3, p)
 			if n := ro.count(t, "id = ANY($1::uuid[])", []string{rows["inside"], rows["new"]}); n != 2 {
-				t.Fatalf("%d of the rows inside the %s left; want both\n%s", n, c.name, p.stderr.String())
+				t.Fatalf("%d of the rows inside the %s left; want both\n%s", n, c.name, p.Stderr.String())
 			}
 		})
 	}
@@ -285,7 +285,7 @@ func TestIntegrationDeleteAfterInsertRowsStream(t *testing.T) {
 	kept := relaytest.NewMsg("kept", "k", 4)
 	ro.InsertTx(t, ro.conn, kept)
 
-	lines := relaytest.WaitAllDelivered(t, out, append(deleted, kept), 30*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, append(deleted, kept), 30*time.Second, p.Stderr.String)
 	byID := map[string]relaytest.Line{}
 	for _, l := range lines {
 		byID[l.ID] = l
@@ -323,8 +323,8 @@ func TestIntegrationRetentionChecksAtStart(t *testing.T) {
 	runFails := func(cfg, want string, code int) {
 		t.Helper()
 		p := startCDC(t, "run", "--config", cfg)
-		if got := p.wait(30 * time.Second); got != code || !strings.Contains(p.stderr.String(), want) {
-			t.Fatalf("cdc run exited %d, want %d with %q:\n%s", got, code, want, p.stderr.String())
+		if got := p.Wait(30 * time.Second); got != code || !strings.Contains(p.Stderr.String(), want) {
+			t.Fatalf("cdc run exited %d, want %d with %q:\n%s", got, code, want, p.Stderr.String())
 		}
 	}
 	runFails(ro.Config(t, sink, ro.retention("keep: 0s")), "relay.retention.keep: 0s: set how long delivered rows stay (more than 0, e.g. 168h), or remove relay.retention (line 12)", 2)
@@ -353,7 +353,7 @@ func TestIntegrationRetentionChecksAtStart(t *testing.T) {
 	p := startCDC(t, "run", "--config", relayCfg)
 	m := relaytest.NewMsg("t", "k", 1)
 	ro.InsertTx(t, ro.conn, m)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 30*time.Second, p.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "the delivered row deleted by the relay role", func() bool { return ro.count(t, "true") == 0 })
 }
 

@@ -76,7 +76,7 @@ func TestIntegrationTorture(t *testing.T) {
 		var a *relay
 		pgtest.WaitFor(60*time.Second, func() bool {
 			for _, r := range relays {
-				if !r.p.exited() && readyz(r.listen) == http.StatusOK {
+				if !r.p.Exited() && readyz(r.listen) == http.StatusOK {
 					a = r
 					return true
 				}
@@ -86,7 +86,7 @@ func TestIntegrationTorture(t *testing.T) {
 		if a == nil {
 			logs := ""
 			for _, r := range relays {
-				logs += r.p.stderr.String()
+				logs += r.p.Stderr.String()
 			}
 			t.Fatalf("no relay streams\n%s", logs)
 		}
@@ -118,12 +118,12 @@ func TestIntegrationTorture(t *testing.T) {
 		faults = append(faults, fault{kind, relaytest.CountLines(out)})
 		switch kind {
 		case "kill -9":
-			a.p.kill9(t)
+			a.p.Kill9(t)
 			replace(a)
 		case "SIGTERM":
-			a.p.cmd.Process.Signal(syscall.SIGTERM)
-			if code := a.p.wait(60 * time.Second); code != 0 {
-				t.Errorf("SIGTERM: exit %d\n%s", code, a.p.stderr.String())
+			a.p.Cmd.Process.Signal(syscall.SIGTERM)
+			if code := a.p.Wait(60 * time.Second); code != 0 {
+				t.Errorf("SIGTERM: exit %d\n%s", code, a.p.Stderr.String())
 			}
 			replace(a)
 		case "postgres restart":
@@ -146,7 +146,7 @@ func TestIntegrationTorture(t *testing.T) {
 	logs := func() string {
 		var b strings.Builder
 		for _, r := range relays {
-			b.WriteString(r.p.stderr.String())
+			b.WriteString(r.p.Stderr.String())
 		}
 		return b.String()
 	}

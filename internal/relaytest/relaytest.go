@@ -4,14 +4,12 @@
 package relaytest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/sinktest"
+	"github.com/walpost/walpost/internal/testutil"
 	"github.com/walpost/walpost/outbox"
 )
 
@@ -172,24 +171,7 @@ func ParseLines(t testing.TB, s string) []Line {
 
 // Buffer is a bytes.Buffer safe for concurrent use: a process's or a
 // logger's output read by a test while it is written.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write implements io.Writer.
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// String returns what was written so far.
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type Buffer = testutil.Buffer
 
 // CountLines counts newline-terminated lines without parsing them.
 func CountLines(path string) int {
