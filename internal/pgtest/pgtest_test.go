@@ -24,7 +24,7 @@ func TestIntegrationClusterHasLogicalWAL(t *testing.T) {
 }
 
 // childEnv, when set, makes TestNeedsServer ask for a server: "shared"
-// through URL, "own" through StartCluster. Only
+// through URL, "own" through StartCluster, "named" through NamedCluster. Only
 // TestWithoutPostgreSQLShortSkipsAndOtherwiseFails sets it.
 const childEnv = "WALPOST_PGTEST_CHILD"
 
@@ -34,6 +34,8 @@ func TestNeedsServer(t *testing.T) {
 		URL(t)
 	case "own":
 		StartCluster(t, Options{})
+	case "named":
+		NamedCluster(t, "child", Options{})
 	default:
 		t.Skip("run by TestWithoutPostgreSQLShortSkipsAndOtherwiseFails")
 	}
@@ -56,7 +58,7 @@ func TestWithoutPostgreSQLShortSkipsAndOtherwiseFails(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	for _, how := range []string{"shared", "own"} {
+	for _, how := range []string{"shared", "own", "named"} {
 		for _, short := range []bool{true, false} {
 			args := []string{"-test.run=^TestNeedsServer$", "-test.v", "-test.count=1"}
 			if short {
@@ -88,5 +90,22 @@ func TestWithoutPostgreSQLShortSkipsAndOtherwiseFails(t *testing.T) {
 	debianBins = empty + "/*/bin"
 	if d, err := FindBin(); !errors.Is(err, ErrNoServer) || !strings.Contains(err.Error(), "apt-get install postgresql") {
 		t.Errorf("FindBin with nothing installed: %q, %v; want ErrNoServer saying what to install", d, err)
+	}
+}
+
+// TestIntegrationNamedClusterIsSharedAndHasItsSettings: every call with a
+// name gets the one cluster started with the first call's settings, apart
+// from the shared one.
+func TestIntegrationNamedClusterIsSharedAndHasItsSettings(t *testing.T) {
+	a := NamedCluster(t, "keep-1mb", Options{Settings: []string{"max_slot_wal_keep_size = 1MB"}})
+	if b := NamedCluster(t, "keep-1mb", Options{}); b != a {
+		t.Fatalf("a second call started another cluster (ports %d, %d)", a.Port, b.Port)
+	}
+	if shared := SharedCluster(t); shared != nil && shared.Port == a.Port {
+		t.Fatal("the named cluster is the shared one")
+	}
+	var v string
+	if err := Connect(t, a.URL("postgres")).QueryRow(context.Background(), "SHOW max_slot_wal_keep_size").Scan(&v); err != nil || v != "1MB" {
+		t.Fatalf("max_slot_wal_keep_size = %q, %v; want 1MB", v, err)
 	}
 }
