@@ -16,6 +16,7 @@ import (
 // streams bytea payloads: the replication connection asks for hex, the
 // one form the decoder reads. Before, every such row was invalid.
 func TestIntegrationByteaPayloadWhateverTheDatabasesByteaOutput(t *testing.T) {
+	t.Parallel()
 	base := pgtest.URL(t)
 	name := pgtest.Name(t, "esc")
 	pgtest.Exec(t, base, "CREATE DATABASE "+name, "ALTER DATABASE "+name+" SET bytea_output = 'escape'")

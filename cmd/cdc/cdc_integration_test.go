@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,12 +20,30 @@ import (
 // The test binary doubles as the cdc binary: with WALPOST_CDC_MAIN=1 it
 // runs the command line instead of the tests, so the fault tests can kill -9
 // a real relay process.
+//
+// The tests marked t.Parallel (each on its own outbox, slot and sinks, or
+// a cluster of its own) run parallelTests at a time unless -parallel says
+// otherwise: they wait for processes, servers and status intervals far
+// more than they compute, so more of them than CPUs fit. The others run
+// one after another, before them: those that change the shared cluster
+// (ALTER SYSTEM) or load the CPUs on purpose, share the lost-slot
+// cluster, bound how long something takes, need a stream without other
+// relays' traffic (heartbeats), or set environment variables.
 func TestMain(m *testing.M) {
 	if os.Getenv("WALPOST_CDC_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(parallelTests))
+	}
 	os.Exit(pgtest.Main(m))
 }
+
+// parallelTests is how many parallel tests run at once by default.
+const parallelTests = 4
 
 // proc is a cdc subprocess: the test binary running cdc's main.
 type proc = relaytest.Proc
@@ -79,6 +98,7 @@ func cdcInit(t *testing.T, cfg string) {
 // whose messages the sink does not hold (invariant 1, checked from
 // outside).
 func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -153,6 +173,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 // 200,000 outbox rows passes with the relay's peak RSS under 150 MB
 // (invariant 5: memory bounded by the window, not by transaction size).
 func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -164,9 +185,10 @@ func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
 		SELECT gen_random_uuid(), 'bulk', 'k' || (g %% 100), jsonb_build_object('n', g, 'pad', '%s') FROM generate_series(1, %d) g`, ob.Table, pad, n))
 	p := startCDC(t, "run", "--config", cfg)
 	var peak int64
+	lines := relaytest.NewLineCounter(out)
 	ok := pgtest.WaitFor(180*time.Second, func() bool {
 		peak = max(peak, peakRSS(p.Cmd.Process.Pid))
-		return relaytest.CountLines(out) >= n
+		return lines.Count() >= n
 	})
 	peak = max(peak, peakRSS(p.Cmd.Process.Pid))
 	if !ok {
@@ -181,6 +203,7 @@ func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
 // TestConfigErrorsNameTheField: a typo in the config is a usage error
 // (exit 2) naming the key, before anything connects.
 func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cases := []struct{ yaml, want string }{
 		{"postgres: {url: 'postgres://x', slott: s}\nsinks: [{name: a, kind: stdout}]\n", `unknown key "slott"`},
@@ -205,6 +228,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 
 // TestIntegrationStatusShowsTheSlot: cdc status prints the slot's state.
 func TestIntegrationStatusShowsTheSlot(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	cfg := ob.Config(t, "  - {name: out, kind: stdout}", "")

@@ -20,6 +20,7 @@ import (
 // server as a startup parameter); a URL whose password holds an unescaped
 // '/' exits 2 saying to write %2F, without a piece of the password.
 func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	pc, err := pgconn.ParseConfig(url)
 	if err != nil {

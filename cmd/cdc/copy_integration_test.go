@@ -97,8 +97,12 @@ func (h *countingHook) distinct() int {
 // it (the rows after the acknowledged one at the same LSN were skipped as
 // "acknowledged before a restart" when progress was an LSN).
 func TestIntegrationCopyRowsSharingAnLSNAreNotTakenForAcknowledgedAfterARestart(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []string{"SIGTERM", "kill -9"} {
-		t.Run(stop, func(t *testing.T) { copyPartialAckThenRestart(t, stop == "kill -9") })
+		t.Run(stop, func(t *testing.T) {
+			t.Parallel()
+			copyPartialAckThenRestart(t, stop == "kill -9")
+		})
 	}
 }
 
@@ -157,6 +161,7 @@ func copyPartialAckThenRestart(t *testing.T, kill bool) {
 // on_invalid: dead_letter: both are parked, each with its own seq, every
 // other row is delivered, and cdc dead-letter names each by LSN:seq.
 func TestIntegrationEveryBadRowOfOneCopyIsParkedOnItsOwn(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -201,6 +206,7 @@ var skipAdvice = regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`)
 // by its bare LSN: the first unparked bad row at it), and the next run
 // delivers every good row of the COPY.
 func TestIntegrationSkipParksEachBadRowOfOneCopy(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -265,6 +271,7 @@ const (
 // before streaming and says to run cdc init; cdc init (as the owner)
 // upgrades both, keeping the parked row; then the relay role streams.
 func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")

@@ -159,12 +159,14 @@ func serviceBusCopySink(t *testing.T) copySink {
 // every other row of the COPY reaches the broker (an LSN as the progress
 // took the rest of the group for acknowledged: neither sent nor parked).
 func TestIntegrationCopyGroupCutByARefusalIsDeliveredWholeAfterTheRestart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kind string
 		sink func(*testing.T) copySink
 	}{{"webhook", webhookCopySink}, {"kafka", kafkaCopySink}, {"nats", natsCopySink}, {"rabbitmq", rabbitCopySink},
 		{"servicebus", serviceBusCopySink}} {
 		t.Run(c.kind, func(t *testing.T) {
+			t.Parallel() // each its own broker, outbox and slot
 			sink := c.sink(t)
 			url := pgtest.URL(t)
 			ob := relaytest.NewOutbox(t, url)

@@ -22,6 +22,7 @@ import (
 // with its id and LSN, to every routed sink; drop deletes; a table
 // without resent_at is upgraded by its owner's cdc dead-letter.
 func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook, hookURL := newRecHook(t)
@@ -141,6 +142,7 @@ func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
 // message after it is resent all the same. Once its row_data is fixed, the
 // envelope goes, with its id and parked LSN, to every routed sink.
 func TestIntegrationDeadLetterResendOfATableLessOutboxDecodesTheEnvelope(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	mo := relaytest.NewMessagesOutbox(t, url)
 	hook, hookURL := newRecHook(t)

@@ -81,7 +81,9 @@ func TestIntegrationStandbyPollsAtTheConfiguredIntervalAndTakesOverAfterKill9(t 
 	takeover := time.Since(killed)
 	prod.Stop()
 	committed := prod.Committed(t, conn)
-	pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) })
+	pgtest.WaitFor(60*time.Second, func() bool {
+		return relaytest.CountLines(out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, out))
+	})
 	r := relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, out))
 	t.Logf("standby_poll %v: kill -9 of the active instance → first delivery by the standby: %v; %d committed, %d duplicates",
 		poll, takeover.Round(time.Millisecond), r.Committed, r.Duplicates)
@@ -171,6 +173,7 @@ func TestIntegrationNetworkCutTakeoverIsBoundedByWalSenderTimeout(t *testing.T) 
 // setting (PostgreSQL 12+), so ALTER ROLE … SET applies it to the relay's
 // replication connections only.
 func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	role := pgtest.Name(t, "r")
 	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN REPLICATION", "ALTER ROLE "+role+" SET wal_sender_timeout = '7s'")
@@ -208,6 +211,7 @@ func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
 // from a slot that cannot survive a failover. (On PostgreSQL 17+ the slot
 // is created with failover = true; these machines run 15.)
 func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -259,6 +263,7 @@ func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
 // that process) tells the same from what the server holds: the progress
 // table's positions of the slot and timeline 2.
 func TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation(t *testing.T) {
+	t.Parallel()
 	primary := startCluster(t)
 	replica, err := primary.StartReplica()
 	if err != nil {
@@ -337,6 +342,7 @@ func lastLine(s string) string {
 // slot was dropped), it explains that messages may be lost and how to
 // re-send them.
 func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
+	t.Parallel()
 	url, ob, out, cfg := fileOutbox(t, "")
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -383,6 +389,7 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 // its advice for what the sinks missed is no cdc replay (there is no
 // table): only the application can emit those messages again.
 func TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed(t *testing.T) {
+	t.Parallel()
 	url, mo, out, cfg := messagesOutbox(t, "", "")
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", "--config", cfg)

@@ -45,6 +45,7 @@ import (
 // holds in each (modulo replays: at-least-once), the slot passes the last
 // commit, and SIGTERM exits 0. Duplicates per sink are logged.
 func TestIntegrationFiveSinksGetEverythingAndTheSlotWaitsForTheSlowest(t *testing.T) {
+	t.Parallel()
 	natsURL := natstest.Start(t)     // skips without a NATS server
 	rabbitURL := rabbittest.Start(t) // skips without RabbitMQ
 	url := pgtest.URL(t)

@@ -24,6 +24,7 @@ import (
 // and after the forgeries; cdc status warns about PUBLIC's EXECUTE on
 // pg_logical_emit_message only while no key is configured.
 func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
+	t.Parallel()
 	key := "0123456789abcdef0123456789abcdef"
 	url, mo, out, cfg := messagesOutbox(t, "  message_keys: ["+key+", another-key-of-32-bytes-aaaaaaaa]", "")
 	relaytest.WithDeadLetterTable(t, url, cfg)
@@ -94,6 +95,7 @@ func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
 // longer emit, a listed one can, and cdc status, which warned before,
 // no longer does. Without message_keys, cdc run warned at start.
 func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
+	t.Parallel()
 	// A cluster of its own: the grants on pg_logical_emit_message are the
 	// whole cluster's.
 	c := startCluster(t)
@@ -144,6 +146,7 @@ func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
 // the forgeries (logged at error level, not parked, not a stop), and cdc
 // skip has nothing to skip.
 func TestIntegrationForgedAdoptMessagesAreIgnored(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN sent_at timestamptz")

@@ -18,6 +18,7 @@ import (
 // created_at} (as the README suggests) creates sql/outbox.sql's table,
 // and cdc run then publishes a row with its created_at as its time.
 func TestIntegrationInitCreatesTheDefaultTableWithCreatedAtAsTime(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "DROP TABLE "+ob.Table) // a fresh database: no table yet
@@ -43,6 +44,7 @@ func TestIntegrationInitCreatesTheDefaultTableWithCreatedAtAsTime(t *testing.T) 
 // cdc init --adopt without columns.sent_at exits 2 naming the field,
 // before it creates anything (no publication, no slot).
 func TestIntegrationInitAdoptWithoutSentAtIsAConfigErrorAndDoesNothing(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	cfg := ob.Config(t, "  - {name: out, kind: discard}", "")

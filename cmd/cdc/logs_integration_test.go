@@ -17,6 +17,7 @@ import (
 // without ANSI escape sequences; so does cdc replay, which writes for a
 // person when log.format is not set.
 func TestIntegrationConsoleLogsToAPipeHaveNoColour(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -46,6 +47,7 @@ func TestIntegrationConsoleLogsToAPipeHaveNoColour(t *testing.T) {
 // sinks' log, progress, the summary, errors) is a JSON record; exit codes
 // are unchanged.
 func TestIntegrationReplayAndDeadLetterFollowLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook, hookURL := newRecHook(t)

@@ -16,14 +16,21 @@ import (
 	"github.com/walpost/walpost/internal/relaytest"
 )
 
-// lostSlotOutbox starts a cluster of the test's own whose slots lose
-// their WAL past 1 MB (max_slot_wal_keep_size), and makes an outbox with a
-// file sink on it (cdc init run). extra is the config's extra YAML; alter,
-// run before cdc init, changes the table (e.g. adds a sent_at column).
+// lostSlotCluster is the cluster the lost-slot tests share, whose slots
+// lose their WAL past 1 MB (max_slot_wal_keep_size). Its tests run one
+// after another (no t.Parallel): writing WAL to lose one test's slot would
+// lose every other slot that lags on it.
+func lostSlotCluster(t *testing.T) *pgtest.Cluster {
+	t.Helper()
+	return pgtest.NamedCluster(t, "lost-slot", pgtest.Options{Settings: []string{"max_slot_wal_keep_size = 1MB"}})
+}
+
+// lostSlotOutbox makes an outbox with a file sink on the lost-slot
+// cluster (cdc init run). extra is the config's extra YAML; alter, run
+// before cdc init, changes the table (e.g. adds a sent_at column).
 func lostSlotOutbox(t *testing.T, extra string, alter ...string) (url string, ob relaytest.Outbox, out, cfg string) {
 	t.Helper()
-	c := startCluster(t, "max_slot_wal_keep_size = 1MB")
-	url = c.URL("postgres")
+	url = lostSlotCluster(t).URL("postgres")
 	ob = relaytest.NewOutbox(t, url)
 	for _, a := range alter {
 		pgtest.Exec(t, url, fmt.Sprintf(a, ob.Table))
@@ -55,7 +62,7 @@ func walStatus(t *testing.T, conn *pgx.Conn, slot string) string {
 func writeWAL(t *testing.T, url string, checkpoint bool, between func(), until func() bool) {
 	t.Helper()
 	conn := pgtest.Connect(t, url)
-	pgtest.Exec(t, url, "CREATE TABLE IF NOT EXISTS walpost_filler (n int, pad text)")
+	pgtest.Exec(t, url, "CREATE TABLE IF NOT EXISTS walpost_filler (n int, pad text)", "TRUNCATE walpost_filler")
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second)
 	for !until() {
@@ -246,8 +253,7 @@ func TestIntegrationRecoverRelaysEveryRowWhoseSentAtIsNull(t *testing.T) {
 // throughout; every committed row reaches each sink its route takes it
 // to, duplicates allowed.
 func TestIntegrationRecoverRelaysEveryRowSinceTheLastAcknowledgedCommit(t *testing.T) {
-	c := startCluster(t, "max_slot_wal_keep_size = 1MB")
-	url := c.URL("postgres")
+	url := lostSlotCluster(t).URL("postgres")
 	ob := relaytest.NewOutbox(t, url)
 	dir := t.TempDir()
 	out, only := filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "u.jsonl")

@@ -43,6 +43,8 @@ func messagesOutbox(t *testing.T, postgres, extra string) (url string, mo relayt
 // commit order, each as emitted (key, headers, JSON payload byte for byte,
 // bytes through payload_base64).
 func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrder(t *testing.T) {
+	// Not parallel: a heartbeat is written only when the stream has been
+	// idle for heartbeat_interval, which other relays' traffic prevents.
 	url, mo, out, cfg := messagesOutbox(t, "  heartbeat_interval: 200ms", "")
 	p := startCDC(t, "run", "--config", cfg)
 	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), mo.Publication+`\" does not exist; run 'cdc init'`) {
@@ -167,6 +169,7 @@ func checkExactly(t *testing.T, lines []relaytest.Line, want []relaytest.Msg) {
 // what was in flight; the slot's confirmed position, sampled from outside,
 // never passed a message the sink did not hold.
 func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
+	t.Parallel()
 	url, mo, out, cfg := messagesOutbox(t, "", "relay: {batch_size: 200}")
 	cdcInit(t, cfg)
 	conn := pgtest.Connect(t, url)
@@ -201,7 +204,9 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 	}
 	committed := mo.Committed(t, conn)
 	p = startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(120*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) }) {
+	if !pgtest.WaitFor(120*time.Second, func() bool {
+		return relaytest.CountLines(out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, out))
+	}) {
 		t.Fatalf("not every committed message was delivered after the restart\n%s", p.Stderr.String())
 	}
 	r := relaytest.CheckDelivered(t, "out", committed, relaytest.ReadLines(t, out))
@@ -258,10 +263,14 @@ func sampleSlot(t *testing.T, url, slot, out string) (stop func() []string) {
 		wg.Wait()
 		var bad []string
 		lines := relaytest.ReadLines(t, out)
+		commits := make([]pglogrepl.LSN, len(lines))
+		for i, l := range lines {
+			commits[i] = relaytest.ParseLSN(t, l.CommitLSN)
+		}
 		for _, s := range samples {
-			for _, l := range lines {
-				if commit := relaytest.ParseLSN(t, l.CommitLSN); commit < s.confirmed && !s.ids[l.ID] {
-					bad = append(bad, fmt.Sprintf("slot confirmed %s while message %s (commit %s) was not in the sink", s.confirmed, l.ID, commit))
+			for i, l := range lines {
+				if commits[i] < s.confirmed && !s.ids[l.ID] {
+					bad = append(bad, fmt.Sprintf("slot confirmed %s while message %s (commit %s) was not in the sink", s.confirmed, l.ID, commits[i]))
 					break
 				}
 			}
@@ -280,6 +289,7 @@ func sampleSlot(t *testing.T, url, slot, out string) (stop func() []string) {
 // A non-transactional message with the prefix is refused the same way: it
 // is not atomic with the application's transaction.
 func TestIntegrationMessagesOutboxBadEnvelopeStopsAtItsLSNAndSkipParksIt(t *testing.T) {
+	t.Parallel()
 	url, mo, out, cfg := messagesOutbox(t, "", "")
 	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
 	cdcInit(t, cfg)

@@ -44,6 +44,7 @@ func get(t *testing.T, addr, path, authorization string) (int, string, string) {
 // per-sink series of every configured sink at 0 and walpost_build_info;
 // /healthz and /readyz need no credentials; the password is never logged.
 func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
+	t.Parallel()
 	const password = "scrape-Pw-7731"
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
@@ -106,6 +107,7 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 // schemes, or half of basic, is a configuration error naming the field
 // (exit 2), and the error never shows the secret.
 func TestHTTPAuthConfigErrors(t *testing.T) {
+	t.Parallel()
 	const secret = "Tok-3141-secret"
 	dir := t.TempDir()
 	for i, c := range []struct{ auth, want string }{
@@ -145,6 +147,7 @@ func grepLines(s, sub string) string {
 // WAL is ahead) grow with time between scrapes; once the webhook answers,
 // both are back at 0.
 func TestIntegrationStallMetricsShowAStuckDeliveryByAge(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	release := make(chan struct{})

@@ -82,6 +82,7 @@ sinks:
 // and dots (and would drop a table if spliced into SQL unquoted): the
 // messages arrive, sent-at is set, and the canary table survives.
 func TestIntegrationAnyNameWorksAsANameAndDoesNothingElse(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -123,6 +124,7 @@ func TestIntegrationAnyNameWorksAsANameAndDoesNothingElse(t *testing.T) {
 // delivered but not marked is marked after a restart (the sink's progress
 // table spares the file sink a second copy).
 func TestIntegrationSlotWaitsForSentAtMarks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	out := filepath.Join(t.TempDir(), "out.jsonl")

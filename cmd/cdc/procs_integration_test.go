@@ -18,6 +18,7 @@ import (
 // relay.procs overrides the default, and GOMAXPROCS in the environment
 // overrides both. Read from the process's own start line.
 func TestIntegrationRunPicksItsThreadsFromItsSinks(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	dir := t.TempDir()

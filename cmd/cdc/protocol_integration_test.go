@@ -87,6 +87,7 @@ func (p *corruptingProxy) serverToClient(dst io.Writer, src io.Reader) {
 // the code of configuration errors) is a protocol error: the relay logs
 // it, reconnects from the confirmed position and delivers everything.
 func TestIntegrationMalformedProtocolBytesReconnect(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")

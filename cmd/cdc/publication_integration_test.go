@@ -93,7 +93,9 @@ func (r *pubRelay) waitAll(t *testing.T, prod *relaytest.Producer, p *proc, extr
 	if len(committed) == 0 {
 		t.Fatal("the producer committed nothing")
 	}
-	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, r.out)) }) {
+	if !pgtest.WaitFor(60*time.Second, func() bool {
+		return relaytest.CountLines(r.out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, r.out))
+	}) {
 		lines := relaytest.ReadLines(t, r.out)
 		seen := map[string]bool{}
 		for _, l := range lines {
@@ -130,6 +132,7 @@ func errorLogged(p *proc, want string) bool {
 // 0. A DROP and ADD faster than the relay looks is seen too (another
 // pg_publication_rel row).
 func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
@@ -192,6 +195,7 @@ func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 // so the rows are relayed (with a warning); cdc status exits 1 while the
 // configured table does not exist, 0 after.
 func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
@@ -221,6 +225,7 @@ func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
 // (same column count and types as the last that mapped), so nothing
 // wedges and every row is delivered.
 func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
@@ -274,6 +279,7 @@ func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
 // — nothing decoded between the drop and the creation — the relay
 // relays the rows in between from the table by itself.)
 func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
@@ -327,6 +333,7 @@ func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) 
 // logs it at error level once, counts it (walpost_foreign_relations_total)
 // and cdc status exits 1 until it is removed.
 func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	other := r.ob.Table + "_other"
 	pgtest.Exec(t, r.url, "CREATE TABLE "+other+" (id int)")
@@ -358,6 +365,7 @@ func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
 // every start (the WAL does not change); its advice, cdc resync, relays
 // the row from the table and moves the slot past it.
 func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
@@ -398,6 +406,7 @@ func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 // 1), and the next cdc run relays the row from the table (the coverage
 // table kept what the last relay saw).
 func TestIntegrationPublicationChangedWhileStoppedLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)

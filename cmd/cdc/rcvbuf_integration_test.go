@@ -40,6 +40,7 @@ func streamingLine(t *testing.T, p *proc) map[string]any {
 // are refused by the config: at 4 KiB this backlog crawled through the
 // WAL sender's zero-window probes.)
 func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")

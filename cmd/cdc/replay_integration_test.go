@@ -95,6 +95,7 @@ func idsOf(lines []relaytest.Line) []string {
 // that sink gets only that range. The relay neither stops nor gets a
 // message twice, and the slot is untouched by replay.
 func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	dir := t.TempDir()
@@ -186,6 +187,7 @@ func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.
 // prints how to go on; the printed command replays exactly the rest, so
 // the two runs together deliver every id once, in order.
 func TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook, hookURL := newRecHook(t)
@@ -281,6 +283,7 @@ func listParked(t *testing.T, cfg string) []parkedRow {
 // (a configuration error, nothing done) instead of reading postgres.table's
 // default, public.outbox, a table of something else or none.
 func TestIntegrationReplayRefusesATableLessOutbox(t *testing.T) {
+	t.Parallel()
 	_, _, out, cfg := messagesOutbox(t, "", "")
 	code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h")
 	if code != 2 || !strings.Contains(stderr, "a table-less outbox (postgres.source: messages) keeps no rows to replay") ||
@@ -297,6 +300,7 @@ func TestIntegrationReplayRefusesATableLessOutbox(t *testing.T) {
 // still reads a bytea payload as the stream sends it: bytes that are not
 // JSON go out as base64, JSON text as JSON, none as an invalid row.
 func TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault(t *testing.T) {
+	t.Parallel()
 	base := pgtest.URL(t)
 	db := pgtest.Name(t, "escdb")
 	pgtest.Exec(t, base, "CREATE DATABASE "+db, "ALTER DATABASE "+db+" SET bytea_output = 'escape'")
@@ -333,6 +337,7 @@ func TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault(t *testing.T
 // exactly the rows of the last two hours, in created_at order, each with
 // its created_at as its time (CloudEvents time).
 func TestIntegrationReplaySinceReadsCreatedAtOfTheDefaultTable(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")

@@ -127,6 +127,7 @@ func ids(msgs []relaytest.Msg) []string {
 // back and the slot confirms them, they are deleted. Rows delivered
 // before the outage are deleted as soon as they are older than keep.
 func TestIntegrationRetentionNeverDeletesARowItsSlotHasNotConfirmed(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	h := &hook{seen: map[string]int{}}
 	srv := httptest.NewServer(h)
@@ -218,11 +219,13 @@ func (ro retentionOutbox) insertAged(t *testing.T, ages map[string]string) map[s
 // margin), and of margin (with a small keep), decides. Rows just inside
 // stay while rounds go on after the rows just outside were deleted.
 func TestIntegrationRetentionBoundaryKeepAndMargin(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, settings, bound string }{
 		{"keep", "keep: 1h, margin: 1s", "1 hour"},
 		{"margin", "keep: 1s, margin: 1h", "1 hour"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			ro := newRetentionOutbox(t)
 			out := t.TempDir() + "/out.jsonl"
 			cfg := ro.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), ro.retention(c.settings+", interval: 200ms"))
@@ -247,6 +250,7 @@ func TestIntegrationRetentionBoundaryKeepAndMargin(t *testing.T) {
 // TOASTed 300 kB payload too) while the table stays empty; a rolled-back
 // one is not; a row written without the option stays.
 func TestIntegrationDeleteAfterInsertRowsStream(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	out := t.TempDir() + "/out.jsonl"
 	cfg := ro.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
@@ -315,6 +319,7 @@ func TestIntegrationDeleteAfterInsertRowsStream(t *testing.T) {
 // commented grants, which then suffice); a bad setting exits 2 with its
 // field and line.
 func TestIntegrationRetentionChecksAtStart(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	url := ro.URL
 	out := t.TempDir() + "/out.jsonl"
@@ -376,6 +381,7 @@ func uncommented(t *testing.T, sql, prefix string) string {
 // would otherwise prove delivered rows the old slot never confirmed. An
 // init that finds the slot keeps them.
 func TestIntegrationInitForgetsTheMarksOfAnEarlierSlot(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	cfg := ro.Config(t, "  - {name: out, kind: discard}", ro.retention("keep: 1h"))
 	cdcInit(t, cfg)

@@ -20,6 +20,8 @@ import (
 // writes heartbeats, creating nothing. Without one of the grants it stops
 // at start naming the grant to give.
 func TestIntegrationRunWorksWithTheGrantsOfSqlRolesSql(t *testing.T) {
+	// Not parallel: a heartbeat is written only when the stream has been
+	// idle for heartbeat_interval, which other relays' traffic prevents.
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")

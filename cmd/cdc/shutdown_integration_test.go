@@ -22,6 +22,7 @@ import (
 // it. The next run sends the message again, and once the webhook answers,
 // SIGTERM drains everything and exits 0.
 func TestIntegrationSIGTERMWithTheDrainCutExits3AndTheNextRunResends(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	var (

@@ -20,6 +20,7 @@ import (
 // `cdc skip` refuses any other LSN and a slot in use, parks exactly that
 // row, and the next run goes past it and delivers what follows.
 func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
@@ -108,6 +109,7 @@ func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
 // still pending): cdc skip must take the second then, passing over the
 // row parked already, as the relay does.
 func TestIntegrationSkipGoesRowByRowThroughOneTransaction(t *testing.T) {
+	t.Parallel()
 	url, ob, out, cfg := fileOutbox(t, "")
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
 	relaytest.WithDeadLetterTable(t, url, cfg)

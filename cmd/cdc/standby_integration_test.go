@@ -110,6 +110,7 @@ func testHotStandby(t *testing.T, kind string) {
 // them and waits for the slot as a standby, then takes it back, reopens
 // its sinks and delivers what was committed meanwhile.
 func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.T) {
+	t.Parallel()
 	url, ob, out, cfg := fileOutbox(t, "")
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()

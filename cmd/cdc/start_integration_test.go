@@ -106,6 +106,7 @@ func TestIntegrationServerThatNeverAnswersTimesOut(t *testing.T) {
 // exiting, and streams once the server is there: start order does not
 // matter.
 func TestIntegrationRunStartsBeforePostgres(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -183,6 +184,7 @@ func withHBA(t *testing.T, url string, lines ...string) {
 // reconnects (28000: not permitted to log in). The password is never
 // printed.
 func TestIntegrationRunStopsWhenTheServerRefusesTheRoleOrDatabase(t *testing.T) {
+	t.Parallel()
 	const right, wrong = "right-Pw-5517", "wrong-Pw-8820"
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)

@@ -91,6 +91,7 @@ func tailFile(path string, n int) string {
 // pastDeadline through TLS) arrive too, and the server says the WAL
 // sender's connection is encrypted.
 func TestIntegrationStreamsOverTLS(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	enableSSL(t, c)
 	url := c.URL("postgres")

@@ -23,6 +23,7 @@ import (
 // before it and exits with an error naming the column; with dead_letter it
 // parks the row, bytes intact, and delivers the rest.
 func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
+	t.Parallel()
 	dbURL := sqlASCIIDatabase(t)
 
 	// setup writes a good row, a row whose type is "bad\xff", and another
@@ -47,6 +48,7 @@ func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
 	const wantErr = `columns.type: column "type" is not valid UTF-8 (byte 0xff at offset 3)`
 
 	t.Run("stop", func(t *testing.T) {
+		t.Parallel()
 		_, cfg, out, _, good, badID := setup(t, "stop")
 		p := startCDC(t, "run", "--config", cfg)
 		switch code := p.Wait(60 * time.Second); code {
@@ -65,6 +67,7 @@ func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
 	})
 
 	t.Run("dead_letter", func(t *testing.T) {
+		t.Parallel()
 		ob, cfg, out, dlq, good, badID := setup(t, "dead_letter")
 		p := startCDC(t, "run", "--config", cfg)
 		lines := relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.Stderr.String)

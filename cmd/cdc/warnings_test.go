@@ -15,6 +15,7 @@ import (
 // verify-full) and when pprof is served on a non-loopback address
 // without http.auth; a loopback server and address draw no warning.
 func TestRunWarnsAboutInsecureSettings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	start := func(name, url, listen, auth string) string {
 		p := filepath.Join(dir, name)

@@ -53,6 +53,7 @@ type capture struct {
 // traceparent changed, or an unsigned X-Message-* added gets 401 and no
 // effect.
 func TestIntegrationWebhookSignsTypeKeyAndHeaders(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	const secret = "hook-signing-secret"
