@@ -16,6 +16,7 @@ import (
 // streams bytea payloads: the replication connection asks for hex, the
 // one form the decoder reads. Before, every such row was invalid.
 func TestIntegrationByteaPayloadWhateverTheDatabasesByteaOutput(t *testing.T) {
+	t.Parallel()
 	base := pgtest.URL(t)
 	name := pgtest.Name(t, "esc")
 	pgtest.Exec(t, base, "CREATE DATABASE "+name, "ALTER DATABASE "+name+" SET bytea_output = 'escape'")
@@ -34,11 +35,11 @@ func TestIntegrationByteaPayloadWhateverTheDatabasesByteaOutput(t *testing.T) {
 	p := startCDC(t, "run", "--config", cfg)
 	pgtest.Exec(t, url, `INSERT INTO public.bin VALUES ('0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a31', 't', '{"n": 1}'::bytea), ('0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a32', 't', '\x00ff'::bytea)`)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(out) == 2 }) {
-		t.Fatalf("%d lines in the sink, want 2\n%s", relaytest.CountLines(out), p.stderr.String())
+		t.Fatalf("%d lines in the sink, want 2\n%s", relaytest.CountLines(out), p.Stderr.String())
 	}
 	lines := relaytest.ReadLines(t, out)
 	if string(lines[0].Payload) != `{"n": 1}` {
 		t.Fatalf("payload %s, want the bytea's JSON text", lines[0].Payload)
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }

@@ -3,13 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,19 +20,33 @@ import (
 // The test binary doubles as the cdc binary: with WALPOST_CDC_MAIN=1 it
 // runs the command line instead of the tests, so the fault tests can kill -9
 // a real relay process.
+//
+// The tests marked t.Parallel (each on its own outbox, slot and sinks, or
+// a cluster of its own) run parallelTests at a time unless -parallel says
+// otherwise: they wait for processes, servers and status intervals far
+// more than they compute, so more of them than CPUs fit. The others run
+// one after another, before them: those that change the shared cluster
+// (ALTER SYSTEM) or load the CPUs on purpose, share the lost-slot
+// cluster, bound how long something takes, need a stream without other
+// relays' traffic (heartbeats), or set environment variables.
 func TestMain(m *testing.M) {
 	if os.Getenv("WALPOST_CDC_MAIN") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(parallelTests))
+	}
 	os.Exit(pgtest.Main(m))
 }
 
-// proc is a cdc subprocess.
-type proc struct {
-	cmd            *exec.Cmd
-	stdout, stderr *relaytest.Buffer
-	done           chan struct{}
-}
+// parallelTests is how many parallel tests run at once by default.
+const parallelTests = 4
+
+// proc is a cdc subprocess: the test binary running cdc's main.
+type proc = relaytest.Proc
 
 func startCDC(t *testing.T, args ...string) *proc {
 	t.Helper()
@@ -50,45 +64,7 @@ func startCDCEnvOnly(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(env, "WALPOST_CDC_MAIN=1")
-	p := &proc{cmd: cmd, stdout: &relaytest.Buffer{}, stderr: &relaytest.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout = p.stdout
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait waits up to timeout for the process to end and returns its exit
-// code (-1 on timeout).
-func (p *proc) wait(timeout time.Duration) int {
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		return -1
-	}
-}
-
-func (p *proc) kill9(t *testing.T) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	return relaytest.Start(t, cmd)
 }
 
 // peakRSS reads VmHWM (peak resident set) of a running process, in bytes.
@@ -122,6 +98,7 @@ func cdcInit(t *testing.T, cfg string) {
 // whose messages the sink does not hold (invariant 1, checked from
 // outside).
 func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -144,7 +121,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	small := batch(100)
 	ob.InsertTx(t, conn, small...)
 	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) >= len(small) }) {
-		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 	}
 	st, err := os.Stat(out)
 	if err != nil {
@@ -164,11 +141,11 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	p.kill9(t)
+	p.Kill9(t)
 	killedAt := relaytest.CountLines(out)
 	// More writes while the relay is down.
 	for i := 0; i < 20; i++ {
@@ -177,7 +154,7 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 		all = append(all, m...)
 	}
 	p = startCDC(t, "run", "--config", cfg)
-	lines := relaytest.WaitAllDelivered(t, out, all, 120*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, all, 120*time.Second, p.Stderr.String)
 	if bad := stopSampling(); len(bad) > 0 {
 		t.Fatal(bad[0])
 	}
@@ -189,22 +166,14 @@ func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	if dups > len(big) {
 		t.Fatalf("%d duplicates: more than the transaction in flight", dups)
 	}
-	// Graceful stop: exit 0.
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not stop on SIGTERM")
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM, want 0\n%s", code, p.stderr.String())
-	}
+	p.Stop(t) // graceful: exit 0
 }
 
 // TestIntegrationLargeTransactionHasBoundedMemory: one transaction of
 // 200,000 outbox rows passes with the relay's peak RSS under 150 MB
 // (invariant 5: memory bounded by the window, not by transaction size).
 func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -216,13 +185,14 @@ func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
 		SELECT gen_random_uuid(), 'bulk', 'k' || (g %% 100), jsonb_build_object('n', g, 'pad', '%s') FROM generate_series(1, %d) g`, ob.Table, pad, n))
 	p := startCDC(t, "run", "--config", cfg)
 	var peak int64
+	lines := relaytest.NewLineCounter(out)
 	ok := pgtest.WaitFor(180*time.Second, func() bool {
-		peak = max(peak, peakRSS(p.cmd.Process.Pid))
-		return relaytest.CountLines(out) >= n
+		peak = max(peak, peakRSS(p.Cmd.Process.Pid))
+		return lines.Count() >= n
 	})
-	peak = max(peak, peakRSS(p.cmd.Process.Pid))
+	peak = max(peak, peakRSS(p.Cmd.Process.Pid))
 	if !ok {
-		t.Fatalf("only %d of %d lines after 180s\n%s", relaytest.CountLines(out), n, p.stderr.String())
+		t.Fatalf("only %d of %d lines after 180s\n%s", relaytest.CountLines(out), n, p.Stderr.String())
 	}
 	t.Logf("200,000-row transaction: relay peak RSS %.1f MB", float64(peak)/(1<<20))
 	if peak > 150<<20 {
@@ -233,6 +203,7 @@ func TestIntegrationLargeTransactionHasBoundedMemory(t *testing.T) {
 // TestConfigErrorsNameTheField: a typo in the config is a usage error
 // (exit 2) naming the key, before anything connects.
 func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cases := []struct{ yaml, want string }{
 		{"postgres: {url: 'postgres://x', slott: s}\nsinks: [{name: a, kind: stdout}]\n", `unknown key "slott"`},
@@ -257,6 +228,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 
 // TestIntegrationStatusShowsTheSlot: cdc status prints the slot's state.
 func TestIntegrationStatusShowsTheSlot(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	cfg := ob.Config(t, "  - {name: out, kind: stdout}", "")

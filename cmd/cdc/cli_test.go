@@ -17,10 +17,10 @@ import (
 func cdc(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	p := startCDCEnv(t, env, args...)
-	if code = p.wait(60 * time.Second); code == -1 {
-		t.Fatalf("cdc %s did not exit:\n%s", strings.Join(args, " "), p.stderr.String())
+	if code = p.Wait(60 * time.Second); code == -1 {
+		t.Fatalf("cdc %s did not exit:\n%s", strings.Join(args, " "), p.Stderr.String())
 	}
-	return code, p.stdout.String(), p.stderr.String()
+	return code, p.Stdout.String(), p.Stderr.String()
 }
 
 // TestHelpOfEveryCommandNamesItsFlags: cdc help X, cdc X --help and cdc X
@@ -30,6 +30,7 @@ func cdc(t *testing.T, env []string, args ...string) (code int, stdout, stderr s
 // cdc help print the overview naming every command; cdc alone prints it to
 // stderr and exits 2.
 func TestHelpOfEveryCommandNamesItsFlags(t *testing.T) {
+	t.Parallel()
 	want := map[string][]string{
 		"run":         {"--config file", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL", "CDC_RELAY_WINDOW_MESSAGES", "GOMAXPROCS"},
 		"init":        {"--config file", "exit codes:", "CDC_CONFIG", "CDC_POSTGRES_URL"},
@@ -92,6 +93,7 @@ func TestHelpOfEveryCommandNamesItsFlags(t *testing.T) {
 // those internal/config overrides settings with (found in its source), and
 // each one listed does override its setting.
 func TestHelpListsEveryCDCVariable(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("../../internal/config/*.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("internal/config's source not found: %v", err)
@@ -134,6 +136,7 @@ func TestHelpListsEveryCDCVariable(t *testing.T) {
 // error (exit 2, one line) and never silently ignored; so are unknown
 // flags and arguments to version.
 func TestConfigAsArgument(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	other := filepath.Join(dir, "other.yaml")
 	writeFile(t, other, "postgres: {url: 'postgres://x', slott: s}\nsinks: [{name: a, kind: stdout}]\n")
@@ -166,6 +169,7 @@ func TestConfigAsArgument(t *testing.T) {
 		{[]string{"status", "--lsn", "0/1", other}, "flag provided but not defined: -lsn"},
 		{[]string{"skip", other}, "--lsn is required"},
 		{[]string{"skip", other, "--lsn", "zz"}, `--lsn "zz" is not an LSN`},
+		{[]string{"skip", other, "--lsn", "0/100000000"}, `--lsn "0/100000000" is not an LSN`}, // not 1/0
 		{[]string{"version", other}, "takes no arguments"},
 		{[]string{"launch"}, `unknown command "launch"`},
 	} {
@@ -182,6 +186,7 @@ func TestConfigAsArgument(t *testing.T) {
 // version; one built without (the test binary: go test stamps none)
 // prints "(unknown revision)".
 func TestVersionPrintsTheRevision(t *testing.T) {
+	t.Parallel()
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" {

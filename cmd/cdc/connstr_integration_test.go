@@ -20,6 +20,7 @@ import (
 // server as a startup parameter); a URL whose password holds an unescaped
 // '/' exits 2 saying to write %2F, without a piece of the password.
 func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	pc, err := pgconn.ParseConfig(url)
 	if err != nil {
@@ -42,8 +43,8 @@ func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
 	m := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, m)
 	relay := startCDC(t, "run", "--config", cfg)
-	defer relay.kill9(t)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.stderr.String)
+	defer relay.Kill9(t)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.Stderr.String)
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("postgres:\n  url: postgres://walpost:1234/secretpart@db.example.com/app\nsinks: [{name: o, kind: stdout}]\n"), 0o600); err != nil {

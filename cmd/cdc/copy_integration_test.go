@@ -97,8 +97,12 @@ func (h *countingHook) distinct() int {
 // it (the rows after the acknowledged one at the same LSN were skipped as
 // "acknowledged before a restart" when progress was an LSN).
 func TestIntegrationCopyRowsSharingAnLSNAreNotTakenForAcknowledgedAfterARestart(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []string{"SIGTERM", "kill -9"} {
-		t.Run(stop, func(t *testing.T) { copyPartialAckThenRestart(t, stop == "kill -9") })
+		t.Run(stop, func(t *testing.T) {
+			t.Parallel()
+			copyPartialAckThenRestart(t, stop == "kill -9")
+		})
 	}
 }
 
@@ -119,7 +123,7 @@ func copyPartialAckThenRestart(t *testing.T, kill bool) {
 
 	p := startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(60*time.Second, func() bool { return hook.distinct() >= 150 && hook.refused.Load() > 0 }) {
-		t.Fatalf("the webhook accepted %d messages and refused %d, want 150 and some\n%s", hook.distinct(), hook.refused.Load(), p.stderr.String())
+		t.Fatalf("the webhook accepted %d messages and refused %d, want 150 and some\n%s", hook.distinct(), hook.refused.Load(), p.Stderr.String())
 	}
 	var lsn string
 	var seq int64
@@ -129,16 +133,16 @@ func copyPartialAckThenRestart(t *testing.T, kill bool) {
 	}
 	if kill {
 		if !pgtest.WaitFor(30*time.Second, saved) {
-			t.Fatalf("no progress inside the COPY's group saved for the webhook\n%s", p.stderr.String())
+			t.Fatalf("no progress inside the COPY's group saved for the webhook\n%s", p.Stderr.String())
 		}
-		p.kill9(t)
+		p.Kill9(t)
 	} else {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		if code := p.wait(30 * time.Second); code < 0 {
-			t.Fatalf("the relay did not stop after SIGTERM\n%s", p.stderr.String())
+		p.Cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.Wait(30 * time.Second); code < 0 {
+			t.Fatalf("the relay did not stop after SIGTERM\n%s", p.Stderr.String())
 		}
 		if !saved() {
-			t.Fatalf("no progress inside the COPY's group saved for the webhook\n%s", p.stderr.String())
+			t.Fatalf("no progress inside the COPY's group saved for the webhook\n%s", p.Stderr.String())
 		}
 	}
 	t.Logf("the webhook's saved progress: lsn %s, seq %d", lsn, seq)
@@ -147,9 +151,9 @@ func copyPartialAckThenRestart(t *testing.T, kill bool) {
 	p = startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(60*time.Second, func() bool { return len(hook.missing(msgs)) == 0 }) {
 		t.Fatalf("after the restart the webhook still lacks %d of %d rows written by one COPY\n%s",
-			len(hook.missing(msgs)), len(msgs), p.stderr.String())
+			len(hook.missing(msgs)), len(msgs), p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }
 
 // TestIntegrationEveryBadRowOfOneCopyIsParkedOnItsOwn: two rows that
@@ -157,6 +161,7 @@ func copyPartialAckThenRestart(t *testing.T, kill bool) {
 // on_invalid: dead_letter: both are parked, each with its own seq, every
 // other row is delivered, and cdc dead-letter names each by LSN:seq.
 func TestIntegrationEveryBadRowOfOneCopyIsParkedOnItsOwn(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -171,13 +176,13 @@ func TestIntegrationEveryBadRowOfOneCopyIsParkedOnItsOwn(t *testing.T) {
 	good := append(append(append([]relaytest.Msg(nil), msgs[:10]...), msgs[11:20]...), msgs[21:]...)
 
 	p := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.Stderr.String)
 	if !pgtest.WaitFor(10*time.Second, func() bool { return len(listParked(t, cfg)) == 2 }) {
 		var n int
 		conn.QueryRow(context.Background(), "SELECT count(*) FROM "+dlq).Scan(&n)
-		t.Fatalf("%d rows parked, want the 2 bad rows of the COPY\n%s", n, p.stderr.String())
+		t.Fatalf("%d rows parked, want the 2 bad rows of the COPY\n%s", n, p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	rows := listParked(t, cfg)
 	if *rows[0].ID != msgs[10].ID || *rows[1].ID != msgs[20].ID || rows[0].LSN != rows[1].LSN || rows[0].Seq == rows[1].Seq {
 		t.Fatalf("parked %+v, want %s and %s at one LSN with seqs of their own", rows, msgs[10].ID, msgs[20].ID)
@@ -201,6 +206,7 @@ var skipAdvice = regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`)
 // by its bare LSN: the first unparked bad row at it), and the next run
 // delivers every good row of the COPY.
 func TestIntegrationSkipParksEachBadRowOfOneCopy(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -216,12 +222,12 @@ func TestIntegrationSkipParksEachBadRowOfOneCopy(t *testing.T) {
 	stopsAt := func() string {
 		t.Helper()
 		p := startCDC(t, "run", "--config", cfg)
-		if code := p.wait(60 * time.Second); code != 1 {
-			t.Fatalf("relay at a bad row: exit %d, want 1\n%s", code, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 {
+			t.Fatalf("relay at a bad row: exit %d, want 1\n%s", code, p.Stderr.String())
 		}
-		m := skipAdvice.FindStringSubmatch(p.stderr.String())
+		m := skipAdvice.FindStringSubmatch(p.Stderr.String())
 		if m == nil {
-			t.Fatalf("the relay's stop gives no cdc skip command\n%s", p.stderr.String())
+			t.Fatalf("the relay's stop gives no cdc skip command\n%s", p.Stderr.String())
 		}
 		return strings.TrimRight(m[1], `"\`)
 	}
@@ -242,8 +248,8 @@ func TestIntegrationSkipParksEachBadRowOfOneCopy(t *testing.T) {
 	}
 	good := append(append(append([]relaytest.Msg(nil), msgs[:10]...), msgs[11:20]...), msgs[21:]...)
 	p := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.Stderr.String)
+	p.Stop(t)
 	if rows := listParked(t, cfg); len(rows) != 2 {
 		t.Fatalf("parked %+v, want the two skipped rows", rows)
 	}
@@ -265,6 +271,7 @@ const (
 // before streaming and says to run cdc init; cdc init (as the owner)
 // upgrades both, keeping the parked row; then the relay role streams.
 func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -295,9 +302,9 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 	addPostgres(t, cfg, "progress_table: "+progress, "dead_letter_table: "+dlq)
 
 	p := startCDC(t, "run", "--config", cfg)
-	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "made by an older walpost") ||
-		!strings.Contains(p.stderr.String(), "run 'cdc init'") {
-		t.Fatalf("cdc run on an older walpost's tables, not their owner: exit %d, want 1 saying to run cdc init\n%s", code, p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "made by an older walpost") ||
+		!strings.Contains(p.Stderr.String(), "run 'cdc init'") {
+		t.Fatalf("cdc run on an older walpost's tables, not their owner: exit %d, want 1 saying to run cdc init\n%s", code, p.Stderr.String())
 	}
 	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 1 || !strings.Contains(stdout+stderr, "made by an older walpost and lacks column seq") {
 		t.Fatalf("cdc status on an older walpost's tables: exit %d, want 1 naming what they lack\n%s%s", code, stdout, stderr)
@@ -324,14 +331,14 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 	msgs := copyMsgs(150)
 	ob.CopyTx(t, conn, msgs...)
 	p = startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, msgs, 60*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, msgs, 60*time.Second, p.Stderr.String)
 	if !pgtest.WaitFor(10*time.Second, func() bool {
 		var seq int64
 		var at *time.Time
 		conn.QueryRow(context.Background(), "SELECT seq, commit_time FROM "+progress+" WHERE slot = $1 AND sink = 'out'", ob.Slot).Scan(&seq, &at)
 		return at != nil
 	}) {
-		t.Fatalf("no progress with a commit time saved\n%s", p.stderr.String())
+		t.Fatalf("no progress with a commit time saved\n%s", p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }

@@ -159,12 +159,14 @@ func serviceBusCopySink(t *testing.T) copySink {
 // every other row of the COPY reaches the broker (an LSN as the progress
 // took the rest of the group for acknowledged: neither sent nor parked).
 func TestIntegrationCopyGroupCutByARefusalIsDeliveredWholeAfterTheRestart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kind string
 		sink func(*testing.T) copySink
 	}{{"webhook", webhookCopySink}, {"kafka", kafkaCopySink}, {"nats", natsCopySink}, {"rabbitmq", rabbitCopySink},
 		{"servicebus", serviceBusCopySink}} {
 		t.Run(c.kind, func(t *testing.T) {
+			t.Parallel() // each its own broker, outbox and slot
 			sink := c.sink(t)
 			url := pgtest.URL(t)
 			ob := relaytest.NewOutbox(t, url)
@@ -183,8 +185,8 @@ func TestIntegrationCopyGroupCutByARefusalIsDeliveredWholeAfterTheRestart(t *tes
 			}
 
 			p := startCDC(t, "run", "--config", stopCfg)
-			if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), big.ID) {
-				t.Fatalf("relay with a message the broker refuses: exit %d, want 1 naming %s\n%s", code, big.ID, p.stderr.String())
+			if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), big.ID) {
+				t.Fatalf("relay with a message the broker refuses: exit %d, want 1 naming %s\n%s", code, big.ID, p.Stderr.String())
 			}
 			held := sink.holding()
 			if held[msgs[0].ID] == 0 || held[big.ID] != 0 {
@@ -202,9 +204,9 @@ func TestIntegrationCopyGroupCutByARefusalIsDeliveredWholeAfterTheRestart(t *tes
 				}
 				return len(missing) == 0
 			}) {
-				t.Fatalf("after the restart the broker lacks %d of the COPY's 199 deliverable rows\n%s", len(missing), p.stderr.String())
+				t.Fatalf("after the restart the broker lacks %d of the COPY's 199 deliverable rows\n%s", len(missing), p.Stderr.String())
 			}
-			stopGracefully(t, p)
+			p.Stop(t)
 			if rows := listParked(t, parkCfg); len(rows) != 1 || *rows[0].ID != big.ID || rows[0].Sink != "s" {
 				t.Fatalf("parked %+v, want %s for sink s", rows, big.ID)
 			}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 // with its id and LSN, to every routed sink; drop deletes; a table
 // without resent_at is upgraded by its owner's cdc dead-letter.
 func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook, hookURL := newRecHook(t)
@@ -45,14 +45,11 @@ func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
 	}
 	ob.InsertTx(t, conn, ok2)
 	relay := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{ok1, poison, ok2}, 60*time.Second, relay.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{ok1, poison, ok2}, 60*time.Second, relay.Stderr.String)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return len(hook.got()) == 2 }) {
-		t.Fatalf("the webhook got %v, want %s and %s\n%s", hook.got(), ok1.ID, ok2.ID, relay.stderr.String())
+		t.Fatalf("the webhook got %v, want %s and %s\n%s", hook.got(), ok1.ID, ok2.ID, relay.Stderr.String())
 	}
-	relay.cmd.Process.Signal(syscall.SIGTERM)
-	if code := relay.wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay: exit %d\n%s", code, relay.stderr.String())
-	}
+	relay.Stop(t)
 
 	// list and show.
 	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "list")
@@ -145,6 +142,7 @@ func TestIntegrationDeadLetterListShowResendDrop(t *testing.T) {
 // message after it is resent all the same. Once its row_data is fixed, the
 // envelope goes, with its id and parked LSN, to every routed sink.
 func TestIntegrationDeadLetterResendOfATableLessOutboxDecodesTheEnvelope(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	mo := relaytest.NewMessagesOutbox(t, url)
 	hook, hookURL := newRecHook(t)
@@ -170,10 +168,10 @@ func TestIntegrationDeadLetterResendOfATableLessOutboxDecodesTheEnvelope(t *test
 	mo.EmitTx(t, conn, poison)
 	mo.EmitTx(t, conn, ok2)
 	relay := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{ok1, poison, ok2}, 60*time.Second, relay.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{ok1, poison, ok2}, 60*time.Second, relay.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "the webhook's two messages", func() bool { return len(hook.got()) == 2 })
 	pgtest.Await(t, 30*time.Second, "two parked rows", func() bool { return len(listParked(t, cfg)) == 2 })
-	stopGracefully(t, relay)
+	relay.Stop(t)
 	rows := listParked(t, cfg)
 	if *rows[0].ID != bad.ID || rows[0].Sink != "" || rows[0].LSN != badLSN || *rows[1].ID != poison.ID || rows[1].Sink != "hook" {
 		t.Fatalf("parked %+v, want the bad envelope (sink -, lsn %s) then the refused message", rows, badLSN)

@@ -33,10 +33,10 @@ func destinationRun(t *testing.T, sinkYAML string, rows []relaytest.Msg, deliver
 	cdcInit(t, cfg)
 	ob.InsertTx(t, pgtest.Connect(t, url), rows...)
 	p := startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(60*time.Second, func() bool { return p.exited() || delivered() }) || p.exited() {
-		t.Fatalf("the rows after the refused ones did not arrive (relay exited: %v)\n%s", p.exited(), p.stderr.String())
+	if !pgtest.WaitFor(60*time.Second, func() bool { return p.Exited() || delivered() }) || p.Exited() {
+		t.Fatalf("the rows after the refused ones did not arrive (relay exited: %v)\n%s", p.Exited(), p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	return listParked(t, cfg)
 }
 
@@ -56,6 +56,7 @@ func parkedIDs(rows []parkedRow) []string {
 // it is sent and parked (relay.on_refused: dead_letter); the victim stream
 // keeps every message, and the rows after it are delivered.
 func TestIntegrationNATSRowTypeCannotPurgeAnotherStream(t *testing.T) {
+	t.Parallel()
 	natsURL := natstest.Start(t) // skips without a NATS server
 	prefix := natstest.Unique(t)
 	victim := prefix + "_victim"
@@ -126,6 +127,7 @@ func TestIntegrationNATSRowTypeCannotPurgeAnotherStream(t *testing.T) {
 // created of a row's choosing (declare_exchanges is unset, and the
 // template starts with a placeholder).
 func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
+	t.Parallel()
 	rabbitURL := rabbittest.Start(t) // skips without RabbitMQ
 	rabbit := rabbittest.Declare(t, rabbitURL, rabbittest.Topology{})
 	chosen := rabbittest.Name("walpost.test.chosen")
@@ -155,9 +157,9 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 	}
 	for run := 1; run <= 2; run++ {
 		p := startCDC(t, "run", "--config", stopCfg)
-		if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), rows[1].ID) || !strings.Contains(p.stderr.String(), "amq.") ||
-			!strings.Contains(p.stderr.String(), "park it with relay.on_refused: dead_letter") {
-			t.Fatalf("run %d with on_refused: stop: exit %d, want 1 naming %s and amq., and saying how to go on\n%s", run, code, rows[1].ID, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), rows[1].ID) || !strings.Contains(p.Stderr.String(), "amq.") ||
+			!strings.Contains(p.Stderr.String(), "park it with relay.on_refused: dead_letter") {
+			t.Fatalf("run %d with on_refused: stop: exit %d, want 1 naming %s and amq., and saying how to go on\n%s", run, code, rows[1].ID, p.Stderr.String())
 		}
 		if h := holding(); h[rows[3].ID] != 0 {
 			t.Fatalf("run %d: the queue holds %v, not the row after the refused one", run, h)
@@ -165,10 +167,10 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 	}
 
 	p := startCDC(t, "run", "--config", parkCfg)
-	if !pgtest.WaitFor(60*time.Second, func() bool { return p.exited() || holding()[rows[3].ID] > 0 }) || p.exited() {
-		t.Fatalf("restarted with on_refused: dead_letter the relay did not go on past the refused rows (exited: %v)\n%s", p.exited(), p.stderr.String())
+	if !pgtest.WaitFor(60*time.Second, func() bool { return p.Exited() || holding()[rows[3].ID] > 0 }) || p.Exited() {
+		t.Fatalf("restarted with on_refused: dead_letter the relay did not go on past the refused rows (exited: %v)\n%s", p.Exited(), p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	parked := listParked(t, parkCfg)
 	if ids, want := parkedIDs(parked), []string{rows[1].ID, rows[2].ID}; strings.Join(ids, ",") != strings.Join(want, ",") {
 		t.Fatalf("parked %v, want %v", ids, want)
@@ -188,6 +190,7 @@ func TestIntegrationRabbitMQRowTypeCannotReachOrCreateAnExchange(t *testing.T) {
 // UnknownTopicOrPartition for a name the row chose refuses the row, it
 // does not stop the relay for good); the rows after them are delivered.
 func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
+	t.Parallel()
 	const topic = "orders"
 	kc := kafkatest.Start(t, kfake.SeedTopics(1, topic, "__consumer_offsets", "__transaction_state"))
 	rows := []relaytest.Msg{
@@ -226,6 +229,7 @@ func TestIntegrationKafkaRowTypeCannotReachAnInternalTopic(t *testing.T) {
 // service: all are parked (relay.on_refused: dead_letter) and the rows
 // after them are delivered.
 func TestIntegrationServiceBusRowTypeCannotReachAnotherEntity(t *testing.T) {
+	t.Parallel()
 	sb := sbfake.Start(t) // skips without node
 	sb.CreateQueue(t, "good", sbfake.QueueOptions{})
 	rows := []relaytest.Msg{
@@ -261,7 +265,21 @@ func TestIntegrationServiceBusRowTypeCannotReachAnotherEntity(t *testing.T) {
 	if ids, want := parkedIDs(parked), []string{rows[1].ID, rows[2].ID, rows[3].ID, rows[4].ID}; strings.Join(ids, ",") != strings.Join(want, ",") {
 		t.Fatalf("parked %v, want %v", ids, want)
 	}
-	if strings.Join(got, ",") != rows[0].ID+","+rows[5].ID {
-		t.Fatalf("queue good got %v, want %s and %s", got, rows[0].ID, rows[5].ID)
+	// At least once: a batch to "good" that was stored while the call
+	// failed on "missing" (the entities are served in parallel) is sent
+	// again; what counts is which rows arrived, and in which order.
+	var first []string
+	seen := map[string]bool{}
+	for _, id := range got {
+		if !seen[id] {
+			seen[id] = true
+			first = append(first, id)
+		}
+	}
+	if strings.Join(first, ",") != rows[0].ID+","+rows[5].ID {
+		t.Fatalf("queue good got %v, want %s and %s (duplicates allowed)", got, rows[0].ID, rows[5].ID)
+	}
+	if len(got) > len(first) {
+		t.Logf("queue good got %d duplicates of rows sent again after the failed call", len(got)-len(first))
 	}
 }

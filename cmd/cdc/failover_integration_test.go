@@ -22,12 +22,7 @@ import (
 // postgresql.conf lines, closed when the test ends.
 func startCluster(t *testing.T, settings ...string) *pgtest.Cluster {
 	t.Helper()
-	c, err := pgtest.Start(pgtest.Options{Settings: settings})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return pgtest.StartCluster(t, pgtest.Options{Settings: settings})
 }
 
 // pollWaits returns the waits (retry_in) a standby logged between its
@@ -66,27 +61,29 @@ func TestIntegrationStandbyPollsAtTheConfiguredIntervalAndTakesOverAfterKill9(t 
 	prod := ob.StartProducer(t, 8, 2*time.Millisecond)
 	active := startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(out) > 100 }) {
-		t.Fatalf("the first instance did not deliver\n%s", active.stderr.String())
+		t.Fatalf("the first instance did not deliver\n%s", active.Stderr.String())
 	}
 	standby := startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(30*time.Second, func() bool { return len(pollWaits(t, standby.stderr.String())) >= 5 }) {
-		t.Fatalf("the standby did not poll the held slot 5 times\n%s", standby.stderr.String())
+	if !pgtest.WaitFor(30*time.Second, func() bool { return len(pollWaits(t, standby.Stderr.String())) >= 5 }) {
+		t.Fatalf("the standby did not poll the held slot 5 times\n%s", standby.Stderr.String())
 	}
-	for _, w := range pollWaits(t, standby.stderr.String()) {
+	for _, w := range pollWaits(t, standby.Stderr.String()) {
 		if w < poll*3/4 || w > poll*5/4 {
 			t.Errorf("the standby waited %v between tries, want %v ±25%%", w, poll)
 		}
 	}
 	atKill := relaytest.CountLines(out)
-	active.kill9(t)
+	active.Kill9(t)
 	killed := time.Now()
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(out) > atKill }) {
-		t.Fatalf("the standby did not deliver within 30 s of the kill\n%s", standby.stderr.String())
+		t.Fatalf("the standby did not deliver within 30 s of the kill\n%s", standby.Stderr.String())
 	}
 	takeover := time.Since(killed)
 	prod.Stop()
 	committed := prod.Committed(t, conn)
-	pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) })
+	pgtest.WaitFor(60*time.Second, func() bool {
+		return relaytest.CountLines(out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, out))
+	})
 	r := relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, out))
 	t.Logf("standby_poll %v: kill -9 of the active instance → first delivery by the standby: %v; %d committed, %d duplicates",
 		poll, takeover.Round(time.Millisecond), r.Committed, r.Duplicates)
@@ -135,20 +132,20 @@ func TestIntegrationNetworkCutTakeoverIsBoundedByWalSenderTimeout(t *testing.T) 
 	prod := ob.StartProducer(t, 8, 5*time.Millisecond)
 	active := startCDC(t, "run", "--config", activeCfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(activeOut) > 50 }) {
-		t.Fatalf("the active instance did not deliver\n%s", active.stderr.String())
+		t.Fatalf("the active instance did not deliver\n%s", active.Stderr.String())
 	}
 	standby := startCDC(t, "run", "--config", standbyCfg)
-	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "held by another process") }) {
-		t.Fatalf("the standby did not wait for the slot\n%s", standby.stderr.String())
+	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(standby.Stderr.String(), "held by another process") }) {
+		t.Fatalf("the standby did not wait for the slot\n%s", standby.Stderr.String())
 	}
-	logAtCut := len(active.stderr.String())
+	logAtCut := len(active.Stderr.String())
 	proxy.Freeze()
 	cut := time.Now()
 	if !pgtest.WaitFor(timeout+60*time.Second, func() bool { return relaytest.CountLines(standbyOut) > 0 }) {
-		t.Fatalf("the standby did not deliver within wal_sender_timeout + 60 s of the cut\n%s", standby.stderr.String())
+		t.Fatalf("the standby did not deliver within wal_sender_timeout + 60 s of the cut\n%s", standby.Stderr.String())
 	}
 	takeover := time.Since(cut)
-	noticed := strings.Contains(active.stderr.String()[logAtCut:], "replication connection lost")
+	noticed := strings.Contains(active.Stderr.String()[logAtCut:], "replication connection lost")
 	t.Logf("wal_sender_timeout %v, standby_poll %v: network cut of the active instance → first delivery by the standby: %v (the active instance noticed the cut by then: %v)",
 		timeout, poll, takeover.Round(time.Millisecond), noticed)
 	if low, high := timeout-status-500*time.Millisecond, timeout+poll*5/4+3*time.Second; takeover < low || takeover > high {
@@ -156,9 +153,9 @@ func TestIntegrationNetworkCutTakeoverIsBoundedByWalSenderTimeout(t *testing.T) 
 	}
 	proxy.Thaw()
 	if !pgtest.WaitFor(30*time.Second, func() bool {
-		return strings.Contains(active.stderr.String()[logAtCut:], "sinks closed; waiting for the slot again")
+		return strings.Contains(active.Stderr.String()[logAtCut:], "sinks closed; waiting for the slot again")
 	}) {
-		t.Fatalf("once the network was back, the old active instance did not close its sinks and wait:\n%s", active.stderr.String()[logAtCut:])
+		t.Fatalf("once the network was back, the old active instance did not close its sinks and wait:\n%s", active.Stderr.String()[logAtCut:])
 	}
 	prod.Stop()
 	committed := prod.Committed(t, conn)
@@ -176,6 +173,7 @@ func TestIntegrationNetworkCutTakeoverIsBoundedByWalSenderTimeout(t *testing.T) 
 // setting (PostgreSQL 12+), so ALTER ROLE … SET applies it to the relay's
 // replication connections only.
 func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	role := pgtest.Name(t, "r")
 	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN REPLICATION", "ALTER ROLE "+role+" SET wal_sender_timeout = '7s'")
@@ -213,6 +211,7 @@ func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
 // from a slot that cannot survive a failover. (On PostgreSQL 17+ the slot
 // is created with failover = true; these machines run 15.)
 func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -232,15 +231,15 @@ func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
 	}
 	const slotQ, pubQ = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", "SELECT count(*) FROM pg_publication WHERE pubname = $1"
 	p := startCDC(t, "init", "--config", cfg)
-	code := p.wait(60 * time.Second)
+	code := p.Wait(60 * time.Second)
 	if version >= 170000 {
 		var failover bool
 		if code != 0 || conn.QueryRow(ctx, "SELECT failover FROM pg_replication_slots WHERE slot_name = $1", ob.Slot).Scan(&failover) != nil || !failover {
-			t.Fatalf("PostgreSQL %d: cdc init exited %d, failover %v\n%s", version, code, failover, p.stderr.String())
+			t.Fatalf("PostgreSQL %d: cdc init exited %d, failover %v\n%s", version, code, failover, p.Stderr.String())
 		}
 		return
 	}
-	plainError(t, "init", p.stderr.String(), "failover slots need PostgreSQL 17 or later: postgres.failover_slot is true but this server is PostgreSQL")
+	plainError(t, "init", p.Stderr.String(), "failover slots need PostgreSQL 17 or later: postgres.failover_slot is true but this server is PostgreSQL")
 	if code != 1 || exists(slotQ, ob.Slot) || exists(pubQ, ob.Publication) {
 		t.Fatalf("cdc init exited %d; slot created %v, publication created %v (want 1, nothing created)", code, exists(slotQ, ob.Slot), exists(pubQ, ob.Publication))
 	}
@@ -249,8 +248,8 @@ func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
 	plain := ob.Config(t, "  - {name: out, kind: stdout}", "")
 	cdcInit(t, plain)
 	p = startCDC(t, "run", "--config", cfg)
-	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "failover slots need PostgreSQL 17 or later") {
-		t.Fatalf("cdc run with failover_slot on PostgreSQL %d exited %d:\n%s", version, code, p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "failover slots need PostgreSQL 17 or later") {
+		t.Fatalf("cdc run with failover_slot on PostgreSQL %d exited %d:\n%s", version, code, p.Stderr.String())
 	}
 }
 
@@ -264,6 +263,7 @@ func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
 // that process) tells the same from what the server holds: the progress
 // table's positions of the slot and timeline 2.
 func TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation(t *testing.T) {
+	t.Parallel()
 	primary := startCluster(t)
 	replica, err := primary.StartReplica()
 	if err != nil {
@@ -282,7 +282,7 @@ func TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation(t *test
 	p := startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
 	onReplica := pgtest.Connect(t, replica.URL("postgres"))
 	count := func(q string, args ...any) int {
 		var n int
@@ -308,12 +308,12 @@ func TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation(t *test
 		"cdc init --config " + cfg, "cdc replay --config " + cfg, "postgres.failover_slot: true"}
 	check := func(p *proc, evidence ...string) {
 		t.Helper()
-		if code := p.wait(90 * time.Second); code != 1 {
-			t.Fatalf("cdc run exited %d, want 1:\n%s", code, p.stderr.String())
+		if code := p.Wait(90 * time.Second); code != 1 {
+			t.Fatalf("cdc run exited %d, want 1:\n%s", code, p.Stderr.String())
 		}
 		for _, w := range append(wants, evidence...) {
-			if !strings.Contains(p.stderr.String(), w) {
-				t.Errorf("cdc run's error lacks %q:\n%s", w, p.stderr.String())
+			if !strings.Contains(p.Stderr.String(), w) {
+				t.Errorf("cdc run's error lacks %q:\n%s", w, p.Stderr.String())
 			}
 		}
 		if n := count(slotQ, ob.Slot); n != 0 {
@@ -321,11 +321,11 @@ func TestIntegrationPromotedReplicaWithoutTheSlotStopsWithTheExplanation(t *test
 		}
 	}
 	check(p, "this process was streaming from it until its connection was lost")
-	t.Logf("the relay that streamed:\n%s", lastLine(p.stderr.String()))
+	t.Logf("the relay that streamed:\n%s", lastLine(p.Stderr.String()))
 	again := startCDC(t, "run", "--config", cfg)
 	check(again, "walpost_sink_progress records what sinks acknowledged from it (out at ", "this server is on timeline 2")
-	if strings.Contains(again.stderr.String(), "this process was streaming") {
-		t.Errorf("a new process claims it streamed:\n%s", again.stderr.String())
+	if strings.Contains(again.Stderr.String(), "this process was streaming") {
+		t.Errorf("a new process claims it streamed:\n%s", again.Stderr.String())
 	}
 }
 
@@ -342,6 +342,7 @@ func lastLine(s string) string {
 // slot was dropped), it explains that messages may be lost and how to
 // re-send them.
 func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
+	t.Parallel()
 	url, ob, out, cfg := fileOutbox(t, "")
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -354,15 +355,15 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 	}
 	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
 	p := startCDC(t, "run", "--config", cfg)
-	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "run 'cdc init'") ||
-		strings.Contains(p.stderr.String(), "failover") || slotCount() != 0 {
-		t.Fatalf("never streamed: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "run 'cdc init'") ||
+		strings.Contains(p.Stderr.String(), "failover") || slotCount() != 0 {
+		t.Fatalf("never streamed: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.Stderr.String())
 	}
 	cdcInit(t, cfg)
 	p = startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
 	if !pgtest.WaitFor(30*time.Second, func() bool {
 		var n int
 		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1", ob.Slot).Scan(&n)
@@ -370,15 +371,15 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 	}) {
 		t.Fatal("no sink progress saved")
 	}
-	p.cmd.Process.Signal(os.Interrupt)
-	if code := p.wait(60 * time.Second); code != 0 {
+	p.Cmd.Process.Signal(os.Interrupt)
+	if code := p.Wait(60 * time.Second); code != 0 {
 		t.Fatalf("cdc run exited %d on SIGINT", code)
 	}
 	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
 	p = startCDC(t, "run", "--config", cfg)
-	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), "walpost never creates a slot by itself") ||
-		!strings.Contains(p.stderr.String(), "records what sinks acknowledged from it") || slotCount() != 0 {
-		t.Fatalf("after streaming: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "walpost never creates a slot by itself") ||
+		!strings.Contains(p.Stderr.String(), "records what sinks acknowledged from it") || slotCount() != 0 {
+		t.Fatalf("after streaming: cdc run exited %d, slots %d:\n%s", code, slotCount(), p.Stderr.String())
 	}
 }
 
@@ -388,19 +389,20 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 // its advice for what the sinks missed is no cdc replay (there is no
 // table): only the application can emit those messages again.
 func TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed(t *testing.T) {
+	t.Parallel()
 	url, mo, out, cfg := messagesOutbox(t, "", "")
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("t", "k", 1)
 	mo.EmitTx(t, pgtest.Connect(t, url), first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
+	p.Stop(t)
 	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", mo.Slot))
 	again := startCDC(t, "run", "--config", cfg)
-	if code := again.wait(60 * time.Second); code != 1 {
-		t.Fatalf("cdc run without its slot exited %d, want 1:\n%s", code, again.stderr.String())
+	if code := again.Wait(60 * time.Second); code != 1 {
+		t.Fatalf("cdc run without its slot exited %d, want 1:\n%s", code, again.Stderr.String())
 	}
-	msg := again.stderr.String()
+	msg := again.Stderr.String()
 	for _, w := range []string{"records what sinks acknowledged from it (out at ", "cdc init --config " + cfg,
 		"a table-less outbox (postgres.source: messages) keeps no rows to replay", "emitted again by the application"} {
 		if !strings.Contains(msg, w) {

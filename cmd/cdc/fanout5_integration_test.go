@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +45,7 @@ import (
 // holds in each (modulo replays: at-least-once), the slot passes the last
 // commit, and SIGTERM exits 0. Duplicates per sink are logged.
 func TestIntegrationFiveSinksGetEverythingAndTheSlotWaitsForTheSlowest(t *testing.T) {
+	t.Parallel()
 	natsURL := natstest.Start(t)     // skips without a NATS server
 	rabbitURL := rabbittest.Start(t) // skips without RabbitMQ
 	url := pgtest.URL(t)
@@ -150,7 +150,7 @@ func TestIntegrationFiveSinksGetEverythingAndTheSlotWaitsForTheSlowest(t *testin
 	logs := func() string {
 		var b strings.Builder
 		for i, p := range relays {
-			fmt.Fprintf(&b, "--- relay %d ---\n%s", i+1, p.stderr.String())
+			fmt.Fprintf(&b, "--- relay %d ---\n%s", i+1, p.Stderr.String())
 		}
 		return b.String()
 	}
@@ -167,7 +167,7 @@ func TestIntegrationFiveSinksGetEverythingAndTheSlotWaitsForTheSlowest(t *testin
 		t.Fatalf("the relay did not get going: file %d, webhook %d, kafka %d\n%s",
 			relaytest.CountLines(out), len(hook.lines()), kafkaCount(), logs())
 	}
-	relays[0].kill9(t)
+	relays[0].Kill9(t)
 	hook.down.Store(true)
 	watch.setPhase("webhook down")
 	atKill := map[string]map[string]bool{} // what each sink held at the kill -9
@@ -251,10 +251,7 @@ func TestIntegrationFiveSinksGetEverythingAndTheSlotWaitsForTheSlowest(t *testin
 			relaytest.SlotConfirmed(t, conn, ob.Slot), last, logs())
 	}
 	p := relays[len(relays)-1]
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("cdc exited %d after SIGTERM, want 0\n%s", code, logs())
-	}
+	p.Stop(t)
 
 	samples := watch.check(t)
 	for _, s := range []string{"webhook down/webhook", "nats cut/nats"} {

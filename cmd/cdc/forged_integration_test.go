@@ -24,6 +24,7 @@ import (
 // and after the forgeries; cdc status warns about PUBLIC's EXECUTE on
 // pg_logical_emit_message only while no key is configured.
 func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
+	t.Parallel()
 	key := "0123456789abcdef0123456789abcdef"
 	url, mo, out, cfg := messagesOutbox(t, "  message_keys: ["+key+", another-key-of-32-bytes-aaaaaaaa]", "")
 	relaytest.WithDeadLetterTable(t, url, cfg)
@@ -40,7 +41,7 @@ func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
 	p := startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("order.created", "k", 1)
 	mo.EmitTx(t, conn, first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 60*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 60*time.Second, p.Stderr.String)
 
 	forged := relaytest.NewMsg("order.refunded", "k", 2)
 	unsigned, err := outbox.Envelope(ctx, outbox.Message{ID: forged.ID, Type: forged.Type, Payload: []byte(`{"refund": 1000}`)}, outbox.Prefix(mo.Prefix))
@@ -66,16 +67,16 @@ func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
 	}
 	last := relaytest.NewMsg("order.shipped", "k", 3)
 	mo.EmitTx(t, conn, last)
-	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, last}, 60*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, last}, 60*time.Second, p.Stderr.String)
 	if !pgtest.WaitFor(10*time.Second, func() bool { return len(listParked(t, cfg)) == 3 }) {
-		t.Fatalf("parked %+v, want the 3 forged messages\n%s", listParked(t, cfg), p.stderr.String())
+		t.Fatalf("parked %+v, want the 3 forged messages\n%s", listParked(t, cfg), p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	if len(lines) != 2 {
 		t.Fatalf("the sink got %d messages, want the 2 signed ones: %+v", len(lines), lines)
 	}
-	if n := strings.Count(p.stderr.String(), `"level":"error"`); n < 3 || !strings.Contains(p.stderr.String(), "not signed with a key of postgres.message_keys") {
-		t.Fatalf("%d error-level lines, want one per forged message\n%s", n, p.stderr.String())
+	if n := strings.Count(p.Stderr.String(), `"level":"error"`); n < 3 || !strings.Contains(p.Stderr.String(), "not signed with a key of postgres.message_keys") {
+		t.Fatalf("%d error-level lines, want one per forged message\n%s", n, p.Stderr.String())
 	}
 	for _, r := range listParked(t, cfg) {
 		if !strings.Contains(r.Error, "signature") || r.Sink != "" {
@@ -94,6 +95,7 @@ func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
 // longer emit, a listed one can, and cdc status, which warned before,
 // no longer does. Without message_keys, cdc run warned at start.
 func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
+	t.Parallel()
 	// A cluster of its own: the grants on pg_logical_emit_message are the
 	// whole cluster's.
 	c := startCluster(t)
@@ -108,10 +110,10 @@ func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
 		t.Fatalf("cdc status before message_roles: exit %d, want 0 and a warning\n%s", code, stdout)
 	}
 	p := startCDC(t, "run", "--config", cfgOpen)
-	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "PUBLIC may execute pg_logical_emit_message") }) {
-		t.Fatalf("cdc run gave no warning\n%s", p.stderr.String())
+	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(p.Stderr.String(), "PUBLIC may execute pg_logical_emit_message") }) {
+		t.Fatalf("cdc run gave no warning\n%s", p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 
 	cfg := mo.Config(t, "  - {name: out, kind: discard}", fmt.Sprintf("  message_roles: [%s, postgres]", producer), "")
 	var initOut strings.Builder
@@ -144,6 +146,7 @@ func TestIntegrationMessageRolesTakeEmitFromPublic(t *testing.T) {
 // the forgeries (logged at error level, not parked, not a stop), and cdc
 // skip has nothing to skip.
 func TestIntegrationForgedAdoptMessagesAreIgnored(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN sent_at timestamptz")
@@ -193,11 +196,11 @@ func TestIntegrationForgedAdoptMessagesAreIgnored(t *testing.T) {
 	ob.InsertTx(t, conn, after)
 	p := startCDC(t, "run", "--config", cfg)
 	want := append(append([]relaytest.Msg{}, unsent...), after)
-	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.stderr.String)
-	if !pgtest.WaitFor(10*time.Second, func() bool { return strings.Count(p.stderr.String(), "forged adopt message ignored") == 2 }) {
-		t.Fatalf("want two error lines for the forged adopt messages\n%s", p.stderr.String())
+	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.Stderr.String)
+	if !pgtest.WaitFor(10*time.Second, func() bool { return strings.Count(p.Stderr.String(), "forged adopt message ignored") == 2 }) {
+		t.Fatalf("want two error lines for the forged adopt messages\n%s", p.Stderr.String())
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 	for _, l := range lines {
 		if l.ID == forgedID || l.Type == "order.refunded" {
 			t.Fatalf("the forged adopt message was published: %+v", l)

@@ -19,6 +19,7 @@ import (
 // 200, /readyz 503 while the relay is not streaming, /metrics has the
 // relay's metrics, and /debug/pprof/ exists only with http.pprof.
 func TestHTTPServesHealthReadinessMetricsAndPprofOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: out, kind: discard}]\n"), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +70,7 @@ func TestHTTPServesHealthReadinessMetricsAndPprofOnlyWhenAsked(t *testing.T) {
 // challenge unless the request carries the token (scheme in any case),
 // and /healthz and /readyz answer as without authentication.
 func TestHTTPBearerAuthGuardsMetricsAndPprofNotProbes(t *testing.T) {
+	t.Parallel()
 	const token = "tok-5f1d0a9c"
 	cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: out, kind: discard}]\n"), func(string) (string, bool) { return "", false })
 	if err != nil {
@@ -107,6 +109,7 @@ func TestHTTPBearerAuthGuardsMetricsAndPprofNotProbes(t *testing.T) {
 // TestHTTPAuthSecretsAreRedacted: http.auth's password and bearer token are
 // among the config's secrets, so nothing the binary prints shows them.
 func TestHTTPAuthSecretsAreRedacted(t *testing.T) {
+	t.Parallel()
 	for secret, auth := range map[string]string{"Pw-19a7c3": "{username: u, password: 'Pw-19a7c3'}", "Tok-19a7c3": "{bearer_token: 'Tok-19a7c3'}"} {
 		cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:9/none'}\nsinks: [{name: out, kind: discard}]\nhttp: {listen: '127.0.0.1:0', auth: "+auth+"}\n"),
 			func(string) (string, bool) { return "", false })

@@ -18,6 +18,7 @@ import (
 // created_at} (as the README suggests) creates sql/outbox.sql's table,
 // and cdc run then publishes a row with its created_at as its time.
 func TestIntegrationInitCreatesTheDefaultTableWithCreatedAtAsTime(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "DROP TABLE "+ob.Table) // a fresh database: no table yet
@@ -35,7 +36,7 @@ func TestIntegrationInitCreatesTheDefaultTableWithCreatedAtAsTime(t *testing.T) 
 	}
 	pgtest.Await(t, 60*time.Second, "the row delivered", func() bool { return relaytest.CountLines(out) == 1 })
 	if b, _ := os.ReadFile(out); !strings.Contains(string(b), `"time":"2021-06-01T12:00:00Z"`) {
-		t.Errorf("the event's time is not the row's created_at:\n%s\n%s", b, p.stderr.String())
+		t.Errorf("the event's time is not the row's created_at:\n%s\n%s", b, p.Stderr.String())
 	}
 }
 
@@ -43,6 +44,7 @@ func TestIntegrationInitCreatesTheDefaultTableWithCreatedAtAsTime(t *testing.T) 
 // cdc init --adopt without columns.sent_at exits 2 naming the field,
 // before it creates anything (no publication, no slot).
 func TestIntegrationInitAdoptWithoutSentAtIsAConfigErrorAndDoesNothing(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	cfg := ob.Config(t, "  - {name: out, kind: discard}", "")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 // without ANSI escape sequences; so does cdc replay, which writes for a
 // person when log.format is not set.
 func TestIntegrationConsoleLogsToAPipeHaveNoColour(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -27,12 +27,9 @@ func TestIntegrationConsoleLogsToAPipeHaveNoColour(t *testing.T) {
 	m := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, m)
 	relay := startCDCEnv(t, []string{"CDC_LOG_FORMAT=console"}, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.stderr.String)
-	relay.cmd.Process.Signal(syscall.SIGTERM)
-	if code := relay.wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay: exit %d\n%s", code, relay.stderr.String())
-	}
-	log := relay.stderr.String()
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, relay.Stderr.String)
+	relay.Stop(t)
+	log := relay.Stderr.String()
 	if !strings.Contains(log, "starting") || strings.HasPrefix(log, "{") {
 		t.Fatalf("cdc run with log.format console wrote no console log:\n%s", log)
 	}
@@ -50,6 +47,7 @@ func TestIntegrationConsoleLogsToAPipeHaveNoColour(t *testing.T) {
 // sinks' log, progress, the summary, errors) is a JSON record; exit codes
 // are unchanged.
 func TestIntegrationReplayAndDeadLetterFollowLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook, hookURL := newRecHook(t)

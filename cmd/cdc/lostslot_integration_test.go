@@ -16,14 +16,21 @@ import (
 	"github.com/walpost/walpost/internal/relaytest"
 )
 
-// lostSlotOutbox starts a cluster of the test's own whose slots lose
-// their WAL past 1 MB (max_slot_wal_keep_size), and makes an outbox with a
-// file sink on it (cdc init run). extra is the config's extra YAML; alter,
-// run before cdc init, changes the table (e.g. adds a sent_at column).
+// lostSlotCluster is the cluster the lost-slot tests share, whose slots
+// lose their WAL past 1 MB (max_slot_wal_keep_size). Its tests run one
+// after another (no t.Parallel): writing WAL to lose one test's slot would
+// lose every other slot that lags on it.
+func lostSlotCluster(t *testing.T) *pgtest.Cluster {
+	t.Helper()
+	return pgtest.NamedCluster(t, "lost-slot", pgtest.Options{Settings: []string{"max_slot_wal_keep_size = 1MB"}})
+}
+
+// lostSlotOutbox makes an outbox with a file sink on the lost-slot
+// cluster (cdc init run). extra is the config's extra YAML; alter, run
+// before cdc init, changes the table (e.g. adds a sent_at column).
 func lostSlotOutbox(t *testing.T, extra string, alter ...string) (url string, ob relaytest.Outbox, out, cfg string) {
 	t.Helper()
-	c := startCluster(t, "max_slot_wal_keep_size = 1MB")
-	url = c.URL("postgres")
+	url = lostSlotCluster(t).URL("postgres")
 	ob = relaytest.NewOutbox(t, url)
 	for _, a := range alter {
 		pgtest.Exec(t, url, fmt.Sprintf(a, ob.Table))
@@ -55,7 +62,7 @@ func walStatus(t *testing.T, conn *pgx.Conn, slot string) string {
 func writeWAL(t *testing.T, url string, checkpoint bool, between func(), until func() bool) {
 	t.Helper()
 	conn := pgtest.Connect(t, url)
-	pgtest.Exec(t, url, "CREATE TABLE IF NOT EXISTS walpost_filler (n int, pad text)")
+	pgtest.Exec(t, url, "CREATE TABLE IF NOT EXISTS walpost_filler (n int, pad text)", "TRUNCATE walpost_filler")
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second)
 	for !until() {
@@ -95,10 +102,10 @@ func TestIntegrationRunOnAnInvalidatedSlotStopsWithTheServersDetailAndTheWayOut(
 	p := startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
 	invalidate(t, url, ob.Slot, nil)
 	lost := time.Now()
-	code := p.wait(30 * time.Second)
+	code := p.Wait(30 * time.Second)
 	took := time.Since(lost)
 	check := func(when string, code int, stderr string) {
 		t.Helper()
@@ -114,15 +121,15 @@ func TestIntegrationRunOnAnInvalidatedSlotStopsWithTheServersDetailAndTheWayOut(
 			t.Errorf("%s: cdc run exited %d, want 1\n%s", when, code, stderr)
 		}
 	}
-	check("streaming", code, p.stderr.String())
+	check("streaming", code, p.Stderr.String())
 	t.Logf("the slot invalidated while streaming: cdc run exited %d, %v after the slot was seen lost", code, took.Round(time.Millisecond))
 	if took > 20*time.Second {
 		t.Errorf("cdc run took %v to stop after the slot was lost", took)
 	}
 	p = startCDC(t, "run", "--config", cfg)
 	start := time.Now()
-	code = p.wait(30 * time.Second)
-	check("at start", code, p.stderr.String())
+	code = p.Wait(30 * time.Second)
+	check("at start", code, p.Stderr.String())
 	t.Logf("started on the invalidated slot: exit %d after %v", code, time.Since(start).Round(time.Millisecond))
 }
 
@@ -168,16 +175,16 @@ func TestIntegrationStatusWarnsOfAnUnreservedSlotAndFailsOnALostOne(t *testing.T
 func recoverAndDeliver(t *testing.T, cfg, out string, want []relaytest.Msg, recoverArgs ...string) string {
 	t.Helper()
 	p := startCDC(t, "run", "--config", cfg)
-	if code := p.wait(30 * time.Second); code != 1 {
-		t.Fatalf("cdc run on the lost slot exited %d, want 1\n%s", code, p.stderr.String())
+	if code := p.Wait(30 * time.Second); code != 1 {
+		t.Fatalf("cdc run on the lost slot exited %d, want 1\n%s", code, p.Stderr.String())
 	}
 	code, stdout, stderr := relaytest.Run(t, os.Args[0], []string{"WALPOST_CDC_MAIN=1"}, append([]string{"recover", "--config", cfg}, recoverArgs...)...)
 	if code != 0 {
 		t.Fatalf("cdc recover exited %d\n%s%s", code, stdout, stderr)
 	}
 	p = startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.Stderr.String)
+	p.Stop(t)
 	return stdout
 }
 
@@ -207,13 +214,13 @@ func TestIntegrationRecoverRelaysEveryRowWhoseSentAtIsNull(t *testing.T) {
 	for i := 0; i < len(sent); i += 2 {
 		ob.InsertTx(t, conn, sent[i:i+2]...)
 	}
-	relaytest.WaitAllDelivered(t, out, sent, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, sent, 30*time.Second, p.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "every delivered row marked sent", func() bool {
 		var n int
 		conn.QueryRow(ctx, "SELECT count(*) FROM "+ob.Table+" WHERE sent_at IS NULL").Scan(&n)
 		return n == 0
 	})
-	stopGracefully(t, p)
+	p.Stop(t)
 	for i := range 10 {
 		m := relaytest.NewMsg("t", fmt.Sprint("k", i%3), 100+i)
 		pending = append(pending, m)
@@ -246,8 +253,7 @@ func TestIntegrationRecoverRelaysEveryRowWhoseSentAtIsNull(t *testing.T) {
 // throughout; every committed row reaches each sink its route takes it
 // to, duplicates allowed.
 func TestIntegrationRecoverRelaysEveryRowSinceTheLastAcknowledgedCommit(t *testing.T) {
-	c := startCluster(t, "max_slot_wal_keep_size = 1MB")
-	url := c.URL("postgres")
+	url := lostSlotCluster(t).URL("postgres")
 	ob := relaytest.NewOutbox(t, url)
 	dir := t.TempDir()
 	out, only := filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "u.jsonl")
@@ -273,17 +279,17 @@ func TestIntegrationRecoverRelaysEveryRowSinceTheLastAcknowledgedCommit(t *testi
 		insert(typ)
 	}
 	p := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
-	relaytest.WaitAllDelivered(t, only, us, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.Stderr.String)
+	relaytest.WaitAllDelivered(t, only, us, 30*time.Second, p.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "both sinks' commit times in the progress table", func() bool { return sinksWithTime() == 2 })
-	stopGracefully(t, p)
+	p.Stop(t)
 	var saved time.Time
 	if err := conn.QueryRow(ctx, "SELECT max(updated_at) FROM public.walpost_sink_progress WHERE slot = $1", ob.Slot).Scan(&saved); err != nil {
 		t.Fatal(err)
 	}
 	p = startCDC(t, "run", "--config", cfg)
 	insert("t")
-	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "the progress saved after the restart", func() bool {
 		var n int
 		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1 AND updated_at > $2", ob.Slot, saved).Scan(&n)
@@ -293,8 +299,8 @@ func TestIntegrationRecoverRelaysEveryRowSinceTheLastAcknowledgedCommit(t *testi
 		t.Fatalf("%d sinks with a commit time after the restart, want 2 (sink u got nothing new and keeps its own)", n)
 	}
 	invalidate(t, url, ob.Slot, func() { insert("u") }) // the relay streams meanwhile
-	if code := p.wait(30 * time.Second); code != 1 {
-		t.Fatalf("cdc run exited %d after its slot was lost, want 1\n%s", code, p.stderr.String())
+	if code := p.Wait(30 * time.Second); code != 1 {
+		t.Fatalf("cdc run exited %d after its slot was lost, want 1\n%s", code, p.Stderr.String())
 	}
 	for _, typ := range []string{"t", "u", "t", "u", "t"} {
 		insert(typ)
@@ -361,7 +367,7 @@ func TestIntegrationRecoverRelaysEveryRowNewerThanTheLastConfirmedRetentionMark(
 			ob.Table, m.ID, m.Type, m.Key, m.Payload))
 	}
 	p := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, old, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, old, 30*time.Second, p.Stderr.String)
 	var delivered time.Time
 	if err := conn.QueryRow(ctx, "SELECT now()").Scan(&delivered); err != nil {
 		t.Fatal(err)
@@ -372,7 +378,7 @@ func TestIntegrationRecoverRelaysEveryRowNewerThanTheLastConfirmedRetentionMark(
 			WHERE m.slot = $1 AND m.lsn <= s.confirmed_flush_lsn AND m.taken_at > $2`, ob.Slot, delivered).Scan(&n)
 		return n > 0
 	})
-	stopGracefully(t, p)
+	p.Stop(t)
 	for i := range 5 {
 		m := relaytest.NewMsg("t", "k", 100+i)
 		recent = append(recent, m)
@@ -416,31 +422,31 @@ func TestIntegrationRecoverRecreatesASlotDroppedByHand(t *testing.T) {
 	}
 	p := startCDC(t, "run", "--config", cfg)
 	insert()
-	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.Stderr.String)
+	p.Stop(t)
 	cdcInit(t, cfg)
 	p = startCDC(t, "run", "--config", cfg)
 	insert()
-	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "the progress saved with commit_time", func() bool {
 		var n int
 		conn.QueryRow(ctx, "SELECT count(*) FROM public.walpost_sink_progress WHERE slot = $1 AND commit_time IS NOT NULL", ob.Slot).Scan(&n)
 		return n == 1
 	})
-	stopGracefully(t, p)
+	p.Stop(t)
 	for range 5 {
 		insert()
 	}
 	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
 	p = startCDC(t, "run", "--config", cfg)
-	if code := p.wait(30 * time.Second); code != 1 || !strings.Contains(lastLine(p.stderr.String()), "cdc recover --config "+cfg) {
-		t.Fatalf("cdc run on the dropped slot exited %d, want 1 naming cdc recover\n%s", code, p.stderr.String())
+	if code := p.Wait(30 * time.Second); code != 1 || !strings.Contains(lastLine(p.Stderr.String()), "cdc recover --config "+cfg) {
+		t.Fatalf("cdc run on the dropped slot exited %d, want 1 naming cdc recover\n%s", code, p.Stderr.String())
 	}
 	code, stdout, stderr := relaytest.Run(t, os.Args[0], []string{"WALPOST_CDC_MAIN=1"}, "recover", "--config", cfg)
 	if code != 0 || !strings.Contains(stdout, "missing") {
 		t.Fatalf("cdc recover exited %d\n%s%s", code, stdout, stderr)
 	}
 	p = startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.Stderr.String)
+	p.Stop(t)
 }

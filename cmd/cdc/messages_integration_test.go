@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,10 +43,12 @@ func messagesOutbox(t *testing.T, postgres, extra string) (url string, mo relayt
 // commit order, each as emitted (key, headers, JSON payload byte for byte,
 // bytes through payload_base64).
 func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrder(t *testing.T) {
+	// Not parallel: a heartbeat is written only when the stream has been
+	// idle for heartbeat_interval, which other relays' traffic prevents.
 	url, mo, out, cfg := messagesOutbox(t, "  heartbeat_interval: 200ms", "")
 	p := startCDC(t, "run", "--config", cfg)
-	if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), mo.Publication+`\" does not exist; run 'cdc init'`) {
-		t.Fatalf("cdc run before cdc init: exit %d\n%s", code, p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), mo.Publication+`\" does not exist; run 'cdc init'`) {
+		t.Fatalf("cdc run before cdc init: exit %d\n%s", code, p.Stderr.String())
 	}
 	var initOut bytes.Buffer
 	if code := run([]string{"init", "--config", cfg}, &initOut, &initOut); code != 0 {
@@ -68,7 +69,7 @@ func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrd
 	t.Cleanup(func() { pgtest.Exec(t, url, "DROP TABLE "+other) })
 
 	p = startCDC(t, "run", "--config", cfg)
-	heartbeats := func() int { return strings.Count(p.stderr.String(), "heartbeat written") }
+	heartbeats := func() int { return strings.Count(p.Stderr.String(), "heartbeat written") }
 	var want []relaytest.Msg
 	for round, size := range []int{1, 3, 50, 1, 0, 7, 120, 2} {
 		msgs := make([]relaytest.Msg, size)
@@ -122,18 +123,9 @@ func TestIntegrationMessagesOutboxDeliversExactlyTheCommittedMessagesInCommitOrd
 		before := heartbeats()
 		pgtest.Await(t, 30*time.Second, "a heartbeat", func() bool { return heartbeats() > before })
 	}
-	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, want, 60*time.Second, p.Stderr.String)
 	checkExactly(t, lines, want)
-	stopGracefully(t, p)
-}
-
-// stopGracefully sends SIGTERM and fails the test unless cdc exits 0.
-func stopGracefully(t *testing.T, p *proc) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.stderr.String())
-	}
+	p.Stop(t)
 }
 
 // checkExactly checks that lines are exactly want, in order, as emitted.
@@ -177,6 +169,7 @@ func checkExactly(t *testing.T, lines []relaytest.Line, want []relaytest.Msg) {
 // what was in flight; the slot's confirmed position, sampled from outside,
 // never passed a message the sink did not hold.
 func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
+	t.Parallel()
 	url, mo, out, cfg := messagesOutbox(t, "", "relay: {batch_size: 200}")
 	cdcInit(t, cfg)
 	conn := pgtest.Connect(t, url)
@@ -185,7 +178,7 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 	p := startCDC(t, "run", "--config", cfg)
 	mo.EmitSeqTx(t, conn, 100, 13, false)
 	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(out) >= 100 }) {
-		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+		t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 	}
 	st, err := os.Stat(out)
 	if err != nil {
@@ -200,19 +193,21 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.stderr.String())
+			t.Fatalf("relay did not get going: %d lines\n%s", relaytest.CountLines(out), p.Stderr.String())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	p.kill9(t)
+	p.Kill9(t)
 	killedAt := relaytest.CountLines(out)
 	for i := 0; i < 20; i++ {
 		mo.EmitSeqTx(t, conn, 1+i*10, 13, i == 7)
 	}
 	committed := mo.Committed(t, conn)
 	p = startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(120*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) }) {
-		t.Fatalf("not every committed message was delivered after the restart\n%s", p.stderr.String())
+	if !pgtest.WaitFor(120*time.Second, func() bool {
+		return relaytest.CountLines(out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, out))
+	}) {
+		t.Fatalf("not every committed message was delivered after the restart\n%s", p.Stderr.String())
 	}
 	r := relaytest.CheckDelivered(t, "out", committed, relaytest.ReadLines(t, out))
 	if bad := stopSampling(); len(bad) > 0 {
@@ -225,7 +220,7 @@ func TestIntegrationMessagesOutboxKill9LosesNothing(t *testing.T) {
 	if r.Duplicates > big {
 		t.Fatalf("%d duplicates: more than the transaction in flight", r.Duplicates)
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }
 
 // sampleSlot samples, every 150 ms until stop is called, the slot's
@@ -268,10 +263,14 @@ func sampleSlot(t *testing.T, url, slot, out string) (stop func() []string) {
 		wg.Wait()
 		var bad []string
 		lines := relaytest.ReadLines(t, out)
+		commits := make([]pglogrepl.LSN, len(lines))
+		for i, l := range lines {
+			commits[i] = relaytest.ParseLSN(t, l.CommitLSN)
+		}
 		for _, s := range samples {
-			for _, l := range lines {
-				if commit := relaytest.ParseLSN(t, l.CommitLSN); commit < s.confirmed && !s.ids[l.ID] {
-					bad = append(bad, fmt.Sprintf("slot confirmed %s while message %s (commit %s) was not in the sink", s.confirmed, l.ID, commit))
+			for i, l := range lines {
+				if commits[i] < s.confirmed && !s.ids[l.ID] {
+					bad = append(bad, fmt.Sprintf("slot confirmed %s while message %s (commit %s) was not in the sink", s.confirmed, l.ID, commits[i]))
 					break
 				}
 			}
@@ -290,6 +289,7 @@ func sampleSlot(t *testing.T, url, slot, out string) (stop func() []string) {
 // A non-transactional message with the prefix is refused the same way: it
 // is not atomic with the application's transaction.
 func TestIntegrationMessagesOutboxBadEnvelopeStopsAtItsLSNAndSkipParksIt(t *testing.T) {
+	t.Parallel()
 	url, mo, out, cfg := messagesOutbox(t, "", "")
 	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
 	cdcInit(t, cfg)
@@ -316,10 +316,10 @@ func TestIntegrationMessagesOutboxBadEnvelopeStopsAtItsLSNAndSkipParksIt(t *test
 	stopsAt := func(lsn, why string, delivered ...relaytest.Msg) {
 		t.Helper()
 		p := startCDC(t, "run", "--config", cfg)
-		if code := p.wait(60 * time.Second); code != 1 {
-			t.Fatalf("exit %d, want 1\n%s", code, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 {
+			t.Fatalf("exit %d, want 1\n%s", code, p.Stderr.String())
 		}
-		msg := p.stderr.String()
+		msg := p.Stderr.String()
 		m := regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`).FindStringSubmatch(msg)
 		if m == nil || m[1] != lsn || !strings.Contains(msg, "at LSN "+lsn) || !strings.Contains(msg, why) {
 			t.Fatalf("the error does not name LSN %s (%s) and the cdc skip for it:\n%s", lsn, why, msg)
@@ -340,11 +340,11 @@ func TestIntegrationMessagesOutboxBadEnvelopeStopsAtItsLSNAndSkipParksIt(t *test
 	}
 	stopsAt(nonTxLSN, "non-transactional", good, after)
 	p := startCDC(t, "run", "--config", cfg)
-	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after, last}, 30*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after, last}, 30*time.Second, p.Stderr.String)
 	for _, l := range lines {
 		if l.Type == "bad" || l.ID == nonTx.ID {
 			t.Fatalf("a refused message was delivered: %+v", l)
 		}
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 }

@@ -44,6 +44,7 @@ func get(t *testing.T, addr, path, authorization string) (int, string, string) {
 // per-sink series of every configured sink at 0 and walpost_build_info;
 // /healthz and /readyz need no credentials; the password is never logged.
 func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
+	t.Parallel()
 	const password = "scrape-Pw-7731"
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
@@ -57,7 +58,7 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", cfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return readyz(addr) == http.StatusOK }) {
-		t.Fatalf("/readyz did not become 200 without credentials:\n%s", p.stderr.String())
+		t.Fatalf("/readyz did not become 200 without credentials:\n%s", p.Stderr.String())
 	}
 	if code, _, _ := get(t, addr, "/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz without credentials: %d", code)
@@ -97,8 +98,8 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 	if !regexp.MustCompile(`\nwalpost_build_info\{goversion="go[^"]+",revision="[^"]+",version="[^"]+"\} 1\n`).MatchString(body) {
 		t.Errorf("/metrics lacks walpost_build_info:\n%s", grepLines(body, "build_info"))
 	}
-	if strings.Contains(p.stderr.String(), password) {
-		t.Errorf("the log shows the password:\n%s", p.stderr.String())
+	if strings.Contains(p.Stderr.String(), password) {
+		t.Errorf("the log shows the password:\n%s", p.Stderr.String())
 	}
 }
 
@@ -106,6 +107,7 @@ func TestIntegrationMetricsBehindAuthShowEverySinkAtZero(t *testing.T) {
 // schemes, or half of basic, is a configuration error naming the field
 // (exit 2), and the error never shows the secret.
 func TestHTTPAuthConfigErrors(t *testing.T) {
+	t.Parallel()
 	const secret = "Tok-3141-secret"
 	dir := t.TempDir()
 	for i, c := range []struct{ auth, want string }{
@@ -145,6 +147,7 @@ func grepLines(s, sub string) string {
 // WAL is ahead) grow with time between scrapes; once the webhook answers,
 // both are back at 0.
 func TestIntegrationStallMetricsShowAStuckDeliveryByAge(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	release := make(chan struct{})
@@ -170,7 +173,7 @@ func TestIntegrationStallMetricsShowAStuckDeliveryByAge(t *testing.T) {
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return readyz(addr) == http.StatusOK }) {
-		t.Fatalf("/readyz did not become 200:\n%s", p.stderr.String())
+		t.Fatalf("/readyz did not become 200:\n%s", p.Stderr.String())
 	}
 	gauge := func(name string) float64 {
 		t.Helper()

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,6 +82,7 @@ sinks:
 // and dots (and would drop a table if spliced into SQL unquoted): the
 // messages arrive, sent-at is set, and the canary table survives.
 func TestIntegrationAnyNameWorksAsANameAndDoesNothingElse(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -110,10 +110,7 @@ func TestIntegrationAnyNameWorksAsANameAndDoesNothingElse(t *testing.T) {
 		conn.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE "Sent ""At""" IS NULL`, qt)).Scan(&n)
 		return n == 0
 	})
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(20 * time.Second); code != 0 {
-		t.Fatalf("cdc run exited %d\n%s", code, p.stderr.String())
-	}
+	p.Stop(t)
 	var canary bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass('canary') IS NOT NULL").Scan(&canary); err != nil || !canary {
 		t.Fatalf("the canary table is gone (%v): a name was spliced into SQL", err)
@@ -127,6 +124,7 @@ func TestIntegrationAnyNameWorksAsANameAndDoesNothingElse(t *testing.T) {
 // delivered but not marked is marked after a restart (the sink's progress
 // table spares the file sink a second copy).
 func TestIntegrationSlotWaitsForSentAtMarks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -151,13 +149,13 @@ END $$`, fn),
 		t.Fatal(err)
 	}
 	pgtest.Await(t, 30*time.Second, "the row in the file sink", func() bool { return relaytest.CountLines(out) == 1 })
-	pgtest.Await(t, 20*time.Second, "the marking to fail", func() bool { return strings.Contains(p.stderr.String(), "sent-at refused by the test") })
+	pgtest.Await(t, 20*time.Second, "the marking to fail", func() bool { return strings.Contains(p.Stderr.String(), "sent-at refused by the test") })
 	// Delivered, not marked: the slot must stay before the row's commit.
 	time.Sleep(2 * time.Second) // status_interval is 1s: the relay had time to confirm if it would
 	if c := relaytest.SlotConfirmed(t, conn, slot); c != before {
 		t.Fatalf("slot moved from %s to %s with the row delivered but not marked sent", before, c)
 	}
-	p.kill9(t)
+	p.Kill9(t)
 	// Restarted, the row is streamed again, and once marking works it is
 	// marked and the slot moves past it.
 	pgtest.Exec(t, url, "UPDATE sentat_gate SET open = true")
@@ -167,10 +165,7 @@ END $$`, fn),
 		conn.QueryRow(ctx, fmt.Sprintf(`SELECT "Sent ""At""" IS NOT NULL FROM %s WHERE "I""d" = $1`, qt), id).Scan(&marked)
 		return marked && relaytest.SlotConfirmed(t, conn, slot) > before
 	})
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(20 * time.Second); code != 0 {
-		t.Fatalf("cdc run exited %d\n%s", code, p.stderr.String())
-	}
+	p.Stop(t)
 	if n := relaytest.CountLines(out); n != 1 {
 		t.Fatalf("%d lines in the file sink, want 1 (its progress table covers the row)", n)
 	}

@@ -18,6 +18,7 @@ import (
 // relay.procs overrides the default, and GOMAXPROCS in the environment
 // overrides both. Read from the process's own start line.
 func TestIntegrationRunPicksItsThreadsFromItsSinks(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	dir := t.TempDir()
@@ -50,13 +51,13 @@ func TestIntegrationRunPicksItsThreadsFromItsSinks(t *testing.T) {
 			p := startCDCEnvOnly(t, append(append([]string(nil), env...), tc.env...), "run", "--config", cfg)
 			var got []string
 			if !pgtest.WaitFor(20*time.Second, func() bool {
-				got = procsRE.FindStringSubmatch(p.stderr.String())
+				got = procsRE.FindStringSubmatch(p.Stderr.String())
 				return got != nil
 			}) {
-				t.Fatalf("no start line with procs:\n%s", p.stderr.String())
+				t.Fatalf("no start line with procs:\n%s", p.Stderr.String())
 			}
 			if got[1] != tc.want {
-				t.Errorf("procs %s, want %s:\n%s", got[1], tc.want, p.stderr.String())
+				t.Errorf("procs %s, want %s:\n%s", got[1], tc.want, p.Stderr.String())
 			}
 		})
 	}

@@ -87,6 +87,7 @@ func (p *corruptingProxy) serverToClient(dst io.Writer, src io.Reader) {
 // the code of configuration errors) is a protocol error: the relay logs
 // it, reconnects from the confirmed position and delivers everything.
 func TestIntegrationMalformedProtocolBytesReconnect(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -101,17 +102,17 @@ func TestIntegrationMalformedProtocolBytesReconnect(t *testing.T) {
 	conn := pgtest.Connect(t, url)
 	first := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
 	if !proxy.done.Load() {
 		t.Fatal("the proxy corrupted nothing: the test did not test")
 	}
 	second := relaytest.NewMsg("t", "k", 2)
 	ob.InsertTx(t, conn, second)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, second}, 30*time.Second, p.stderr.String)
-	if p.exited() {
-		t.Fatalf("the relay exited\n%s", p.stderr.String())
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, second}, 30*time.Second, p.Stderr.String)
+	if p.Exited() {
+		t.Fatalf("the relay exited\n%s", p.Stderr.String())
 	}
-	if logs := p.stderr.String(); !strings.Contains(logs, "malformed pgoutput") || !strings.Contains(logs, "relay restarting") {
+	if logs := p.Stderr.String(); !strings.Contains(logs, "malformed pgoutput") || !strings.Contains(logs, "relay restarting") {
 		t.Fatalf("the relay did not report the protocol error and restart:\n%s", logs)
 	}
 }

@@ -60,7 +60,7 @@ func (r *pubRelay) waitStatus(t *testing.T, code int, want string, p *proc) {
 		got, msg = r.status()
 		return got == code && strings.Contains(msg, want)
 	}) {
-		t.Fatalf("cdc status: exit %d, want %d with %q:\n%s\nrelay:\n%s", got, code, want, msg, p.stderr.String())
+		t.Fatalf("cdc status: exit %d, want %d with %q:\n%s\nrelay:\n%s", got, code, want, msg, p.Stderr.String())
 	}
 }
 
@@ -78,7 +78,7 @@ func (r *pubRelay) metric(t *testing.T, name string) string {
 func (r *pubRelay) waitMetric(t *testing.T, name, want string, p *proc) {
 	t.Helper()
 	if !pgtest.WaitFor(30*time.Second, func() bool { return r.metric(t, name) == want }) {
-		t.Fatalf("%s is %q, want %s\n%s", name, r.metric(t, name), want, p.stderr.String())
+		t.Fatalf("%s is %q, want %s\n%s", name, r.metric(t, name), want, p.Stderr.String())
 	}
 }
 
@@ -93,7 +93,9 @@ func (r *pubRelay) waitAll(t *testing.T, prod *relaytest.Producer, p *proc, extr
 	if len(committed) == 0 {
 		t.Fatal("the producer committed nothing")
 	}
-	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, r.out)) }) {
+	if !pgtest.WaitFor(60*time.Second, func() bool {
+		return relaytest.CountLines(r.out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, r.out))
+	}) {
 		lines := relaytest.ReadLines(t, r.out)
 		seen := map[string]bool{}
 		for _, l := range lines {
@@ -105,14 +107,14 @@ func (r *pubRelay) waitAll(t *testing.T, prod *relaytest.Producer, p *proc, extr
 				missing = append(missing, id)
 			}
 		}
-		t.Fatalf("%d of %d committed messages never delivered (e.g. %v)\n%s", len(missing), len(committed), missing[:min(3, len(missing))], p.stderr.String())
+		t.Fatalf("%d of %d committed messages never delivered (e.g. %v)\n%s", len(missing), len(committed), missing[:min(3, len(missing))], p.Stderr.String())
 	}
 }
 
 // errorLogged reports whether the relay logged, at error level, a line
 // containing want.
 func errorLogged(p *proc, want string) bool {
-	for _, l := range strings.Split(p.stderr.String(), "\n") {
+	for _, l := range strings.Split(p.Stderr.String(), "\n") {
 		if strings.Contains(l, `"level":"error"`) && strings.Contains(l, want) {
 			return true
 		}
@@ -130,11 +132,12 @@ func errorLogged(p *proc, want string) bool {
 // 0. A DROP and ADD faster than the relay looks is seen too (another
 // pg_publication_rel row).
 func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
-		t.Fatalf("nothing delivered\n%s", p.stderr.String())
+		t.Fatalf("nothing delivered\n%s", p.Stderr.String())
 	}
 	r.waitStatus(t, 0, "", p)
 
@@ -147,7 +150,7 @@ func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 		t.Errorf("status --json: exit %d, outbox_warnings %v", code, st["outbox_warnings"])
 	}
 	if !pgtest.WaitFor(10*time.Second, func() bool { return errorLogged(p, "does not publish the outbox") }) {
-		t.Fatalf("no error logged:\n%s", p.stderr.String())
+		t.Fatalf("no error logged:\n%s", p.Stderr.String())
 	}
 	pgtest.Exec(t, r.url, "ALTER PUBLICATION "+r.ob.Publication+" ADD TABLE "+r.ob.Table)
 	r.waitMetric(t, "walpost_outbox_not_published", "0", p)
@@ -172,7 +175,7 @@ func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 		t.Errorf("walpost_gap_rows_relayed_total %q, want the rows in between", n)
 	}
 	if !errorLogged(p, "what publishes the outbox changed") {
-		t.Errorf("the change was not logged at error level:\n%s", p.stderr.String())
+		t.Errorf("the change was not logged at error level:\n%s", p.Stderr.String())
 	}
 	// Only the rows the stream did not carry came from the table: no id
 	// twice (the relay did not restart).
@@ -192,11 +195,12 @@ func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 // so the rows are relayed (with a warning); cdc status exits 1 while the
 // configured table does not exist, 0 after.
 func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
-		t.Fatalf("nothing delivered\n%s", p.stderr.String())
+		t.Fatalf("nothing delivered\n%s", p.Stderr.String())
 	}
 	renamed := r.ob.Table + "_renamed"
 	pgtest.Exec(t, r.url, "ALTER TABLE "+r.ob.Table+" RENAME TO "+strings.TrimPrefix(renamed, "public."))
@@ -210,8 +214,8 @@ func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
 	prod.Stop()
 	r.waitAll(t, prod, p, in)
 	r.waitStatus(t, 0, "", p)
-	if !strings.Contains(p.stderr.String(), "the outbox table was renamed") {
-		t.Errorf("no warning for the renamed outbox:\n%s", p.stderr.String())
+	if !strings.Contains(p.Stderr.String(), "the outbox table was renamed") {
+		t.Errorf("no warning for the renamed outbox:\n%s", p.Stderr.String())
 	}
 }
 
@@ -221,12 +225,13 @@ func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
 // (same column count and types as the last that mapped), so nothing
 // wedges and every row is delivered.
 func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
-		t.Fatalf("nothing delivered\n%s", p.stderr.String())
+		t.Fatalf("nothing delivered\n%s", p.Stderr.String())
 	}
 	ctx := context.Background()
 	insert := func(n int) relaytest.Msg {
@@ -244,23 +249,23 @@ func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
 	rename("kind", "type")
 	after := relaytest.NewMsg("after", "k", 2)
 	r.ob.InsertTx(t, r.conn, after)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, a, after}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, a, after}, 30*time.Second, p.Stderr.String)
 
 	// While the relay is stopped: its next start sees the renamed
 	// Relation first, and maps it against the table's columns now.
-	stopGracefully(t, p)
+	p.Stop(t)
 	rename("type", "kind")
 	b := insert(3)
 	rename("kind", "type")
 	p = startCDC(t, "run", "--config", r.cfg)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, a, after, b}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, a, after, b}, 30*time.Second, p.Stderr.String)
 	for _, l := range relaytest.ReadLines(t, r.out) {
 		if (l.ID == a.ID || l.ID == b.ID) && l.Type != "renamed.col" {
 			t.Fatalf("row %s delivered with type %q", l.ID, l.Type)
 		}
 	}
-	if !strings.Contains(p.stderr.String(), "mapped by position") {
-		t.Errorf("no warning for the renamed column:\n%s", p.stderr.String())
+	if !strings.Contains(p.Stderr.String(), "mapped by position") {
+		t.Errorf("no warning for the renamed column:\n%s", p.Stderr.String())
 	}
 }
 
@@ -274,11 +279,12 @@ func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
 // — nothing decoded between the drop and the creation — the relay
 // relays the rows in between from the table by itself.)
 func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
-		t.Fatalf("nothing delivered\n%s", p.stderr.String())
+		t.Fatalf("nothing delivered\n%s", p.Stderr.String())
 	}
 	pgtest.Exec(t, r.url, "DROP PUBLICATION "+r.ob.Publication)
 	in := relaytest.NewMsg("between", "k", 1)
@@ -288,14 +294,14 @@ func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) 
 	time.Sleep(500 * time.Millisecond)
 	prod.Stop()
 
-	code := p.wait(30 * time.Second)
+	code := p.Wait(30 * time.Second)
 	if code == -1 {
 		t.Log("the stream got through: the relay relays the rows in between by itself")
 		r.waitAll(t, prod, p, in)
 		r.waitStatus(t, 0, "", p)
 		return
 	}
-	msg := p.stderr.String()
+	msg := p.Stderr.String()
 	m := regexp.MustCompile(`run: (cdc resync --config \S+)`).FindStringSubmatch(msg)
 	if code != 1 || !strings.Contains(msg, "does not exist") || m == nil || strings.Contains(msg, "run 'cdc init'") {
 		t.Fatalf("exit %d, want 1 with the server's message and the advice to run cdc resync:\n%s", code, msg)
@@ -306,8 +312,8 @@ func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) 
 	r.waitStatus(t, 1, "may not be in the replication stream", p)
 	// A restart stops at the same place.
 	again := startCDC(t, "run", "--config", r.cfg)
-	if code := again.wait(30 * time.Second); code != 1 || !strings.Contains(again.stderr.String(), "cdc resync") {
-		t.Fatalf("restart: exit %d, want 1 with the advice again\n%s", code, again.stderr.String())
+	if code := again.Wait(30 * time.Second); code != 1 || !strings.Contains(again.Stderr.String(), "cdc resync") {
+		t.Fatalf("restart: exit %d, want 1 with the advice again\n%s", code, again.Stderr.String())
 	}
 	// The advice, as given.
 	args := strings.Fields(m[1])[1:]
@@ -327,6 +333,7 @@ func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) 
 // logs it at error level once, counts it (walpost_foreign_relations_total)
 // and cdc status exits 1 until it is removed.
 func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	other := r.ob.Table + "_other"
 	pgtest.Exec(t, r.url, "CREATE TABLE "+other+" (id int)")
@@ -334,14 +341,14 @@ func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
 	p := startCDC(t, "run", "--config", r.cfg)
 	m1 := relaytest.NewMsg("one", "k", 1)
 	r.ob.InsertTx(t, r.conn, m1)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{m1}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{m1}, 30*time.Second, p.Stderr.String)
 	pgtest.Exec(t, r.url, "ALTER PUBLICATION "+r.ob.Publication+" ADD TABLE "+other, "INSERT INTO "+other+" VALUES (1), (2)")
 	m2 := relaytest.NewMsg("two", "k", 2)
 	r.ob.InsertTx(t, r.conn, m2)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{m1, m2}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{m1, m2}, 30*time.Second, p.Stderr.String)
 	r.waitMetric(t, "walpost_foreign_relations_total", "1", p)
 	if !errorLogged(p, "is not the outbox") {
-		t.Fatalf("no error logged:\n%s", p.stderr.String())
+		t.Fatalf("no error logged:\n%s", p.Stderr.String())
 	}
 	r.waitStatus(t, 1, "also publishes "+other, p)
 	pgtest.Exec(t, r.url, "ALTER PUBLICATION "+r.ob.Publication+" DROP TABLE "+other)
@@ -358,12 +365,13 @@ func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
 // every start (the WAL does not change); its advice, cdc resync, relays
 // the row from the table and moves the slot past it.
 func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
+	p.Stop(t)
 	pgtest.Exec(t, r.url, "ALTER TABLE "+r.ob.Table+" RENAME COLUMN type TO kind")
 	m := relaytest.NewMsg("renamed.col", "k", 1)
 	if _, err := r.conn.Exec(context.Background(), "INSERT INTO "+r.ob.Table+" (id, kind, key, payload) VALUES ($1, $2, $3, $4)", m.ID, m.Type, m.Key, m.Payload); err != nil {
@@ -373,8 +381,8 @@ func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 	var advice string
 	for attempt := range 2 { // the same stop at every start
 		p = startCDC(t, "run", "--config", r.cfg)
-		code := p.wait(60 * time.Second)
-		msg := p.stderr.String()
+		code := p.Wait(60 * time.Second)
+		msg := p.Stderr.String()
 		found := regexp.MustCompile(`run: (cdc resync --config \S+)`).FindStringSubmatch(msg)
 		if code != 1 || found == nil || !strings.Contains(msg, "lacks mapped column") {
 			t.Fatalf("run %d: exit %d, want 1 with the advice to run cdc resync:\n%s", attempt, code, msg)
@@ -388,7 +396,7 @@ func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 	after := relaytest.NewMsg("after", "k", 2)
 	r.ob.InsertTx(t, r.conn, after)
 	p = startCDC(t, "run", "--config", r.cfg)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, m, after}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, m, after}, 30*time.Second, p.Stderr.String)
 	r.waitStatus(t, 0, "", p)
 }
 
@@ -398,12 +406,13 @@ func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 // 1), and the next cdc run relays the row from the table (the coverage
 // table kept what the last relay saw).
 func TestIntegrationPublicationChangedWhileStoppedLosesNothing(t *testing.T) {
+	t.Parallel()
 	r := newPubRelay(t)
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
-	stopGracefully(t, p)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
+	p.Stop(t)
 	pgtest.Exec(t, r.url, "ALTER PUBLICATION "+r.ob.Publication+" DROP TABLE "+r.ob.Table)
 	in := relaytest.NewMsg("between", "k", 1)
 	r.ob.InsertTx(t, r.conn, in)
@@ -413,7 +422,7 @@ func TestIntegrationPublicationChangedWhileStoppedLosesNothing(t *testing.T) {
 	r.waitStatus(t, 1, "what publishes the outbox changed since a relay last looked", p)
 
 	p = startCDC(t, "run", "--config", r.cfg)
-	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, in, after}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, r.out, []relaytest.Msg{first, in, after}, 30*time.Second, p.Stderr.String)
 	r.waitStatus(t, 0, "", p)
 	// A new process does not know what the last one carried: rows of the
 	// window it delivered already may come again (at-least-once).

@@ -19,14 +19,14 @@ func streamingLine(t *testing.T, p *proc) map[string]any {
 	t.Helper()
 	var line map[string]any
 	if !pgtest.WaitFor(30*time.Second, func() bool {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
+		for _, l := range strings.Split(p.Stderr.String(), "\n") {
 			if strings.Contains(l, `"message":"streaming"`) {
 				return json.Unmarshal([]byte(l), &line) == nil
 			}
 		}
 		return false
 	}) {
-		t.Fatalf("no streaming line:\n%s%s", p.stdout.String(), p.stderr.String())
+		t.Fatalf("no streaming line:\n%s%s", p.Stdout.String(), p.Stderr.String())
 	}
 	return line
 }
@@ -43,6 +43,7 @@ func streamingLine(t *testing.T, p *proc) map[string]any {
 // buffer to the kernel, the relay logs each switch at info, and the
 // backlog still arrives whole and in order through net.Conn alone.
 func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -102,7 +103,7 @@ func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T
 			if got, want := line["receive_buffer"], tc.want(rtt); got != want {
 				t.Errorf("receive_buffer %v with rtt_us %v, want %v: %v", got, line["rtt_us"], want, line)
 			}
-			lines := relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.stderr.String)
+			lines := relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.Stderr.String)
 			// Clean stops between the runs: each message once, in commit order.
 			if len(lines) != len(all) {
 				t.Fatalf("%d lines for %d messages", len(lines), len(all))
@@ -112,9 +113,9 @@ func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T
 					t.Fatalf("line %d: id %s (%d payload bytes), want %s (%d)", i+1, l.ID, len(l.Payload), all[i].ID, len(all[i].Payload))
 				}
 			}
-			p.cmd.Process.Signal(os.Interrupt)
-			if code := p.wait(30 * time.Second); code != 0 {
-				t.Fatalf("cdc run exited %d:\n%s", code, p.stderr.String())
+			p.Cmd.Process.Signal(os.Interrupt)
+			if code := p.Wait(30 * time.Second); code != 0 {
+				t.Fatalf("cdc run exited %d:\n%s", code, p.Stderr.String())
 			}
 		})
 	}

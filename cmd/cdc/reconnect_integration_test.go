@@ -33,7 +33,7 @@ func TestIntegrationReconnectStaysFastAfterManyFaults(t *testing.T) {
 	for round := range 8 {
 		var pid int32
 		if !pgtest.WaitFor(30*time.Second, func() bool { pid = activePID(); return pid != 0 }) {
-			t.Fatalf("round %d: slot not active\n%s", round, p.stderr.String())
+			t.Fatalf("round %d: slot not active\n%s", round, p.Stderr.String())
 		}
 		if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
 			t.Fatal(err)
@@ -42,7 +42,7 @@ func TestIntegrationReconnectStaysFastAfterManyFaults(t *testing.T) {
 		m := relaytest.NewMsg("t", "k", round)
 		ob.InsertTx(t, conn, m)
 		all = append(all, m)
-		relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.stderr.String)
+		relaytest.WaitAllDelivered(t, out, all, 30*time.Second, p.Stderr.String)
 		d := time.Since(killed)
 		worst = max(worst, d)
 		if d > 3*time.Second {

@@ -10,6 +10,7 @@ import (
 // from now or a timestamp (UTC without a zone); anything else, a
 // duration of 0 or less and a negative --margin are usage errors (exit 2).
 func TestRecoverSinceIsADurationOrATimestamp(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		since string
 		ago   time.Duration

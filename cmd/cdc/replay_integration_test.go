@@ -95,6 +95,7 @@ func idsOf(lines []relaytest.Line) []string {
 // that sink gets only that range. The relay neither stops nor gets a
 // message twice, and the slot is untouched by replay.
 func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	dir := t.TempDir()
@@ -116,7 +117,7 @@ func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.
 		ob.InsertTx(t, conn, batch...)
 		msgs = append(msgs, batch...)
 	}
-	streamed := relaytest.WaitAllDelivered(t, live, msgs, 60*time.Second, relay.stderr.String)
+	streamed := relaytest.WaitAllDelivered(t, live, msgs, 60*time.Second, relay.Stderr.String)
 	slotBefore := relaytest.SlotConfirmed(t, conn, ob.Slot)
 
 	code, _, stderr := cdc(t, nil, "replay", "--config", replayCfg, "--since", "1h", "--batch", "7")
@@ -166,8 +167,8 @@ func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.
 	if n := len(relaytest.ReadLines(t, all)); n != len(msgs) {
 		t.Fatalf("--sink onlyb wrote to all too: %d lines, want %d", n, len(msgs))
 	}
-	if relay.exited() {
-		t.Fatalf("the relay stopped during replay:\n%s", relay.stderr.String())
+	if relay.Exited() {
+		t.Fatalf("the relay stopped during replay:\n%s", relay.Stderr.String())
 	}
 	if n := len(relaytest.ReadLines(t, live)); n != len(msgs) {
 		t.Fatalf("the relay's sink has %d lines, want %d (replay must not touch the slot)", n, len(msgs))
@@ -186,6 +187,7 @@ func TestIntegrationReplayDeliversTheSameIdsInOrderWhileTheRelayRuns(t *testing.
 // prints how to go on; the printed command replays exactly the rest, so
 // the two runs together deliver every id once, in order.
 func TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	hook, hookURL := newRecHook(t)
@@ -203,29 +205,29 @@ func TestIntegrationReplayInterruptedStopsAfterTheBatchInFlight(t *testing.T) {
 	hook.onMessage = func(n int) {
 		if n == 12 { // in the third batch of 5
 			<-started
-			p.cmd.Process.Signal(syscall.SIGINT)
+			p.Cmd.Process.Signal(syscall.SIGINT)
 			// Answer only once cdc took the signal: otherwise, on a busy
 			// machine, the batch could end (three more fast requests)
 			// and the next start before the signal is handled.
 			if !pgtest.WaitFor(10*time.Second, func() bool {
-				return strings.Contains(p.stderr.String(), "replay: interrupted: stopping after the batch in flight")
+				return strings.Contains(p.Stderr.String(), "replay: interrupted: stopping after the batch in flight")
 			}) {
-				t.Errorf("cdc replay did not say it took SIGINT:\n%s", p.stderr.String())
+				t.Errorf("cdc replay did not say it took SIGINT:\n%s", p.Stderr.String())
 			}
 		}
 	}
 	p = startCDC(t, "replay", "--config", cfg, "--from-id", msgs[0].ID, "--batch", "5")
 	close(started)
-	if code := p.wait(60 * time.Second); code != 130 {
-		t.Fatalf("interrupted replay: exit %d, want 130\n%s", code, p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 130 {
+		t.Fatalf("interrupted replay: exit %d, want 130\n%s", code, p.Stderr.String())
 	}
 	got := hook.got()
 	if len(got) != 15 || !slices.Equal(got, idsOfMsgs(msgs[:15])) {
 		t.Fatalf("interrupted in the third batch of 5: delivered %d %v, want the first 15 in order", len(got), got)
 	}
-	m := regexp.MustCompile(`to go on: cdc replay --config \S+ --from-id ([0-9a-f-]+) --to-id ([0-9a-f-]+)`).FindStringSubmatch(p.stderr.String())
+	m := regexp.MustCompile(`to go on: cdc replay --config \S+ --from-id ([0-9a-f-]+) --to-id ([0-9a-f-]+)`).FindStringSubmatch(p.Stderr.String())
 	if m == nil || m[1] != msgs[15].ID || m[2] != msgs[39].ID {
-		t.Fatalf("the interrupted replay does not say how to go on from %s to %s:\n%s", msgs[15].ID, msgs[39].ID, p.stderr.String())
+		t.Fatalf("the interrupted replay does not say how to go on from %s to %s:\n%s", msgs[15].ID, msgs[39].ID, p.Stderr.String())
 	}
 	hook.onMessage = nil
 	if code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--from-id", m[1], "--to-id", m[2]); code != 0 {
@@ -281,6 +283,7 @@ func listParked(t *testing.T, cfg string) []parkedRow {
 // (a configuration error, nothing done) instead of reading postgres.table's
 // default, public.outbox, a table of something else or none.
 func TestIntegrationReplayRefusesATableLessOutbox(t *testing.T) {
+	t.Parallel()
 	_, _, out, cfg := messagesOutbox(t, "", "")
 	code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h")
 	if code != 2 || !strings.Contains(stderr, "a table-less outbox (postgres.source: messages) keeps no rows to replay") ||
@@ -297,6 +300,7 @@ func TestIntegrationReplayRefusesATableLessOutbox(t *testing.T) {
 // still reads a bytea payload as the stream sends it: bytes that are not
 // JSON go out as base64, JSON text as JSON, none as an invalid row.
 func TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault(t *testing.T) {
+	t.Parallel()
 	base := pgtest.URL(t)
 	db := pgtest.Name(t, "escdb")
 	pgtest.Exec(t, base, "CREATE DATABASE "+db, "ALTER DATABASE "+db+" SET bytea_output = 'escape'")
@@ -333,6 +337,7 @@ func TestIntegrationReplayReadsByteaInHexWhateverTheDatabaseDefault(t *testing.T
 // exactly the rows of the last two hours, in created_at order, each with
 // its created_at as its time (CloudEvents time).
 func TestIntegrationReplaySinceReadsCreatedAtOfTheDefaultTable(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")

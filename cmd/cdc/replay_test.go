@@ -9,6 +9,7 @@ import (
 // name one range, one subcommand with its IDs, or a flag of the
 // subcommand is refused with exit 2 before the configuration is read.
 func TestReplayAndDeadLetterUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

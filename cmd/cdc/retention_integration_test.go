@@ -75,8 +75,8 @@ func (ro retentionOutbox) rounds(t *testing.T, n int, p *proc) {
 		markAfterNow()
 		markAfterNow()
 	}
-	if p.exited() {
-		t.Fatalf("relay exited\n%s", p.stderr.String())
+	if p.Exited() {
+		t.Fatalf("relay exited\n%s", p.Stderr.String())
 	}
 }
 
@@ -127,6 +127,7 @@ func ids(msgs []relaytest.Msg) []string {
 // back and the slot confirms them, they are deleted. Rows delivered
 // before the outage are deleted as soon as they are older than keep.
 func TestIntegrationRetentionNeverDeletesARowItsSlotHasNotConfirmed(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	h := &hook{seen: map[string]int{}}
 	srv := httptest.NewServer(h)
@@ -166,7 +167,7 @@ func TestIntegrationRetentionNeverDeletesARowItsSlotHasNotConfirmed(t *testing.T
 	for {
 		ro.rounds(t, 1, p)
 		if n := ro.count(t, "id = ANY($1::uuid[])", ids(during)); n != len(during) {
-			t.Fatalf("retention deleted %d row(s) the sink never acknowledged\n%s", len(during)-n, p.stderr.String())
+			t.Fatalf("retention deleted %d row(s) the sink never acknowledged\n%s", len(during)-n, p.Stderr.String())
 		}
 		var age time.Duration
 		ro.conn.QueryRow(context.Background(), "SELECT now() - $1::timestamptz", committedAt).Scan(&age)
@@ -218,11 +219,13 @@ func (ro retentionOutbox) insertAged(t *testing.T, ages map[string]string) map[s
 // margin), and of margin (with a small keep), decides. Rows just inside
 // stay while rounds go on after the rows just outside were deleted.
 func TestIntegrationRetentionBoundaryKeepAndMargin(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, settings, bound string }{
 		{"keep", "keep: 1h, margin: 1s", "1 hour"},
 		{"margin", "keep: 1s, margin: 1h", "1 hour"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			ro := newRetentionOutbox(t)
 			out := t.TempDir() + "/out.jsonl"
 			cfg := ro.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), ro.retention(c.settings+", interval: 200ms"))
@@ -236,7 +239,7 @@ func TestIntegrationRetentionBoundaryKeepAndMargin(t *testing.T) {
 			})
 			ro.rounds(t, 3, p)
 			if n := ro.count(t, "id = ANY($1::uuid[])", []string{rows["inside"], rows["new"]}); n != 2 {
-				t.Fatalf("%d of the rows inside the %s left; want both\n%s", n, c.name, p.stderr.String())
+				t.Fatalf("%d of the rows inside the %s left; want both\n%s", n, c.name, p.Stderr.String())
 			}
 		})
 	}
@@ -247,6 +250,7 @@ func TestIntegrationRetentionBoundaryKeepAndMargin(t *testing.T) {
 // TOASTed 300 kB payload too) while the table stays empty; a rolled-back
 // one is not; a row written without the option stays.
 func TestIntegrationDeleteAfterInsertRowsStream(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	out := t.TempDir() + "/out.jsonl"
 	cfg := ro.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
@@ -285,7 +289,7 @@ func TestIntegrationDeleteAfterInsertRowsStream(t *testing.T) {
 	kept := relaytest.NewMsg("kept", "k", 4)
 	ro.InsertTx(t, ro.conn, kept)
 
-	lines := relaytest.WaitAllDelivered(t, out, append(deleted, kept), 30*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, append(deleted, kept), 30*time.Second, p.Stderr.String)
 	byID := map[string]relaytest.Line{}
 	for _, l := range lines {
 		byID[l.ID] = l
@@ -315,6 +319,7 @@ func TestIntegrationDeleteAfterInsertRowsStream(t *testing.T) {
 // commented grants, which then suffice); a bad setting exits 2 with its
 // field and line.
 func TestIntegrationRetentionChecksAtStart(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	url := ro.URL
 	out := t.TempDir() + "/out.jsonl"
@@ -323,8 +328,8 @@ func TestIntegrationRetentionChecksAtStart(t *testing.T) {
 	runFails := func(cfg, want string, code int) {
 		t.Helper()
 		p := startCDC(t, "run", "--config", cfg)
-		if got := p.wait(30 * time.Second); got != code || !strings.Contains(p.stderr.String(), want) {
-			t.Fatalf("cdc run exited %d, want %d with %q:\n%s", got, code, want, p.stderr.String())
+		if got := p.Wait(30 * time.Second); got != code || !strings.Contains(p.Stderr.String(), want) {
+			t.Fatalf("cdc run exited %d, want %d with %q:\n%s", got, code, want, p.Stderr.String())
 		}
 	}
 	runFails(ro.Config(t, sink, ro.retention("keep: 0s")), "relay.retention.keep: 0s: set how long delivered rows stay (more than 0, e.g. 168h), or remove relay.retention (line 12)", 2)
@@ -353,7 +358,7 @@ func TestIntegrationRetentionChecksAtStart(t *testing.T) {
 	p := startCDC(t, "run", "--config", relayCfg)
 	m := relaytest.NewMsg("t", "k", 1)
 	ro.InsertTx(t, ro.conn, m)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 30*time.Second, p.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "the delivered row deleted by the relay role", func() bool { return ro.count(t, "true") == 0 })
 }
 
@@ -376,6 +381,7 @@ func uncommented(t *testing.T, sql, prefix string) string {
 // would otherwise prove delivered rows the old slot never confirmed. An
 // init that finds the slot keeps them.
 func TestIntegrationInitForgetsTheMarksOfAnEarlierSlot(t *testing.T) {
+	t.Parallel()
 	ro := newRetentionOutbox(t)
 	cfg := ro.Config(t, "  - {name: out, kind: discard}", ro.retention("keep: 1h"))
 	cdcInit(t, cfg)

@@ -20,6 +20,8 @@ import (
 // writes heartbeats, creating nothing. Without one of the grants it stops
 // at start naming the grant to give.
 func TestIntegrationRunWorksWithTheGrantsOfSqlRolesSql(t *testing.T) {
+	// Not parallel: a heartbeat is written only when the stream has been
+	// idle for heartbeat_interval, which other relays' traffic prevents.
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
@@ -59,46 +61,46 @@ func TestIntegrationRunWorksWithTheGrantsOfSqlRolesSql(t *testing.T) {
 	}
 	after := relaytest.NewMsg("after", "k", 3)
 	ob.InsertTx(t, conn, after)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after}, 30*time.Second, p.Stderr.String)
 	if !pgtest.WaitFor(10*time.Second, func() bool {
 		var n int
 		conn.QueryRow(ctx, "SELECT count(*) FROM "+dlq+" WHERE message_id = $1", bad.ID).Scan(&n)
 		return n == 1
 	}) {
-		t.Fatalf("the bad row was not parked\n%s", p.stderr.String())
+		t.Fatalf("the bad row was not parked\n%s", p.Stderr.String())
 	}
 	if !pgtest.WaitFor(10*time.Second, func() bool {
 		var n int
 		conn.QueryRow(ctx, "SELECT count(*) FROM "+progress+" WHERE slot = $1 AND sink = 'out'", ob.Slot).Scan(&n)
 		return n == 1
 	}) {
-		t.Fatalf("no progress saved\n%s", p.stderr.String())
+		t.Fatalf("no progress saved\n%s", p.Stderr.String())
 	}
-	if !pgtest.WaitFor(10*time.Second, func() bool { return strings.Contains(p.stderr.String(), "heartbeat written") }) {
-		t.Fatalf("no heartbeat written by the relay role\n%s", p.stderr.String())
+	if !pgtest.WaitFor(10*time.Second, func() bool { return strings.Contains(p.Stderr.String(), "heartbeat written") }) {
+		t.Fatalf("no heartbeat written by the relay role\n%s", p.Stderr.String())
 	}
 	var status bytes.Buffer
 	if code := run([]string{"status", "--config", cfg}, &status, &status); code != 0 {
 		t.Fatalf("cdc status as the relay role: exit %d\n%s", code, status.String())
 	}
-	p.cmd.Process.Signal(os.Interrupt)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGINT\n%s", code, p.stderr.String())
+	p.Cmd.Process.Signal(os.Interrupt)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGINT\n%s", code, p.Stderr.String())
 	}
 	for _, bad := range []string{"ERROR", "permission denied", "failed"} {
-		if strings.Contains(p.stderr.String(), bad) {
-			t.Fatalf("the relay role hit %q:\n%s", bad, p.stderr.String())
+		if strings.Contains(p.Stderr.String(), bad) {
+			t.Fatalf("the relay role hit %q:\n%s", bad, p.Stderr.String())
 		}
 	}
 
 	pgtest.Exec(t, url, "REVOKE INSERT ON "+progress+" FROM "+role)
 	p = startCDC(t, "run", "--config", cfg)
-	if code := p.wait(30 * time.Second); code != 1 {
-		t.Fatalf("without INSERT on the progress table: exit %d\n%s", code, p.stderr.String())
+	if code := p.Wait(30 * time.Second); code != 1 {
+		t.Fatalf("without INSERT on the progress table: exit %d\n%s", code, p.Stderr.String())
 	}
 	want := "lacks INSERT on " + progress
-	if !strings.Contains(p.stderr.String(), want) || !strings.Contains(p.stderr.String(), "GRANT SELECT, INSERT, UPDATE ON "+progress) {
-		t.Fatalf("the error does not name the missing grant (%q):\n%s", want, p.stderr.String())
+	if !strings.Contains(p.Stderr.String(), want) || !strings.Contains(p.Stderr.String(), "GRANT SELECT, INSERT, UPDATE ON "+progress) {
+		t.Fatalf("the error does not name the missing grant (%q):\n%s", want, p.Stderr.String())
 	}
 }
 

@@ -92,14 +92,14 @@ func TestIntegrationSentAtIsSetOnEveryRowTheSlotPasses(t *testing.T) {
 	for _, h := range held {
 		all = append(all, h.msgs...)
 	}
-	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.Stderr.String)
 
 	// Held across a SIGTERM: the relay's last status must not pass it.
 	h = holdCommit(t, ob, url)
 	held = append(held, h)
 	all = append(all, h.msgs...)
 	h.awaitDeliveredAndHeld(t, conn, ob.Slot, out, p)
-	stopGracefully(t, p)
+	p.Stop(t)
 	if c := relaytest.SlotConfirmed(t, conn, ob.Slot); c > h.commit {
 		t.Errorf("after a SIGTERM the slot is at %s, past the held transaction (commit %s, xid %d) whose rows were not visible, so not marked", c, h.commit, h.xid)
 	}
@@ -108,7 +108,7 @@ func TestIntegrationSentAtIsSetOnEveryRowTheSlotPasses(t *testing.T) {
 	if !pgtest.WaitFor(30*time.Second, func() bool { return unmarked(t, conn, ob.Table, h.ids()) == 0 }) {
 		t.Errorf("the transaction held across the SIGTERM (xid %d) is still not marked 30 s after the restart", h.xid)
 	}
-	stopGracefully(t, p)
+	p.Stop(t)
 
 	// Every row delivered has its sent-at; none the slot passed lacks it.
 	lines := relaytest.ReadLines(t, out)
@@ -239,7 +239,7 @@ func (h *heldCommit) awaitDeliveredAndHeld(t *testing.T, conn *pgx.Conn, slot, o
 	})
 	waiting := fmt.Sprintf(`"xid":%d,`, h.xid)
 	pgtest.Await(t, 30*time.Second, "the relay to wait for the held transaction, or the slot to pass it", func() bool {
-		for _, l := range strings.Split(p.stderr.String(), "\n") {
+		for _, l := range strings.Split(p.Stderr.String(), "\n") {
 			if strings.Contains(l, waiting) && strings.Contains(l, "not visible") {
 				return true
 			}

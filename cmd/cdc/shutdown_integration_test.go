@@ -22,6 +22,7 @@ import (
 // it. The next run sends the message again, and once the webhook answers,
 // SIGTERM drains everything and exits 0.
 func TestIntegrationSIGTERMWithTheDrainCutExits3AndTheNextRunResends(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	var (
@@ -56,11 +57,11 @@ func TestIntegrationSIGTERMWithTheDrainCutExits3AndTheNextRunResends(t *testing.
 	ob.InsertTx(t, conn, m)
 	pgtest.Await(t, 60*time.Second, "the webhook receives the message", func() bool { return requests.Load() > 0 })
 	before := relaytest.SlotConfirmed(t, conn, ob.Slot)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 3 {
-		t.Fatalf("SIGTERM with a delivery the webhook holds: exit %d, want 3\n%s", code, p.stderr.String())
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != 3 {
+		t.Fatalf("SIGTERM with a delivery the webhook holds: exit %d, want 3\n%s", code, p.Stderr.String())
 	}
-	if log := p.stderr.String(); !strings.Contains(log, "relay.shutdown_timeout cut the drain") || !strings.Contains(log, "1 deliveries in flight will be sent again") {
+	if log := p.Stderr.String(); !strings.Contains(log, "relay.shutdown_timeout cut the drain") || !strings.Contains(log, "1 deliveries in flight will be sent again") {
 		t.Errorf("the log does not say the drain was cut and what is sent again:\n%s", log)
 	}
 	if after := relaytest.SlotConfirmed(t, conn, ob.Slot); after != before {
@@ -74,8 +75,5 @@ func TestIntegrationSIGTERMWithTheDrainCutExits3AndTheNextRunResends(t *testing.
 		defer mu.Unlock()
 		return len(ids) == 1 && ids[0] == m.ID
 	})
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("SIGTERM with everything acknowledged: exit %d, want 0\n%s", code, p.stderr.String())
-	}
+	p.Stop(t)
 }

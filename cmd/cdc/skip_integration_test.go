@@ -20,6 +20,7 @@ import (
 // `cdc skip` refuses any other LSN and a slot in use, parks exactly that
 // row, and the next run goes past it and delivers what follows.
 func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
@@ -42,10 +43,10 @@ func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
 	var badLSN string
 	for attempt := range 2 { // a restart stops at the same row
 		p := startCDC(t, "run", "--config", cfg)
-		if code := p.wait(60 * time.Second); code != 1 {
-			t.Fatalf("run %d: exit %d, want 1\n%s", attempt, code, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 {
+			t.Fatalf("run %d: exit %d, want 1\n%s", attempt, code, p.Stderr.String())
 		}
-		msg := p.stderr.String()
+		msg := p.Stderr.String()
 		m := regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`).FindStringSubmatch(msg)
 		if m == nil || !strings.Contains(msg, bad.ID) || !strings.Contains(msg, "on_invalid: dead_letter") {
 			t.Fatalf("run %d: the error does not name the row and the ways past it:\n%s", attempt, msg)
@@ -94,7 +95,7 @@ func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
 		t.Fatalf("parked %s with error %q", parkedID, errText)
 	}
 	p := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{good, after}, 30*time.Second, p.Stderr.String)
 	for _, l := range relaytest.ReadLines(t, out) {
 		if l.ID == bad.ID {
 			t.Fatal("the skipped row was delivered")
@@ -108,6 +109,7 @@ func TestIntegrationSkipParksTheOneRowTheRelayStopsAt(t *testing.T) {
 // still pending): cdc skip must take the second then, passing over the
 // row parked already, as the relay does.
 func TestIntegrationSkipGoesRowByRowThroughOneTransaction(t *testing.T) {
+	t.Parallel()
 	url, ob, out, cfg := fileOutbox(t, "")
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ALTER COLUMN payload TYPE text")
 	relaytest.WithDeadLetterTable(t, url, cfg)
@@ -138,12 +140,12 @@ func TestIntegrationSkipGoesRowByRowThroughOneTransaction(t *testing.T) {
 	lsnRE := regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`)
 	for _, bad := range []relaytest.Msg{bad1, bad2} {
 		p := startCDC(t, "run", "--config", cfg)
-		if code := p.wait(60 * time.Second); code != 1 || !strings.Contains(p.stderr.String(), bad.ID) {
-			t.Fatalf("run: exit %d, want 1 stopping at %s\n%s", code, bad.ID, p.stderr.String())
+		if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), bad.ID) {
+			t.Fatalf("run: exit %d, want 1 stopping at %s\n%s", code, bad.ID, p.Stderr.String())
 		}
-		m := lsnRE.FindStringSubmatch(p.stderr.String())
+		m := lsnRE.FindStringSubmatch(p.Stderr.String())
 		if m == nil {
-			t.Fatalf("no cdc skip line:\n%s", p.stderr.String())
+			t.Fatalf("no cdc skip line:\n%s", p.Stderr.String())
 		}
 		var b bytes.Buffer
 		if code := run([]string{"skip", "--config", cfg, "--lsn", m[1]}, &b, &b); code != 0 || !strings.Contains(b.String(), bad.ID) {
@@ -151,5 +153,5 @@ func TestIntegrationSkipGoesRowByRowThroughOneTransaction(t *testing.T) {
 		}
 	}
 	p := startCDC(t, "run", "--config", cfg)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{mid, after}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{mid, after}, 30*time.Second, p.Stderr.String)
 }

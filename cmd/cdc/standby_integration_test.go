@@ -55,28 +55,28 @@ func testHotStandby(t *testing.T, kind string) {
 			// batch is one write, which a pipe may pass on in pieces),
 			// and a killed one may have been. A torn line is not a
 			// delivery: it was not acknowledged, the standby sends it.
-			s := q.stdout.String()
+			s := q.Stdout.String()
 			lines = append(lines, relaytest.ParseLines(t, s[:strings.LastIndexByte(s, '\n')+1])...)
 		}
 		return lines
 	}
 	if !pgtest.WaitFor(30*time.Second, func() bool { return len(delivered(active)) > 100 }) {
-		t.Fatalf("the first instance did not deliver\n%s", active.stderr.String())
+		t.Fatalf("the first instance did not deliver\n%s", active.Stderr.String())
 	}
 	standby := startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(standby.stderr.String(), "held by another process") }) {
-		t.Fatalf("the standby did not wait for the slot\n%s", standby.stderr.String())
+	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(standby.Stderr.String(), "held by another process") }) {
+		t.Fatalf("the standby did not wait for the slot\n%s", standby.Stderr.String())
 	}
 	// Traffic flows through the active instance while the standby waits.
 	before := len(delivered(active))
 	if !pgtest.WaitFor(30*time.Second, func() bool { return len(delivered(active)) > before+500 }) {
 		t.Fatal("no traffic through the active instance")
 	}
-	if strings.Contains(standby.stderr.String(), "sink open") || standby.stdout.String() != "" {
-		t.Fatalf("the standby opened or wrote its sink before it held the slot:\n%s", standby.stderr.String())
+	if strings.Contains(standby.Stderr.String(), "sink open") || standby.Stdout.String() != "" {
+		t.Fatalf("the standby opened or wrote its sink before it held the slot:\n%s", standby.Stderr.String())
 	}
 	atKill := len(delivered(active))
-	active.kill9(t)
+	active.Kill9(t)
 	killed := time.Now()
 	var takeover time.Duration
 	if !pgtest.WaitFor(30*time.Second, func() bool {
@@ -85,7 +85,7 @@ func testHotStandby(t *testing.T, kind string) {
 		}
 		return len(delivered(standby)) > 0
 	}) {
-		t.Fatalf("the standby did not deliver within 30 s of the kill\n%s", standby.stderr.String())
+		t.Fatalf("the standby did not deliver within 30 s of the kill\n%s", standby.Stderr.String())
 	}
 	takeover = time.Since(killed)
 	time.Sleep(500 * time.Millisecond) // traffic through the new active instance
@@ -93,7 +93,7 @@ func testHotStandby(t *testing.T, kind string) {
 	committed := prod.Committed(t, conn)
 	var r relaytest.DeliveryReport
 	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, delivered(active, standby)) }) {
-		t.Logf("standby:\n%s", standby.stderr.String())
+		t.Logf("standby:\n%s", standby.Stderr.String())
 	}
 	r = relaytest.CheckDelivered(t, kind, committed, delivered(active, standby))
 	t.Logf("%s sink: kill -9 of the active instance → first delivery by the standby: %v; %d committed, %d duplicates",
@@ -110,13 +110,14 @@ func testHotStandby(t *testing.T, kind string) {
 // them and waits for the slot as a standby, then takes it back, reopens
 // its sinks and delivers what was committed meanwhile.
 func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.T) {
+	t.Parallel()
 	url, ob, out, cfg := fileOutbox(t, "")
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
 	p := startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, first)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
 
 	var holder *pgconn.PgConn
 	for attempt := 0; holder == nil; attempt++ {
@@ -130,9 +131,9 @@ func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.
 			holder, _ = holdSlot(t, url, ob)
 		}
 	}
-	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(p.stderr.String(), "sinks closed; waiting for the slot again") }) {
+	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(p.Stderr.String(), "sinks closed; waiting for the slot again") }) {
 		holder.Close(ctx)
-		t.Fatalf("the relay did not close its sinks when it lost the slot:\n%s", p.stderr.String())
+		t.Fatalf("the relay did not close its sinks when it lost the slot:\n%s", p.Stderr.String())
 	}
 	second := relaytest.NewMsg("t", "k", 2)
 	ob.InsertTx(t, conn, second)
@@ -141,8 +142,8 @@ func TestIntegrationSlotTakenWhileReconnectingClosesTheSinksAndWaits(t *testing.
 		t.Fatalf("the relay wrote %d lines while another process held the slot", n)
 	}
 	holder.Close(ctx)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, second}, 30*time.Second, p.stderr.String)
-	if n := strings.Count(p.stderr.String(), "file sink open"); n != 2 {
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, second}, 30*time.Second, p.Stderr.String)
+	if n := strings.Count(p.Stderr.String(), "file sink open"); n != 2 {
 		t.Fatalf("the file sink was opened %d times, want 2 (before and after the slot was lost)", n)
 	}
 }

@@ -87,16 +87,16 @@ func TestIntegrationServerThatNeverAnswersTimesOut(t *testing.T) {
 	listen := fmt.Sprintf("127.0.0.1:%d", httpPort)
 	p := startCDC(t, "run", "--config", write("run.yaml", "postgres://walpost:"+secret+"@"+addr+"/app?sslmode=disable&connect_timeout=1",
 		"http: {listen: '"+listen+"'}\nlog: {level: info}\n"))
-	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Count(p.stderr.String(), "relay restarting") >= 2 }) {
-		t.Fatalf("cdc run did not retry:\n%s", p.stderr.String())
+	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Count(p.Stderr.String(), "relay restarting") >= 2 }) {
+		t.Fatalf("cdc run did not retry:\n%s", p.Stderr.String())
 	}
-	if p.exited() {
-		t.Fatalf("cdc run gave up:\n%s", p.stderr.String())
+	if p.Exited() {
+		t.Fatalf("cdc run gave up:\n%s", p.Stderr.String())
 	}
 	if code := readyz(listen); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while not connected: %d, want 503", code)
 	}
-	logs := p.stderr.String()
+	logs := p.Stderr.String()
 	if !strings.Contains(logs, "host="+host+" port="+port+" database=app user=walpost") || strings.Contains(logs, secret) {
 		t.Fatalf("cdc run's log does not name the server, or shows the password:\n%s", logs)
 	}
@@ -107,6 +107,7 @@ func TestIntegrationServerThatNeverAnswersTimesOut(t *testing.T) {
 // exiting, and streams once the server is there: start order does not
 // matter.
 func TestIntegrationRunStartsBeforePostgres(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -125,11 +126,11 @@ func TestIntegrationRunStartsBeforePostgres(t *testing.T) {
 	ob.URL = strings.Replace(url, pgAddr, proxy.Addr(), 1)
 	cfg = ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "http: {listen: '"+listen+"'}")
 	p := startCDC(t, "run", "--config", cfg)
-	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Count(p.stderr.String(), "relay restarting") >= 3 }) {
-		t.Fatalf("cdc run did not retry while Postgres was down:\n%s", p.stderr.String())
+	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Count(p.Stderr.String(), "relay restarting") >= 3 }) {
+		t.Fatalf("cdc run did not retry while Postgres was down:\n%s", p.Stderr.String())
 	}
-	if p.exited() || readyz(listen) != http.StatusServiceUnavailable {
-		t.Fatalf("cdc run exited or was ready while Postgres was down:\n%s", p.stderr.String())
+	if p.Exited() || readyz(listen) != http.StatusServiceUnavailable {
+		t.Fatalf("cdc run exited or was ready while Postgres was down:\n%s", p.Stderr.String())
 	}
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestIntegrationRunStartsBeforePostgres(t *testing.T) {
 	conn := pgtest.Connect(t, url)
 	m := relaytest.NewMsg("t", "k", 1)
 	ob.InsertTx(t, conn, m)
-	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, p.Stderr.String)
 	if code := readyz(listen); code != http.StatusOK {
 		t.Errorf("/readyz while streaming: %d, want 200", code)
 	}
@@ -184,6 +185,7 @@ func withHBA(t *testing.T, url string, lines ...string) {
 // reconnects (28000: not permitted to log in). The password is never
 // printed.
 func TestIntegrationRunStopsWhenTheServerRefusesTheRoleOrDatabase(t *testing.T) {
+	t.Parallel()
 	const right, wrong = "right-Pw-5517", "wrong-Pw-8820"
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
@@ -198,8 +200,8 @@ func TestIntegrationRunStopsWhenTheServerRefusesTheRoleOrDatabase(t *testing.T) 
 	// when it is terminated while running): each logs "reconnecting".
 	refused := func(name string, p *proc, sqlstate string, lost int) {
 		t.Helper()
-		code := p.wait(30 * time.Second)
-		log := p.stderr.String()
+		code := p.Wait(30 * time.Second)
+		log := p.Stderr.String()
 		if code != 1 || !strings.Contains(log, sqlstate) || !strings.Contains(log, "fix the user, password or database of postgres.url") {
 			t.Errorf("%s: exit %d, want 1 with SQLSTATE %s and what to fix:\n%s", name, code, sqlstate, log)
 		}
@@ -222,7 +224,7 @@ func TestIntegrationRunStopsWhenTheServerRefusesTheRoleOrDatabase(t *testing.T) 
 
 	// Refused while running: the stream's reconnect meets the refusal.
 	p := run(fmt.Sprintf("postgres://%s@%s/postgres", goneRole, u))
-	pgtest.Await(t, 60*time.Second, "the relay streams", func() bool { return strings.Contains(p.stderr.String(), `"message":"streaming"`) })
+	pgtest.Await(t, 60*time.Second, "the relay streams", func() bool { return strings.Contains(p.Stderr.String(), `"message":"streaming"`) })
 	pgtest.Exec(t, url, "ALTER ROLE "+goneRole+" NOLOGIN",
 		"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE usename = '"+goneRole+"'")
 	refused("role refused on reconnect", p, "28000", 1)

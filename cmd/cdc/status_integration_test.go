@@ -42,6 +42,7 @@ func plainError(t *testing.T, cmd, stderr, want string) {
 // null, the parked messages and no warnings; the text form gives sizes in
 // binary units, and the JSON exact bytes.
 func TestIntegrationStatusJSONCarriesEveryField(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	cfg := ob.Config(t, "  - {name: out, kind: stdout}\n  - {name: audit, kind: discard}", "")
@@ -102,6 +103,7 @@ func TestIntegrationStatusJSONCarriesEveryField(t *testing.T) {
 // failover slots), draws a warning with cdc run's own refusal and how to
 // fix it, in text and JSON, and exit 1.
 func TestIntegrationStatusWarnsAboutASlotRunRefuses(t *testing.T) {
+	t.Parallel()
 	base := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, base)
 	pgtest.Exec(t, base, fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'test_decoding')", ob.Slot))
@@ -165,6 +167,7 @@ func TestIntegrationStatusWarnsAboutASlotRunRefuses(t *testing.T) {
 // they cannot reach as one plain line on stderr (not a JSON log line),
 // exit 1, and print nothing on stdout, --json included.
 func TestStatusErrorsArePlainText(t *testing.T) {
+	t.Parallel()
 	port, err := pgtest.FreePort()
 	if err != nil {
 		t.Fatal(err)

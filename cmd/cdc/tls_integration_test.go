@@ -91,6 +91,7 @@ func tailFile(path string, n int) string {
 // pastDeadline through TLS) arrive too, and the server says the WAL
 // sender's connection is encrypted.
 func TestIntegrationStreamsOverTLS(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	enableSSL(t, c)
 	url := c.URL("postgres")
@@ -116,7 +117,7 @@ func TestIntegrationStreamsOverTLS(t *testing.T) {
 	if line["receive_buffer"] != float64(65536) {
 		t.Errorf("streaming line %v: want receive_buffer 65536 (the socket under TLS found and sized)", line)
 	}
-	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.Stderr.String)
 	var ssl bool
 	if err := conn.QueryRow(context.Background(),
 		"SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_replication r USING (pid)").Scan(&ssl); err != nil || !ssl {
@@ -128,7 +129,7 @@ func TestIntegrationStreamsOverTLS(t *testing.T) {
 		all = append(all, m)
 		time.Sleep(2 * time.Millisecond)
 	}
-	lines := relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.stderr.String)
+	lines := relaytest.WaitAllDelivered(t, out, all, 60*time.Second, p.Stderr.String)
 	if len(lines) != len(all) {
 		t.Fatalf("%d lines for %d messages", len(lines), len(all))
 	}
@@ -137,8 +138,8 @@ func TestIntegrationStreamsOverTLS(t *testing.T) {
 			t.Fatalf("line %d: %s, want %s (commit order)", i+1, l.ID, all[i].ID)
 		}
 	}
-	p.cmd.Process.Signal(os.Interrupt)
-	if code := p.wait(30 * time.Second); code != 0 {
-		t.Fatalf("cdc run exited %d:\n%s", code, p.stderr.String())
+	p.Cmd.Process.Signal(os.Interrupt)
+	if code := p.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("cdc run exited %d:\n%s", code, p.Stderr.String())
 	}
 }

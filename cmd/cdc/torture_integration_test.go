@@ -32,10 +32,10 @@ import (
 //
 // Short by default (about 20 s of faults); WALPOST_TORTURE=5m runs longer.
 func TestIntegrationTorture(t *testing.T) {
-	cl := pgtest.SharedCluster(t)
-	if cl == nil {
-		t.Skip("needs the throwaway cluster (WALPOST_TEST_DATABASE_URL is set): it restarts Postgres")
-	}
+	t.Parallel()
+	// A cluster of its own, which it restarts: the other tests go on
+	// meanwhile on the shared one.
+	cl := pgtest.StartCluster(t, pgtest.Options{})
 	duration := 20 * time.Second
 	if v := os.Getenv("WALPOST_TORTURE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -48,7 +48,7 @@ func TestIntegrationTorture(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("seed %d, %v of faults", seed, duration)
 
-	url := pgtest.URL(t)
+	url := cl.URL("postgres")
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	kc := kafkatest.Start(t, kfake.SeedTopics(3, "torture"))
@@ -76,7 +76,7 @@ func TestIntegrationTorture(t *testing.T) {
 		var a *relay
 		pgtest.WaitFor(60*time.Second, func() bool {
 			for _, r := range relays {
-				if !r.p.exited() && readyz(r.listen) == http.StatusOK {
+				if !r.p.Exited() && readyz(r.listen) == http.StatusOK {
 					a = r
 					return true
 				}
@@ -86,7 +86,7 @@ func TestIntegrationTorture(t *testing.T) {
 		if a == nil {
 			logs := ""
 			for _, r := range relays {
-				logs += r.p.stderr.String()
+				logs += r.p.Stderr.String()
 			}
 			t.Fatalf("no relay streams\n%s", logs)
 		}
@@ -118,12 +118,12 @@ func TestIntegrationTorture(t *testing.T) {
 		faults = append(faults, fault{kind, relaytest.CountLines(out)})
 		switch kind {
 		case "kill -9":
-			a.p.kill9(t)
+			a.p.Kill9(t)
 			replace(a)
 		case "SIGTERM":
-			a.p.cmd.Process.Signal(syscall.SIGTERM)
-			if code := a.p.wait(60 * time.Second); code != 0 {
-				t.Errorf("SIGTERM: exit %d\n%s", code, a.p.stderr.String())
+			a.p.Cmd.Process.Signal(syscall.SIGTERM)
+			if code := a.p.Wait(60 * time.Second); code != 0 {
+				t.Errorf("SIGTERM: exit %d\n%s", code, a.p.Stderr.String())
 			}
 			replace(a)
 		case "postgres restart":
@@ -146,7 +146,7 @@ func TestIntegrationTorture(t *testing.T) {
 	logs := func() string {
 		var b strings.Builder
 		for _, r := range relays {
-			b.WriteString(r.p.stderr.String())
+			b.WriteString(r.p.Stderr.String())
 		}
 		return b.String()
 	}
@@ -158,7 +158,7 @@ func TestIntegrationTorture(t *testing.T) {
 		return lines
 	}
 	if !pgtest.WaitFor(120*time.Second, func() bool {
-		return relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) && kc.PartitionInfos("torture") != nil &&
+		return relaytest.CountLines(out) >= len(committed) && relaytest.AllDelivered(committed, relaytest.ReadLines(t, out)) && kc.PartitionInfos("torture") != nil &&
 			relaytest.AllDelivered(committed, kafkaLines())
 	}) {
 		t.Logf("relays:\n%s", logs())

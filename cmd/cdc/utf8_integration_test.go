@@ -23,6 +23,7 @@ import (
 // before it and exits with an error naming the column; with dead_letter it
 // parks the row, bytes intact, and delivers the rest.
 func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
+	t.Parallel()
 	dbURL := sqlASCIIDatabase(t)
 
 	// setup writes a good row, a row whose type is "bad\xff", and another
@@ -47,17 +48,16 @@ func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
 	const wantErr = `columns.type: column "type" is not valid UTF-8 (byte 0xff at offset 3)`
 
 	t.Run("stop", func(t *testing.T) {
+		t.Parallel()
 		_, cfg, out, _, good, badID := setup(t, "stop")
 		p := startCDC(t, "run", "--config", cfg)
-		select {
-		case <-p.done:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("relay did not stop at the invalid row\n%s", p.stderr.String())
+		switch code := p.Wait(60 * time.Second); code {
+		case -1:
+			t.Fatalf("relay did not stop at the invalid row\n%s", p.Stderr.String())
+		case 0:
+			t.Fatalf("exit code 0, want an error\n%s", p.Stderr.String())
 		}
-		if code := p.cmd.ProcessState.ExitCode(); code == 0 {
-			t.Fatalf("exit code 0, want an error\n%s", p.stderr.String())
-		}
-		if log := p.stderr.String(); !strings.Contains(log, strings.ReplaceAll(wantErr, `"`, `\"`)) || !strings.Contains(log, badID) {
+		if log := p.Stderr.String(); !strings.Contains(log, strings.ReplaceAll(wantErr, `"`, `\"`)) || !strings.Contains(log, badID) {
 			t.Fatalf("the relay's log does not name the column and the row's id (%s):\n%s", wantErr, log)
 		}
 		lines := relaytest.ReadLines(t, out)
@@ -67,9 +67,10 @@ func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
 	})
 
 	t.Run("dead_letter", func(t *testing.T) {
+		t.Parallel()
 		ob, cfg, out, dlq, good, badID := setup(t, "dead_letter")
 		p := startCDC(t, "run", "--config", cfg)
-		lines := relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.stderr.String)
+		lines := relaytest.WaitAllDelivered(t, out, good, 60*time.Second, p.Stderr.String)
 		for _, l := range lines {
 			if l.ID == badID {
 				t.Fatalf("the invalid row was delivered: %+v", l)
@@ -81,7 +82,7 @@ func TestIntegrationInvalidUTF8IsAnInvalidRow(t *testing.T) {
 		err := conn.QueryRow(context.Background(), "SELECT message_id, error, row_data::text FROM "+dlq+" WHERE slot = $1 AND sink = ''", ob.Slot).
 			Scan(&id, &errText, &row)
 		if err != nil {
-			t.Fatalf("reading the parked row: %v\n%s", err, p.stderr.String())
+			t.Fatalf("reading the parked row: %v\n%s", err, p.Stderr.String())
 		}
 		if id != badID || !strings.Contains(errText, wantErr) {
 			t.Fatalf("parked %s with error %q; want %s with %q", id, errText, badID, wantErr)

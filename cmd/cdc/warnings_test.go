@@ -15,16 +15,17 @@ import (
 // verify-full) and when pprof is served on a non-loopback address
 // without http.auth; a loopback server and address draw no warning.
 func TestRunWarnsAboutInsecureSettings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	start := func(name, url, listen, auth string) string {
 		p := filepath.Join(dir, name)
 		writeFile(t, p, fmt.Sprintf("postgres: {url: '%s'}\nsinks: [{name: out, kind: discard}]\nhttp: {listen: '%s', pprof: true%s}\n", url, listen, auth))
 		c := startCDC(t, "run", "--config", p)
-		if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(c.stderr.String(), `"message":"connecting"`) }) {
-			t.Fatalf("%s: cdc run did not start:\n%s", name, c.stderr.String())
+		if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(c.Stderr.String(), `"message":"connecting"`) }) {
+			t.Fatalf("%s: cdc run did not start:\n%s", name, c.Stderr.String())
 		}
-		c.kill9(t)
-		return c.stderr.String()
+		c.Kill9(t)
+		return c.Stderr.String()
 	}
 	port1, _ := pgtest.FreePort()
 	logs := start("insecure.yaml", "postgres://u@192.0.2.1:5432/app?sslmode=require&connect_timeout=1", fmt.Sprintf("0.0.0.0:%d", port1), "")

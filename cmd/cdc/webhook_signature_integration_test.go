@@ -53,6 +53,7 @@ type capture struct {
 // traceparent changed, or an unsigned X-Message-* added gets 401 and no
 // effect.
 func TestIntegrationWebhookSignsTypeKeyAndHeaders(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	const secret = "hook-signing-secret"
@@ -89,13 +90,13 @@ func TestIntegrationWebhookSignsTypeKeyAndHeaders(t *testing.T) {
 			m.Headers = map[string]string{"Authorization": "Bearer from-the-row", "cookie": "session=row", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 			ob.InsertTx(t, conn, m)
 			relay := startCDC(t, "run", "--config", cfg)
-			defer relay.kill9(t)
+			defer relay.Kill9(t)
 			if !pgtest.WaitFor(60*time.Second, func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(effects) > 0
 			}) {
-				t.Fatalf("the webhook's effect did not run\n%s", relay.stderr.String())
+				t.Fatalf("the webhook's effect did not run\n%s", relay.Stderr.String())
 			}
 			mu.Lock()
 			req, eff := got[len(got)-1], effects[0]

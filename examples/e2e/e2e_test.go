@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,7 +72,7 @@ func TestEndToEndEffectOnceWhenTheRelayIsKilled(t *testing.T) {
 	// bank's outbox to the topic. "cdc init" creates the outbox table, the
 	// publication and the replication slot; from then on every committed
 	// outbox row is kept in the WAL until the relay confirms it.
-	cdc := buildCDC(t)
+	cdc := relaytest.BuildCDC(t)
 	slot := pgtest.Name(t, "bank") // slots are per cluster: a name of the test's own
 	cfg := writeConfig(t, fmt.Sprintf(`postgres:
   url: %s
@@ -96,7 +95,7 @@ log: {level: info, format: json}
 		t.Fatalf("cdc init: %v\n%s", err, out)
 	}
 	dropSlotAtEnd(t, bankURL, slot)
-	relay := startRelay(t, cdc, cfg)
+	relay := relaytest.StartCDC(t, cdc, nil, "run", "--config", cfg)
 
 	// ── 3. The consumer ──────────────────────────────────────────────────
 	// The reporting service reads the topic in a consumer group and books
@@ -177,20 +176,20 @@ log: {level: info, format: json}
 	// no chance to clean up. The restarted relay starts from the slot's
 	// confirmed position and sends the unconfirmed messages again: copies.
 	if !pgtest.WaitFor(20*time.Second, func() bool { return records(kc) >= credits/4 }) {
-		t.Fatalf("only %d records in Kafka after 20s\n%s", records(kc), relay.logs())
+		t.Fatalf("only %d records in Kafka after 20s\n%s", records(kc), relay.Logs())
 	}
 	lostAcks := kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut, Count: -1})
 	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	err = lostAcks.Wait(waitCtx, 2) // a batch stored without an answer, and its retry
 	cancel()
 	if err != nil {
-		t.Fatalf("the relay sent no batch while Kafka lost its answers: %v\n%s", err, relay.logs())
+		t.Fatalf("the relay sent no batch while Kafka lost its answers: %v\n%s", err, relay.Logs())
 	}
-	relay.kill9(t)
+	relay.Kill9(t)
 	lostAcks.Remove()
 	atKill, committedAtKill := records(kc), countCommitted()
 	t.Logf("relay killed with %d records in Kafka and %d of %d credits committed", atKill, committedAtKill, credits)
-	relay = startRelay(t, cdc, cfg)
+	relay = relaytest.StartCDC(t, cdc, nil, "run", "--config", cfg)
 
 	// ── 6. Wait for the dust to settle ───────────────────────────────────
 	// The producer finishes; the relay delivers the rest; the consumer
@@ -207,12 +206,12 @@ log: {level: info, format: json}
 	}
 	if !pgtest.WaitFor(30*time.Second, func() bool { return processed.Load() == credits }) {
 		t.Fatalf("consumer booked %d of %d credits and saw %d duplicates; Kafka holds %d records\n%s",
-			processed.Load(), credits, duplicates.Load(), records(kc), relay.logs())
+			processed.Load(), credits, duplicates.Load(), records(kc), relay.Logs())
 	}
 	// A graceful stop: the relay drains, confirms and exits 0. Then the
 	// consumer finishes the records left (copies, if any) and returns when
 	// its context ends.
-	relay.stop(t)
+	relay.Stop(t)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return processed.Load()+duplicates.Load() == int64(records(kc)) }) {
 		t.Fatalf("consumer handled %d of the %d records in Kafka", processed.Load()+duplicates.Load(), records(kc))
 	}
@@ -356,22 +355,6 @@ func dropSlotAtEnd(t *testing.T, url, slot string) {
 	})
 }
 
-// buildCDC builds the relay binary from ./cmd/cdc into a temporary
-// directory. go test puts its own go command first on PATH.
-func buildCDC(t *testing.T) string {
-	t.Helper()
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go command on PATH to build cmd/cdc: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "cdc")
-	cmd := exec.Command(goCmd, "build", "-o", bin, "github.com/walpost/walpost/cmd/cdc")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/cdc: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func writeConfig(t *testing.T, yaml string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "cdc.yaml")
@@ -379,60 +362,4 @@ func writeConfig(t *testing.T, yaml string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// relayProc is a running "cdc run".
-type relayProc struct {
-	cmd    *exec.Cmd
-	stderr *relaytest.Buffer
-	done   chan struct{}
-}
-
-func startRelay(t *testing.T, cdc, cfg string) *relayProc {
-	t.Helper()
-	p := &relayProc{cmd: exec.Command(cdc, "run", "--config", cfg), stderr: &relaytest.Buffer{}, done: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-// kill9 kills the relay with SIGKILL and waits for it to be gone.
-func (p *relayProc) kill9(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
-}
-
-// stop stops the relay with SIGTERM and checks that it exits 0.
-func (p *relayProc) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("relay did not stop within 15s of SIGTERM\n%s", p.logs())
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM, want 0\n%s", code, p.logs())
-	}
-}
-
-// logs returns the end of the relay's log, for failure messages.
-func (p *relayProc) logs() string {
-	s := p.stderr.String()
-	if len(s) > 4000 {
-		s = "…" + s[len(s)-4000:]
-	}
-	return "relay log:\n" + s
 }

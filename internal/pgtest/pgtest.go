@@ -10,6 +10,8 @@
 // Tests call URL(t), which returns WALPOST_TEST_DATABASE_URL when set and
 // otherwise starts one cluster per test binary on first use; the test binary's
 // TestMain calls Main so that the cluster is stopped when the tests end.
+// Where no PostgreSQL server is installed, a test that needs one fails
+// saying what to install, or is skipped under go test -short.
 //
 // Cluster is safe for concurrent use.
 package pgtest
@@ -50,12 +52,26 @@ type Cluster struct {
 	mu   sync.Mutex
 }
 
-// FindBin returns the directory holding initdb, pg_ctl and pg_recvlogical.
+// ErrNoServer is wrapped by FindBin's error, and so by Start's, when no
+// PostgreSQL server binaries are found: tests skip under -short then
+// (SharedCluster, StartCluster) and fail otherwise.
+var ErrNoServer = errors.New("pgtest: no PostgreSQL server binaries found")
+
+// debianBins is where Debian's packages install each major version's
+// server programs.
+var debianBins = "/usr/lib/postgresql/*/bin"
+
+// FindBin returns the directory holding initdb, pg_ctl and pg_recvlogical:
+// $WALPOST_PG_BIN when set, else the newest under /usr/lib/postgresql,
+// else the directory of initdb on PATH.
 func FindBin() (string, error) {
 	if d := os.Getenv("WALPOST_PG_BIN"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
+			return "", fmt.Errorf("%w: WALPOST_PG_BIN is %s, which has no initdb; point it to the bin directory of a PostgreSQL server installation", ErrNoServer, d)
+		}
 		return d, nil
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(debianBins)
 	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
@@ -65,8 +81,8 @@ func FindBin() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		return filepath.Dir(p), nil
 	}
-	return "", errors.New("pgtest: no PostgreSQL server binaries found (looked in /usr/lib/postgresql/*/bin and PATH); " +
-		"install them with 'apt-get install postgresql', or set WALPOST_TEST_DATABASE_URL to a server with wal_level=logical")
+	return "", fmt.Errorf("%w (looked in /usr/lib/postgresql/*/bin and PATH); "+
+		"install them with 'apt-get install postgresql', or set WALPOST_TEST_DATABASE_URL to a server with wal_level=logical", ErrNoServer)
 }
 
 func versionOf(binDir string) int {

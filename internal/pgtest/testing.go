@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -19,15 +20,34 @@ var (
 	sharedOnce sync.Once
 	shared     *Cluster
 	sharedErr  error
+
+	namedMu sync.Mutex
+	named   = map[string]*namedCluster{}
 )
 
-// Main runs the tests of a package and stops the shared cluster afterwards.
-// Use it from TestMain: func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }.
+type namedCluster struct {
+	once sync.Once
+	c    *Cluster
+	err  error
+}
+
+// Main runs the tests of a package and stops the shared clusters
+// afterwards. Use it from TestMain:
+// func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }.
 func Main(m *testing.M) int {
 	code := m.Run()
 	if shared != nil {
 		if err := shared.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	for _, n := range named {
+		if n.c != nil {
+			if err := n.c.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
 		}
 	}
 	return code
@@ -45,9 +65,61 @@ func SharedCluster(tb testing.TB) *Cluster {
 		shared, sharedErr = Start(Options{})
 	})
 	if sharedErr != nil {
-		tb.Fatalf("starting throwaway PostgreSQL: %v", sharedErr)
+		startFailed(tb, sharedErr)
 	}
 	return shared
+}
+
+// NamedCluster returns the test binary's throwaway cluster called name,
+// started with opts on first use and stopped by Main, whether or not
+// WALPOST_TEST_DATABASE_URL is set: for a group of tests that need
+// settings the shared cluster must not have (max_slot_wal_keep_size) and
+// can share a cluster among themselves, instead of starting one each. A
+// later call with the same name gets the same cluster, whatever its opts.
+// Like SharedCluster, it skips the test under -short when no PostgreSQL is
+// installed.
+func NamedCluster(tb testing.TB, name string, opts Options) *Cluster {
+	tb.Helper()
+	namedMu.Lock()
+	n := named[name]
+	if n == nil {
+		n = &namedCluster{}
+		named[name] = n
+	}
+	namedMu.Unlock()
+	n.once.Do(func() { n.c, n.err = Start(opts) })
+	if n.err != nil {
+		startFailed(tb, n.err)
+	}
+	return n.c
+}
+
+// StartCluster starts a throwaway cluster of the test's own (for a test
+// that restarts, reconfigures or replicates its server), stopped and
+// removed when the test ends. Like SharedCluster, it skips the test under
+// -short when no PostgreSQL is installed.
+func StartCluster(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	c, err := Start(opts)
+	if err != nil {
+		startFailed(tb, err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startFailed ends a test whose throwaway cluster did not start: skipped
+// under -short when PostgreSQL is not installed (go test -short runs the
+// unit tests anywhere), failed otherwise, saying what to install.
+func startFailed(tb testing.TB, err error) {
+	tb.Helper()
+	if errors.Is(err, ErrNoServer) {
+		if testing.Short() {
+			tb.Skipf("skipped under -short: this test needs PostgreSQL: %v", err)
+		}
+		tb.Fatalf("starting throwaway PostgreSQL: %v (go test -short skips the tests that need it)", err)
+	}
+	tb.Fatalf("starting throwaway PostgreSQL: %v", err)
 }
 
 // URL returns the URL of a database with wal_level=logical for tests:

@@ -1,9 +1,9 @@
 package redact
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/walpost/walpost/internal/testutil"
 	"strings"
 	"sync"
 	"testing"
@@ -161,9 +161,8 @@ func TestSetRedactsEveryOccurrenceAndEscapedForm(t *testing.T) {
 
 func TestWriterRedactsEachWriteAndIsSafeForConcurrentUse(t *testing.T) {
 	s := NewSet("hunter22")
-	var mu sync.Mutex
-	var buf bytes.Buffer
-	w := s.Writer(lockedWriter{&mu, &buf})
+	var buf testutil.Buffer
+	w := s.Writer(&buf)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
@@ -189,17 +188,6 @@ func TestWriterRedactsEachWriteAndIsSafeForConcurrentUse(t *testing.T) {
 	if _, err := w.Write([]byte(io)); err != nil || buf.String() != io {
 		t.Fatalf("clean text changed: %q", buf.String())
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func contains(list []string, s string) bool {

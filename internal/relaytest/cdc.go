@@ -39,7 +39,8 @@ func BuildCDC(t testing.TB) string {
 	return filepath.Join(buildDir, "cdc")
 }
 
-// Proc is a running cdc command.
+// Proc is a running command, a cdc process as a rule: its output is kept
+// in Stdout and Stderr while it runs.
 type Proc struct {
 	Cmd            *exec.Cmd
 	Stdout, Stderr *Buffer
@@ -57,9 +58,18 @@ func StartCDC(t testing.TB, bin string, env []string, args ...string) *Proc {
 // test's own).
 func StartCDCIn(t testing.TB, dir, bin string, env []string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{Cmd: exec.Command(bin, args...), Stdout: &Buffer{}, Stderr: &Buffer{}, done: make(chan struct{})}
-	p.Cmd.Dir = dir
-	p.Cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	return Start(t, cmd)
+}
+
+// Start starts cmd (whose Stdout and Stderr it sets), and kills it when
+// the test ends: for a command StartCDC does not build, such as a test
+// binary that runs cdc's main.
+func Start(t testing.TB, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	p := &Proc{Cmd: cmd, Stdout: &Buffer{}, Stderr: &Buffer{}, done: make(chan struct{})}
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Stdout, p.Stderr
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -93,20 +103,39 @@ func (p *Proc) Exited() bool {
 	}
 }
 
-// Kill9 kills the process with SIGKILL and waits for it to be gone.
-func (p *Proc) Kill9() {
+// Kill9 kills the process with SIGKILL and waits for it to be gone. It
+// fails the test when the process had ended already: a fault test would
+// not test the fault.
+func (p *Proc) Kill9(t testing.TB) {
+	t.Helper()
+	if p.Exited() {
+		t.Fatalf("kill -9: the process had exited already (%s)\n%s", p.Cmd.ProcessState, p.Logs())
+	}
 	p.Cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
 
+// StopTimeout is how long Stop waits for the process to exit.
+const StopTimeout = 30 * time.Second
+
 // Stop sends SIGTERM and fails the test unless the process exits 0
-// within 20 s.
+// within StopTimeout.
 func (p *Proc) Stop(t testing.TB) {
 	t.Helper()
 	p.Cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.Wait(20 * time.Second); code != 0 {
-		t.Fatalf("cdc exited %d after SIGTERM, want 0\nstderr:\n%s", code, p.Stderr.String())
+	if code := p.Wait(StopTimeout); code != 0 {
+		t.Fatalf("exit %d after SIGTERM (-1: still running after %s), want 0\n%s", code, StopTimeout, p.Logs())
 	}
+}
+
+// Logs returns the end of the process's stderr (its log), for failure
+// messages.
+func (p *Proc) Logs() string {
+	s := p.Stderr.String()
+	if len(s) > 8000 {
+		s = "…" + s[len(s)-8000:]
+	}
+	return "stderr:\n" + s
 }
 
 // Run runs bin with args to the end and returns its exit code and output.

@@ -90,13 +90,9 @@ func (j *Job) Check(ctx context.Context, conn *pgx.Conn) error {
 	case err != nil:
 		return fmt.Errorf("relay.retention.column: reading the columns of %s: %w", t, err)
 	}
-	bound := "$1::timestamptz"
-	switch *typ {
-	case "timestamp with time zone":
-	case "timestamp without time zone":
-		bound = "($1::timestamptz AT TIME ZONE 'UTC')" // as columns.time and sent_at read it
-	default:
-		return fmt.Errorf("%w: relay.retention.column: column %q of %s has type %s; it must be timestamptz or timestamp", ErrCheck, col, t, *typ)
+	stmt, err := deleteStatement(t, col, *typ)
+	if err != nil {
+		return err
 	}
 	if !indexed {
 		j.log.Warn().Str("table", t.String()).Str("column", col).
@@ -118,12 +114,28 @@ func (j *Job) Check(ctx context.Context, conn *pgx.Conn) error {
 	if err := store.CheckMarks(ctx, conn, j.marks, j.s.Retention.MarksTable); err != nil {
 		return err
 	}
+	j.deleteStmt = stmt
+	return nil
+}
+
+// deleteStatement is the DELETE of one batch of rows of t older than the
+// bound, for its column col of type typ (as format_type names it): $1 is
+// the bound (timestamptz), $2 the batch size. With sent_at mapped, only
+// rows whose sent-at column is set are deleted.
+func deleteStatement(t layout.Table, col, typ string) (string, error) {
+	bound := "$1::timestamptz"
+	switch typ {
+	case "timestamp with time zone":
+	case "timestamp without time zone":
+		bound = "($1::timestamptz AT TIME ZONE 'UTC')" // as columns.time and sent_at read it
+	default:
+		return "", fmt.Errorf("%w: relay.retention.column: column %q of %s has type %s; it must be timestamptz or timestamp", ErrCheck, col, t, typ)
+	}
 	where := pgx.Identifier{col}.Sanitize() + " < " + bound
 	if t.Columns.Has(layout.SentAt) {
 		where += " AND " + t.Columns.Column(layout.SentAt) + " IS NOT NULL"
 	}
-	j.deleteStmt = fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE %[2]s LIMIT $2))", t.Qualified(), where)
-	return nil
+	return fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s WHERE %[2]s LIMIT $2))", t.Qualified(), where), nil
 }
 
 // Run takes a mark and deletes what the newest confirmed mark proves
@@ -173,6 +185,19 @@ type proof struct {
 	before time.Time
 }
 
+// deleteBefore is the bound a mark taken at taken gives at now: a row
+// whose time is before it is older than keep and committed before the
+// mark, hence was acknowledged by every sink once the slot confirmed the
+// mark, unless its transaction ran longer than margin. It is the earlier
+// of now − keep and taken − margin.
+func deleteBefore(now, taken time.Time, keep, margin time.Duration) time.Time {
+	bound := now.Add(-keep)
+	if proven := taken.Add(-margin); proven.Before(bound) {
+		bound = proven
+	}
+	return bound
+}
+
 // round takes a mark, finds the proof, prunes older marks and deletes
 // what the proof covers, in batches.
 func (j *Job) round(ctx context.Context, conn **pgx.Conn) error {
@@ -189,12 +214,12 @@ func (j *Job) round(ctx context.Context, conn **pgx.Conn) error {
 		return fmt.Errorf("taking a mark in %s: %w", r.MarksTable, err)
 	}
 	var p proof
-	err := c.QueryRow(ctx, fmt.Sprintf(`SELECT m.lsn::text, m.taken_at,
-			least(now() - $2::bigint * interval '1 microsecond', m.taken_at - $3::bigint * interval '1 microsecond')
+	var now time.Time // the server's: the time the rows' times and the marks were taken on
+	err := c.QueryRow(ctx, fmt.Sprintf(`SELECT m.lsn::text, m.taken_at, now()
 		FROM %s m JOIN pg_replication_slots s ON s.slot_name = m.slot
 		WHERE m.slot = $1 AND m.lsn <= s.confirmed_flush_lsn
 		ORDER BY m.lsn DESC LIMIT 1`, j.marks),
-		j.s.Slot, r.Keep.D().Microseconds(), r.Margin.D().Microseconds()).Scan(&p.lsn, &p.taken, &p.before)
+		j.s.Slot).Scan(&p.lsn, &p.taken, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		j.log.Debug().Str("slot", j.s.Slot).Msg("retention: the slot has not confirmed a mark yet; nothing is proven delivered")
 		return nil
@@ -202,6 +227,7 @@ func (j *Job) round(ctx context.Context, conn **pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("reading the marks the slot confirmed: %w", err)
 	}
+	p.before = deleteBefore(now, p.taken, r.Keep.D(), r.Margin.D())
 	if _, err := c.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE slot = $1 AND lsn < $2::pg_lsn", j.marks), j.s.Slot, p.lsn); err != nil {
 		return fmt.Errorf("pruning old marks in %s: %w", r.MarksTable, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
+	"github.com/walpost/walpost/internal/testutil"
 )
 
 // fakeTracker is the position every sink acknowledged, set by the test.
@@ -308,7 +309,7 @@ func TestFlushWaitsForAnInvisibleTransactionThenLeavesItUnconfirmed(t *testing.T
 func TestRunSaysWhichTransactionItWaitsFor(t *testing.T) {
 	tr := &fakeTracker{}
 	db := newFakeDB()
-	var logs syncBuffer
+	var logs testutil.Buffer
 	m := newMarker(db, tr, zerolog.New(&logs))
 	db.commit(4000000000, []string{"a"}, false)
 	if err := m.Add(context.Background(), 100, 4000000000, []string{"a"}); err != nil {
@@ -365,20 +366,6 @@ func TestAddWaitsWhileTooManyIdsWaitToBeMarked(t *testing.T) {
 		t.Fatal("Add still waits after the marking caught up")
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for concurrent use (a logger's output
-// read by the test).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
 
 // await polls cond every 10 ms until it holds or timeout passes.
 func await(t *testing.T, timeout time.Duration, what string, cond func() bool) {

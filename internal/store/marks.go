@@ -30,7 +30,10 @@ func SetupMarks(ctx context.Context, conn *pgx.Conn, table string) (Result, erro
 	}
 	if !exists {
 		if _, err := conn.Exec(ctx, fmt.Sprintf(marksDDL, table)); err != nil {
-			return Result{}, fmt.Errorf("%s: creating %s: %w", MarksField, table, err)
+			if !createdMeanwhile(ctx, conn, table, err) {
+				return Result{}, fmt.Errorf("%s: creating %s: %w", MarksField, table, err)
+			}
+			return Result{Table: table}, nil
 		}
 	}
 	return Result{Table: table, Created: !exists}, nil

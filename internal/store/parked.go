@@ -59,11 +59,8 @@ func FormatAt(lsn pglogrepl.LSN, seq uint32) string {
 // not one. seq is -1 for a bare LSN, which names every row at it.
 func ParseAt(s string) (lsn pglogrepl.LSN, seq int64, ok bool) {
 	at, n, hasSeq := strings.Cut(s, ":")
-	if !strings.Contains(at, "/") {
-		return 0, 0, false
-	}
-	lsn, err := pglogrepl.ParseLSN(at)
-	if err != nil {
+	lsn, ok = parseLSN(at)
+	if !ok {
 		return 0, 0, false
 	}
 	if !hasSeq {
@@ -74,6 +71,29 @@ func ParseAt(s string) (lsn pglogrepl.LSN, seq int64, ok bool) {
 		return 0, 0, false
 	}
 	return lsn, int64(v), true
+}
+
+// parseLSN reads an LSN as PostgreSQL writes it: two hexadecimal numbers
+// of 1 to 8 digits, separated by "/". pglogrepl.ParseLSN also takes
+// trailing text and wraps a number over 32 bits ("0/100000000" reads as
+// 1/0), which would make a mistyped position name another one.
+func parseLSN(s string) (pglogrepl.LSN, bool) {
+	hi, lo, found := strings.Cut(s, "/")
+	if !found {
+		return 0, false
+	}
+	var v uint64
+	for _, h := range []string{hi, lo} {
+		if len(h) == 0 || len(h) > 8 {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(h, 16, 32)
+		if err != nil {
+			return 0, false
+		}
+		v = v<<32 | n
+	}
+	return pglogrepl.LSN(v), true
 }
 
 // ParkedFilter selects parked rows of the slot.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/sqlident"
@@ -146,9 +147,26 @@ func ensure(ctx context.Context, conn *pgx.Conn, table, ddl, field string) (bool
 		return false, nil
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf(ddl, table)); err != nil {
+		if createdMeanwhile(ctx, conn, table, err) {
+			return false, nil
+		}
 		return false, fmt.Errorf("%s: creating %s: %w", field, table, err)
 	}
 	return true, nil
+}
+
+// createdMeanwhile reports whether err, from creating table, says that
+// another session created it at the same time (two cdc init at once):
+// CREATE TABLE IF NOT EXISTS racing another fails on the catalog's unique
+// index (unique_violation), on the table's row type (duplicate_object) or
+// on the table (duplicate_table), and the table is there now.
+func createdMeanwhile(ctx context.Context, conn *pgx.Conn, table string, err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Code != "23505" && pe.Code != "42710" && pe.Code != "42P07") {
+		return false
+	}
+	exists, _ := TableExists(ctx, conn, table)
+	return exists
 }
 
 // ErrMissing, ErrGrant and ErrUpgrade are wrapped by Check's errors.

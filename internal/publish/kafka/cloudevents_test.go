@@ -94,7 +94,7 @@ func TestIntegrationCloudEventsRecordsDecodeWithTheSDK(t *testing.T) {
 	micro := g.Message("order-1")
 	micro.CommitTime = time.Date(2026, 12, 3, 9, 5, 49, 123456000, time.FixedZone("CET", 3600))
 	msgs := []*message.Message{g.Message("order-1"), g.NullKeyMessage(), binary, micro}
-	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	byID := map[string]*kgo.Record{}

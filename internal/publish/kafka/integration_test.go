@@ -22,12 +22,6 @@ import (
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestIntegrationConformance runs the sink conformance suite against the
 // Kafka sink and an in-process broker. The outage takes the broker off the
 // network (its socket closed, connections reset) and brings it back on the
@@ -91,7 +85,7 @@ func TestIntegrationEveryCompressionRoundTrips(t *testing.T) {
 	for _, codec := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
 		s := newSink(t, fk.addrs, codec, "compression: "+codec)
 		msgs := g.Interleave(100, sinktest.Keys(3)...)
-		if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+		if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 			t.Fatalf("%s: %v", codec, err)
 		}
 		var got []*message.Message
@@ -118,7 +112,7 @@ func TestIntegrationRecordCarriesKeyValueHeadersAndTimestamp(t *testing.T) {
 	msgs[2].Headers["id"] = "spoofed" // the message's own id wins
 	msgs[2].Headers["zz-last"], msgs[2].Headers["aa-first"] = "z", "a"
 	msgs[3].Headers = nil
-	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 
@@ -183,27 +177,6 @@ func sortedKeys(m map[string]string) []string {
 	return ks
 }
 
-// requirePermanent fails unless err is Permanent and names every one of
-// wants.
-func requirePermanent(t *testing.T, err error, wants ...string) {
-	t.Helper()
-	if err == nil || !publish.IsPermanent(err) {
-		t.Fatalf("got %v, want a Permanent error", err)
-	}
-	for _, w := range wants {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not name %q", err, w)
-		}
-	}
-}
-
-func requireTransient(t *testing.T, err error) {
-	t.Helper()
-	if err == nil || publish.IsPermanent(err) {
-		t.Fatalf("got %v, want an error that is not Permanent", err)
-	}
-}
-
 func TestIntegrationIllegalTopicFromTemplateIsPermanentAndSendsNothing(t *testing.T) {
 	fk := startKafka(t, kfake.SeedTopics(1, "walpost.order.created"))
 	s := newSink(t, fk.addrs, "walpost.{type}")
@@ -212,8 +185,8 @@ func TestIntegrationIllegalTopicFromTemplateIsPermanentAndSendsNothing(t *testin
 	ok.Type = "order.created"
 	bad := g.Message("k")
 	bad.Type = "order/created"
-	err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{ok, bad})
-	requirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order/created"`)
+	err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{ok, bad})
+	sinktest.RequirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order/created"`)
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected: the message's own type makes the name illegal", err)
 	}
@@ -236,8 +209,8 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	msgs := []*message.Message{g.Message("k"), g.Message("k"), big, g.Message("k")}
 
 	s := newSink(t, fk.addrs, "big")
-	err := s.Publish(ctxFor(t, 10*time.Second), msgs)
-	requirePermanent(t, err, big.ID, big.LSN.String(), `"big"`, "max.message.bytes")
+	err := s.Publish(sinktest.Context(t, 10*time.Second), msgs)
+	sinktest.RequirePermanent(t, err, big.ID, big.LSN.String(), `"big"`, "max.message.bytes")
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected", err)
 	}
@@ -247,8 +220,8 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	}
 
 	small := newSink(t, fk.addrs, "big", "batch_bytes: 2048")
-	err = small.Publish(ctxFor(t, 10*time.Second), msgs)
-	requirePermanent(t, err, big.ID, big.LSN.String(), "batch_bytes 2048")
+	err = small.Publish(sinktest.Context(t, 10*time.Second), msgs)
+	sinktest.RequirePermanent(t, err, big.ID, big.LSN.String(), "batch_bytes 2048")
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected", err)
 	}
@@ -266,8 +239,8 @@ func TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate(t *testing.T) {
 
 	s := newSink(t, fk.addrs, "nowhere")
 	m := g.Message("k")
-	err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
-	requirePermanent(t, err, m.ID, m.LSN.String(), `"nowhere"`, "auto_create_topics")
+	err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
+	sinktest.RequirePermanent(t, err, m.ID, m.LSN.String(), `"nowhere"`, "auto_create_topics")
 	if publish.IsRejected(err) {
 		t.Errorf("a missing topic is Rejected (%v): parking every message would not fix it", err)
 	}
@@ -275,8 +248,8 @@ func TestIntegrationUnknownTopicIsPermanentWithoutAutoCreate(t *testing.T) {
 	s = newSink(t, fk.addrs, "walpost.{type}")
 	a, b := g.Message("k"), g.Message("k")
 	a.Type, b.Type = "order.created", "order.paid"
-	err = s.Publish(ctxFor(t, 10*time.Second), []*message.Message{a, b})
-	requirePermanent(t, err, b.ID, b.LSN.String(), `"walpost.order.paid"`)
+	err = s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{a, b})
+	sinktest.RequirePermanent(t, err, b.ID, b.LSN.String(), `"walpost.order.paid"`)
 }
 
 func TestIntegrationAutoCreateCreatesMissingTopic(t *testing.T) {
@@ -284,7 +257,7 @@ func TestIntegrationAutoCreateCreatesMissingTopic(t *testing.T) {
 	s := newSink(t, fk.addrs, "created.on.demand", "auto_create_topics: true")
 	g := sinktest.NewGen(25)
 	msgs := g.Interleave(20, sinktest.Keys(3)...)
-	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, msgs); err != nil {
+	if err := sinktest.PublishWithRetry(sinktest.Context(t, 20*time.Second), s, msgs); err != nil {
 		t.Fatal(err)
 	}
 	var got []*message.Message
@@ -306,15 +279,15 @@ func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 	s := newSink(t, fk.addrs, topic)
 	g := sinktest.NewGen(26)
 	before := g.Interleave(100, sinktest.Keys(8)...)
-	if err := s.Publish(ctxFor(t, 10*time.Second), before); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), before); err != nil {
 		t.Fatal(err)
 	}
 
 	fault := fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{2},
 		Err: kerr.NotLeaderForPartition, Count: 2})
 	batch := g.Interleave(200, sinktest.Keys(8)...)
-	err := s.Publish(ctxFor(t, 10*time.Second), batch)
-	requireTransient(t, err)
+	err := s.Publish(sinktest.Context(t, 10*time.Second), batch)
+	sinktest.RequireTransient(t, err)
 	var code kafka.Error
 	if !errors.As(err, &code) || code != kafka.NotLeaderForPartition {
 		t.Errorf("error %v does not wrap kafka.NotLeaderForPartition", err)
@@ -338,14 +311,14 @@ func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 	}
 
 	// The runner's retry: only what is not durable, until it all is.
-	if err := sinktest.PublishWithRetry(ctxFor(t, 20*time.Second), s, rest); err != nil {
+	if err := sinktest.PublishWithRetry(sinktest.Context(t, 20*time.Second), s, rest); err != nil {
 		t.Fatal(err)
 	}
 	if fault.Hits() != 2 {
 		t.Errorf("the fault answered %d requests, want 2", fault.Hits())
 	}
 	after := g.Interleave(100, sinktest.Keys(8)...)
-	if err := s.Publish(ctxFor(t, 10*time.Second), after); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), after); err != nil {
 		t.Fatal(err)
 	}
 
@@ -425,7 +398,7 @@ func TestIntegrationRetryResendsOnlyTheRequestsThatFailed(t *testing.T) {
 			Ack:       func(b []publish.Delivery) { acks = append(acks, b) },
 			Log:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		})
-		ctx := ctxFor(t, 20*time.Second)
+		ctx := sinktest.Context(t, 20*time.Second)
 		if err := r.Run(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +447,7 @@ func TestIntegrationLeaderMoveIsFoundOnRetry(t *testing.T) {
 	s := newSink(t, fk.addrs, topic)
 	g := sinktest.NewGen(27)
 	first := g.Interleave(50, sinktest.Keys(3)...)
-	if err := s.Publish(ctxFor(t, 10*time.Second), first); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), first); err != nil {
 		t.Fatal(err)
 	}
 	leader := fk.LeaderFor(topic, 0)
@@ -486,10 +459,10 @@ func TestIntegrationLeaderMoveIsFoundOnRetry(t *testing.T) {
 	start := time.Now()
 	r := sinktest.Retry{OnError: func(n int, err error) {
 		attempts = n
-		requireTransient(t, err)
+		sinktest.RequireTransient(t, err)
 		t.Logf("attempt %d: %v", n, err)
 	}}
-	if err := r.Publish(ctxFor(t, 20*time.Second), s, second); err != nil {
+	if err := r.Publish(sinktest.Context(t, 20*time.Second), s, second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("delivered after %d failed attempts in %s", attempts, time.Since(start).Round(time.Millisecond))
@@ -513,7 +486,7 @@ func TestIntegrationTopicAuthorizationFailureIsPermanent(t *testing.T) {
 	fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	s := newSink(t, fk.addrs, "secret")
 	m := sinktest.NewGen(28).Message("k")
-	requirePermanent(t, s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m}), m.ID, `"secret"`, "WRITE")
+	sinktest.RequirePermanent(t, s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m}), m.ID, `"secret"`, "WRITE")
 }
 
 func TestIntegrationNotEnoughReplicasIsTransient(t *testing.T) {
@@ -521,8 +494,8 @@ func TestIntegrationNotEnoughReplicasIsTransient(t *testing.T) {
 	fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: 1})
 	s := newSink(t, fk.addrs, "replicas")
 	msgs := sinktest.NewGen(29).Interleave(10, "k")
-	requireTransient(t, s.Publish(ctxFor(t, 10*time.Second), msgs))
-	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	sinktest.RequireTransient(t, s.Publish(sinktest.Context(t, 10*time.Second), msgs))
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Fatalf("the retry failed: %v", err)
 	}
 }
@@ -532,7 +505,7 @@ func TestIntegrationSASLAuthenticates(t *testing.T) {
 		t.Run(mech, func(t *testing.T) {
 			fk := startKafka(t, kfake.EnableSASL(), kfake.Superuser(mech, "walpost", "s3cret"), kfake.SeedTopics(1, "auth"))
 			s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: "+mech+", username: walpost, password: s3cret}")
-			if err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{sinktest.NewGen(30).Message("k")}); err != nil {
+			if err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{sinktest.NewGen(30).Message("k")}); err != nil {
 				t.Fatalf("with the right password: %v", err)
 			}
 		})
@@ -559,8 +532,8 @@ func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
 		})
 		s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: PLAIN, username: walpost, password: wrong}")
 		m := g.Message("k")
-		err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
-		requirePermanent(t, err, m.ID, "sasl.password")
+		err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
+		sinktest.RequirePermanent(t, err, m.ID, "sasl.password")
 	})
 	t.Run("UnsupportedMechanism", func(t *testing.T) {
 		fk := startKafka(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "walpost", "s3cret"), kfake.SeedTopics(1, "auth"))
@@ -573,7 +546,7 @@ func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
 		})
 		s := newSink(t, fk.addrs, "auth", "sasl: {mechanism: PLAIN, username: walpost, password: s3cret}")
 		m := g.Message("k")
-		err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
-		requirePermanent(t, err, m.ID, "sasl.mechanism")
+		err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
+		sinktest.RequirePermanent(t, err, m.ID, "sasl.mechanism")
 	})
 }

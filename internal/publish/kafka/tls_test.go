@@ -27,7 +27,7 @@ func TestIntegrationTLS(t *testing.T) {
 	g := sinktest.NewGen(50)
 	publishOne := func(s *Sink) (*message.Message, error) {
 		m := g.Message("k")
-		return m, s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
+		return m, s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
 	}
 
 	ok := newSink(t, fk.addrs, "secure", "tls: {enabled: true, ca_file: "+pki.CAFile+", cert_file: "+pki.ClientCert+", key_file: "+pki.ClientKey+"}")
@@ -37,11 +37,11 @@ func TestIntegrationTLS(t *testing.T) {
 
 	unknownCA := newSink(t, fk.addrs, "secure", "tls: {enabled: true, cert_file: "+pki.ClientCert+", key_file: "+pki.ClientKey+"}")
 	m, err := publishOne(unknownCA)
-	requirePermanent(t, err, m.ID, "tls.ca_file")
+	sinktest.RequirePermanent(t, err, m.ID, "tls.ca_file")
 
 	noClientCert := newSink(t, fk.addrs, "secure", "tls: {enabled: true, ca_file: "+pki.CAFile+"}")
 	m, err = publishOne(noClientCert)
-	requirePermanent(t, err, m.ID, "tls.cert_file")
+	sinktest.RequirePermanent(t, err, m.ID, "tls.cert_file")
 
 	// A TLS client facing a plaintext Kafka listener is not tested here: the
 	// broker reads the ClientHello as the start of a request and waits, so

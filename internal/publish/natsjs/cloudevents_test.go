@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
@@ -26,7 +27,7 @@ func TestIntegrationCloudEventsDecodeWithTheSDK(t *testing.T) {
 	tg := newTarget(t, jetstream.StreamConfig{})
 	s := tg.sink(t, "format: cloudevents", "source: /orders-service")
 	m := sinktest.NewGen(13).Message("order-9")
-	if err := s.Publish(publishCtx(t), []*message.Message{m}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m}); err != nil {
 		t.Fatal(err)
 	}
 	got := natstest.Read(t, tg.url, tg.stream)

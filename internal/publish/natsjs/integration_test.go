@@ -43,12 +43,6 @@ func TestIntegrationConformance(t *testing.T) {
 	})
 }
 
-func publishCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestIntegrationMessageOverMaxMsgSizeIsRejected: a message larger than
 // the stream's max_msg_size is refused by the server; Publish says so
 // with a Rejected error naming the message and the setting, reports the
@@ -59,7 +53,7 @@ func TestIntegrationMessageOverMaxMsgSizeIsRejected(t *testing.T) {
 	s := tg.sink(t)
 	g := sinktest.NewGen(7)
 	msgs := []*message.Message{g.Message("k1"), g.Message("k2"), g.SizedMessage("k1", 8000), g.Message("k1")}
-	err := s.Publish(publishCtx(t), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	if !publish.IsRejected(err) {
 		t.Fatalf("Publish = %v, want a Rejected error", err)
 	}
@@ -73,10 +67,10 @@ func TestIntegrationMessageOverMaxMsgSizeIsRejected(t *testing.T) {
 		t.Errorf("Partial done = %v (%v), want [true true false false]", done, ok)
 	}
 	// Alone, as relay.on_refused: dead_letter tries it: Rejected again.
-	if err := s.Publish(publishCtx(t), msgs[2:3]); !publish.IsRejected(err) {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs[2:3]); !publish.IsRejected(err) {
 		t.Errorf("Publish of the large message alone = %v, want Rejected", err)
 	}
-	if err := s.Publish(publishCtx(t), msgs[3:]); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs[3:]); err != nil {
 		t.Fatalf("Publish of the rest: %v", err)
 	}
 	want := []*message.Message{msgs[0], msgs[1], msgs[3]}
@@ -92,7 +86,7 @@ func TestIntegrationMessageOverMaxPayloadIsRejected(t *testing.T) {
 	g := sinktest.NewGen(8)
 	first := g.Message("k")
 	big := g.SizedMessage("k", 2<<20)
-	err := s.Publish(publishCtx(t), []*message.Message{first, big})
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{first, big})
 	if !publish.IsRejected(err) || !strings.Contains(err.Error(), "max_payload") || !strings.Contains(err.Error(), big.ID) {
 		t.Fatalf("Publish = %v, want a Rejected error naming %s and max_payload", err, big.ID)
 	}
@@ -111,7 +105,7 @@ func TestIntegrationSubjectWithoutStreamIsPermanent(t *testing.T) {
 	s := newSink(t, "servers: [\""+u+"\"]\nsubject: "+prefix+".outbox.{type}\n")
 	m := sinktest.NewGen(9).Message("k")
 	start := time.Now()
-	err := s.Publish(publishCtx(t), []*message.Message{m})
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m})
 	if !publish.IsPermanent(err) || publish.IsRejected(err) {
 		t.Fatalf("Publish = %v, want a Permanent error that is not Rejected", err)
 	}
@@ -139,11 +133,11 @@ func TestIntegrationStreamCreateMakesTheStreamOnTheWildcard(t *testing.T) {
 	s := newSink(t, "servers: [\""+u+"\"]\nsubject: "+prefix+".outbox.{type}\nstream: {name: "+prefix+", create: true, storage: memory, duplicate_window: 5m}\n")
 	msgs := sinktest.NewGen(10).Interleave(20, sinktest.Keys(3)...)
 	for range 2 {
-		if err := s.Publish(publishCtx(t), msgs); err != nil {
+		if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st, err := natstest.JetStream(t, u).Stream(publishCtx(t), prefix)
+	st, err := natstest.JetStream(t, u).Stream(sinktest.Context(t, 30*time.Second), prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +158,7 @@ func TestIntegrationStreamCreateMakesTheStreamOnTheWildcard(t *testing.T) {
 func TestIntegrationWrongStreamIsPermanent(t *testing.T) {
 	tg := newTarget(t, jetstream.StreamConfig{})
 	s := tg.sink(t, "stream: {name: "+tg.stream+"x}")
-	err := s.Publish(publishCtx(t), []*message.Message{sinktest.NewGen(11).Message("k")})
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{sinktest.NewGen(11).Message("k")})
 	if !publish.IsPermanent(err) || !strings.Contains(err.Error(), "stream.name") {
 		t.Fatalf("Publish = %v, want a Permanent error naming stream.name", err)
 	}
@@ -197,7 +191,7 @@ func TestIntegrationConnectionCutMidCallLosesNothingAndKeepsOrder(t *testing.T) 
 		}
 		tg.proxy.Cut()
 	}()
-	err := s.Publish(publishCtx(t), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	<-cut
 	if err == nil {
 		t.Skip("the call finished before the cut; nothing to check")
@@ -223,7 +217,7 @@ func TestIntegrationConnectionCutMidCallLosesNothingAndKeepsOrder(t *testing.T) 
 	if err := tg.proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	if err := (sinktest.Retry{}).Publish(publishCtx(t), s, msgs[n:]); err != nil {
+	if err := (sinktest.Retry{}).Publish(sinktest.Context(t, 30*time.Second), s, msgs[n:]); err != nil {
 		t.Fatalf("retry after the cut: %v", err)
 	}
 	dupOK := map[string]bool{}
@@ -244,7 +238,7 @@ func TestIntegrationMaxPendingAboveTheClientDefaultIsHonoured(t *testing.T) {
 	tg := newTarget(t, jetstream.StreamConfig{Storage: jetstream.MemoryStorage})
 	s := tg.sink(t, "max_pending: 6000")
 	g := sinktest.NewGen(15)
-	if err := s.Publish(publishCtx(t), []*message.Message{g.Message("k")}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{g.Message("k")}); err != nil {
 		t.Fatal(err) // connected
 	}
 	msgs := make([]*message.Message, 5000)
@@ -259,7 +253,7 @@ func TestIntegrationMaxPendingAboveTheClientDefaultIsHonoured(t *testing.T) {
 		time.Sleep(time.Second) // the freeze must outlast nats.go's 200ms stall wait
 		tg.proxy.Thaw()
 	}()
-	err := s.Publish(publishCtx(t), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	<-thawed
 	if err != nil {
 		t.Fatalf("Publish of %d messages with max_pending 6000 and the PubAcks held back: %v", len(msgs), err)
@@ -278,22 +272,22 @@ func TestIntegrationNoRespondersIsPermanentOnlyWithoutAStream(t *testing.T) {
 	tg := newTarget(t, jetstream.StreamConfig{})
 	s := tg.sink(t)
 	g := sinktest.NewGen(16)
-	if err := s.Publish(publishCtx(t), []*message.Message{g.Message("k")}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{g.Message("k")}); err != nil {
 		t.Fatal(err) // connected
 	}
-	sess, err := s.session(publishCtx(t))
+	sess, err := s.session(sinktest.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	noResp := fmt.Errorf("publishing: %w", jetstream.ErrNoStreamResponse)
 	msgs := []*message.Message{g.Message("k")}
 	covered := []*nats.Msg{{Subject: tg.prefix + ".outbox.order.created"}}
-	err = s.failed(publishCtx(t), sess, noResp, msgs, covered, 0)
+	err = s.failed(sinktest.Context(t, 30*time.Second), sess, noResp, msgs, covered, 0)
 	if publish.IsPermanent(err) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Errorf("no responders on a subject stream %s covers: %v, want a transient error", tg.stream, err)
 	}
 	orphan := []*nats.Msg{{Subject: natstest.Unique(t) + ".outbox.order.created"}}
-	err = s.failed(publishCtx(t), sess, noResp, msgs, orphan, 0)
+	err = s.failed(sinktest.Context(t, 30*time.Second), sess, noResp, msgs, orphan, 0)
 	if !publish.IsPermanent(err) || publish.IsRejected(err) || !strings.Contains(err.Error(), "no stream covers the subject") {
 		t.Errorf("no responders on a subject no stream covers: %v, want Permanent saying so", err)
 	}

@@ -1,9 +1,7 @@
 package natsjs
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,8 @@ import (
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/sinktest"
+	"github.com/walpost/walpost/internal/testutil"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // authServer starts a private server (the shared one has no
 // authorization) with a user that may publish, one that may not publish
@@ -61,7 +43,7 @@ func TestIntegrationBadCredentialsArePermanentAndNeverPrinted(t *testing.T) {
 		{"servers: [\"" + url + "\"]\ntoken: \"s3cretTOKEN\"\n", "s3cretTOKEN"},
 		{"servers: [\"nats://writer:s3cretURLPW@" + hostport + "\"]\n", "s3cretURLPW"},
 	} {
-		var logs lockedBuffer
+		var logs testutil.Buffer
 		doc := "name: events\nkind: nats\nconnect_timeout: 2s\nsubject: " + prefix + ".{type}\n" + c.settings
 		open, err := publish.Prepare(0, sinktest.SinkConfig(t, doc), zerolog.New(&logs))
 		if err != nil {
@@ -91,7 +73,7 @@ func TestIntegrationPublishPermissionDeniedIsPermanent(t *testing.T) {
 	url, prefix := authServer(t)
 	s := newSink(t, "servers: [\""+url+"\"]\nuser: reader\npassword: \"s3cretREADER\"\nsubject: "+prefix+".{type}\n")
 	start := time.Now()
-	err := s.Publish(publishCtx(t), []*message.Message{sinktest.NewGen(1).Message("k")})
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{sinktest.NewGen(1).Message("k")})
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("took %s (ack_timeout is 5s)", el)
 	}

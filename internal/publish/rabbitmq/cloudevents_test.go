@@ -102,7 +102,7 @@ func TestIntegrationCloudEventsDecodeWithTheSDK(t *testing.T) {
 	js.CommitTime = time.Date(2026, 3, 4, 5, 6, 7, 123_456_000, time.UTC)
 	bin := g.Message("order-1")
 	bin.Payload, bin.PayloadJSON = []byte{0, 0xff, 0x10}, false
-	if err := s.Publish(publishCtx(t), []*message.Message{js, bin}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{js, bin}); err != nil {
 		t.Fatal(err)
 	}
 	got := rabbittest.Await(t, url, tp.Queue, 2, 10*time.Second)

@@ -1,7 +1,6 @@
 package rabbitmq
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -61,12 +60,6 @@ func TestIntegrationConformance(t *testing.T) {
 	})
 }
 
-func publishCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestIntegrationUnroutableMessageIsRejectedNamingExchangeAndRoutingKey:
 // with mandatory set, a message no queue is bound for comes back
 // (basic.return) and Publish reports it as Rejected, naming the message,
@@ -80,7 +73,7 @@ func TestIntegrationUnroutableMessageIsRejectedNamingExchangeAndRoutingKey(t *te
 	msgs := []*message.Message{g.Message("k1"), g.Message("k1"), g.Message("k2"), g.Message("k1")}
 	msgs[0].Type, msgs[1].Type, msgs[2].Type, msgs[3].Type = "order.created", "order.paid", "invoice.sent", "order.shipped"
 
-	err := s.Publish(publishCtx(t), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	if !publish.IsRejected(err) {
 		t.Fatalf("Publish = %v, want a Rejected error", err)
 	}
@@ -100,10 +93,10 @@ func TestIntegrationUnroutableMessageIsRejectedNamingExchangeAndRoutingKey(t *te
 
 	// Alone (as relay.on_refused: dead_letter retries it), the message is
 	// still refused, and the sink publishes the next batch after that.
-	if err := s.Publish(publishCtx(t), msgs[2:3]); !publish.IsRejected(err) {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs[2:3]); !publish.IsRejected(err) {
 		t.Fatalf("Publish of the unroutable message alone = %v, want Rejected", err)
 	}
-	if err := s.Publish(publishCtx(t), msgs[3:]); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs[3:]); err != nil {
 		t.Fatalf("Publish after a refusal: %v", err)
 	}
 }
@@ -121,14 +114,14 @@ func TestIntegrationUnroutableWithFixedNamesIsPermanent(t *testing.T) {
 
 	// The binding matches the fixed key: delivered.
 	ok := newSink(t, url, tp.Exchange, `routing_key: "order.fixed"`)
-	if err := ok.Publish(publishCtx(t), g.Interleave(2, "k1")); err != nil {
+	if err := ok.Publish(sinktest.Context(t, 30*time.Second), g.Interleave(2, "k1")); err != nil {
 		t.Fatalf("Publish with a bound fixed routing key: %v", err)
 	}
 	rabbittest.Await(t, url, tp.Queue, 2, 10*time.Second)
 
 	s := newSink(t, url, tp.Exchange, `routing_key: "invoice.fixed"`)
 	msgs := g.Interleave(3, "k1")
-	err := s.Publish(publishCtx(t), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	if !publish.IsPermanent(err) || publish.IsRejected(err) {
 		t.Fatalf("Publish = %v, want a Permanent error that is not Rejected", err)
 	}
@@ -144,7 +137,7 @@ func TestIntegrationUnroutableWithFixedNamesIsPermanent(t *testing.T) {
 		t.Errorf("error reports messages durable: %v", err)
 	}
 	// Alone (as a retry would send it), still Permanent.
-	if err := s.Publish(publishCtx(t), msgs[:1]); !publish.IsPermanent(err) || publish.IsRejected(err) {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs[:1]); !publish.IsPermanent(err) || publish.IsRejected(err) {
 		t.Fatalf("Publish of one message = %v, want Permanent, not Rejected", err)
 	}
 }
@@ -158,7 +151,7 @@ func TestIntegrationMissingExchangeIsPermanentAndSaysToCreateIt(t *testing.T) {
 	name := rabbittest.Name("walpost.test.missing")
 	s := newSink(t, url, name)
 	g := sinktest.NewGen(12)
-	err := s.Publish(publishCtx(t), g.Interleave(3, "a"))
+	err := s.Publish(sinktest.Context(t, 30*time.Second), g.Interleave(3, "a"))
 	if !publish.IsPermanent(err) || publish.IsRejected(err) {
 		t.Fatalf("Publish = %v, want a Permanent error that is not Rejected", err)
 	}
@@ -190,7 +183,7 @@ func TestIntegrationDeclareExchangeCreatesItDurable(t *testing.T) {
 	s := newSink(t, url, name, "declare_exchange: true", "exchange_type: direct")
 	g := sinktest.NewGen(13)
 	m := g.Message("a")
-	if err := s.Publish(publishCtx(t), []*message.Message{m}); !publish.IsRejected(err) {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m}); !publish.IsRejected(err) {
 		t.Fatalf("Publish to the new exchange without a queue = %v, want Rejected (unroutable)", err)
 	}
 	if !rabbittest.ExchangeExists(t, url, name) {
@@ -205,7 +198,7 @@ func TestIntegrationDeclareExchangeCreatesItDurable(t *testing.T) {
 		}
 		return ch.QueueBind(queue, m.Type, name, false, nil)
 	})
-	if err := s.Publish(publishCtx(t), []*message.Message{m}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rabbittest.Drain(t, url, queue); len(got) != 1 || got[0].MessageId != m.ID {
@@ -214,7 +207,7 @@ func TestIntegrationDeclareExchangeCreatesItDurable(t *testing.T) {
 	// A declaration that conflicts with the exchange (another type) is a
 	// Permanent error naming exchange_type.
 	s2 := newSink(t, url, name, "declare_exchange: true", "exchange_type: fanout")
-	err := s2.Publish(publishCtx(t), []*message.Message{m})
+	err := s2.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m})
 	if !publish.IsPermanent(err) || !strings.Contains(err.Error(), "exchange_type") {
 		t.Fatalf("Publish declaring the exchange with another type = %v, want Permanent naming exchange_type", err)
 	}
@@ -231,7 +224,7 @@ func TestIntegrationNackIsRetriedAndOnlyTheConfirmedPrefixIsDone(t *testing.T) {
 	g := sinktest.NewGen(14)
 	msgs := g.Interleave(8, "a", "b")
 
-	err := s.Publish(publishCtx(t), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	if err == nil || publish.IsPermanent(err) || !errors.Is(err, errNack) {
 		t.Fatalf("Publish into a full queue = %v, want a transient nack error", err)
 	}
@@ -251,7 +244,7 @@ func TestIntegrationNackIsRetriedAndOnlyTheConfirmedPrefixIsDone(t *testing.T) {
 	if len(first) != 5 {
 		t.Fatalf("queue held %d messages, want 5", len(first))
 	}
-	if err := (sinktest.Retry{}).Publish(publishCtx(t), s, msgs[5:]); err != nil {
+	if err := (sinktest.Retry{}).Publish(sinktest.Context(t, 30*time.Second), s, msgs[5:]); err != nil {
 		t.Fatalf("retry after the queue has room: %v", err)
 	}
 	var got []*message.Message
@@ -272,13 +265,13 @@ func TestIntegrationConfirmTimeoutIsRetried(t *testing.T) {
 	s := newSink(t, proxyURL(proxy.Addr()), tp.Exchange, "timeout: 500ms")
 	g := sinktest.NewGen(15)
 	a, b := g.Interleave(10, "a", "b"), g.Interleave(10, "a", "b")
-	if err := s.Publish(publishCtx(t), a); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), a); err != nil {
 		t.Fatal(err)
 	}
 
 	proxy.Stall()
 	start := time.Now()
-	err := s.Publish(publishCtx(t), b)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), b)
 	el := time.Since(start)
 	if err == nil || publish.IsPermanent(err) || !errors.Is(err, errNoConfirm) {
 		t.Fatalf("Publish with the confirms held back = %v, want a transient no-confirm error", err)
@@ -290,7 +283,7 @@ func TestIntegrationConfirmTimeoutIsRetried(t *testing.T) {
 		t.Errorf("Publish gave up after %s, want about the 500ms timeout", el)
 	}
 	proxy.Resume()
-	if err := (sinktest.Retry{}).Publish(publishCtx(t), s, b); err != nil {
+	if err := (sinktest.Retry{}).Publish(sinktest.Context(t, 30*time.Second), s, b); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
 	var got []*message.Message
@@ -314,7 +307,7 @@ func TestIntegrationBlockedWritesTimeOut(t *testing.T) {
 	proxy := newStallProxy(t, rabbittest.Addr)
 	s := newSink(t, proxyURL(proxy.Addr()), tp.Exchange, "timeout: 500ms")
 	g := sinktest.NewGen(18)
-	if err := s.Publish(publishCtx(t), g.Interleave(1, "a")); err != nil { // connect
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), g.Interleave(1, "a")); err != nil { // connect
 		t.Fatal(err)
 	}
 	big := make([]*message.Message, 400) // 25 MB: more than the socket buffers hold
@@ -323,7 +316,7 @@ func TestIntegrationBlockedWritesTimeOut(t *testing.T) {
 	}
 	proxy.StallUp()
 	start := time.Now()
-	err := s.Publish(publishCtx(t), big)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), big)
 	el := time.Since(start)
 	if err == nil || publish.IsPermanent(err) || !errors.Is(err, errNoConfirm) || !strings.Contains(err.Error(), "sending it took longer") {
 		t.Fatalf("Publish with the writes blocked = %v, want a transient error about sending", err)
@@ -332,7 +325,7 @@ func TestIntegrationBlockedWritesTimeOut(t *testing.T) {
 		t.Errorf("Publish with the writes blocked returned after %s, want about the 500ms timeout", el)
 	}
 	proxy.Resume()
-	if err := (sinktest.Retry{}).Publish(publishCtx(t), s, big); err != nil {
+	if err := (sinktest.Retry{}).Publish(sinktest.Context(t, 30*time.Second), s, big); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
 }
@@ -349,7 +342,7 @@ func TestIntegrationRefusedCredentialsArePermanent(t *testing.T) {
 		{"amqps://guest:" + pw + "@" + rabbittest.Addr + "/", "does not speak TLS"},
 	} {
 		s := newSink(t, c.url, "amq.topic")
-		err := s.Publish(publishCtx(t), sinktest.NewGen(16).Interleave(1, "a"))
+		err := s.Publish(sinktest.Context(t, 30*time.Second), sinktest.NewGen(16).Interleave(1, "a"))
 		if !publish.IsPermanent(err) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Publish = %v, want Permanent saying %q", redactForLog(c.url), err, c.want)
 		}
@@ -376,20 +369,20 @@ func TestIntegrationServerClosingTheConnectionIsRetriedOnANewOne(t *testing.T) {
 	s := newSink(t, proxyURL(proxy.Addr()), tp.Exchange)
 	g := sinktest.NewGen(17)
 	a, b := g.Interleave(5, "a"), g.Interleave(5, "a")
-	if err := s.Publish(publishCtx(t), a); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), a); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Cut()
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Publish(publishCtx(t), b)
+	err = s.Publish(sinktest.Context(t, 30*time.Second), b)
 	if err != nil {
 		if publish.IsPermanent(err) {
 			t.Fatalf("Publish after the connection was reset: Permanent %v", err)
 		}
 		t.Logf("first Publish after the reset: %v", err)
-		if err := s.Publish(publishCtx(t), b); err != nil {
+		if err := s.Publish(sinktest.Context(t, 30*time.Second), b); err != nil {
 			t.Fatalf("second Publish after the reset: %v", err)
 		}
 	}

@@ -35,13 +35,13 @@ func TestIntegrationBrokerRefusingATemplatedExchangeRefusesTheMessage(t *testing
 	} {
 		m := g.Message("k")
 		m.Type = c.exchange
-		err := s.Publish(publishCtx(t), []*message.Message{m})
+		err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m})
 		if !publish.IsRejected(err) || !strings.Contains(err.Error(), m.ID) || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("exchange %s: Publish = %v, want Rejected naming %s and saying %q", c.exchange, err, m.ID, c.want)
 		}
 		ok := g.Message("k")
 		ok.Type = good.Exchange
-		if err := s.Publish(publishCtx(t), []*message.Message{ok}); err != nil {
+		if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{ok}); err != nil {
 			t.Fatalf("the next message, to %s: %v", good.Exchange, err)
 		}
 	}

@@ -122,7 +122,7 @@ func TestIntegrationCloudEventsPropertiesDecodeWithTheSDK(t *testing.T) {
 	binary := g.Message("order-3")
 	binary.Payload, binary.PayloadJSON = []byte{0, 0xff, 'x'}, false
 	msgs := []*message.Message{g.Message("order-1"), g.NullKeyMessage(), binary}
-	if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	got := tg.peekAll(t, tg.queue)

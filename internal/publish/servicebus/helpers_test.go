@@ -26,12 +26,6 @@ const (
 	envQueue = "WALPOST_TEST_SERVICEBUS_QUEUE"
 )
 
-func ctxFor(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // target is where a test's messages go: a queue of the stand-in, or the
 // queue of a real namespace named by the environment.
 type target struct {
@@ -117,7 +111,7 @@ func (tg *target) peekAll(t testing.TB, queue string) []*azservicebus.ReceivedMe
 		t.Fatal(err)
 	}
 	defer r.Close(context.Background())
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := sinktest.Context(t, 60*time.Second)
 	var all []*azservicebus.ReceivedMessage
 	from := int64(0)
 	for {

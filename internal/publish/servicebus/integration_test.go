@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,7 +109,7 @@ func TestIntegrationMessageCarriesIDSubjectContentTypePropertiesAndSession(t *te
 	empty := g.Message("order-3")
 	empty.Payload = []byte{}
 	msgs := []*message.Message{plain, correlated, dashed, ownDiag, nullKey, binary, empty}
-	if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 
@@ -174,7 +173,7 @@ func TestIntegrationWithoutSessionsKeepsQueueOrderAndSetsNoSessionID(t *testing.
 	g := sinktest.NewGen(42)
 	msgs := g.Interleave(400, sinktest.Keys(5)...)
 	for _, b := range g.Split(msgs, 120) {
-		if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, b); err != nil {
+		if err := sinktest.PublishWithRetry(sinktest.Context(t, 30*time.Second), s, b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,7 +204,7 @@ func TestIntegrationBatchesFillTheEntityLimit(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = g.SizedMessage(sinktest.Keys(16)[i%16], 300)
 	}
-	if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	st := tg.fake.Stats(t, tg.queue)
@@ -213,27 +212,6 @@ func TestIntegrationBatchesFillTheEntityLimit(t *testing.T) {
 		t.Fatalf("stand-in counted %+v; want 1000 stored from 2 or 3 batch transfers", st)
 	}
 	t.Logf("1000 messages in %d transfers", st.Transfers)
-}
-
-// requirePermanent fails unless err is Permanent and names every one of
-// wants.
-func requirePermanent(t *testing.T, err error, wants ...string) {
-	t.Helper()
-	if err == nil || !publish.IsPermanent(err) {
-		t.Fatalf("got %v, want a Permanent error", err)
-	}
-	for _, w := range wants {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not name %q", err, w)
-		}
-	}
-}
-
-func requireTransient(t *testing.T, err error) {
-	t.Helper()
-	if err == nil || publish.IsPermanent(err) {
-		t.Fatalf("got %v, want an error that is not Permanent", err)
-	}
 }
 
 // TestIntegrationMessageTooLargeIsPermanentAndNamesIt: a message that does
@@ -245,8 +223,8 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	s := newSink(t, tg, "queue: "+tg.queue)
 	g := sinktest.NewGen(44)
 	before, big, after := g.Message("k"), g.SizedMessage("k", 300<<10), g.Message("k")
-	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{before, big, after})
-	requirePermanent(t, err, big.ID, big.LSN.String(), tg.queue, "max message size")
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{before, big, after})
+	sinktest.RequirePermanent(t, err, big.ID, big.LSN.String(), tg.queue, "max message size")
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected", err)
 	}
@@ -273,8 +251,8 @@ func TestIntegrationServiceRefusingABatchAsTooLargeIsPermanent(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = g.SizedMessage("k", 300)
 	}
-	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
-	requirePermanent(t, err, msgs[0].ID, msgs[499].ID, tg.queue, "max_batch_bytes")
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
+	sinktest.RequirePermanent(t, err, msgs[0].ID, msgs[499].ID, tg.queue, "max_batch_bytes")
 	if publish.IsRejected(err) {
 		t.Errorf("a batch refused for max_batch_bytes is Rejected (%v): it is the setting's fault, not a message's", err)
 	}
@@ -292,8 +270,8 @@ func TestIntegrationEntityNotFoundIsPermanent(t *testing.T) {
 	missing := fmt.Sprintf("walpost-missing-%d", time.Now().UnixNano())
 	s := newSink(t, tg, "queue: "+missing)
 	m := sinktest.NewGen(46).Message("k")
-	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{m})
-	requirePermanent(t, err, m.ID, m.LSN.String(), missing, "does not exist")
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m})
+	sinktest.RequirePermanent(t, err, m.ID, m.LSN.String(), missing, "does not exist")
 	if publish.IsRejected(err) {
 		t.Errorf("a missing entity is Rejected (%v): parking every message would not fix it", err)
 	}
@@ -305,8 +283,8 @@ func TestIntegrationUnauthorizedIsPermanent(t *testing.T) {
 	tg := newTarget(t, sbfake.QueueOptions{Unauthorized: true})
 	s := newSink(t, tg, "queue: "+tg.queue)
 	m := sinktest.NewGen(47).Message("k")
-	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{m})
-	requirePermanent(t, err, m.ID, tg.queue, "Data Sender")
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{m})
+	sinktest.RequirePermanent(t, err, m.ID, tg.queue, "Data Sender")
 	var sbErr *azservicebus.Error
 	if !errors.As(err, &sbErr) || sbErr.Code != azservicebus.CodeUnauthorizedAccess {
 		t.Errorf("error %v does not wrap an *azservicebus.Error with code %s", err, azservicebus.CodeUnauthorizedAccess)
@@ -325,20 +303,20 @@ func TestIntegrationThrottlingIsRetried(t *testing.T) {
 	s := newSink(t, tg, "queue: "+tg.queue, "max_retries: 0", "sessions: true")
 	first := g.Interleave(50, sinktest.Keys(3)...)
 	tg.fake.Fail(t, tg.queue, 1, string(condServerBusy), "The request was terminated because the entity is being throttled. (sbfake)")
-	err := s.Publish(ctxFor(t, 30*time.Second), first)
-	requireTransient(t, err)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), first)
+	sinktest.RequireTransient(t, err)
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Condition != condServerBusy {
 		t.Errorf("error %v does not wrap com.microsoft:server-busy", err)
 	}
-	if err := s.Publish(ctxFor(t, 30*time.Second), first); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), first); err != nil {
 		t.Fatalf("the retry failed: %v", err)
 	}
 
 	s = newSink(t, tg, "queue: "+tg.queue, "max_retries: 3", "sessions: true")
 	second := g.Interleave(50, sinktest.Keys(3)...)
 	tg.fake.Fail(t, tg.queue, 2, string(condServerBusy), "throttled (sbfake)")
-	if err := s.Publish(ctxFor(t, 30*time.Second), second); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), second); err != nil {
 		t.Fatalf("with max_retries 3 the SDK should ride out two server-busy answers: %v", err)
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true}, append(first, second...), tg.readAll(t, tg.queue), nil)
@@ -393,7 +371,7 @@ func TestIntegrationThrottledBatchAloneIsResent(t *testing.T) {
 			Ack:       func(b []publish.Delivery) { acks = append(acks, b) },
 			Log:       testLogger(t),
 		})
-		if err := r.Run(ctxFor(t, 30*time.Second)); err != nil {
+		if err := r.Run(sinktest.Context(t, 30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		next := 0
@@ -460,8 +438,8 @@ func TestIntegrationPartialReportCoversEveryEntity(t *testing.T) {
 		}
 	}
 	msgs := sinktest.NewGen(53).Interleave(90, sinktest.Keys(4)...)
-	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
-	requireTransient(t, err)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
+	sinktest.RequireTransient(t, err)
 	done, ok := publish.DoneOf(err)
 	if !ok || len(done) != len(msgs) {
 		t.Fatalf("DoneOf(%v) = %d entries, %v; want one per message of the call", err, len(done), ok)
@@ -486,7 +464,7 @@ func TestIntegrationPartialReportCoversEveryEntity(t *testing.T) {
 	if len(rest) == 0 || len(rest) == 30 {
 		t.Fatalf("%d messages not durable; want the throttled entity's after its first batch", len(rest))
 	}
-	if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, rest); err != nil {
+	if err := sinktest.PublishWithRetry(sinktest.Context(t, 30*time.Second), s, rest); err != nil {
 		t.Fatal(err)
 	}
 	for _, typ := range sinktest.Types {
@@ -522,7 +500,7 @@ func TestIntegrationTemplateSendsEachTypeToItsEntity(t *testing.T) {
 	g := sinktest.NewGen(49)
 	msgs := g.Interleave(300, sinktest.Keys(4)...)
 	for _, b := range g.Split(msgs, 100) {
-		if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, b); err != nil {
+		if err := sinktest.PublishWithRetry(sinktest.Context(t, 30*time.Second), s, b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -541,8 +519,8 @@ func TestIntegrationTemplateSendsEachTypeToItsEntity(t *testing.T) {
 
 	ok, bad := g.Message("k"), g.Message("k")
 	ok.Type, bad.Type = sinktest.Types[0], "order created"
-	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{ok, bad})
-	requirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order created"`)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{ok, bad})
+	sinktest.RequirePermanent(t, err, bad.ID, bad.LSN.String(), `"walpost.order created"`)
 	if !errors.Is(err, errIllegalEntity) {
 		t.Errorf("error %v does not wrap errIllegalEntity", err)
 	}
@@ -562,7 +540,7 @@ func TestIntegrationDuplicateDetectionDropsAResend(t *testing.T) {
 	s := newSink(t, tg, "queue: "+tg.queue, "sessions: true")
 	msgs := sinktest.NewGen(50).Interleave(100, sinktest.Keys(3)...)
 	for range 2 {
-		if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+		if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -595,7 +573,7 @@ func TestIntegrationRunnerDeliversEverythingAcrossAnOutage(t *testing.T) {
 		Log:        testLogger(t),
 	})
 	done := make(chan error, 1)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := sinktest.Context(t, 60*time.Second)
 	go func() { done <- r.Run(ctx) }()
 
 	// The feeder goes on handing batches to the runner (which takes them

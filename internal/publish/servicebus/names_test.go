@@ -62,11 +62,11 @@ func TestIntegrationTemplatedEntityNotFoundRefusesTheMessage(t *testing.T) {
 	g := sinktest.NewGen(61)
 	bad, ok := g.Message("k"), g.Message("k")
 	bad.Type, ok.Type = fmt.Sprintf("missing%d", time.Now().UnixNano()), "good"
-	err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{bad})
+	err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{bad})
 	if !publish.IsRejected(err) || !strings.Contains(err.Error(), bad.ID) || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("Publish to a missing templated entity = %v, want Rejected naming %s", err, bad.ID)
 	}
-	if err := s.Publish(ctxFor(t, 30*time.Second), []*message.Message{ok}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), []*message.Message{ok}); err != nil {
 		t.Fatalf("the next message, to walpost.good: %v", err)
 	}
 	if n := len(tg.readAll(t, "walpost.good")); n != 1 {

@@ -123,7 +123,7 @@ func TestIntegrationSignedRequestsReachTheInboxOnce(t *testing.T) {
 	g := sinktest.NewGen(81)
 	msgs := g.Interleave(40, sinktest.Keys(3)...)
 	for range 2 { // the second time, every one is a duplicate
-		if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+		if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +157,7 @@ func TestIntegrationSignedRequestsReachTheInboxOnce(t *testing.T) {
 		ir.mu.Lock()
 		c.setup()
 		ir.mu.Unlock()
-		err := s.Publish(ctxFor(t, 10*time.Second), more)
+		err := s.Publish(sinktest.Context(t, 10*time.Second), more)
 		if err == nil || !publish.IsPermanent(err) || publish.IsRejected(err) {
 			t.Errorf("%s: Publish returned %v, want a Permanent error (401) that is not Rejected", c.name, err)
 		}
@@ -169,7 +169,7 @@ func TestIntegrationSignedRequestsReachTheInboxOnce(t *testing.T) {
 		}
 	}
 	s.now, s.secret = time.Now, []byte(secret)
-	if err := s.Publish(ctxFor(t, 10*time.Second), more); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), more); err != nil {
 		t.Fatalf("with the right secret again: %v", err)
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true}, onlyIDAndPayload(append(msgs, more...)), ir.stored(t), nil)
@@ -196,7 +196,7 @@ func TestIntegrationReplayUnderAFreshIDIsRefused(t *testing.T) {
 	tap := newReceiver(t)
 	s := newSink(t, tap.srv.URL, "secret: '"+secret+"'")
 	m := sinktest.NewGen(82).Interleave(1, "a")
-	if err := s.Publish(ctxFor(t, 10*time.Second), m); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), m); err != nil {
 		t.Fatal(err)
 	}
 	captured := tap.requests()[0]
@@ -231,7 +231,7 @@ func TestIntegrationReplayUnderAFreshIDIsRefused(t *testing.T) {
 
 	tb := newReceiver(t)
 	sb := newSink(t, tb.srv.URL, "secret: '"+secret+"'", "mode: batch")
-	if err := sb.Publish(ctxFor(t, 10*time.Second), sinktest.NewGen(83).Interleave(3, "a")); err != nil {
+	if err := sb.Publish(sinktest.Context(t, 10*time.Second), sinktest.NewGen(83).Interleave(3, "a")); err != nil {
 		t.Fatal(err)
 	}
 	r := tb.requests()[0]
@@ -259,7 +259,7 @@ func TestIntegrationBatchToHTTPHandlerStopsTheRelay(t *testing.T) {
 	s := newSink(t, ir.srv.URL, "secret: '"+secret+"'", "mode: batch")
 	msgs := sinktest.NewGen(84).Interleave(3, "a")
 	for _, call := range [][]*message.Message{msgs, msgs[:1]} { // the second as the runner's one-at-a-time search would
-		err := s.Publish(ctxFor(t, 10*time.Second), call)
+		err := s.Publish(sinktest.Context(t, 10*time.Second), call)
 		if !publish.IsPermanent(err) || publish.IsRejected(err) || !strings.Contains(err.Error(), "mode: message") {
 			t.Fatalf("Publish of %d = %v, want a Permanent error that is not Rejected, with a hint", len(call), err)
 		}

@@ -168,7 +168,7 @@ func TestIntegrationCloudEventsAttributesAsTheSDKReadsThem(t *testing.T) {
 	js, null, bin := g.Message("order-1"), g.NullKeyMessage(), g.Message("order-2")
 	bin.Payload, bin.PayloadJSON = []byte{0, 1, 2, 0xff}, false
 	msgs := []*message.Message{js, null, bin}
-	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	reqs := rc.requests()

@@ -44,7 +44,7 @@ func TestURLIsNotATemplate(t *testing.T) {
 		m.Type = v
 		msgs = append(msgs, m)
 	}
-	if err := s.Publish(ctxFor(t, 30*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 30*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	want := strings.TrimPrefix(srv.URL, "http://") + " /hook/in?tenant=a"

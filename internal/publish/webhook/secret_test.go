@@ -88,7 +88,7 @@ func TestRuntimeErrorsAndLogsDoNotRepeatSecrets(t *testing.T) {
 		for _, code := range []int{400, 401, 404, 429, 500, 302} {
 			m := sinktest.NewGen(31).Interleave(1, "a")[0]
 			m.Headers["x-status"] = strconv.Itoa(code)
-			err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m})
+			err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
 			if err == nil {
 				t.Fatalf("status %d: no error", code)
 			}
@@ -108,7 +108,7 @@ func TestRuntimeErrorsAndLogsDoNotRepeatSecrets(t *testing.T) {
 		}
 	}
 	rc.srv.Close()
-	err := sinks[0].Publish(ctxFor(t, 10*time.Second), sinktest.NewGen(32).Interleave(1, "a"))
+	err := sinks[0].Publish(sinktest.Context(t, 10*time.Second), sinktest.NewGen(32).Interleave(1, "a"))
 	if err == nil {
 		t.Fatal("no error with the endpoint gone")
 	}
@@ -141,7 +141,7 @@ func TestEchoedSecretsInEscapedFormsAreRedacted(t *testing.T) {
 		w.Write(echo)
 		return true
 	})
-	err := s.Publish(ctxFor(t, 10*time.Second), sinktest.NewGen(33).Interleave(1, "a"))
+	err := s.Publish(sinktest.Context(t, 10*time.Second), sinktest.NewGen(33).Interleave(1, "a"))
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -32,7 +32,7 @@ func TestSignatureV2CoversEveryMessageHeader(t *testing.T) {
 		s := newSink(t, rc.srv.URL, append([]string{"secret: '" + secret + "'", "headers: {Authorization: 'Bearer conf'}"}, c.extra...)...)
 		m := sinktest.NewGen(91).Message("order-1")
 		m.Headers = map[string]string{"traceparent": "00-abc-def-01", "x-tenant": "acme", "Authorization": "Bearer row"}
-		if err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m}); err != nil {
+		if err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		r := rc.requests()[0]

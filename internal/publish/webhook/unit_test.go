@@ -62,7 +62,7 @@ func TestRetryableAnswersAreTransient(t *testing.T) {
 					http.Error(w, "busy", status)
 					return true
 				})
-				err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+				err := s.Publish(sinktest.Context(t, 10*time.Second), msgs)
 				if err == nil || publish.IsPermanent(err) {
 					t.Fatalf("got %v, want a transient error", err)
 				}
@@ -72,7 +72,7 @@ func TestRetryableAnswersAreTransient(t *testing.T) {
 				k := map[string]int{"message": 1, "batch": 2}[mode]
 				requirePartial(t, err, len(msgs), k)
 				// The runner sends what was not reported durable.
-				if err := sinktest.PublishWithRetry(ctxFor(t, 10*time.Second), s, msgs[k:]); err != nil {
+				if err := sinktest.PublishWithRetry(sinktest.Context(t, 10*time.Second), s, msgs[k:]); err != nil {
 					t.Fatal(err)
 				}
 				var got []*message.Message
@@ -159,7 +159,7 @@ func TestRefusalsAreRejectedAndCredentialErrorsPermanent(t *testing.T) {
 				w.WriteHeader(c.status)
 				return true
 			})
-			err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+			err := s.Publish(sinktest.Context(t, 10*time.Second), msgs)
 			if !publish.IsPermanent(err) || publish.IsRejected(err) != c.rejected {
 				t.Fatalf("got %v (permanent %v, rejected %v), want permanent, rejected %v",
 					err, publish.IsPermanent(err), publish.IsRejected(err), c.rejected)
@@ -213,7 +213,7 @@ func TestRunnerFindsTheRefusedMessageOfABatch(t *testing.T) {
 			return nil
 		},
 	})
-	if err := r.Run(ctxFor(t, 30*time.Second)); err != nil {
+	if err := r.Run(sinktest.Context(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if len(parked) != 1 || parked[0].ID != bad.ID {
@@ -262,7 +262,7 @@ func TestTimeoutIsRetried(t *testing.T) {
 	})
 	msgs := sinktest.NewGen(15).Interleave(2, "a")
 	start := time.Now()
-	err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+	err := s.Publish(sinktest.Context(t, 10*time.Second), msgs)
 	if el := time.Since(start); el < 300*time.Millisecond || el > 2*time.Second {
 		t.Errorf("Publish returned after %s with timeout 300ms", el)
 	}
@@ -271,7 +271,7 @@ func TestTimeoutIsRetried(t *testing.T) {
 	}
 	requirePartial(t, err, 2, 0)
 	once.Do(func() { close(release) })
-	if err := sinktest.PublishWithRetry(ctxFor(t, 10*time.Second), s, msgs); err != nil {
+	if err := sinktest.PublishWithRetry(sinktest.Context(t, 10*time.Second), s, msgs); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rc.requests()); n != 2 {
@@ -286,7 +286,7 @@ func TestConnectionRefusedIsTransient(t *testing.T) {
 	u := rc.srv.URL
 	rc.srv.Close()
 	s := newSink(t, u)
-	err := s.Publish(ctxFor(t, 10*time.Second), sinktest.NewGen(16).Interleave(1, "a"))
+	err := s.Publish(sinktest.Context(t, 10*time.Second), sinktest.NewGen(16).Interleave(1, "a"))
 	if err == nil || publish.IsPermanent(err) {
 		t.Fatalf("got %v, want a transient error", err)
 	}
@@ -308,7 +308,7 @@ func TestRequestsCarryIdentityHeadersAndBodies(t *testing.T) {
 	m.Headers["idempotency-key"] = "spoofed"
 	m.Headers["x-tenant"] = "acme"
 	null := g.NullKeyMessage()
-	if err := s.Publish(ctxFor(t, 10*time.Second), []*message.Message{m, null}); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m, null}); err != nil {
 		t.Fatal(err)
 	}
 	reqs := rc.requests()
@@ -335,7 +335,7 @@ func TestRequestsCarryIdentityHeadersAndBodies(t *testing.T) {
 	rb := newReceiver(t)
 	sb := newSink(t, rb.srv.URL, "mode: batch")
 	batch := g.Interleave(5, "a", "b")
-	if err := sb.Publish(ctxFor(t, 10*time.Second), batch); err != nil {
+	if err := sb.Publish(sinktest.Context(t, 10*time.Second), batch); err != nil {
 		t.Fatal(err)
 	}
 	reqs = rb.requests()
@@ -370,7 +370,7 @@ func TestBatchesAreCutBySizeAndBytes(t *testing.T) {
 	for _, size := range []int{200, 200, 200, 200, 900, 900, 5000, 200} {
 		msgs = append(msgs, g.SizedMessage("a", size))
 	}
-	if err := s.Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	var counts []int
@@ -399,12 +399,12 @@ func TestUnsendableHeaderEntryIsRejected(t *testing.T) {
 	msgs := g.Interleave(3, "a")
 	msgs[1].Headers["bad name"] = "x"
 	msgs[2].Headers["x-line"] = "one\r\ntwo"
-	err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+	err := s.Publish(sinktest.Context(t, 10*time.Second), msgs)
 	if !publish.IsRejected(err) || !strings.Contains(err.Error(), msgs[1].ID) || !strings.Contains(err.Error(), `"bad name"`) {
 		t.Fatalf("got %v, want a Rejected error naming message %s and the entry", err, msgs[1].ID)
 	}
 	requirePartial(t, err, 3, 1)
-	err = s.Publish(ctxFor(t, 10*time.Second), msgs[2:])
+	err = s.Publish(sinktest.Context(t, 10*time.Second), msgs[2:])
 	if !publish.IsRejected(err) || strings.Contains(err.Error(), "two") {
 		t.Fatalf("got %v, want a Rejected error without the value", err)
 	}
@@ -431,7 +431,7 @@ func TestUnsendableIDOrTypeIsRejected(t *testing.T) {
 			msgs := sinktest.NewGen(20).Interleave(3, "a")
 			id := msgs[1].ID
 			c.spoil(msgs[1])
-			err := s.Publish(ctxFor(t, 10*time.Second), msgs)
+			err := s.Publish(sinktest.Context(t, 10*time.Second), msgs)
 			if !publish.IsRejected(err) || !strings.Contains(err.Error(), id) ||
 				!strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want a Rejected error naming the message and its %s", err, c.want)
@@ -461,7 +461,7 @@ func TestOneRequestAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, b := range batches {
 		wg.Go(func() {
-			if err := s.Publish(ctxFor(t, 10*time.Second), b); err != nil {
+			if err := s.Publish(sinktest.Context(t, 10*time.Second), b); err != nil {
 				t.Error(err)
 			}
 		})
@@ -489,17 +489,17 @@ func TestTLS(t *testing.T) {
 	}
 	msgs := sinktest.NewGen(21).Interleave(1, "a")
 
-	if err := newSink(t, srv.URL, "tls: {ca_file: "+ca+"}").Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	if err := newSink(t, srv.URL, "tls: {ca_file: "+ca+"}").Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Errorf("with tls.ca_file: %v", err)
 	}
-	err := newSink(t, srv.URL).Publish(ctxFor(t, 10*time.Second), msgs)
+	err := newSink(t, srv.URL).Publish(sinktest.Context(t, 10*time.Second), msgs)
 	if !publish.IsPermanent(err) || !strings.Contains(err.Error(), "tls.ca_file") {
 		t.Errorf("without tls.ca_file: %v, want a Permanent error pointing at tls.ca_file", err)
 	}
-	if err := newSink(t, srv.URL, "tls: {insecure_skip_verify: true}").Publish(ctxFor(t, 10*time.Second), msgs); err != nil {
+	if err := newSink(t, srv.URL, "tls: {insecure_skip_verify: true}").Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
 		t.Errorf("with insecure_skip_verify: %v", err)
 	}
-	err = newSink(t, strings.Replace(srv.URL, "https:", "http:", 1)).Publish(ctxFor(t, 10*time.Second), msgs)
+	err = newSink(t, strings.Replace(srv.URL, "https:", "http:", 1)).Publish(sinktest.Context(t, 10*time.Second), msgs)
 	if err == nil {
 		t.Errorf("plain http to a TLS port succeeded")
 	}

@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/walpost/walpost/internal/tcpproxy"
+	"github.com/walpost/walpost/internal/testutil"
 )
 
 // rheaVersion is the version of rhea that package-lock.json pins.
@@ -51,7 +52,7 @@ type Broker struct {
 	stdin   io.WriteCloser
 	control string // base URL of the control API
 	proxy   *tcpproxy.Proxy
-	stderr  *lockedBuffer
+	stderr  *testutil.Buffer
 }
 
 // QueueOptions configures a queue of the stand-in.
@@ -116,7 +117,7 @@ func Start(tb testing.TB) *Broker {
 		tb.Fatalf("sbfake: %v", installErr)
 	}
 
-	b := &Broker{stderr: &lockedBuffer{}}
+	b := &Broker{stderr: &testutil.Buffer{Max: 1 << 20}} // enough to diagnose
 	b.cmd = exec.Command(node, filepath.Join(dir(), "server.js"))
 	b.cmd.Dir = dir()
 	b.cmd.Stderr = b.stderr
@@ -303,30 +304,4 @@ func (b *Broker) call(tb testing.TB, method, path string, in, out any) {
 			tb.Fatalf("sbfake: %s %s: decoding %q: %v", method, path, raw, err)
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 {
-		return len(p), nil // enough to diagnose
-	}
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

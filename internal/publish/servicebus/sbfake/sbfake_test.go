@@ -9,13 +9,9 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
-)
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+	"github.com/walpost/walpost/internal/publish/sinktest"
+)
 
 func client(t *testing.T, b *Broker) *azservicebus.Client {
 	c, err := azservicebus.NewClientFromConnectionString(b.ConnectionString(), &azservicebus.ClientOptions{
@@ -37,7 +33,7 @@ func TestStandInSpeaksWhatTheSDKNeeds(t *testing.T) {
 	b := Start(t)
 	b.CreateQueue(t, "q", QueueOptions{})
 	c := client(t, b)
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := sinktest.Context(t, 30*time.Second)
 
 	s, err := c.NewSender("q", nil)
 	if err != nil {
@@ -114,7 +110,7 @@ func TestStandInRefusesUnknownEntityAndExpiredLocks(t *testing.T) {
 	b := Start(t)
 	b.CreateQueue(t, "short", QueueOptions{LockDuration: 300 * time.Millisecond})
 	c := client(t, b)
-	ctx := ctxFor(t, 30*time.Second)
+	ctx := sinktest.Context(t, 30*time.Second)
 
 	s, err := c.NewSender("missing", nil)
 	if err != nil {
