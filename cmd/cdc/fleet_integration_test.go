@@ -186,7 +186,7 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 	p := startCDC(t, "run", "--config", dir)
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf(format+"\nlog:\n%s", append(args, p.stderr.String())...)
+		t.Fatalf(format+"\nlog:\n%s", append(args, p.Stderr.String())...)
 	}
 	if !pgtest.WaitFor(60*time.Second, func() bool {
 		r, ok := readSources(addr)
@@ -209,7 +209,7 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 		}
 	}
 	send(10)
-	relaytest.WaitAllDelivered(t, healthy.out, want, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, healthy.out, want, 30*time.Second, p.Stderr.String)
 
 	// The three failures.
 	for i := range 5 {
@@ -225,11 +225,11 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 	// Whatever the others do, the healthy source delivers at once.
 	start := time.Now()
 	send(200)
-	relaytest.WaitAllDelivered(t, healthy.out, want, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, healthy.out, want, 30*time.Second, p.Stderr.String)
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("the healthy source took %v to deliver 200 rows while the others failed", d)
 	}
-	relaytest.WaitAllDelivered(t, badRow.out, []relaytest.Msg{good}, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, badRow.out, []relaytest.Msg{good}, 30*time.Second, p.Stderr.String)
 
 	var rep sourcesReport
 	if !pgtest.WaitFor(60*time.Second, func() bool {
@@ -251,7 +251,7 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 		t.Errorf("/sources errors %q, sinkdown's failing sinks %v", errs, rep.Sources[3].FailingSinks)
 	}
 	send(50) // still at once, the failures standing
-	relaytest.WaitAllDelivered(t, healthy.out, want, 30*time.Second, p.stderr.String)
+	relaytest.WaitAllDelivered(t, healthy.out, want, 30*time.Second, p.Stderr.String)
 
 	code, body, err := fetch(addr, "/readyz?verbose")
 	if err != nil || code != http.StatusOK {
@@ -325,15 +325,15 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 		}
 	}
 
-	if p.exited() {
+	if p.Exited() {
 		fail("cdc run exited")
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != drainCutExit {
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.Wait(30 * time.Second); code != drainCutExit {
 		fail("cdc run exited %d after SIGTERM, want %d (the failing webhook's drain cut)", code, drainCutExit)
 	}
-	if !regexp.MustCompile(`"error":"source sinkdown: relay: relay.shutdown_timeout cut the drain`).MatchString(p.stderr.String()) {
-		t.Errorf("no log of the sinkdown source's cut drain:\n%s", p.stderr.String())
+	if !regexp.MustCompile(`"error":"source sinkdown: relay: relay.shutdown_timeout cut the drain`).MatchString(p.Stderr.String()) {
+		t.Errorf("no log of the sinkdown source's cut drain:\n%s", p.Stderr.String())
 	}
 }
 
@@ -366,7 +366,7 @@ func TestIntegrationShortCapacityLeavesASourceUnownedAndShowsIt(t *testing.T) {
 		waiting := st["a"] == "waiting_for_capacity" || st["b"] == "waiting_for_capacity"
 		return ok && waiting && (st["a"] == "streaming" || st["b"] == "streaming") && rep.Sources[0].Unowned != rep.Sources[1].Unowned
 	}) {
-		t.Fatalf("one source did not stream and the other wait unowned: %+v\n%s", rep, first.stderr.String())
+		t.Fatalf("one source did not stream and the other wait unowned: %+v\n%s", rep, first.Stderr.String())
 	}
 	waiting := a
 	if rep.states()["b"] == "waiting_for_capacity" {
@@ -382,8 +382,8 @@ func TestIntegrationShortCapacityLeavesASourceUnownedAndShowsIt(t *testing.T) {
 	if v := metricValue(metrics, "walpost_fleet_capacity_used"); v != 1 {
 		t.Errorf("walpost_fleet_capacity_used = %v, want 1", v)
 	}
-	if !strings.Contains(first.stderr.String(), `"source":"`+waiting.name+`"`) || !strings.Contains(first.stderr.String(), "the fleet lacks capacity") {
-		t.Errorf("no warning of the unowned source:\n%s", first.stderr.String())
+	if !strings.Contains(first.Stderr.String(), `"source":"`+waiting.name+`"`) || !strings.Contains(first.Stderr.String(), "the fleet lacks capacity") {
+		t.Errorf("no warning of the unowned source:\n%s", first.Stderr.String())
 	}
 	if code, body, _ := fetch(addrs[0], "/readyz?verbose"); code != http.StatusOK || !strings.Contains(body, waiting.name+" waiting_for_capacity unowned\n") {
 		t.Errorf("/readyz?verbose: %d\n%s", code, body)
@@ -393,7 +393,7 @@ func TestIntegrationShortCapacityLeavesASourceUnownedAndShowsIt(t *testing.T) {
 	conn := pgtest.Connect(t, waiting.url)
 	m := relaytest.NewMsg("t", "k", 1)
 	waiting.ob.InsertTx(t, conn, m)
-	relaytest.WaitAllDelivered(t, waiting.out, []relaytest.Msg{m}, 60*time.Second, second.stderr.String)
+	relaytest.WaitAllDelivered(t, waiting.out, []relaytest.Msg{m}, 60*time.Second, second.Stderr.String)
 	if !pgtest.WaitFor(30*time.Second, func() bool {
 		r, ok := readSources(addrs[0])
 		for _, s := range r.Sources {

@@ -221,7 +221,7 @@ func TestIntegrationFleetSharesSourcesAndTakesOverAfterKill9(t *testing.T) {
 	pidAtKill := pids()
 	freed, retaken := map[string]time.Duration{}, map[string]time.Duration{}
 	atKill := map[string]int64{}
-	victim.p.Kill9()
+	victim.p.Kill9(t)
 	killed := time.Now()
 	watched := make(chan struct{})
 	go func() {

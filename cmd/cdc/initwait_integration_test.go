@@ -42,15 +42,15 @@ func TestIntegrationInitWaitsForAServerThatIsNotListeningYet(t *testing.T) {
 
 	// Waits (default --wait) until the server listens.
 	p := startCDC(t, "init", "--config", cfg)
-	pgtest.Await(t, 30*time.Second, "cdc init retrying", func() bool { return strings.Count(p.stderr.String(), initRetryLine) >= 3 })
-	if p.exited() {
-		t.Fatalf("cdc init gave up while the server was not listening:\n%s", p.stderr.String())
+	pgtest.Await(t, 30*time.Second, "cdc init retrying", func() bool { return strings.Count(p.Stderr.String(), initRetryLine) >= 3 })
+	if p.Exited() {
+		t.Fatalf("cdc init gave up while the server was not listening:\n%s", p.Stderr.String())
 	}
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(60 * time.Second); code != 0 || !strings.Contains(p.stdout.String(), "slot "+ob.Slot+": created") {
-		t.Fatalf("cdc init once the server listens: exit %d, want 0 and the slot created:\n%s%s", code, p.stdout.String(), p.stderr.String())
+	if code := p.Wait(60 * time.Second); code != 0 || !strings.Contains(p.Stdout.String(), "slot "+ob.Slot+": created") {
+		t.Fatalf("cdc init once the server listens: exit %d, want 0 and the slot created:\n%s%s", code, p.Stdout.String(), p.Stderr.String())
 	}
 	var slots int
 	if err := pgtest.Connect(t, url).QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", ob.Slot).Scan(&slots); err != nil || slots != 1 {

@@ -93,9 +93,9 @@ func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T
 			line := streamingLine(t, p)
 			for _, kv := range tc.env {
 				env, _, _ := strings.Cut(kv, "=")
-				if !strings.Contains(p.stderr.String(), `"env":"`+env+`","value":"off"`) ||
-					!strings.Contains(p.stderr.String(), "switched off by the environment") {
-					t.Errorf("no info line for %s in the relay's log:\n%s", kv, p.stderr.String())
+				if !strings.Contains(p.Stderr.String(), `"env":"`+env+`","value":"off"`) ||
+					!strings.Contains(p.Stderr.String(), "switched off by the environment") {
+					t.Errorf("no info line for %s in the relay's log:\n%s", kv, p.Stderr.String())
 				}
 			}
 			rtt, _ := line["rtt_us"].(float64)

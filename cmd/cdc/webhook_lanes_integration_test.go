@@ -197,17 +197,17 @@ func TestIntegrationWebhookLanesKeepKeyOrderThroughKill9(t *testing.T) {
 		}
 	}()
 	if !pgtest.WaitFor(60*time.Second, func() bool { return e.delivered() >= 700 }) {
-		t.Fatalf("%d messages delivered in 60 s\n%s", e.delivered(), relay.stderr.String())
+		t.Fatalf("%d messages delivered in 60 s\n%s", e.delivered(), relay.Stderr.String())
 	}
-	relay.kill9(t)
+	relay.Kill9(t)
 	killedAt := e.delivered()
 	<-inserted
 
 	relay = startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(90*time.Second, func() bool { return e.delivered() == rows }) {
-		t.Fatalf("%d of %d messages delivered after the restart\n%s", e.delivered(), rows, relay.stderr.String())
+		t.Fatalf("%d of %d messages delivered after the restart\n%s", e.delivered(), rows, relay.Stderr.String())
 	}
-	stopGracefully(t, relay)
+	relay.Stop(t)
 
 	dups := e.checkKeyOrder(t)
 	e.mu.Lock()

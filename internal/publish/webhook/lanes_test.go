@@ -186,7 +186,7 @@ func TestLanesKeepEachKeyInOrderWithManyRequestsInFlight(t *testing.T) {
 	s := newSink(t, rc.srv.URL, "concurrency: 32")
 	msgs := interleaved(sinktest.NewGen(40), 1000, sinktest.Keys(50))
 	start := time.Now()
-	if err := s.Publish(ctxFor(t, 60*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 60*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	el := time.Since(start)
@@ -214,7 +214,7 @@ func TestLanesInBatchMode(t *testing.T) {
 	kw := watchKeys(rc, 10*time.Millisecond)
 	s := newSink(t, rc.srv.URL, "concurrency: 4", "mode: batch", "batch_size: 7")
 	msgs := interleaved(sinktest.NewGen(41), 300, sinktest.Keys(12))
-	if err := s.Publish(ctxFor(t, 60*time.Second), msgs); err != nil {
+	if err := s.Publish(sinktest.Context(t, 60*time.Second), msgs); err != nil {
 		t.Fatal(err)
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{NullKey: true, LSN: true, ReencodesJSON: true}, msgs, received(t, rc), nil)
@@ -266,7 +266,7 @@ func TestLanesFailedRequestStopsOnlyItsKeys(t *testing.T) {
 				}
 				return status, nil
 			})
-			err := s.Publish(ctxFor(t, 30*time.Second), msgs)
+			err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 			if err == nil || publish.IsPermanent(err) || !strings.Contains(err.Error(), "503") {
 				t.Fatalf("got %v, want a transient error about the 503", err)
 			}
@@ -292,7 +292,7 @@ func TestLanesFailedRequestStopsOnlyItsKeys(t *testing.T) {
 					rest = append(rest, m)
 				}
 			}
-			if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, rest); err != nil {
+			if err := sinktest.PublishWithRetry(sinktest.Context(t, 30*time.Second), s, rest); err != nil {
 				t.Fatal(err)
 			}
 			sinktest.CheckDelivered(t, sinktest.Features{NullKey: true}, msgs, received(t, rc), nil)
@@ -331,7 +331,7 @@ func TestLanesPermanentFailureStopsEveryLane(t *testing.T) {
 		mu.Unlock()
 		return kw.answer(w, r)
 	})
-	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	if !publish.IsPermanent(err) || publish.IsRejected(err) || !strings.Contains(err.Error(), bad.ID) {
 		t.Fatalf("got %v, want a Permanent error, not Rejected, naming %s", err, bad.ID)
 	}
@@ -367,7 +367,7 @@ func TestLanesRetryAfterIsWaitedOutByItsLane(t *testing.T) {
 		return 0, nil
 	})
 	start := time.Now()
-	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	el := time.Since(start)
 	if err == nil || publish.IsPermanent(err) {
 		t.Fatalf("got %v, want a transient error", err)
@@ -440,7 +440,7 @@ func TestLanesRefusedMessageIsParkedOrStopsTheRelay(t *testing.T) {
 					return nil
 				}
 			}
-			err := publish.NewRunner(s, in, opt).Run(ctxFor(t, 60*time.Second))
+			err := publish.NewRunner(s, in, opt).Run(sinktest.Context(t, 60*time.Second))
 			got := received(t, rc)
 			kw.requireNoOverlap(t)
 			if !deadLetter {
@@ -585,13 +585,13 @@ func TestConcurrencyOneKeepsWALOrderAndStopsAtTheFirstFailure(t *testing.T) {
 		}
 		return 0, nil
 	})
-	err := s.Publish(ctxFor(t, 30*time.Second), msgs)
+	err := s.Publish(sinktest.Context(t, 30*time.Second), msgs)
 	if err == nil || publish.IsPermanent(err) {
 		t.Fatalf("got %v, want a transient error", err)
 	}
 	requirePartial(t, err, len(msgs), 25)
 	kw.setRefuse(nil)
-	if err := sinktest.PublishWithRetry(ctxFor(t, 30*time.Second), s, msgs[25:]); err != nil {
+	if err := sinktest.PublishWithRetry(sinktest.Context(t, 30*time.Second), s, msgs[25:]); err != nil {
 		t.Fatal(err)
 	}
 	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, NullKey: true}, msgs, received(t, rc), nil)
