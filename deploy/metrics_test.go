@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/walpost/walpost/internal/fleet"
 	"github.com/walpost/walpost/internal/relay"
 )
 
@@ -62,6 +63,9 @@ func relayMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	d := &describingRegisterer{reg: prometheus.NewRegistry(), names: map[string]bool{}, histograms: map[string]bool{}}
 	relay.NewMetrics(d)
+	// A process of several sources (cdc run --config DIR) adds its
+	// per-source gauges (docs/fleet.md).
+	fleet.NewSourceGauges(d)
 	if len(d.names) < 5 {
 		t.Fatalf("relay.NewMetrics registered only %v", d.names)
 	}

@@ -109,19 +109,10 @@ func New(sources []Source, opt Options) (*Fleet, error) {
 			sreg = prometheus.WrapRegistererWith(prometheus.Labels{"source": src.Name}, reg)
 		}
 		s.metrics = relay.NewMetrics(sreg)
-		s.failedG = prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_source_failed",
-			Help: "1 while the source's relay stopped with an error and waits to be started again (a process of several sources)."})
-		s.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_source_failures_total",
-			Help: "Times the source's relay stopped with an error (a process of several sources); each is started again after a backoff."})
-		waiting := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_source_waiting_for_capacity",
-			Help: "1 while the source waits without trying its slot because this instance holds --max-active slots."})
-		unowned := prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_source_unowned",
-			Help: "1 while the source waits for capacity and its slot was last found held by no process: nothing relays it (the fleet lacks capacity)."})
-		if sreg != nil {
-			sreg.MustRegister(s.failedG, s.failures, waiting, unowned)
-		}
+		g := NewSourceGauges(sreg)
+		s.failedG, s.failures = g.Failed, g.Failures
 		s.entry = &entry{g: f.gate, poll: src.Config.Postgres.StandbyPoll.D(), log: s.log, sleep: backoff.Sleep,
-			probe: slotUnowned(src.Config.Postgres.URL, src.Config.Postgres.Slot), waitingG: waiting, unownedG: unowned}
+			probe: slotUnowned(src.Config.Postgres.URL, src.Config.Postgres.Slot), waitingG: g.Waiting, unownedG: g.Unowned}
 		r, err := relay.New(src.Config, s.log, s.metrics)
 		if err != nil {
 			return nil, fmt.Errorf("config %s: %w", src.Path, err)
@@ -130,6 +121,36 @@ func New(sources []Source, opt Options) (*Fleet, error) {
 		f.sources = append(f.sources, s)
 	}
 	return f, nil
+}
+
+// SourceGauges are the series a process of several sources keeps per
+// source besides relay.NewMetrics' (each labelled source=<name> by the
+// registerer New wraps).
+type SourceGauges struct {
+	Failed   prometheus.Gauge   // walpost_source_failed
+	Failures prometheus.Counter // walpost_source_failures_total
+	Waiting  prometheus.Gauge   // walpost_source_waiting_for_capacity
+	Unowned  prometheus.Gauge   // walpost_source_unowned
+}
+
+// NewSourceGauges makes a source's gauges and registers them with reg
+// when it is not nil. The deploy module's tests call it to learn which
+// names the alerts may use.
+func NewSourceGauges(reg prometheus.Registerer) SourceGauges {
+	g := SourceGauges{
+		Failed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_source_failed",
+			Help: "1 while the source's relay stopped with an error and waits to be started again (a process of several sources)."}),
+		Failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_source_failures_total",
+			Help: "Times the source's relay stopped with an error (a process of several sources); each is started again after a backoff."}),
+		Waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_source_waiting_for_capacity",
+			Help: "1 while the source waits without trying its slot because this instance holds --max-active slots."}),
+		Unowned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_source_unowned",
+			Help: "1 while the source waits for capacity and its slot was last found held by no process: nothing relays it (the fleet lacks capacity)."}),
+	}
+	if reg != nil {
+		reg.MustRegister(g.Failed, g.Failures, g.Waiting, g.Unowned)
+	}
+	return g
 }
 
 func (f *Fleet) registerMetrics(reg prometheus.Registerer) {
