@@ -252,7 +252,7 @@ func TestIntegrationStatusShowsTheSlot(t *testing.T) {
 
 	// Parked messages of this slot are counted per sink.
 	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
-	pgtest.Exec(t, url, "CREATE TABLE "+dlq+" (slot text, lsn pg_lsn, seq bigint DEFAULT 0, sink text, commit_lsn pg_lsn, message_id text, error text, row_data jsonb, resent_at timestamptz, PRIMARY KEY (slot, lsn, seq, sink))")
+	pgtest.Exec(t, url, "CREATE TABLE "+dlq+" (slot text, lsn pg_lsn, seq bigint DEFAULT 0, sink text, commit_lsn pg_lsn, message_id text, error text, row_data jsonb, resent_at timestamptz, hold_key text, held_behind text, PRIMARY KEY (slot, lsn, seq, sink))")
 	pgtest.Exec(t, url, "INSERT INTO "+dlq+" (slot, lsn, sink) VALUES ('"+ob.Slot+"', '0/1', ''), ('"+ob.Slot+"', '0/2', 'out'), ('"+ob.Slot+"', '0/3', 'out'), ('other', '0/3', 'out')")
 	out.Reset()
 	if code := run([]string{"status", "--config", cfg}, &out, &out); code != 0 {

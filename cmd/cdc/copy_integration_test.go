@@ -312,7 +312,7 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 	var initOut strings.Builder
 	if code := run([]string{"init", "--config", adminCfg}, &initOut, &initOut); code != 0 ||
 		!strings.Contains(initOut.String(), "upgraded: added column seq, column commit_time") ||
-		!strings.Contains(initOut.String(), "upgraded: added column resent_at, column seq, primary key (slot, lsn, seq, sink)") {
+		!strings.Contains(initOut.String(), "upgraded: added column resent_at, column seq, column hold_key, column held_behind, primary key (slot, lsn, seq, sink)") {
 		t.Fatalf("cdc init: exit %d, want both tables upgraded\n%s", code, initOut.String())
 	}
 	var strays int // columns of the progress table's upgrade on another state table

@@ -39,10 +39,17 @@ that could not be mapped (relay.on_invalid: dead_letter, cdc skip; sink
                  decoded again with the current mapping (fix its row_data,
                  or the config, first), to every sink whose route takes
                  it. Each failure is reported; the others go on.
+                 A message of a held key (relay.on_invalid or
+                 on_refused: hold_key) is resent with the key's other
+                 parked messages, in order, from the first one (which
+                 must be the one named, or named with it); the key is
+                 released once all are resent.
   resend --all   every parked message not resent yet
   drop ID...     delete parked rows (asks nothing; prints what it
                  dropped). Drop a row parked for every sink only once the
                  relay went past it: the relay looks it up to go past it.
+                 Dropping the first message of a held key resends the
+                 key's other parked messages in order and releases it.
 
 ID is a message id, or a position for a row without a readable id: an
 LSN (0/16B3748) names every row at it, LSN:N the row N of a multi-row
@@ -111,6 +118,12 @@ func deadLetterCmd(e *cmdEnv) error {
 	case "drop":
 		for i := range parked {
 			p := &parked[i]
+			if p.Held() {
+				if err := dropHead(e, p); err != nil {
+					return err
+				}
+				continue
+			}
 			ok, err := dl.Drop(e.ctx, p)
 			if err != nil {
 				return err
@@ -126,18 +139,48 @@ func deadLetterCmd(e *cmdEnv) error {
 	return nil
 }
 
+// dropHead drops p, the parked message a key is held behind, and resends
+// the key's other parked messages in order (replay.Release).
+func dropHead(e *cmdEnv, p *store.Parked) error {
+	dropped := true
+	failed, err := replay.Release(e.ctx, e.cfg, *p, e.log, func(o replay.Outcome) {
+		if o.Parked.LSN == p.LSN && o.Parked.Seq == p.Seq && o.Parked.Sink == p.Sink {
+			dropped = false // not the head: the outcome says which is
+		}
+		reportResent(e, o)
+	})
+	if err != nil {
+		return err
+	}
+	if dropped {
+		fmt.Fprintf(e.stdout, "dropped %s (lsn %s, sink %s)\n", p.Name(), p.At(), sinkLabel(p.Sink))
+	}
+	if dropped && failed == 0 {
+		fmt.Fprintf(e.stdout, "key %q released\n", p.HoldKey)
+	}
+	if failed > 0 {
+		return fmt.Errorf("key %q is still held: %d message(s) were not resent or dropped (reported above)", p.HoldKey, failed)
+	}
+	return nil
+}
+
+// reportResent prints one resend outcome.
+func reportResent(e *cmdEnv, o replay.Outcome) {
+	to := strings.Join(o.Sinks, ", ")
+	if to == "" {
+		to = "no sink (none routes it)"
+	}
+	if o.Err != nil {
+		fmt.Fprintf(e.stdout, "failed  %s (lsn %s, sink %s): %v\n", o.Parked.Name(), o.Parked.At(), sinkLabel(o.Parked.Sink), o.Err)
+		return
+	}
+	fmt.Fprintf(e.stdout, "resent  %s (lsn %s) to %s\n", o.Parked.Name(), o.Parked.At(), to)
+}
+
 // resendParked resends parked and reports each outcome.
 func resendParked(e *cmdEnv, parked []store.Parked) error {
 	failed, err := replay.Resend(e.ctx, e.cfg, parked, e.log, func(o replay.Outcome) {
-		to := strings.Join(o.Sinks, ", ")
-		if to == "" {
-			to = "no sink (none routes it)"
-		}
-		if o.Err != nil {
-			fmt.Fprintf(e.stdout, "failed  %s (lsn %s, sink %s): %v\n", o.Parked.Name(), o.Parked.At(), sinkLabel(o.Parked.Sink), o.Err)
-			return
-		}
-		fmt.Fprintf(e.stdout, "resent  %s (lsn %s) to %s\n", o.Parked.Name(), o.Parked.At(), to)
+		reportResent(e, o)
 	})
 	if err != nil {
 		return err
@@ -169,6 +212,9 @@ type parkedJSON struct {
 	ResentAt  *time.Time      `json:"resent_at"`
 	Error     string          `json:"error"`
 	RowData   json.RawMessage `json:"row_data"`
+	// HoldKey and HeldBehind: relay.on_invalid or on_refused: hold_key.
+	HoldKey    *string `json:"hold_key,omitempty"`
+	HeldBehind *string `json:"held_behind,omitempty"`
 }
 
 func writeJSON(w io.Writer, parked []store.Parked) error {
@@ -181,6 +227,12 @@ func writeJSON(w io.Writer, parked []store.Parked) error {
 		if !p.ResentAt.IsZero() {
 			r := p.ResentAt.UTC()
 			out[i].ResentAt = &r
+		}
+		if p.HoldKey != "" {
+			out[i].HoldKey = &parked[i].HoldKey
+		}
+		if p.HeldBehind != "" {
+			out[i].HeldBehind = &parked[i].HeldBehind
 		}
 	}
 	enc := json.NewEncoder(w)
@@ -195,8 +247,9 @@ func printParked(w io.Writer, parked []store.Parked, asJSON bool) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tLSN\tSINK\tPARKED_AT\tRESENT_AT\tERROR")
-	unmapped := false
+	unmapped, held := false, false
 	for _, p := range parked {
+		held = held || p.Held()
 		id := p.ID
 		if id == "" {
 			id = "-"
@@ -209,6 +262,9 @@ func printParked(w io.Writer, parked []store.Parked, asJSON bool) error {
 	}
 	if unmapped {
 		fmt.Fprintln(w, "sink -: a row that could not be mapped, parked for every sink (resend decodes it again and sends it to each sink that routes it)")
+	}
+	if held {
+		fmt.Fprintln(w, "held: a key is held behind its first parked message (relay.on_invalid or on_refused: hold_key); resend or drop that one and the key's other messages follow in order")
 	}
 	if len(parked) == 0 {
 		fmt.Fprintln(w, "(no parked messages)")
@@ -256,8 +312,15 @@ func showParked(w io.Writer, parked []store.Parked, asJSON bool) error {
 			pretty.Reset()
 			pretty.Write(p.RowData)
 		}
-		fmt.Fprintf(w, "id:          %s\nlsn:         %s\ncommit_lsn:  %s\nsink:        %s\nparked_at:   %s\nresent_at:   %s\nerror:       %s\nrow_data:\n  %s\n",
-			id, p.At(), p.CommitLSN, sink, p.ParkedAt.UTC().Format(time.RFC3339Nano), timeLabel(p.ResentAt), p.Error, pretty.String())
+		fmt.Fprintf(w, "id:          %s\nlsn:         %s\ncommit_lsn:  %s\nsink:        %s\nparked_at:   %s\nresent_at:   %s\nerror:       %s\n",
+			id, p.At(), p.CommitLSN, sink, p.ParkedAt.UTC().Format(time.RFC3339Nano), timeLabel(p.ResentAt), p.Error)
+		if p.HoldKey != "" {
+			fmt.Fprintf(w, "hold_key:    %s\n", p.HoldKey)
+		}
+		if p.HeldBehind != "" {
+			fmt.Fprintf(w, "held_behind: %s\n", p.HeldBehind)
+		}
+		fmt.Fprintf(w, "row_data:\n  %s\n", pretty.String())
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/store"
 )
 
 // statusCmd is cdc status [--json]. It exits 1 (an error) when the slot is
@@ -87,6 +88,20 @@ func printStatus(w io.Writer, cfg *config.Config, st *admin.Status) {
 		}
 		fmt.Fprintf(w, "dead letters:  %d in %s (%s)\n", total, cfg.Postgres.DeadLetterTable, strings.Join(parts, ", "))
 	}
+	if len(st.Held) > 0 {
+		fmt.Fprintf(w, "held keys:     %d (their messages are parked behind the first; cdc dead-letter resend or drop of it releases the key in order)\n", len(st.Held))
+		for i, h := range st.Held {
+			if i == 10 {
+				fmt.Fprintf(w, "               ... and %d more (cdc dead-letter list)\n", len(st.Held)-i)
+				break
+			}
+			head := store.FormatAt(h.Head.LSN, h.Head.Seq)
+			if h.HeadID != "" {
+				head = h.HeadID + " at " + head
+			}
+			fmt.Fprintf(w, "               key %q, sink %s: %d parked, behind %s\n", h.Key, sinkLabel(h.Sink), h.Messages, head)
+		}
+	}
 	for _, warning := range append(append(slices.Clone(st.Warnings), st.Coverage...), st.Cautions...) {
 		fmt.Fprintf(w, "warning:       %s\n", warning)
 	}
@@ -126,6 +141,7 @@ type statusJSON struct {
 	Sinks         []sinkJSON      `json:"sinks"`
 	SlowestSink   *string         `json:"slowest_sink"`
 	DeadLetters   *deadLettersRep `json:"dead_letters"`
+	HeldKeys      []heldKeyRep    `json:"held_keys"`
 	Warnings      []string        `json:"warnings"`
 	// OutboxWarnings: why outbox rows may not reach the sinks
 	// (admin.Status.Coverage).
@@ -142,6 +158,15 @@ type deadLettersRep struct {
 	Total      int            `json:"total"`
 	Unmappable int            `json:"unmappable"`
 	Refused    map[string]int `json:"refused"`
+}
+
+// heldKeyRep is a held key in --json output.
+type heldKeyRep struct {
+	Sink     string `json:"sink"` // "" held for every sink (relay.on_invalid)
+	Key      string `json:"key"`
+	HeadID   string `json:"head_id"`
+	HeadAt   string `json:"head_at"`
+	Messages int    `json:"messages"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -189,5 +214,9 @@ func statusReport(cfg *config.Config, st *admin.Status) statusJSON {
 		}
 	}
 	r.DeadLetters = dl
+	r.HeldKeys = []heldKeyRep{}
+	for _, h := range st.Held {
+		r.HeldKeys = append(r.HeldKeys, heldKeyRep{Sink: h.Sink, Key: h.Key, HeadID: h.HeadID, HeadAt: store.FormatAt(h.Head.LSN, h.Head.Seq), Messages: h.Messages})
+	}
 	return r
 }

@@ -25,6 +25,7 @@ type Status struct {
 	Slot     replication.SlotInfo
 	Progress map[string]store.Position // by sink
 	Parked   map[string]int            // by sink; "" for rows that could not be mapped
+	Held     []store.Hold              // keys held behind a parked message (relay.on_invalid or on_refused: hold_key)
 	Warnings []string                  // why cdc run would refuse the slot
 	Cautions []string                  // what threatens the slot or the stream (wal_status unreserved, outboxdb.EmitRisk); not a refusal
 	Coverage []string                  // why rows may not reach the sinks (coverageWarnings)
@@ -75,6 +76,9 @@ func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
 	}
 	if st.Parked, err = store.DeadLetterCounts(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading the dead-letter table: %w", err)
+	}
+	if st.Held, err = store.ListHolds(ctx, conn, store.TablesOf(cfg)); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -156,11 +156,20 @@ const (
 	// DeadLetter parks the row or message in postgres.dead_letter_table and
 	// goes on.
 	DeadLetter Policy = "dead_letter"
+	// HoldKey parks the row or message like DeadLetter, and every later
+	// message of its ordering key behind it, while the other keys flow;
+	// `cdc dead-letter resend` or `drop` of the parked one releases the
+	// key in order (docs/design.md, "Held keys").
+	HoldKey Policy = "hold_key"
 )
+
+// Parks reports whether p parks what it applies to (dead_letter or
+// hold_key) rather than stopping.
+func (p Policy) Parks() bool { return p == DeadLetter || p == HoldKey }
 
 // DeadLetters reports whether a policy parks messages, so that the
 // dead-letter table must be writable.
-func (r Relay) DeadLetters() bool { return r.OnInvalid == DeadLetter || r.OnRefused == DeadLetter }
+func (r Relay) DeadLetters() bool { return r.OnInvalid.Parks() || r.OnRefused.Parks() }
 
 // Columns maps the outbox's roles to the table's column names.
 type Columns struct {
@@ -225,7 +234,12 @@ type Relay struct {
 	// stops the relay with an error naming the row, having delivered and
 	// confirmed everything before it; "dead_letter" parks the row in
 	// postgres.dead_letter_table, logs it at error level, counts it in
-	// walpost_dead_lettered_total, and goes on.
+	// walpost_dead_lettered_total, and goes on; "hold_key" parks it the
+	// same way and also every later message of its ordering key (the key
+	// column, or the id when the key is NULL), which the other keys
+	// overtake, until `cdc dead-letter resend` or `drop` of the row
+	// releases the key in order (walpost_held_keys). A row whose key
+	// cannot be read stops the relay under hold_key.
 	OnInvalid Policy `yaml:"on_invalid"`
 	// OnRefused is what happens to a message a sink refuses for good
 	// because of the message itself (larger than the broker takes, a topic
@@ -237,7 +251,9 @@ type Relay struct {
 	// postgres.dead_letter_table for that sink, logs it at error level,
 	// counts it in walpost_refused_total and goes on. Refusals that are
 	// not about one message (credentials, a missing topic, settings)
-	// always stop the relay.
+	// always stop the relay. "hold_key" parks it like dead_letter and,
+	// for that sink only, every later message of its ordering key, until
+	// `cdc dead-letter resend` or `drop` of it releases the key in order.
 	OnRefused Policy `yaml:"on_refused"`
 	// RefusedAttempts is how often a message is tried alone before
 	// on_refused: dead_letter parks it (default 3).

@@ -78,7 +78,7 @@ func TestErrorsNameTheField(t *testing.T) {
 		{"postgres: {url: 'postgres://x'}\ncolumns: {id: id, type: id}\nsinks: [{name: a, kind: stdout}]", "columns.type"},
 		{"postgres: {url: 'postgres://x'}\nrelay: {batch_size: -1}\nsinks: [{name: a, kind: stdout}]", "relay.batch_size"},
 		{"postgres: {url: 'postgres://x'}\nlog: {level: loud}\nsinks: [{name: a, kind: stdout}]", "log.level"},
-		{"postgres: {url: 'postgres://x'}\nrelay: {on_refused: skip}\nsinks: [{name: a, kind: stdout}]", `relay.on_refused: "skip" is not stop or dead_letter`},
+		{"postgres: {url: 'postgres://x'}\nrelay: {on_refused: skip}\nsinks: [{name: a, kind: stdout}]", `relay.on_refused: "skip" is not stop, dead_letter or hold_key`},
 		{"postgres: {url: 'postgres://x'}\nrelay: {refused_attempts: 1000}\nsinks: [{name: a, kind: stdout}]", "relay.refused_attempts: 1000 is outside 1..100"},
 		{"postgres: {url: '${MISSING}'}\nsinks: [{name: a, kind: stdout}]", "MISSING is not set"},
 	}

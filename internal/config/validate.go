@@ -285,10 +285,10 @@ func (c *Config) validateRelay() error {
 		return c.fail("relay.batch_size", "%d is outside 1..100000", r.BatchSize)
 	case r.Procs != nil && (*r.Procs < 0 || *r.Procs > 1024):
 		return c.fail("relay.procs", "%d is outside 0..1024 (0: every core)", *r.Procs)
-	case r.OnInvalid != Stop && r.OnInvalid != DeadLetter:
-		return c.fail("relay.on_invalid", "%s is not %s or %s", c.q("relay.on_invalid", string(r.OnInvalid)), Stop, DeadLetter)
-	case r.OnRefused != Stop && r.OnRefused != DeadLetter:
-		return c.fail("relay.on_refused", "%s is not %s or %s", c.q("relay.on_refused", string(r.OnRefused)), Stop, DeadLetter)
+	case r.OnInvalid != Stop && !r.OnInvalid.Parks():
+		return c.fail("relay.on_invalid", "%s is not %s, %s or %s", c.q("relay.on_invalid", string(r.OnInvalid)), Stop, DeadLetter, HoldKey)
+	case r.OnRefused != Stop && !r.OnRefused.Parks():
+		return c.fail("relay.on_refused", "%s is not %s, %s or %s", c.q("relay.on_refused", string(r.OnRefused)), Stop, DeadLetter, HoldKey)
 	case r.RefusedAttempts < 1 || r.RefusedAttempts > 100:
 		return c.fail("relay.refused_attempts", "%d is outside 1..100", r.RefusedAttempts)
 	}

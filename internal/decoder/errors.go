@@ -31,7 +31,12 @@ type Error struct {
 	CommitLSN pglogrepl.LSN
 	Seq       uint32 // the row's ordinal at LSN (message.Message.Seq)
 	ID        string // "" when the id itself could not be read
-	Err       error
+	// Key is the row's ordering key (message.Message.OrderingKey: the key
+	// column, or the id when the key is NULL or not mapped) when KeyKnown;
+	// relay.on_invalid: hold_key holds it.
+	Key      string
+	KeyKnown bool
+	Err      error
 	// Row holds the mapped columns' values as sent (text format), by
 	// column name; NULL columns are absent. It lets a dead-letter policy
 	// park the row for repair: marshal it with encoding/json.

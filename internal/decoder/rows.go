@@ -107,7 +107,9 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]
 				row[name] = string(v)
 			}
 		}
-		return nil, &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, Seq: seq, ID: id, Err: err, Row: row, Table: table}
+		e := &Error{LSN: lsn, CommitLSN: d.tx.commitLSN, Seq: seq, ID: id, Err: err, Row: row, Table: table}
+		e.Key, e.KeyKnown = orderingKey(rel, vals, nulls, id)
+		return nil, e
 	}
 	if len(rel.missing) > 0 {
 		return invalid(fmt.Errorf("table %s lacks mapped column(s) %s (the table has %s); fix columns: in the config (key and headers may be \"-\") or the table",
@@ -127,6 +129,20 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]
 	// decoded in place), since an invalid row's Row keeps them as sent.
 	setPayload(m, rel.oid[colPayload], vals[colPayload], owned)
 	return m, nil
+}
+
+// orderingKey is the ordering key of a row that could not be mapped, as
+// message.Message.OrderingKey would have it: the key column's text, or
+// the id when the key is NULL or not mapped; ok is false when the value
+// it needs is not valid UTF-8 or (the id) empty.
+func orderingKey(rel *relation, vals [layout.NumRoles][]byte, nulls [layout.NumRoles]bool, id string) (key string, ok bool) {
+	if rel.idx[colKey] >= 0 && !nulls[colKey] && vals[colKey] != nil {
+		if !utf8.Valid(vals[colKey]) {
+			return "", false
+		}
+		return string(vals[colKey]), true
+	}
+	return id, id != ""
 }
 
 // fill checks the row's values and sets m's fields from them, but for

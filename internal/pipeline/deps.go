@@ -28,6 +28,23 @@ type DeadLetters interface {
 	Parked(ctx context.Context, lsn pglogrepl.LSN, seq uint32) (bool, error)
 }
 
+// KeyHolds parks by ordering key (relay.on_invalid or on_refused:
+// hold_key; store.DeadLetter, "Held keys" in docs/design.md). The
+// pipeline's is used from its goroutine only, each settler's from its
+// sink runner's.
+type KeyHolds interface {
+	// ParkHead parks a row that cannot be mapped, for every sink, as the
+	// head of its key (e.Key): its key is held from then on.
+	ParkHead(ctx context.Context, e *decoder.Error) error
+	// ParkRefusedHead parks a message sink refused for good as the head of
+	// its key for that sink.
+	ParkRefusedHead(ctx context.Context, sink string, m *message.Message, cause error) error
+	// Hold parks m behind its key's head for sink ("" every sink) and
+	// reports true, or reports false when the key was released meanwhile
+	// (m is then published as usual).
+	Hold(ctx context.Context, sink string, m *message.Message) (bool, error)
+}
+
 // Refusals parks the messages a sink refuses for good (store.DeadLetter;
 // relay.on_refused: dead_letter). Each sink's settler has its own, used
 // from that sink's runner goroutine only.
@@ -65,6 +82,11 @@ type Counter interface {
 	Add(float64)
 }
 
+// Gauge is set (a prometheus.Gauge is one). Safe for concurrent use.
+type Gauge interface {
+	Set(float64)
+}
+
 // Observer takes samples (a prometheus.Observer is one). Safe for
 // concurrent use.
 type Observer interface {
@@ -78,6 +100,8 @@ type Metrics struct {
 	ForgedEnvelopes  Counter // envelopes without a valid signature, parked
 	ForgedAdopts     Counter // adopt messages no cdc init wrote, ignored
 	ForeignRelations Counter // relations other than the outbox, once each
+	Held             Counter // messages parked behind a held key (relay.on_invalid: hold_key)
+	HeldKeys         Gauge   // keys held for every sink (relay.on_invalid: hold_key)
 }
 
 // SinkMetrics are one sink's counters; a nil one counts nothing.
@@ -85,6 +109,8 @@ type SinkMetrics struct {
 	Published Counter  // deliveries the sink acknowledged
 	Latency   Observer // per acknowledged delivery: seconds from its commit
 	Refused   Counter  // deliveries refused for good and parked
+	Held      Counter  // deliveries parked behind a key held for the sink (relay.on_refused: hold_key)
+	HeldKeys  Gauge    // keys held for the sink (relay.on_refused: hold_key)
 }
 
 type nop struct{}
@@ -92,6 +118,14 @@ type nop struct{}
 func (nop) Inc()            {}
 func (nop) Add(float64)     {}
 func (nop) Observe(float64) {}
+func (nop) Set(float64)     {}
+
+func gauge(g Gauge) Gauge {
+	if g == nil {
+		return nop{}
+	}
+	return g
+}
 
 func counter(c Counter) Counter {
 	if c == nil {
@@ -102,12 +136,12 @@ func counter(c Counter) Counter {
 
 func (m Metrics) orNop() Metrics {
 	return Metrics{Decoded: counter(m.Decoded), DeadLettered: counter(m.DeadLettered), ForgedEnvelopes: counter(m.ForgedEnvelopes),
-		ForgedAdopts: counter(m.ForgedAdopts), ForeignRelations: counter(m.ForeignRelations)}
+		ForgedAdopts: counter(m.ForgedAdopts), ForeignRelations: counter(m.ForeignRelations), Held: counter(m.Held), HeldKeys: gauge(m.HeldKeys)}
 }
 
 func (m SinkMetrics) orNop() SinkMetrics {
 	if m.Latency == nil {
 		m.Latency = nop{}
 	}
-	return SinkMetrics{Published: counter(m.Published), Latency: m.Latency, Refused: counter(m.Refused)}
+	return SinkMetrics{Published: counter(m.Published), Latency: m.Latency, Refused: counter(m.Refused), Held: counter(m.Held), HeldKeys: gauge(m.HeldKeys)}
 }

@@ -161,6 +161,21 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 			d.Carried++
 			continue
 		}
+		if _, ok := p.held[m.OrderingKey()]; ok {
+			// Parked at the fill's position with a seq of its own, so
+			// that two held rows of a fill do not share a dead-letter key.
+			p.fillSeq++
+			m.LSN, m.CommitLSN, m.Seq = at, at, p.fillSeq
+			held, err := p.holdRow(ctx, m, true)
+			if err != nil {
+				return err
+			}
+			if held {
+				p.carried.add(m.ID)
+				d.Relayed++
+				continue
+			}
+		}
 		p.targets = p.targets[:0]
 		for i := range p.routes {
 			if p.routes[i].Matches(m.Type) {

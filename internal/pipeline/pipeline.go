@@ -10,6 +10,7 @@ import (
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -43,6 +44,15 @@ type Options struct {
 	// ParkInvalid is relay.on_invalid: dead_letter (park a bad row and go
 	// on); otherwise Run stops at it with a *StopAtRow.
 	ParkInvalid bool
+	// HoldInvalid is relay.on_invalid: hold_key (with ParkInvalid): a bad
+	// row is parked as the head of its ordering key, and every later
+	// message of the key is parked behind it (Holds) until the key is
+	// released. Holds is then required.
+	HoldInvalid bool
+	Holds       KeyHolds
+	// Held are the keys held for every sink when the run starts
+	// (store.ListHolds, sink "").
+	Held []store.Hold
 	// TableLess is postgres.source: messages: a forged envelope is parked;
 	// of an outbox table, a forged adopt message is ignored.
 	TableLess bool
@@ -68,6 +78,9 @@ type Pipeline struct {
 	skip    []store.Position // per sink: what it acknowledged before a restart
 	dead    DeadLetters
 	park    bool
+	hold    bool                  // relay.on_invalid: hold_key
+	holds   KeyHolds              // with hold
+	held    map[string]store.Hold // keys held for every sink, by key
 	marker  Marker
 	metrics Metrics
 	log     zerolog.Logger
@@ -86,13 +99,21 @@ type Pipeline struct {
 	pos     position        // the last commit or progress point handled
 	fills   chan *fill      // rows read from the table, to relay unless carried
 	pending *fill           // a fill waiting for the open transaction's end
+	fillSeq uint32          // the last seq given to a held row of a fill
 }
 
 // New returns a pipeline with one output channel per route.
 func New(o Options) *Pipeline {
 	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
 		dead: o.DeadLetters, park: o.ParkInvalid, tableLess: o.TableLess, marker: o.Marker,
-		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill)}
+		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill),
+		hold: o.HoldInvalid, holds: o.Holds, held: map[string]store.Hold{}}
+	for _, h := range o.Held {
+		if h.Sink == "" {
+			p.held[h.Key] = h
+		}
+	}
+	p.metrics.HeldKeys.Set(float64(len(p.held)))
 	p.sinks = make([]chan []publish.Delivery, len(o.Routes))
 	for i := range p.sinks {
 		p.sinks[i] = make(chan []publish.Delivery, sinkBuffer)
@@ -108,8 +129,13 @@ func New(o Options) *Pipeline {
 func (p *Pipeline) Out(i int) <-chan []publish.Delivery { return p.sinks[i] }
 
 // StopAtRow is Run's error for a row it cannot map and may not park:
-// everything before it was handed to the sinks, nothing after.
-type StopAtRow struct{ Err *decoder.Error }
+// everything before it was handed to the sinks, nothing after. NoKey is
+// set when relay.on_invalid: hold_key could not read the row's ordering
+// key, so could not tell which messages to hold behind it.
+type StopAtRow struct {
+	Err   *decoder.Error
+	NoKey bool
+}
 
 func (e *StopAtRow) Error() string { return e.Err.Error() }
 func (e *StopAtRow) Unwrap() error { return e.Err }
@@ -215,6 +241,11 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 	case decoder.Row:
 		p.metrics.Decoded.Inc()
 		p.carried.add(e.Msg.ID)
+		if len(p.held) > 0 {
+			if held, err := p.holdRow(ctx, e.Msg, false); held || err != nil {
+				return err
+			}
+		}
 		if p.marker != nil {
 			p.ids = append(p.ids, e.Msg.ID)
 		}
@@ -287,7 +318,7 @@ func (p *Pipeline) deliver(ctx context.Context, d publish.Delivery) error {
 func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
 	switch {
 	case de.Table:
-		return &StopAtRow{de}
+		return &StopAtRow{Err: de}
 	case de.Forged && !p.tableLess:
 		// A forged adopt message: not a row at all (the rows are in the
 		// table); ignored, loudly.
@@ -311,11 +342,14 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
 			return fmt.Errorf("%w (and looking it up in the dead-letter table failed: %v)", de, lerr)
 		}
 		if !parked {
-			return &StopAtRow{de}
+			return &StopAtRow{Err: de}
 		}
 		p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("error", de.Err.Error()).
 			Msg("bad outbox row parked by cdc skip; going past it")
 		return nil
+	}
+	if p.hold {
+		return p.holdInvalid(ctx, de)
 	}
 	if err := p.dead.Park(ctx, de, ""); err != nil {
 		return err
@@ -324,4 +358,52 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
 	p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("commit_lsn", de.CommitLSN.String()).
 		Str("error", de.Err.Error()).Msg("bad outbox row parked in the dead-letter table; going on")
 	return nil
+}
+
+// holdInvalid parks a bad row as the head of its ordering key
+// (relay.on_invalid: hold_key): every later message of the key is held
+// behind it. A row whose key cannot be read stops the relay: which
+// messages to hold is unknown.
+func (p *Pipeline) holdInvalid(ctx context.Context, de *decoder.Error) error {
+	if !de.KeyKnown {
+		return &StopAtRow{Err: de, NoKey: true}
+	}
+	if err := p.holds.ParkHead(ctx, de); err != nil {
+		return err
+	}
+	p.metrics.DeadLettered.Inc()
+	if _, ok := p.held[de.Key]; !ok {
+		p.held[de.Key] = store.Hold{Key: de.Key, Head: store.Position{CommitLSN: de.CommitLSN, LSN: de.LSN, Seq: de.Seq}}
+		p.metrics.HeldKeys.Set(float64(len(p.held)))
+	}
+	p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("commit_lsn", de.CommitLSN.String()).
+		Str("key", de.Key).Str("error", de.Err.Error()).
+		Msg("bad outbox row parked in the dead-letter table; its key is held: its later messages are parked behind it until cdc dead-letter resend or drop of this row; the other keys go on")
+	return nil
+}
+
+// holdRow parks m behind its key's head when the key is held for every
+// sink, and reports whether it did. force holds m whatever its position
+// (a row read from the table, whose position is not the stream's). A key
+// found released is forgotten, and m goes on as usual.
+func (p *Pipeline) holdRow(ctx context.Context, m *message.Message, force bool) (bool, error) {
+	key := m.OrderingKey()
+	h, ok := p.held[key]
+	if !ok || !force && !h.Holds(m) {
+		return false, nil
+	}
+	held, err := p.holds.Hold(ctx, "", m)
+	if err != nil {
+		return false, err
+	}
+	if !held {
+		delete(p.held, key)
+		p.metrics.HeldKeys.Set(float64(len(p.held)))
+		p.log.Info().Str("key", key).Str("msg_id", m.ID).Msg("held key released (its parked rows were resent or dropped): its messages are published again")
+		return false, nil
+	}
+	p.metrics.Held.Inc()
+	p.log.Warn().Str("msg_id", m.ID).Str("lsn", m.LSN.String()).Uint32("seq", m.Seq).Str("key", key).
+		Msg("message of a held key parked behind the key's bad row (relay.on_invalid: hold_key)")
+	return true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/checkpoint"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -22,8 +23,18 @@ type SettlerOptions struct {
 	// Refusals, when set, parks what the sink refuses for good
 	// (relay.on_refused: dead_letter; Settler.Refused).
 	Refusals Refusals
-	Metrics  SinkMetrics
-	Log      zerolog.Logger // with the sink's name
+	// HoldRefused makes a refusal hold the message's key for the sink
+	// (relay.on_refused: hold_key): the refused message is parked as the
+	// key's head and every later message of the key behind it
+	// (Settler.Holds, Settler.Hold) until the key is released. Holds is
+	// then required; it is also what holds the keys in Held.
+	HoldRefused bool
+	Holds       KeyHolds
+	// Held are the keys held for the sink when the run starts
+	// (store.ListHolds); those of other sinks are left out.
+	Held    []store.Hold
+	Metrics SinkMetrics
+	Log     zerolog.Logger // with the sink's name
 }
 
 // Settler records what one sink is done with: the tracker may confirm it,
@@ -32,13 +43,21 @@ type SettlerOptions struct {
 // Refused, called from the runner's goroutine only.
 type Settler struct {
 	o    SettlerOptions
-	txns []*checkpoint.Txn // Ack's, reused from one batch to the next
+	txns []*checkpoint.Txn     // Ack's, reused from one batch to the next
+	held map[string]store.Hold // keys held for the sink (SettlerOptions.Holds)
 }
 
 // NewSettler returns the settler of one sink.
 func NewSettler(o SettlerOptions) *Settler {
 	o.Metrics = o.Metrics.orNop()
-	return &Settler{o: o}
+	s := &Settler{o: o, held: map[string]store.Hold{}}
+	for _, h := range o.Held {
+		if h.Sink == o.Sink {
+			s.held[h.Key] = h
+		}
+	}
+	s.o.Metrics.HeldKeys.Set(float64(len(s.held)))
+	return s
 }
 
 // Ack settles a batch the sink made durable, in WAL order
@@ -50,6 +69,9 @@ func (s *Settler) Ack(batch []publish.Delivery) { s.settle(batch, true) }
 // with SettlerOptions.Refusals). An error to park it stops the runner:
 // d stays unacknowledged.
 func (s *Settler) Refused(ctx context.Context, d publish.Delivery, cause error) error {
+	if s.o.HoldRefused {
+		return s.refusedHead(ctx, d, cause)
+	}
 	if err := s.o.Refusals.ParkRefused(ctx, s.o.Sink, d.Msg, cause); err != nil {
 		return fmt.Errorf("%w; the refusal: %v", err, cause)
 	}
@@ -83,4 +105,54 @@ func (s *Settler) settle(batch []publish.Delivery, sent bool) {
 	if sent {
 		s.o.Metrics.Published.Add(float64(len(batch)))
 	}
+}
+
+// refusedHead parks d, refused with cause, as the head of its key for the
+// sink and settles it: the key is held from then on.
+func (s *Settler) refusedHead(ctx context.Context, d publish.Delivery, cause error) error {
+	if err := s.o.Holds.ParkRefusedHead(ctx, s.o.Sink, d.Msg, cause); err != nil {
+		return fmt.Errorf("%w; the refusal: %v", err, cause)
+	}
+	s.o.Metrics.Refused.Inc()
+	key := d.Msg.OrderingKey()
+	if _, ok := s.held[key]; !ok {
+		s.held[key] = store.Hold{Sink: s.o.Sink, Key: key, Head: store.PositionOf(d.Msg)}
+		s.o.Metrics.HeldKeys.Set(float64(len(s.held)))
+	}
+	s.o.Log.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
+		Str("type", d.Msg.Type).Str("key", key).Str("error", cause.Error()).
+		Msg("message refused by the sink for good; parked in the dead-letter table; its key is held for this sink: its later messages are parked behind it until cdc dead-letter resend or drop of it; the other keys go on")
+	s.settle([]publish.Delivery{d}, false)
+	return nil
+}
+
+// Holds reports whether m's key is held for the sink and m is not before
+// its head (publish.Holder).
+func (s *Settler) Holds(m *message.Message) bool {
+	if len(s.held) == 0 {
+		return false
+	}
+	h, ok := s.held[m.OrderingKey()]
+	return ok && h.Holds(m)
+}
+
+// Hold parks d behind its key's head and settles it, or reports false
+// when the key was released meanwhile (it is forgotten; publish.Holder).
+func (s *Settler) Hold(ctx context.Context, d publish.Delivery) (bool, error) {
+	key := d.Msg.OrderingKey()
+	held, err := s.o.Holds.Hold(ctx, s.o.Sink, d.Msg)
+	if err != nil {
+		return false, err
+	}
+	if !held {
+		delete(s.held, key)
+		s.o.Metrics.HeldKeys.Set(float64(len(s.held)))
+		s.o.Log.Info().Str("key", key).Str("msg_id", d.Msg.ID).Msg("held key released (its parked messages were resent or dropped): its messages are published again")
+		return false, nil
+	}
+	s.o.Metrics.Held.Inc()
+	s.o.Log.Warn().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("key", key).
+		Msg("message of a held key parked behind the key's refused message (relay.on_refused: hold_key)")
+	s.settle([]publish.Delivery{d}, false)
+	return true, nil
 }

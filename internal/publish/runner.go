@@ -51,7 +51,24 @@ type RunnerOptions struct {
 	// RefusedAttempts is how often a message is tried alone before it
 	// goes to Refused (default 3).
 	RefusedAttempts int
-	Log             zerolog.Logger
+	// Hold, if set, holds messages by ordering key (relay.on_refused:
+	// hold_key): a message it Holds is handed to its Hold, in order, once
+	// every message before it is settled, instead of being published.
+	Hold Holder
+	Log  zerolog.Logger
+}
+
+// Holder holds the messages of keys a sink refused a message of
+// (relay.on_refused: hold_key; pipeline.Settler is one). It is used from
+// the runner's goroutine only.
+type Holder interface {
+	// Holds reports whether m's key is held and m is not before the
+	// message that holds it.
+	Holds(m *message.Message) bool
+	// Hold parks d behind its key's head and settles it (the runner does
+	// not Ack it), reporting true; false: the key was released meanwhile,
+	// and the runner publishes d as usual. An error stops the runner.
+	Hold(ctx context.Context, d Delivery) (bool, error)
 }
 
 // minBackoff is the wait before the first retry of a batch, and again
@@ -166,10 +183,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.batch, r.settled = r.pending[:n:n], 0
 		r.durable = r.durable[:n]
 		clear(r.durable)
-		err := r.publish(ctx, 0, n)
-		if err != nil && r.opt.Refused != nil && IsRejected(err) {
-			err = r.oneByOne(ctx, err)
-		}
+		err := r.send(ctx, n)
 		clear(r.msgs[:n]) // drop references to payloads
 		r.batch = nil
 		if err != nil {
@@ -179,13 +193,69 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// oneByOne publishes the messages of a batch that was refused (first) and
-// are not durable yet one at a time, in order, acking each message that
-// goes through and handing each that is refused RefusedAttempts times to
-// opt.Refused.
-func (r *Runner) oneByOne(ctx context.Context, first error) error {
+// send publishes batch[:n]; with opt.Hold, the messages it holds are
+// handed to it in order instead, and the runs between them published.
+func (r *Runner) send(ctx context.Context, n int) error {
+	if r.opt.Hold == nil {
+		return r.sendRange(ctx, 0, n)
+	}
+	released := -1 // a message whose key Hold found released: published
+	for lo := 0; lo < n; {
+		hi := lo
+		for hi < n && (hi == released || !r.opt.Hold.Holds(r.batch[hi].Msg)) {
+			hi++
+		}
+		if err := r.sendRange(ctx, lo, hi); err != nil {
+			return err
+		}
+		if hi == n {
+			return nil
+		}
+		held, err := r.hold(ctx, hi)
+		if err != nil {
+			return err
+		}
+		if held {
+			lo = hi + 1
+		} else {
+			lo, released = hi, hi
+		}
+	}
+	return nil
+}
+
+// sendRange publishes batch[lo:hi], one at a time after a refusal when
+// opt.Refused is set.
+func (r *Runner) sendRange(ctx context.Context, lo, hi int) error {
+	if lo == hi {
+		return nil
+	}
+	err := r.publish(ctx, lo, hi)
+	if err != nil && r.opt.Refused != nil && IsRejected(err) {
+		err = r.oneByOne(ctx, hi, err)
+	}
+	return err
+}
+
+// hold hands batch[i] to opt.Hold; every message before it is settled.
+func (r *Runner) hold(ctx context.Context, i int) (bool, error) {
+	held, err := r.opt.Hold.Hold(ctx, r.batch[i])
+	if err != nil || !held {
+		return false, err
+	}
+	r.settled = i + 1
+	r.ackDurable()
+	return true, nil
+}
+
+// oneByOne publishes the messages of batch[:hi] that were refused (first)
+// and are not durable yet one at a time, in order, acking each message
+// that goes through and handing each that is refused RefusedAttempts
+// times to opt.Refused; with opt.Hold, a message it holds (its key's
+// message was refused just before) is handed to it instead.
+func (r *Runner) oneByOne(ctx context.Context, hi int, first error) error {
 	left := 0
-	for i := r.settled; i < len(r.batch); i++ {
+	for i := r.settled; i < hi; i++ {
 		if !r.durable[i] {
 			left++
 		}
@@ -199,11 +269,20 @@ func (r *Runner) oneByOne(ctx context.Context, first error) error {
 				"the sink's batch limit (batch_bytes, max_batch_bytes) is likely above what the destination accepts; lower it")
 		}
 	}()
-	for i := r.settled; i < len(r.batch); i++ {
+	for i := r.settled; i < hi; i++ {
 		if r.durable[i] {
 			continue // acked already: everything before it is settled
 		}
 		// Here r.settled == i: every earlier message is acked or refused.
+		if r.opt.Hold != nil && r.opt.Hold.Holds(r.batch[i].Msg) {
+			held, err := r.hold(ctx, i)
+			if err != nil {
+				return err
+			}
+			if held {
+				continue
+			}
+		}
 		err := r.publish(ctx, i, i+1)
 		for attempt := 2; attempt <= r.opt.RefusedAttempts && IsRejected(err); attempt++ {
 			if err := r.sleep(ctx, time.Duration(attempt-1)*minBackoff); err != nil {

@@ -586,3 +586,75 @@ func (s *funcSink) Publish(ctx context.Context, msgs []*message.Message) error {
 	return s.publish(ctx, msgs)
 }
 func (s *funcSink) Close() error { return nil }
+
+// keyHolder holds the keys of refused messages (relay.on_refused:
+// hold_key, as pipeline.Settler does); a key in released is found
+// released at its next Hold.
+type keyHolder struct {
+	held     map[string]bool
+	released map[string]bool
+	events   *[]string
+}
+
+func (h *keyHolder) Holds(m *message.Message) bool { return h.held[m.Key] }
+func (h *keyHolder) Hold(ctx context.Context, d Delivery) (bool, error) {
+	if h.released[d.Msg.Key] {
+		delete(h.held, d.Msg.Key)
+		return false, nil
+	}
+	*h.events = append(*h.events, "held "+d.Msg.ID)
+	return true, nil
+}
+
+// TestRunnerHoldsTheKeyOfARefusedMessageInOrder: messages 0..19 over keys
+// a/b/c (i%3); 4 (key b) is refused for good. With a Holder, every later
+// message of b is handed to Hold, in channel order with the acks of the
+// others (which are published); a key released meanwhile (c, held from
+// before) is published from then on.
+func TestRunnerHoldsTheKeyOfARefusedMessageInOrder(t *testing.T) {
+	s := &refuser{always: map[string]bool{"4": true}, alone: map[string]int{}}
+	var events []string
+	h := &keyHolder{held: map[string]bool{"c": true}, released: map[string]bool{}, events: &events}
+	in := make(chan []Delivery, 20)
+	for i := range 20 {
+		in <- []Delivery{{Msg: &message.Message{ID: fmt.Sprint(i), Key: string(rune('a' + i%3)), HasKey: true}}}
+	}
+	close(in)
+	r := NewRunner(s, in, RunnerOptions{BatchSize: 7, RefusedAttempts: 1, MaxBackoff: time.Millisecond, Log: zerolog.Nop(), Hold: h,
+		Ack: func(b []Delivery) {
+			for _, d := range b {
+				events = append(events, "ack "+d.Msg.ID)
+			}
+		},
+		Refused: func(ctx context.Context, d Delivery, err error) error {
+			events = append(events, "refused "+d.Msg.ID)
+			h.held[d.Msg.Key] = true
+			if d.Msg.ID == "4" {
+				h.released["c"] = true // c's head was resent meanwhile
+			}
+			return nil
+		}})
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for i := range 20 {
+		switch {
+		case i == 4:
+			want = append(want, "refused 4")
+		case i%3 == 1 && i > 4:
+			want = append(want, fmt.Sprint("held ", i))
+		case i%3 == 2 && i < 4:
+			want = append(want, fmt.Sprint("held ", i)) // c held until 4's refusal found it released
+		default:
+			want = append(want, fmt.Sprint("ack ", i))
+			got = append(got, fmt.Sprint(i))
+		}
+	}
+	if !slices.Equal(events, want) {
+		t.Fatalf("events\n%v\nwant\n%v", events, want)
+	}
+	if !slices.Equal(s.got, got) {
+		t.Fatalf("sink got %v, want %v", s.got, got)
+	}
+}

@@ -23,6 +23,8 @@ type Metrics struct {
 
 	deadLettered     prometheus.Counter
 	refused          *prometheus.CounterVec
+	held             *prometheus.CounterVec
+	heldKeys         *prometheus.GaugeVec
 	retentionDeleted prometheus.Counter
 	forged           *prometheus.CounterVec
 
@@ -65,6 +67,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Outbox rows that could not be mapped and were parked in the dead-letter table."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_refused_total",
 			Help: "Messages a sink refused for good (too large, ...) that were parked in the dead-letter table (relay.on_refused: dead_letter)."}, []string{"sink"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_held_messages_total",
+			Help: "Messages parked behind a held key (relay.on_invalid or on_refused: hold_key); sink \"-\": held for every sink."}, []string{"sink"}),
+		heldKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_held_keys",
+			Help: "Ordering keys held behind a parked message (relay.on_invalid or on_refused: hold_key) as the relay last saw them; sink \"-\": held for every sink. cdc dead-letter resend or drop of the key's parked message releases it."}, []string{"sink"}),
 		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_retention_deleted_total",
 			Help: "Delivered outbox rows deleted by relay.retention."}),
 		forged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_forged_messages_total",
@@ -87,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.forged.WithLabelValues(kind) // at 0 from the start, for alerts
 	}
 	if reg != nil {
-		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.retentionDeleted,
+		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.held, m.heldKeys, m.retentionDeleted,
 			m.forged, m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
@@ -164,6 +170,8 @@ func (m *Metrics) addSinks(names []string) {
 		m.published.WithLabelValues(name)
 		m.failing.WithLabelValues(name).Set(0)
 		m.refused.WithLabelValues(name)
+		m.held.WithLabelValues(name)
+		m.heldKeys.WithLabelValues(name).Set(0)
 		m.latency.WithLabelValues(name)
 	}
 }
@@ -182,13 +190,14 @@ func RegisterBuildInfo(reg prometheus.Registerer, version, revision string) {
 // pipelineMetrics are the counters the pipeline is handed.
 func (m *Metrics) pipelineMetrics() pipeline.Metrics {
 	return pipeline.Metrics{Decoded: m.decoded, DeadLettered: m.deadLettered, ForgedEnvelopes: m.forged.WithLabelValues("envelope"),
-		ForgedAdopts: m.forged.WithLabelValues("adopt"), ForeignRelations: m.foreignRelations}
+		ForgedAdopts: m.forged.WithLabelValues("adopt"), ForeignRelations: m.foreignRelations,
+		Held: m.held.WithLabelValues("-"), HeldKeys: m.heldKeys.WithLabelValues("-")}
 }
 
 // sinkMetrics are the counters sink's settler is handed.
 func (m *Metrics) sinkMetrics(sink string) pipeline.SinkMetrics {
 	return pipeline.SinkMetrics{Published: m.published.WithLabelValues(sink), Latency: m.latency.WithLabelValues(sink),
-		Refused: m.refused.WithLabelValues(sink)}
+		Refused: m.refused.WithLabelValues(sink), Held: m.held.WithLabelValues(sink), HeldKeys: m.heldKeys.WithLabelValues(sink)}
 }
 
 func (m *Metrics) watch(t *checkpoint.Tracker, w *pipeline.Window, s *replication.Stream) {

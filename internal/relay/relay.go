@@ -93,6 +93,8 @@ type Relay struct {
 	// adopted: the transactions whose adopt messages are rows, as the
 	// cycle read them (adoptedXids).
 	adopted []uint32
+	// held: the keys held when the cycle started (store.ListHolds).
+	held []store.Hold
 
 	mu     sync.Mutex
 	stream *replication.Stream
@@ -230,6 +232,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}
 	defer r.closeSinks(sinks)
 	r.adopted = st.adopted
+	r.held = st.held
 	return true, r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
 }
 
@@ -296,7 +299,8 @@ func (r *Relay) check(ctx context.Context) error {
 type slotState struct {
 	confirmed pglogrepl.LSN
 	progress  map[string]store.Position
-	adopted   []uint32 // adoptedXids
+	adopted   []uint32     // adoptedXids
+	held      []store.Hold // store.ListHolds
 }
 
 func (r *Relay) readState(ctx context.Context) (slotState, error) {
@@ -321,7 +325,18 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	if err != nil {
 		return slotState{}, err
 	}
-	return slotState{confirmed: info.ConfirmedFlush, progress: progress, adopted: adopted}, nil
+	held, err := store.ListHolds(ctx, conn, r.tables)
+	switch {
+	case err != nil && (r.cfg.Relay.OnInvalid == config.HoldKey || r.cfg.Relay.OnRefused == config.HoldKey):
+		return slotState{}, restart{err}
+	case err != nil: // no hold_key policy: the role need not read the table
+		r.log.Warn().Err(err).Msg("reading the held keys failed; going on without (relay.on_invalid and on_refused are not hold_key)")
+	}
+	for _, h := range held {
+		r.log.Warn().Str("sink", h.Sink).Str("key", h.Key).Str("head", store.FormatAt(h.Head.LSN, h.Head.Seq)).
+			Msg("key held behind a parked message: its messages are parked until cdc dead-letter resend or drop of that message")
+	}
+	return slotState{confirmed: info.ConfirmedFlush, progress: progress, adopted: adopted, held: held}, nil
 }
 
 // sentAtInterval is how often acknowledged rows are marked sent
@@ -451,7 +466,8 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 		dec.SetOutbox(r.shape.oid, r.shape.cols)
 	}
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
-		ParkInvalid: cfg.Relay.OnInvalid == config.DeadLetter, TableLess: cfg.Postgres.TableLess(),
+		ParkInvalid: cfg.Relay.OnInvalid.Parks(), HoldInvalid: cfg.Relay.OnInvalid == config.HoldKey, TableLess: cfg.Postgres.TableLess(),
+		Holds: parked, Held: r.held, // keys held before are held whatever the policy now
 		Metrics: r.metrics.pipelineMetrics(), Log: r.log}
 	if marker != nil { // a nil *Marker is not a nil Marker
 		o.Marker = marker
@@ -490,9 +506,16 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	so := pipeline.SettlerOptions{Sink: sinkName, Tracker: tracker, Window: window, Progress: progress,
 		Metrics: r.metrics.sinkMetrics(sinkName), Log: sinkLog}
 	done = func() {}
-	if cfg.Relay.OnRefused == config.DeadLetter {
+	hold := cfg.Relay.OnRefused == config.HoldKey
+	for _, h := range r.held {
+		hold = hold || h.Sink == sinkName // held before: held whatever the policy now
+	}
+	if cfg.Relay.OnRefused.Parks() || hold {
 		dead := store.NewDeadLetter(cfg.Postgres.URL, r.tables)
 		so.Refusals, done = dead, dead.Close
+		if hold {
+			so.Holds, so.Held, so.HoldRefused = dead, r.held, cfg.Relay.OnRefused == config.HoldKey
+		}
 	}
 	settler := pipeline.NewSettler(so)
 	opt := publish.RunnerOptions{
@@ -503,8 +526,11 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}
-	if so.Refusals != nil {
+	if cfg.Relay.OnRefused.Parks() {
 		opt.Refused = settler.Refused
+	}
+	if hold {
+		opt.Hold = settler
 	}
 	return publish.NewRunner(s, in, opt), done
 }
@@ -530,6 +556,13 @@ func (r *Relay) explainStop(stop *pipeline.StopAtRow, tracked pglogrepl.LSN) err
 			"stop every relay on the slot, make the table and columns: match, and run: cdc resync --config %s "+
 			"(it relays the rows committed since the slot's confirmed position from the table and moves the slot past them); then start cdc run again",
 			de, cfg.Postgres.Slot, slotAt, r.ConfigPath)
+	}
+	if stop.NoKey {
+		return fmt.Errorf("%w; relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, "+
+			"so which messages to hold behind it is unknown: the relay stopped here (everything before it was delivered, nothing after; slot %s is confirmed up to %s). "+
+			"The stream carries the row as written, so to go past it stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
+			"(it parks the row in %s and the next run goes on after it, holding nothing)",
+			de, cfg.Postgres.Slot, slotAt, r.ConfigPath, store.FormatAt(de.LSN, de.Seq), cfg.Postgres.DeadLetterTable)
 	}
 	return fmt.Errorf("%w; relay.on_invalid is stop: everything before this message was delivered, nothing after it, and slot %s is confirmed up to %s. "+
 		"A restart stops here again. To go past this one message, stop every relay on the slot and run: cdc skip --config %s --lsn %s "+

@@ -37,7 +37,10 @@ type Outcome struct {
 const resendAttempts = 5
 
 // Resend publishes parked rows again and marks each delivered one resent
-// (store.MarkResent). A message a sink refused goes, as parked (same id,
+// (store.MarkResent). A row of a held key (relay.on_invalid or
+// on_refused: hold_key) releases its key: the key's parked messages are
+// resent in stream order from its head (release), which must be the row
+// or selected with it. A message a sink refused goes, as parked (same id,
 // same bytes as the dead-letter table holds them), to that sink only; a
 // row that could not be mapped is decoded again with the configuration's
 // current mapping and the table's current column types (a bad envelope of
@@ -46,47 +49,170 @@ const resendAttempts = 5
 // (the table's column types unreadable included) in its Outcome.Err;
 // Resend returns how many failed. It stops early only when ctx ends.
 func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	r, err := newResender(ctx, cfg, log)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close(context.Background())
-	ss, _ := newSinks(cfg, "", log)
-	defer ss.close()
-	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox())}
-	tables := store.TablesOf(cfg)
+	defer r.close()
+	released := map[[2]string]bool{} // (sink, key) released by this call
+	selected := map[string]bool{}    // sink/at of each row of parked
+	for _, p := range parked {
+		selected[p.Sink+"/"+p.At()] = true
+	}
+	inSelection := func(q *store.Parked) bool { return selected[q.Sink+"/"+q.At()] }
 	for _, p := range parked {
 		if err := ctx.Err(); err != nil {
 			return failed, err
 		}
-		var msg *message.Message
-		var to []int
-		if p.Sink != "" {
-			msg, err = MessageOfLine(p.RowData)
-			if i := ss.index(p.Sink); i < 0 && err == nil {
-				err = fmt.Errorf("sink %s is not in the configuration any more", p.Sink)
-			} else {
-				to = []int{i}
+		if p.Held() {
+			if released[[2]string{p.Sink, p.HoldKey}] {
+				continue // resent, and reported, with its key
 			}
-		} else {
-			msg, err = un.decode(ctx, &p)
-			if err == nil {
-				to = ss.routes(msg)
+			n, err := r.release(ctx, p, false, inSelection, report)
+			if err != nil {
+				return failed + n, err
 			}
+			failed += n
+			released[[2]string{p.Sink, p.HoldKey}] = true
+			continue
 		}
-		out := Outcome{Parked: p}
-		if err == nil {
-			out.Sinks, err = resendTo(ctx, ss, to, msg)
+		out := r.resend(ctx, &p)
+		if out.Err == nil {
+			out.Err = store.MarkResent(ctx, r.conn, r.tables, &p)
 		}
-		if err == nil {
-			err = store.MarkResent(ctx, conn, tables, &p)
-		}
-		if out.Err = err; err != nil {
+		if out.Err != nil {
 			failed++
 		}
 		report(out)
 	}
 	return failed, nil
+}
+
+// Release drops head, the parked message a key is held behind (relay.on_invalid
+// or on_refused: hold_key), and resends the rest of its key's parked messages
+// in order, which releases the key (release). report gets each resent
+// message's Outcome; Release returns how many failed.
+func Release(ctx context.Context, cfg *config.Config, head store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
+	r, err := newResender(ctx, cfg, log)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+	return r.release(ctx, head, true, nil, report)
+}
+
+// resender publishes parked rows again on connections of its own.
+type resender struct {
+	conn   *pgx.Conn
+	ss     *sinks
+	un     *unmapped
+	tables store.Tables
+}
+
+func newResender(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*resender, error) {
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return nil, err
+	}
+	ss, _ := newSinks(cfg, "", log)
+	return &resender{conn: conn, ss: ss, un: &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox())}, tables: store.TablesOf(cfg)}, nil
+}
+
+func (r *resender) close() {
+	r.ss.close()
+	r.conn.Close(context.Background())
+}
+
+// resend publishes p again, without marking it: a message kept as the
+// file sink writes it (refused, or held behind a key) as it is, to its
+// sink or, held for every sink, to every sink whose route takes it; a
+// row that could not be mapped decoded again.
+func (r *resender) resend(ctx context.Context, p *store.Parked) Outcome {
+	var msg *message.Message
+	var to []int
+	var err error
+	if p.IsLine() {
+		msg, err = MessageOfLine(p.RowData)
+		switch i := r.ss.index(p.Sink); {
+		case err != nil:
+		case p.Sink == "":
+			to = r.ss.routes(msg)
+		case i < 0:
+			err = fmt.Errorf("sink %s is not in the configuration any more", p.Sink)
+		default:
+			to = []int{i}
+		}
+	} else {
+		msg, err = r.un.decode(ctx, p)
+		if err == nil {
+			to = r.ss.routes(msg)
+		}
+	}
+	out := Outcome{Parked: *p}
+	if err == nil {
+		out.Sinks, err = resendTo(ctx, r.ss, to, msg)
+	}
+	out.Err = err
+	return out
+}
+
+// release resends a held key's parked messages in stream order, from its
+// head, marking each resent under the key's lock (store.SettleHeld) as
+// soon as it is delivered, until none is left: the key is then released,
+// and the relay publishes its next message as usual. With drop, head is
+// deleted instead of resent. p must be the key's head (its earliest
+// parked message not resent), or the head must be selected too (the
+// release then starts there); otherwise nothing is done and p's Outcome
+// says which message to name. A message that fails stops the release:
+// it is the key's head from then on, and the key stays held.
+func (r *resender) release(ctx context.Context, p store.Parked, drop bool, selected func(*store.Parked) bool, report func(Outcome)) (failed int, err error) {
+	rows, err := store.KeyRows(ctx, r.conn, r.tables, p.Sink, p.HoldKey)
+	if err != nil {
+		return 0, err
+	}
+	isHead := len(rows) > 0 && rows[0].LSN == p.LSN && rows[0].Seq == p.Seq
+	if !isHead && len(rows) > 0 && selected != nil && selected(&rows[0]) {
+		p, isHead = rows[0], true
+	}
+	if !isHead {
+		head := "none (resent already)"
+		if len(rows) > 0 {
+			head = rows[0].Name() + " at " + rows[0].At()
+		}
+		report(Outcome{Parked: p, Err: fmt.Errorf("held behind the parked message of its key %q that came first (%s): resend or drop that one; "+
+			"the key's other messages follow it in order", p.HoldKey, head)})
+		return 1, nil
+	}
+	if drop {
+		left, err := store.SettleHeld(ctx, r.conn, r.tables, &p, true)
+		if err != nil || left == 0 {
+			return 0, err
+		}
+		rows = rows[1:]
+	}
+	for {
+		for i := range rows {
+			if err := ctx.Err(); err != nil {
+				return failed, err
+			}
+			out := r.resend(ctx, &rows[i])
+			left := -1
+			if out.Err == nil {
+				left, out.Err = store.SettleHeld(ctx, r.conn, r.tables, &rows[i], false)
+			}
+			report(out)
+			if out.Err != nil {
+				return failed + 1, nil // the key stays held behind it
+			}
+			if left == 0 {
+				return failed, nil // released
+			}
+		}
+		// Messages the relay held meanwhile: on with them.
+		if rows, err = store.KeyRows(ctx, r.conn, r.tables, p.Sink, p.HoldKey); err != nil || len(rows) == 0 {
+			return failed, err
+		}
+	}
 }
 
 // unmapped decodes parked rows that could not be mapped (sink "").

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/message"
@@ -105,12 +106,36 @@ func (d *DeadLetter) reset() {
 }
 
 func (d *DeadLetter) insert(ctx context.Context, lsn string, seq uint32, sink, commitLSN string, id *string, errText string, row []byte) error {
-	if err := d.connect(ctx); err != nil {
-		return err
+	return d.insertHeld(ctx, nil, parkedRow{lsn: lsn, seq: seq, sink: sink, commitLSN: commitLSN, id: id, errText: errText, row: row})
+}
+
+// parkedRow is one row to insert into the dead-letter table.
+type parkedRow struct {
+	lsn       string
+	seq       uint32
+	sink      string
+	commitLSN string
+	id        *string
+	errText   string
+	row       []byte
+	// holdKey and heldBehind: hold.go (nil: NULL).
+	holdKey, heldBehind *string
+}
+
+// insertHeld inserts r on q (d.conn, or a transaction of it), connecting
+// first when q is nil.
+func (d *DeadLetter) insertHeld(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, r parkedRow) error {
+	if q == nil {
+		if err := d.connect(ctx); err != nil {
+			return err
+		}
+		q = d.conn
 	}
-	_, err := d.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, lsn, seq, sink, commit_lsn, message_id, error, row_data)
-		VALUES ($1, $2::pg_lsn, $3, $4, $5::pg_lsn, $6, $7, $8) ON CONFLICT (slot, lsn, seq, sink) DO NOTHING`, d.t.DeadLetter),
-		d.t.Slot, lsn, int64(seq), sink, commitLSN, id, errText, row)
+	_, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (slot, lsn, seq, sink, commit_lsn, message_id, error, row_data, hold_key, held_behind)
+		VALUES ($1, $2::pg_lsn, $3, $4, $5::pg_lsn, $6, $7, $8, $9, $10) ON CONFLICT (slot, lsn, seq, sink) DO NOTHING`, d.t.DeadLetter),
+		d.t.Slot, r.lsn, int64(r.seq), r.sink, r.commitLSN, r.id, r.errText, r.row, r.holdKey, r.heldBehind)
 	if err != nil {
 		d.reset()
 		return err

@@ -31,7 +31,22 @@ type Parked struct {
 	// ResentAt is when `cdc dead-letter resend` last delivered it; zero
 	// when never.
 	ResentAt time.Time
+	// HoldKey is the ordering key the row holds, or is held under
+	// (relay.on_invalid or on_refused: hold_key); "" when none.
+	HoldKey string
+	// HeldBehind is set when the row was parked only because its key was
+	// held: the position of the row it waited for then. RowData is then
+	// the message as the file sink writes it, whatever Sink is.
+	HeldBehind string
 }
+
+// Held reports whether the row belongs to a held key and is not resent:
+// the key stays held while such a row is left (hold.go).
+func (p *Parked) Held() bool { return p.HoldKey != "" && p.ResentAt.IsZero() }
+
+// IsLine reports whether RowData is a message as the file sink writes it
+// (a refused or held message) rather than a row's mapped columns.
+func (p *Parked) IsLine() bool { return p.Sink != "" || p.HeldBehind != "" }
 
 // Name is how commands name the parked row: its message id, or its
 // position when it has none. ParkedFilter.IDs takes either.
@@ -126,8 +141,16 @@ func CheckParkedTable(ctx context.Context, conn *pgx.Conn, t Tables) error {
 // (then sink).
 func ListParked(ctx context.Context, conn *pgx.Conn, t Tables, f ParkedFilter) ([]Parked, error) {
 	where, args := parkedWhere(t, f)
-	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT coalesce(message_id, ''), lsn::text, seq, commit_lsn::text, sink, error, row_data::text, parked_at, resent_at
-		FROM %s WHERE %s ORDER BY lsn, seq, sink`, t.DeadLetter, where), args...)
+	return queryParked(ctx, conn, t, fmt.Sprintf(`SELECT %s FROM %s WHERE %s ORDER BY lsn, seq, sink`, parkedColumns, t.DeadLetter, where), args...)
+}
+
+// parkedColumns are what queryParked scans, in its order.
+const parkedColumns = `coalesce(message_id, ''), lsn::text, seq, commit_lsn::text, sink, error, row_data::text, parked_at, resent_at,
+	coalesce(hold_key, ''), coalesce(held_behind, '')`
+
+// queryParked runs query, which selects parkedColumns, and scans its rows.
+func queryParked(ctx context.Context, conn *pgx.Conn, t Tables, query string, args ...any) ([]Parked, error) {
+	rows, err := conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", t.DeadLetterName, err)
 	}
@@ -138,7 +161,7 @@ func ListParked(ctx context.Context, conn *pgx.Conn, t Tables, f ParkedFilter) (
 		var lsn, commit, data string
 		var seq int64
 		var resent *time.Time
-		if err := rows.Scan(&p.ID, &lsn, &seq, &commit, &p.Sink, &p.Error, &data, &p.ParkedAt, &resent); err != nil {
+		if err := rows.Scan(&p.ID, &lsn, &seq, &commit, &p.Sink, &p.Error, &data, &p.ParkedAt, &resent, &p.HoldKey, &p.HeldBehind); err != nil {
 			return nil, err
 		}
 		p.Seq = uint32(seq)

@@ -80,7 +80,10 @@ const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
 // the message; row_data is then the message as the file sink writes it
 // (id, type, key, payload, headers, lsn, ...). seq tells apart the rows of
 // one multi-insert WAL record, which share lsn (message.Message.Seq).
-// resent_at is set by `cdc dead-letter resend` (parked.go). Tables made
+// resent_at is set by `cdc dead-letter resend` (parked.go). hold_key is
+// the ordering key a row holds or is held under (relay.on_invalid or
+// on_refused: hold_key; hold.go), held_behind the position of the row it
+// waits for when it was parked only because its key was held. Tables made
 // by an older walpost get the columns and key they lack from Upgrade.
 const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
     slot       text        NOT NULL,
@@ -93,6 +96,8 @@ const deadLetterDDL = `CREATE TABLE IF NOT EXISTS %s (
     row_data   jsonb       NOT NULL,
     parked_at  timestamptz NOT NULL DEFAULT now(),
     resent_at  timestamptz,
+    hold_key   text,
+    held_behind text,
     PRIMARY KEY (slot, lsn, seq, sink)
 )`
 

@@ -36,6 +36,8 @@ var (
 	deadLetterColumns = [][2]string{
 		{"resent_at", "timestamptz"},
 		{"seq", "bigint NOT NULL DEFAULT 0"},
+		{"hold_key", "text"},
+		{"held_behind", "text"},
 	}
 )
 
