@@ -111,22 +111,19 @@ type Postgres struct {
 	// cdc run on older servers, and checked by cdc run (default false).
 	FailoverSlot bool `yaml:"failover_slot"`
 	// ReceiveBuffer sizes the replication socket's receive buffer
-	// (SO_RCVBUF): "auto" (default) sets 64 KiB on a TCP connection whose
-	// round trip at connect is at most 250 µs (same host or rack) and
-	// leaves the kernel's autotuning on slower links; "kernel" always
-	// leaves it; a number of bytes (65536 to 67108864: a smaller window
-	// can stay under one TCP segment and stall the stream) always sets
-	// that.
-	// A small buffer fills while a backlog is read, and a WAL sender with
-	// a full socket queues its messages into large segments instead of
-	// sending each on its own: it decodes faster (docs/design.md,
-	// "Reading a backlog").
+	// (SO_RCVBUF): "auto" (default) and "kernel" leave it to the kernel's
+	// autotuning; a number of bytes (65536 to 67108864: a smaller window
+	// can stay under one TCP segment and stall the stream) sets that.
+	// (Until issue 24, auto set 64 KiB on links with a round trip of at
+	// most 250 µs; two full bench runs showed no gain from it, so auto is
+	// now the kernel's; docs/design.md, "Reading a backlog".)
 	ReceiveBuffer string `yaml:"receive_buffer"`
 }
 
 // ReceiveBufferBytes is postgres.receive_buffer as
 // replication.StreamOptions.ReceiveBuffer takes it: 0 for auto, -1 for
-// kernel, else the size. The config must be valid.
+// kernel (both the kernel's sizing), else the size. The config must be
+// valid.
 func (p *Postgres) ReceiveBufferBytes() int {
 	switch p.ReceiveBuffer {
 	case "", ReceiveBufferAuto:

@@ -36,7 +36,7 @@
 // the replication stream sets is the socket's own. It is read once, when the process
 // starts (Setting); the replication stream and each Kafka sink log it at
 // info when it is set (Switch.Log). Switch is the type of this and of
-// internal/replication's switches (WALPOST_COALESCE, WALPOST_RCVBUF), so
+// internal/replication's switch (WALPOST_COALESCE), so
 // that every low-level switch reads and logs the same way.
 package rawnet
 

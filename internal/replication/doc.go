@@ -43,13 +43,11 @@
 // the primary's clock: replay lag or clock skew over 100 ms keeps
 // coalescing on, which costs at most 2 ms after each quiet gap.
 //
-// Receive buffer. After connecting, the stream sizes the socket's receive
-// buffer (StreamOptions.ReceiveBuffer, postgres.receive_buffer): by
-// default 64 KiB when the TCP round trip is at most 250 µs. While a
-// backlog is read the window then closes often, and the WAL sender queues
-// its messages into large segments instead of sending each alone, which
-// makes it decode faster (docs/design.md, "Reading a backlog"). While
-// coalescing, and after it until a status update reported everything read
+// Receive buffer. The kernel sizes the socket's receive buffer unless
+// postgres.receive_buffer names a size (StreamOptions.ReceiveBuffer); the
+// 64 KiB that "auto" set on fast links until issue 24 showed no gain in
+// two full bench runs and is gone (docs/design.md, "Reading a backlog").
+// While coalescing, and after it until a status update reported everything read
 // as confirmed, status updates go every pollBehind (10 ms) instead of
 // pollPending (100 ms).
 //
@@ -59,7 +57,7 @@
 // deadline of pastDeadline is not set on the socket: rawnet.Conn.Expire
 // makes the next read take what is there without a timer.
 //
-// Switches. Each of the three mechanisms above that work below net.Conn
+// Switches. Each of the two mechanisms above that work below net.Conn
 // has an environment variable that turns it off, read once when the
 // process starts and logged at info by NewStream when set (off, false, no
 // or 0 turn a mechanism off; see rawnet.Switch), so that an operator can
@@ -68,10 +66,6 @@
 //   - WALPOST_COALESCE=off (EnvCoalesce): no SO_RCVLOWAT. The stream still
 //     notices it is behind (status updates every pollBehind, the short
 //     read deadline), but every read is eager, as through net.Conn alone.
-//   - WALPOST_RCVBUF=off (EnvReceiveBuffer): SO_RCVBUF is left to the
-//     kernel's autotuning whatever postgres.receive_buffer says (as
-//     receive_buffer: kernel); the streaming log line then shows
-//     receive_buffer 0.
 //   - WALPOST_RAWNET=off (rawnet.EnvRawSyscalls): the socket is read and
 //     written through net.Conn, and read deadlines are the socket's own.
 //     It also applies to the Kafka sink's broker sockets.

@@ -2,27 +2,9 @@ package replication
 
 import (
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/walpost/walpost/internal/rawnet"
-)
-
-// EnvReceiveBuffer is the switch of the receive buffer's sizing:
-// WALPOST_RCVBUF=off leaves SO_RCVBUF to the kernel's autotuning whatever
-// postgres.receive_buffer says, as receive_buffer: kernel does.
-const EnvReceiveBuffer = "WALPOST_RCVBUF"
-
-// rcvbufSwitch is EnvReceiveBuffer as the process started with it.
-var rcvbufSwitch = rawnet.EnvSwitch(EnvReceiveBuffer)
-
-const (
-	// autoReceiveBuffer is the receive buffer StreamOptions.ReceiveBuffer
-	// 0 (auto) sets on a link whose round trip is at most autoMaxRTT.
-	// Linux doubles it for its own bookkeeping: at 250 µs that still lets
-	// 500 MB/s through, more than a WAL sender sends.
-	autoReceiveBuffer = 64 << 10
-	autoMaxRTT        = 250 * time.Microsecond
 )
 
 // receiveBuffer is what sizeReceiveBuffer did to a socket.
@@ -32,49 +14,27 @@ type receiveBuffer struct {
 }
 
 // sizeReceiveBuffer sizes the receive buffer of c's socket (through TLS)
-// as want says: 0 auto (autoReceiveBuffer on a TCP connection whose
-// smallest round trip seen (tcpRTT) is at most autoMaxRTT, else nothing), -1 nothing,
-// n > 0 n bytes; with WALPOST_RCVBUF=off, nothing whatever want says.
+// as want says: n > 0 sets n bytes (net.TCPConn.SetReadBuffer); 0 (auto)
+// and -1 (kernel) leave it to the kernel's autotuning. It also reads the
+// TCP round trip at connect, for the streaming log line.
 //
-// Why (docs/design.md, "Reading a backlog"): while a backlog is read, the
-// WAL sender is the bottleneck, and with an open TCP window it sends each
-// message in a segment of its own, paying for the whole loopback path
-// (its send, the receiver's processing, the ACK) per message. A small
-// buffer closes the window while the relay decodes: the WAL sender's
-// sends then only queue bytes into large segments, which go out when the
-// relay reads and reopens the window (the kernel does that work in the
-// relay's context), and the WAL sender decodes a backlog faster: how much
-// faster depends on the machine (BENCHMARKS.md, "What each optimisation
-// bought"). On a slow link a small window would cap the rate (window /
-// round trip), hence auto's bound on the round trip.
+// auto set 64 KiB on loopback-like links until issue 24: a small buffer
+// closed the TCP window while the relay decoded, so the WAL sender queued
+// bytes into large segments instead of one per message. Two full bench
+// runs (2026-12-04) showed no end-to-end gain from it (BENCHMARKS.md,
+// "What each optimisation bought"), so auto now means the kernel's
+// sizing; an operator's explicit size is still honoured.
 func sizeReceiveBuffer(c net.Conn, want int) receiveBuffer {
 	tcp, ok := rawnet.Socket(c).(*net.TCPConn)
 	if !ok {
 		return receiveBuffer{}
 	}
-	raw, err := tcp.SyscallConn()
-	if err != nil {
-		return receiveBuffer{}
-	}
 	var rb receiveBuffer
-	_ = raw.Control(func(fd uintptr) {
-		rb.rtt = tcpRTT(fd)
-		n := want
-		if !rcvbufSwitch.On {
-			n = -1
-		}
-		switch {
-		case n < 0:
-			return
-		case n == 0:
-			if rb.rtt <= 0 || rb.rtt > autoMaxRTT {
-				return
-			}
-			n = autoReceiveBuffer
-		}
-		if syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n) == nil {
-			rb.set = n
-		}
-	})
+	if raw, err := tcp.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { rb.rtt = tcpRTT(fd) })
+	}
+	if want > 0 && tcp.SetReadBuffer(want) == nil {
+		rb.set = want
+	}
 	return rb
 }

@@ -59,9 +59,8 @@ type StreamOptions struct {
 	// SlotPoll is how often a slot held by another process is tried
 	// again, jittered by ±25% (default SlotPoll).
 	SlotPoll time.Duration
-	// ReceiveBuffer sizes the replication socket's receive buffer: 0 auto
-	// (64 KiB on a TCP link with a round trip of at most 250 µs, else the
-	// kernel's autotuning), -1 the kernel's autotuning, n > 0 n bytes (see
+	// ReceiveBuffer sizes the replication socket's receive buffer: n > 0
+	// n bytes; 0 (auto) and -1 (kernel) the kernel's autotuning (see
 	// sizeReceiveBuffer).
 	ReceiveBuffer int
 	// Drained is closed by the relay when every sink has drained after the

@@ -12,5 +12,4 @@ import (
 func logSwitches(log zerolog.Logger) {
 	rawnet.Setting().Log(log, "raw system calls on the replication socket (internal/rawnet)")
 	coalesceSwitch.Log(log, "coalesced reads while behind (SO_RCVLOWAT)")
-	rcvbufSwitch.Log(log, "receive buffer sizing (SO_RCVBUF, postgres.receive_buffer)")
 }

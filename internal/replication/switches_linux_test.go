@@ -60,21 +60,21 @@ func TestCoalescerSwitchedOffKeepsTheStateButLeavesTheSocketEager(t *testing.T) 
 	}
 }
 
-// With WALPOST_RCVBUF=off the receive buffer is the kernel's whatever
-// the stream asks for (here 64 KiB, which the unswitched stream sets).
-func TestReceiveBufferSwitchedOffLeavesTheKernelsSize(t *testing.T) {
+// auto (0) and kernel (-1) leave the receive buffer to the kernel (auto
+// set 64 KiB before issue 24); a size sets it.
+func TestReceiveBufferIsTheKernelsUnlessASizeIsGiven(t *testing.T) {
 	_, server := tcpPair(t)
 	before := rcvbuf(t, server)
-	withSwitch(t, &rcvbufSwitch, EnvReceiveBuffer, "off")
-	if rb := sizeReceiveBuffer(server, autoReceiveBuffer); rb.set != 0 {
-		t.Fatalf("switched off, sizeReceiveBuffer set %d bytes", rb.set)
+	for _, want := range []int{0, -1} {
+		if rb := sizeReceiveBuffer(server, want); rb.set != 0 {
+			t.Fatalf("receive buffer %d: set %d bytes", want, rb.set)
+		}
+		if got := rcvbuf(t, server); got != before {
+			t.Fatalf("SO_RCVBUF %d after sizeReceiveBuffer(%d), was %d", got, want, before)
+		}
 	}
-	if got := rcvbuf(t, server); got != before {
-		t.Fatalf("SO_RCVBUF %d after sizeReceiveBuffer switched off, was %d", got, before)
-	}
-	rcvbufSwitch = rawnet.ParseSwitch(EnvReceiveBuffer, "")
-	if rb := sizeReceiveBuffer(server, autoReceiveBuffer); rb.set != autoReceiveBuffer {
-		t.Fatalf("switch unset: sizeReceiveBuffer set %d bytes, want %d", rb.set, autoReceiveBuffer)
+	if rb := sizeReceiveBuffer(server, 1<<17); rb.set != 1<<17 || rcvbuf(t, server) == before {
+		t.Fatalf("a size of 128 KiB: set %d bytes, SO_RCVBUF %d (was %d)", rb.set, rcvbuf(t, server), before)
 	}
 }
 
@@ -82,7 +82,6 @@ func TestReceiveBufferSwitchedOffLeavesTheKernelsSize(t *testing.T) {
 // others.
 func TestNewStreamLogsTheSwitchesThatAreSet(t *testing.T) {
 	withSwitch(t, &coalesceSwitch, EnvCoalesce, "off")
-	withSwitch(t, &rcvbufSwitch, EnvReceiveBuffer, "")
 	var buf bytes.Buffer
 	NewStream(StreamOptions{Log: zerolog.New(&buf)}, nil)
 	var envs []string
