@@ -300,3 +300,73 @@ func TestIntegrationHoldKeyOnRefusedResendAndDrop(t *testing.T) {
 		t.Errorf("requests for messages never expected: %q", hook.strangers)
 	}
 }
+
+// TestIntegrationHoldKeyResendAllReleasesEveryKeyInOrder: bad rows in two
+// keys, one of them with a second bad row while it is held; cdc
+// dead-letter resend --all stops each key at a row still bad (reporting
+// it, exit 1) and delivers nothing of it past that row; once every bad
+// row is fixed, resend --all releases both keys, each in WAL order.
+func TestIntegrationHoldKeyResendAllReleasesEveryKeyInOrder(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	e := newLaneEndpoint(5 * time.Millisecond)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, concurrency: 4, timeout: 5s}", srv.URL+"/hook"),
+		"relay: {on_invalid: hold_key}")
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+
+	const keys = 4
+	msgs := holdRows(80, keys, 0) // 20 a key
+	bad := map[string]bool{}
+	for _, i := range []int{4*3 + 1, 4*5 + 2, 4*9 + 1} { // k1's 4th and 10th, k2's 6th
+		msgs[i].Type = "fixed"
+		bad[msgs[i].ID] = true
+	}
+	e.expect(msgs)
+	insertHeldTest(t, ob, conn, msgs, bad)
+	relay := startCDC(t, "run", "--config", cfg)
+	want := 40 + 3 + 5 // k0 and k3 in full, k1 before its 4th, k2 before its 6th
+	if !pgtest.WaitFor(60*time.Second, func() bool { return e.delivered() >= want }) {
+		t.Fatalf("%d of %d delivered\n%s", e.delivered(), want, relay.Stderr.String())
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := e.delivered(); n != want {
+		t.Fatalf("%d delivered, want %d", n, want)
+	}
+	if held := statusHeld(t, cfg); len(held) != 2 || held[0].Key != "k1" || held[0].Messages != 17 || held[1].Key != "k2" || held[1].Messages != 15 {
+		t.Fatalf("held keys %+v, want k1 (17 parked) and k2 (15)", held)
+	}
+
+	// Fix only k1's first bad row and k2's: k1 stops again at its second.
+	fix := func(id string) {
+		pgtest.Exec(t, url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"fixed"') WHERE message_id = '%s'`, dlq, id))
+	}
+	fix(msgs[4*3+1].ID)
+	fix(msgs[4*5+2].ID)
+	code, stdout, _ := cdc(t, nil, "dead-letter", "--config", cfg, "resend", "--all")
+	if code != 1 || !strings.Contains(stdout, "failed  "+msgs[4*9+1].ID) {
+		t.Fatalf("resend --all with k1's second bad row unfixed: exit %d, want 1 naming it\n%s", code, stdout)
+	}
+	if !pgtest.WaitFor(30*time.Second, func() bool { return takenOf(e, "k2") == 20 }) || takenOf(e, "k1") != 9 {
+		t.Fatalf("after the first resend: k1 %d taken (want 9, up to its second bad row), k2 %d (want 20)", takenOf(e, "k1"), takenOf(e, "k2"))
+	}
+	if held := statusHeld(t, cfg); len(held) != 1 || held[0].Key != "k1" || held[0].HeadID != msgs[4*9+1].ID || held[0].Messages != 11 {
+		t.Fatalf("held keys %+v, want k1 behind its second bad row with 11 parked", held)
+	}
+	fix(msgs[4*9+1].ID)
+	if code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", "--all"); code != 0 {
+		t.Fatalf("resend --all with every row fixed: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !pgtest.WaitFor(30*time.Second, func() bool { return e.delivered() == 80 }) {
+		t.Fatalf("%d of 80 delivered", e.delivered())
+	}
+	relay.Stop(t)
+	e.checkKeyOrder(t)
+	if held := statusHeld(t, cfg); len(held) != 0 {
+		t.Fatalf("held keys %+v after the release", held)
+	}
+}

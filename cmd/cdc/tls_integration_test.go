@@ -86,7 +86,7 @@ func tailFile(path string, n int) string {
 // TestIntegrationStreamsOverTLS: with sslmode=require the replication
 // connection is TLS over the raw-system-call socket (rawnet under
 // crypto/tls): a backlog with a 1 MiB message arrives whole and in order
-// (coalesced reads, the small receive buffer found under TLS), then
+// (coalesced reads; receive_buffer: 65536 finds the socket under TLS), then
 // messages committed while the relay keeps up (reads that poll with
 // pastDeadline through TLS) arrive too, and the server says the WAL
 // sender's connection is encrypted.
@@ -99,6 +99,11 @@ func TestIntegrationStreamsOverTLS(t *testing.T) {
 	ob.URL = strings.Replace(url, "sslmode=disable", "sslmode=require", 1)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
+	y, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, cfg, strings.Replace(string(y), "postgres:\n", "postgres:\n  receive_buffer: 65536\n", 1))
 	cdcInit(t, cfg)
 	conn := pgtest.Connect(t, url)
 

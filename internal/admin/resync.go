@@ -66,7 +66,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 		return res, err
 	}
 	defer conn.Close(context.Background())
-	info, err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot)
+	info, err := checkSlotReleased(ctx, conn, cfg.Postgres.Slot)
 	if err != nil {
 		return res, err
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/outboxdb"
@@ -54,7 +56,7 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, seq int64)
 		return Skipped{}, err
 	}
 	defer conn.Close(context.Background())
-	info, err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot)
+	info, err := checkSlotReleased(ctx, conn, cfg.Postgres.Slot)
 	if err != nil {
 		return Skipped{}, err
 	}
@@ -161,3 +163,24 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 // quotePublication quotes a publication name for pgoutput's
 // publication_names option, a list of identifiers.
 func quotePublication(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// releaseGrace is how long a command that needs the slot free waits for a
+// holder to let go: the WAL sender of a relay that just exited (stopped at
+// a bad row, say) ends a moment after it, and the slot shows active until
+// then.
+const releaseGrace = 3 * time.Second
+
+// checkSlotReleased is replication.CheckSlot, read again every 100 ms for
+// up to releaseGrace while the slot is active.
+func checkSlotReleased(ctx context.Context, conn *pgx.Conn, slot string) (replication.SlotInfo, error) {
+	deadline := time.Now().Add(releaseGrace)
+	for {
+		info, err := replication.CheckSlot(ctx, conn, slot)
+		if err != nil || !info.Active || time.Now().After(deadline) {
+			return info, err
+		}
+		if !backoff.Sleep(ctx, 100*time.Millisecond) {
+			return info, ctx.Err()
+		}
+	}
+}
