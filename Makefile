@@ -12,7 +12,7 @@ export GOTOOLCHAIN := go1.27.3
 
 # Packages whose tests also run under the race detector (the pipeline's
 # concurrent stages); the others run once without it.
-RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish/...
+RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish/... ./internal/pipeline/... ./internal/fleet/...
 # package:target of every fuzz target; `make test` runs each for FUZZTIME.
 FUZZ_TARGETS := internal/config:FuzzLoad internal/decoder:FuzzDecode internal/decoder:FuzzDecodeEnvelope internal/publish/file:FuzzFileTailRepair internal/publish:FuzzJSONLine
 FUZZTIME ?= 5s
@@ -32,7 +32,7 @@ vet:
 	$(GO) vet ./...
 
 test: vet
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/internal/(relay|replication|checkpoint|publish)(/|$$)')
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/internal/(relay|replication|checkpoint|publish|pipeline|fleet)(/|$$)')
 	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) race fuzz bench-test
 
