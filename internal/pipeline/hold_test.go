@@ -98,3 +98,24 @@ func TestHoldKeyStopsAtABadRowWhoseKeyCannotBeRead(t *testing.T) {
 		t.Fatalf("parked %v", f.heads)
 	}
 }
+
+// TestHoldKeyGoesPastABadRowWithoutAKeyThatCdcSkipParked: the way past
+// the stop above that the relay's error names, cdc skip, works under
+// hold_key too: the row is looked up, found parked and gone past,
+// holding nothing.
+func TestHoldKeyGoesPastABadRowWithoutAKeyThatCdcSkipParked(t *testing.T) {
+	f := &fakeHolds{released: map[string]bool{}}
+	h := start(t, Options{ParkInvalid: true, HoldInvalid: true, Holds: f})
+	h.dead.parked[store.FormatAt(rowLSN(0x100, 1), 0)] = true
+	h.send(batch(relation(0x100), keyedTxn(7, 0x100, 0x1F0, []string{"a", "\xff", "a"}, row{1, "t"}, row{2, "t"}, row{3, "t"})))
+	ds := h.recv(0)
+	want(t, "delivered", ids(ds), []string{"1", "3"})
+	want(t, "looked up", h.dead.lookups, []string{store.FormatAt(rowLSN(0x100, 1), 0)})
+	if len(f.heads) != 0 || len(f.held) != 0 {
+		t.Fatalf("parked %v, held %v", f.heads, f.held)
+	}
+	h.ack(0, ds)
+	if c := h.confirmed(); c != 0x1F8 {
+		t.Fatalf("confirmed %s, want the commit's end", c)
+	}
+}

@@ -41,8 +41,8 @@ type Options struct {
 	// DeadLetters parks the rows the pipeline may not publish and answers
 	// whether `cdc skip` parked one.
 	DeadLetters DeadLetters
-	// ParkInvalid is relay.on_invalid: dead_letter (park a bad row and go
-	// on); otherwise Run stops at it with a *StopAtRow.
+	// ParkInvalid is relay.on_invalid: dead_letter or hold_key (park a bad
+	// row and go on); otherwise Run stops at it with a *StopAtRow.
 	ParkInvalid bool
 	// HoldInvalid is relay.on_invalid: hold_key (with ParkInvalid): a bad
 	// row is parked as the head of its ordering key, and every later
@@ -337,16 +337,7 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
 			Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
 		return nil
 	case !p.park:
-		parked, lerr := p.dead.Parked(ctx, de.LSN, de.Seq)
-		if lerr != nil {
-			return fmt.Errorf("%w (and looking it up in the dead-letter table failed: %v)", de, lerr)
-		}
-		if !parked {
-			return &StopAtRow{Err: de}
-		}
-		p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("error", de.Err.Error()).
-			Msg("bad outbox row parked by cdc skip; going past it")
-		return nil
+		return p.stopUnlessSkipped(ctx, &StopAtRow{Err: de})
 	}
 	if p.hold {
 		return p.holdInvalid(ctx, de)
@@ -360,13 +351,29 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
 	return nil
 }
 
+// stopUnlessSkipped returns stop, for a row the relay may not park,
+// unless `cdc skip` parked that row: then it goes past it.
+func (p *Pipeline) stopUnlessSkipped(ctx context.Context, stop *StopAtRow) error {
+	de := stop.Err
+	parked, err := p.dead.Parked(ctx, de.LSN, de.Seq)
+	if err != nil {
+		return fmt.Errorf("%w (and looking it up in the dead-letter table failed: %v)", de, err)
+	}
+	if !parked {
+		return stop
+	}
+	p.log.Warn().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("error", de.Err.Error()).
+		Msg("bad outbox row parked by cdc skip; going past it")
+	return nil
+}
+
 // holdInvalid parks a bad row as the head of its ordering key
 // (relay.on_invalid: hold_key): every later message of the key is held
-// behind it. A row whose key cannot be read stops the relay: which
-// messages to hold is unknown.
+// behind it. A row whose key cannot be read stops the relay (which
+// messages to hold is unknown) unless `cdc skip` parked it.
 func (p *Pipeline) holdInvalid(ctx context.Context, de *decoder.Error) error {
 	if !de.KeyKnown {
-		return &StopAtRow{Err: de, NoKey: true}
+		return p.stopUnlessSkipped(ctx, &StopAtRow{Err: de, NoKey: true})
 	}
 	if err := p.holds.ParkHead(ctx, de); err != nil {
 		return err
