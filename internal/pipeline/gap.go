@@ -164,6 +164,7 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 		if _, ok := p.held[m.OrderingKey()]; ok {
 			// Parked at the fill's position with a seq of its own, so
 			// that two held rows of a fill do not share a dead-letter key.
+			seq := m.Seq
 			p.fillSeq++
 			m.LSN, m.CommitLSN, m.Seq = at, at, p.fillSeq
 			held, err := p.holdRow(ctx, m, true)
@@ -175,6 +176,7 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 				d.Relayed++
 				continue
 			}
+			m.Seq = seq // the key was released: relayed as any fill row
 		}
 		p.targets = p.targets[:0]
 		for i := range p.routes {
