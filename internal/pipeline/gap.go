@@ -161,13 +161,13 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 			d.Carried++
 			continue
 		}
-		if _, ok := p.held[m.OrderingKey()]; ok {
+		if p.held.holds(m, true) {
 			// Parked at the fill's position with a seq of its own, so
 			// that two held rows of a fill do not share a dead-letter key.
 			seq := m.Seq
 			p.fillSeq++
 			m.LSN, m.CommitLSN, m.Seq = at, at, p.fillSeq
-			held, err := p.holdRow(ctx, m, true)
+			held, err := p.held.hold(ctx, m)
 			if err != nil {
 				return err
 			}

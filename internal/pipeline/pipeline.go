@@ -10,7 +10,6 @@ import (
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
-	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -78,9 +77,9 @@ type Pipeline struct {
 	skip    []store.Position // per sink: what it acknowledged before a restart
 	dead    DeadLetters
 	park    bool
-	hold    bool                  // relay.on_invalid: hold_key
-	holds   KeyHolds              // with hold
-	held    map[string]store.Hold // keys held for every sink, by key
+	hold    bool      // relay.on_invalid: hold_key
+	holds   KeyHolds  // with hold
+	held    *heldKeys // keys held for every sink
 	marker  Marker
 	metrics Metrics
 	log     zerolog.Logger
@@ -107,13 +106,8 @@ func New(o Options) *Pipeline {
 	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
 		dead: o.DeadLetters, park: o.ParkInvalid, tableLess: o.TableLess, marker: o.Marker,
 		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill),
-		hold: o.HoldInvalid, holds: o.Holds, held: map[string]store.Hold{}}
-	for _, h := range o.Held {
-		if h.Sink == "" {
-			p.held[h.Key] = h
-		}
-	}
-	p.metrics.HeldKeys.Set(float64(len(p.held)))
+		hold: o.HoldInvalid, holds: o.Holds}
+	p.held = newHeldKeys("", o.Held, o.Holds, p.metrics.Held, p.metrics.HeldKeys, o.Log, "bad row (relay.on_invalid: hold_key)")
 	p.sinks = make([]chan []publish.Delivery, len(o.Routes))
 	for i := range p.sinks {
 		p.sinks[i] = make(chan []publish.Delivery, sinkBuffer)
@@ -241,8 +235,8 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 	case decoder.Row:
 		p.metrics.Decoded.Inc()
 		p.carried.add(e.Msg.ID)
-		if len(p.held) > 0 {
-			if held, err := p.holdRow(ctx, e.Msg, false); held || err != nil {
+		if p.held.holds(e.Msg, false) {
+			if held, err := p.held.hold(ctx, e.Msg); held || err != nil {
 				return err
 			}
 		}
@@ -379,38 +373,9 @@ func (p *Pipeline) holdInvalid(ctx context.Context, de *decoder.Error) error {
 		return err
 	}
 	p.metrics.DeadLettered.Inc()
-	if _, ok := p.held[de.Key]; !ok {
-		p.held[de.Key] = store.Hold{Key: de.Key, Head: store.Position{CommitLSN: de.CommitLSN, LSN: de.LSN, Seq: de.Seq}}
-		p.metrics.HeldKeys.Set(float64(len(p.held)))
-	}
+	p.held.add(de.Key, store.Position{CommitLSN: de.CommitLSN, LSN: de.LSN, Seq: de.Seq})
 	p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Uint32("seq", de.Seq).Str("commit_lsn", de.CommitLSN.String()).
 		Str("key", de.Key).Str("error", de.Err.Error()).
 		Msg("bad outbox row parked in the dead-letter table; its key is held: its later messages are parked behind it until cdc dead-letter resend or drop of this row; the other keys go on")
 	return nil
-}
-
-// holdRow parks m behind its key's head when the key is held for every
-// sink, and reports whether it did. force holds m whatever its position
-// (a row read from the table, whose position is not the stream's). A key
-// found released is forgotten, and m goes on as usual.
-func (p *Pipeline) holdRow(ctx context.Context, m *message.Message, force bool) (bool, error) {
-	key := m.OrderingKey()
-	h, ok := p.held[key]
-	if !ok || !force && !h.Holds(m) {
-		return false, nil
-	}
-	held, err := p.holds.Hold(ctx, "", m)
-	if err != nil {
-		return false, err
-	}
-	if !held {
-		delete(p.held, key)
-		p.metrics.HeldKeys.Set(float64(len(p.held)))
-		p.log.Info().Str("key", key).Str("msg_id", m.ID).Msg("held key released (its parked rows were resent or dropped): its messages are published again")
-		return false, nil
-	}
-	p.metrics.Held.Inc()
-	p.log.Warn().Str("msg_id", m.ID).Str("lsn", m.LSN.String()).Uint32("seq", m.Seq).Str("key", key).
-		Msg("message of a held key parked behind the key's bad row (relay.on_invalid: hold_key)")
-	return true, nil
 }

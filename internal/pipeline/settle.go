@@ -43,21 +43,15 @@ type SettlerOptions struct {
 // Refused, called from the runner's goroutine only.
 type Settler struct {
 	o    SettlerOptions
-	txns []*checkpoint.Txn     // Ack's, reused from one batch to the next
-	held map[string]store.Hold // keys held for the sink (SettlerOptions.Holds)
+	txns []*checkpoint.Txn // Ack's, reused from one batch to the next
+	held *heldKeys         // keys held for the sink (SettlerOptions.Holds)
 }
 
 // NewSettler returns the settler of one sink.
 func NewSettler(o SettlerOptions) *Settler {
 	o.Metrics = o.Metrics.orNop()
-	s := &Settler{o: o, held: map[string]store.Hold{}}
-	for _, h := range o.Held {
-		if h.Sink == o.Sink {
-			s.held[h.Key] = h
-		}
-	}
-	s.o.Metrics.HeldKeys.Set(float64(len(s.held)))
-	return s
+	return &Settler{o: o, held: newHeldKeys(o.Sink, o.Held, o.Holds, o.Metrics.Held, o.Metrics.HeldKeys, o.Log,
+		"refused message (relay.on_refused: hold_key)")}
 }
 
 // Ack settles a batch the sink made durable, in WAL order
@@ -115,10 +109,7 @@ func (s *Settler) refusedHead(ctx context.Context, d publish.Delivery, cause err
 	}
 	s.o.Metrics.Refused.Inc()
 	key := d.Msg.OrderingKey()
-	if _, ok := s.held[key]; !ok {
-		s.held[key] = store.Hold{Sink: s.o.Sink, Key: key, Head: store.PositionOf(d.Msg)}
-		s.o.Metrics.HeldKeys.Set(float64(len(s.held)))
-	}
+	s.held.add(key, store.PositionOf(d.Msg))
 	s.o.Log.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
 		Str("type", d.Msg.Type).Str("key", key).Str("error", cause.Error()).
 		Msg("message refused by the sink for good; parked in the dead-letter table; its key is held for this sink: its later messages are parked behind it until cdc dead-letter resend or drop of it; the other keys go on")
@@ -128,31 +119,14 @@ func (s *Settler) refusedHead(ctx context.Context, d publish.Delivery, cause err
 
 // Holds reports whether m's key is held for the sink and m is not before
 // its head (publish.Holder).
-func (s *Settler) Holds(m *message.Message) bool {
-	if len(s.held) == 0 {
-		return false
-	}
-	h, ok := s.held[m.OrderingKey()]
-	return ok && h.Holds(m)
-}
+func (s *Settler) Holds(m *message.Message) bool { return s.held.holds(m, false) }
 
 // Hold parks d behind its key's head and settles it, or reports false
 // when the key was released meanwhile (it is forgotten; publish.Holder).
 func (s *Settler) Hold(ctx context.Context, d publish.Delivery) (bool, error) {
-	key := d.Msg.OrderingKey()
-	held, err := s.o.Holds.Hold(ctx, s.o.Sink, d.Msg)
-	if err != nil {
-		return false, err
+	held, err := s.held.hold(ctx, d.Msg)
+	if held {
+		s.settle([]publish.Delivery{d}, false)
 	}
-	if !held {
-		delete(s.held, key)
-		s.o.Metrics.HeldKeys.Set(float64(len(s.held)))
-		s.o.Log.Info().Str("key", key).Str("msg_id", d.Msg.ID).Msg("held key released (its parked messages were resent or dropped): its messages are published again")
-		return false, nil
-	}
-	s.o.Metrics.Held.Inc()
-	s.o.Log.Warn().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("key", key).
-		Msg("message of a held key parked behind the key's refused message (relay.on_refused: hold_key)")
-	s.settle([]publish.Delivery{d}, false)
-	return true, nil
+	return held, err
 }
