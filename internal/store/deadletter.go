@@ -40,6 +40,12 @@ const SkippedPrefix = "parked by cdc skip: "
 // Park parks a row that cannot be mapped, for every sink. errText is
 // recorded as its error (e.Err's text when empty).
 func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string) error {
+	return d.parkRow(ctx, e, errText, nil)
+}
+
+// parkRow parks e's row for every sink, holding holdKey when it is set
+// (hold.go).
+func (d *DeadLetter) parkRow(ctx context.Context, e *decoder.Error, errText string, holdKey *string) error {
 	row, err := json.Marshal(e.Row)
 	if err != nil {
 		return err
@@ -51,7 +57,8 @@ func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string)
 	if errText == "" {
 		errText = e.Err.Error()
 	}
-	if err := d.insert(ctx, e.LSN.String(), e.Seq, "", e.CommitLSN.String(), id, errText, row); err != nil {
+	r := parkedRow{lsn: e.LSN.String(), seq: e.Seq, commitLSN: e.CommitLSN.String(), id: id, errText: errText, row: row, holdKey: holdKey}
+	if err := d.insert(ctx, nil, r); err != nil {
 		return fmt.Errorf("dead-letter: parking %v: %w", e, err)
 	}
 	return nil
@@ -59,11 +66,24 @@ func (d *DeadLetter) Park(ctx context.Context, e *decoder.Error, errText string)
 
 // ParkRefused parks a message that sink refused for good with cause.
 func (d *DeadLetter) ParkRefused(ctx context.Context, sink string, m *message.Message, cause error) error {
-	row := bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
-	if err := d.insert(ctx, m.LSN.String(), m.Seq, sink, m.CommitLSN.String(), &m.ID, cause.Error(), row); err != nil {
+	return d.parkRefused(ctx, sink, m, cause, nil)
+}
+
+// parkRefused parks m, refused by sink, holding holdKey when it is set
+// (hold.go).
+func (d *DeadLetter) parkRefused(ctx context.Context, sink string, m *message.Message, cause error, holdKey *string) error {
+	r := parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
+		errText: cause.Error(), row: messageLine(m), holdKey: holdKey}
+	if err := d.insert(ctx, nil, r); err != nil {
 		return fmt.Errorf("dead-letter: parking message %s (at %s) refused by sink %s: %w", m.ID, FormatAt(m.LSN, m.Seq), sink, err)
 	}
 	return nil
+}
+
+// messageLine is m as the file sink writes it, without the newline: the
+// row_data of a refused or held message.
+func messageLine(m *message.Message) []byte {
+	return bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
 }
 
 // Parked reports whether the row at (lsn, seq) is parked for every sink
@@ -105,10 +125,6 @@ func (d *DeadLetter) reset() {
 	}
 }
 
-func (d *DeadLetter) insert(ctx context.Context, lsn string, seq uint32, sink, commitLSN string, id *string, errText string, row []byte) error {
-	return d.insertHeld(ctx, nil, parkedRow{lsn: lsn, seq: seq, sink: sink, commitLSN: commitLSN, id: id, errText: errText, row: row})
-}
-
 // parkedRow is one row to insert into the dead-letter table.
 type parkedRow struct {
 	lsn       string
@@ -122,9 +138,9 @@ type parkedRow struct {
 	holdKey, heldBehind *string
 }
 
-// insertHeld inserts r on q (d.conn, or a transaction of it), connecting
-// first when q is nil.
-func (d *DeadLetter) insertHeld(ctx context.Context, q interface {
+// insert inserts r on q (d.conn, or a transaction of it), connecting
+// first when q is nil; a row parked already stays as it is.
+func (d *DeadLetter) insert(ctx context.Context, q interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, r parkedRow) error {
 	if q == nil {

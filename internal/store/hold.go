@@ -1,9 +1,7 @@
 package store
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/message"
-	"github.com/walpost/walpost/internal/publish"
 )
 
 // Held keys (relay.on_invalid or on_refused: hold_key; docs/design.md,
@@ -133,30 +130,14 @@ func (d *DeadLetter) Holds(ctx context.Context) ([]Hold, error) {
 // ParkHead parks a row that cannot be mapped, for every sink, as the head
 // of its key (e.Key; e.KeyKnown must be set): Park, with hold_key.
 func (d *DeadLetter) ParkHead(ctx context.Context, e *decoder.Error) error {
-	row, err := json.Marshal(e.Row)
-	if err != nil {
-		return err
-	}
-	r := parkedRow{lsn: e.LSN.String(), seq: e.Seq, commitLSN: e.CommitLSN.String(), errText: e.Err.Error(), row: row, holdKey: &e.Key}
-	if e.ID != "" {
-		r.id = &e.ID
-	}
-	if err := d.insertHeld(ctx, nil, r); err != nil {
-		return fmt.Errorf("dead-letter: parking %v: %w", e, err)
-	}
-	return nil
+	return d.parkRow(ctx, e, "", &e.Key)
 }
 
 // ParkRefusedHead parks a message that sink refused for good with cause
 // as the head of its key for that sink: ParkRefused, with hold_key.
 func (d *DeadLetter) ParkRefusedHead(ctx context.Context, sink string, m *message.Message, cause error) error {
 	key := m.OrderingKey()
-	r := parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
-		errText: cause.Error(), row: bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n")), holdKey: &key}
-	if err := d.insertHeld(ctx, nil, r); err != nil {
-		return fmt.Errorf("dead-letter: parking message %s (at %s) refused by sink %s: %w", m.ID, FormatAt(m.LSN, m.Seq), sink, err)
-	}
-	return nil
+	return d.parkRefused(ctx, sink, m, cause, &key)
 }
 
 // Hold parks m behind its key's head for sink ("" every sink) if the key
@@ -185,10 +166,10 @@ func (d *DeadLetter) Hold(ctx context.Context, sink string, m *message.Message) 
 		headLSN, _ := pglogrepl.ParseLSN(lsn)
 		head := FormatAt(headLSN, uint32(seq))
 		held = true
-		return d.insertHeld(ctx, tx, parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
+		return d.insert(ctx, tx, parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
 			errText: fmt.Sprintf("held: key %q waits for the row at %s (relay.on_%s: hold_key); cdc dead-letter resend or drop of that row releases the key in order",
 				key, head, policyOf(sink)),
-			row: bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n")), holdKey: &key, heldBehind: &head})
+			row: messageLine(m), holdKey: &key, heldBehind: &head})
 	})
 	if err != nil {
 		d.reset()
