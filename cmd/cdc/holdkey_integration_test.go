@@ -76,6 +76,28 @@ func statusHeld(t *testing.T, cfg string) []heldKeyRep {
 	return st.HeldKeys
 }
 
+// holdSetup is what the hold_key tests share: an outbox whose one sink is
+// a webhook to handler with concurrency lanes, its dead-letter table, and
+// the slot made by cdc init.
+type holdSetup struct {
+	url, cfg, dlq string
+	ob            relaytest.Outbox
+	conn          *pgx.Conn
+}
+
+// newHoldSetup makes it; extra is the config's other sections (relay:...).
+func newHoldSetup(t *testing.T, handler http.Handler, concurrency int, extra string) holdSetup {
+	t.Helper()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, concurrency: %d, timeout: 5s}", srv.URL+"/hook", concurrency), extra)
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	return holdSetup{url: url, cfg: cfg, dlq: dlq, ob: ob, conn: pgtest.Connect(t, url)}
+}
+
 // TestIntegrationHoldKeyParksABadRowsKeyUntilResent: with on_invalid:
 // hold_key, the cdc binary relays 8 interleaved keys to a webhook that
 // takes 20 ms per request (concurrency 8, some requests failed once); a
@@ -88,21 +110,14 @@ func statusHeld(t *testing.T, cfg string) []heldKeyRep {
 // messages in WAL order, and k3's next rows flow again, after them.
 func TestIntegrationHoldKeyParksABadRowsKeyUntilResent(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	ob := relaytest.NewOutbox(t, url)
 	e := newLaneEndpoint(20 * time.Millisecond)
-	srv := httptest.NewServer(e)
-	defer srv.Close()
 	port, err := pgtest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, concurrency: 8, timeout: 5s}", srv.URL+"/hook"),
-		fmt.Sprintf("relay: {on_invalid: hold_key}\nhttp: {listen: '%s'}", addr))
-	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
-	cdcInit(t, cfg)
-	conn := pgtest.Connect(t, url)
+	hs := newHoldSetup(t, e, 8, fmt.Sprintf("relay: {on_invalid: hold_key}\nhttp: {listen: '%s'}", addr))
+	url, ob, cfg, dlq, conn := hs.url, hs.ob, hs.cfg, hs.dlq, hs.conn
 
 	const keys = 8
 	first := holdRows(240, keys, 0) // 30 a key
@@ -235,16 +250,9 @@ func (p *poisonHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // delivers k2's held messages in order; both keys then flow again.
 func TestIntegrationHoldKeyOnRefusedResendAndDrop(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	ob := relaytest.NewOutbox(t, url)
 	hook := &poisonHook{laneEndpoint: newLaneEndpoint(5 * time.Millisecond), poison: true, refuse: map[string]bool{}}
-	srv := httptest.NewServer(hook)
-	defer srv.Close()
-	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, concurrency: 4, timeout: 5s}", srv.URL+"/hook"),
-		"relay: {on_refused: hold_key, refused_attempts: 1}")
-	relaytest.WithDeadLetterTable(t, url, cfg)
-	cdcInit(t, cfg)
-	conn := pgtest.Connect(t, url)
+	hs := newHoldSetup(t, hook, 4, "relay: {on_refused: hold_key, refused_attempts: 1}")
+	ob, cfg, conn := hs.ob, hs.cfg, hs.conn
 
 	const keys = 5
 	msgs := holdRows(100, keys, 0) // 20 a key
@@ -308,16 +316,9 @@ func TestIntegrationHoldKeyOnRefusedResendAndDrop(t *testing.T) {
 // row is fixed, resend --all releases both keys, each in WAL order.
 func TestIntegrationHoldKeyResendAllReleasesEveryKeyInOrder(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
-	ob := relaytest.NewOutbox(t, url)
 	e := newLaneEndpoint(5 * time.Millisecond)
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, concurrency: 4, timeout: 5s}", srv.URL+"/hook"),
-		"relay: {on_invalid: hold_key}")
-	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
-	cdcInit(t, cfg)
-	conn := pgtest.Connect(t, url)
+	hs := newHoldSetup(t, e, 4, "relay: {on_invalid: hold_key}")
+	url, ob, cfg, dlq, conn := hs.url, hs.ob, hs.cfg, hs.dlq, hs.conn
 
 	const keys = 4
 	msgs := holdRows(80, keys, 0) // 20 a key
