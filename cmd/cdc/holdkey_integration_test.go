@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -370,4 +371,45 @@ func TestIntegrationHoldKeyResendAllReleasesEveryKeyInOrder(t *testing.T) {
 	if held := statusHeld(t, cfg); len(held) != 0 {
 		t.Fatalf("held keys %+v after the release", held)
 	}
+}
+
+// TestIntegrationHoldKeyHoldsTheRestOfItsKeyInOneCopy: one COPY, whose
+// rows share WAL positions, holds a bad row of k3; the rows of k3 after it
+// in the same COPY (same LSN, later seq) are held behind it, those before
+// it and every other key delivered; after the fix, resend delivers k3 in
+// order.
+func TestIntegrationHoldKeyHoldsTheRestOfItsKeyInOneCopy(t *testing.T) {
+	t.Parallel()
+	e := newLaneEndpoint(2 * time.Millisecond)
+	hs := newHoldSetup(t, e, 4, "relay: {on_invalid: hold_key}")
+	msgs := copyMsgs(200) // over 7 keys: k3 is 3, 10, 17, ...
+	expected := slices.Clone(msgs)
+	expected[10].Type = "fixed"
+	e.expect(expected)
+	msgs[10].Type = ""
+	hs.ob.CopyTx(t, hs.conn, msgs...)
+	requireSharedLSNs(t, hs.ob, len(msgs))
+
+	relay := startCDC(t, "run", "--config", hs.cfg)
+	k3 := (200 + 7 - 1 - 3) / 7 // rows of k3
+	want := 200 - (k3 - 1)      // all but k3 from its second row on
+	if !pgtest.WaitFor(60*time.Second, func() bool { return e.delivered() >= want }) {
+		t.Fatalf("%d of %d delivered\n%s", e.delivered(), want, relay.Stderr.String())
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n, got := e.delivered(), takenOf(e, "k3"); n != want || got != 1 {
+		t.Fatalf("%d delivered (k3 %d), want %d (k3 only its row before the bad one)", n, got, want)
+	}
+	if held := statusHeld(t, hs.cfg); len(held) != 1 || held[0].Key != "k3" || held[0].Messages != k3-1 {
+		t.Fatalf("held keys %+v, want k3 with %d parked", held, k3-1)
+	}
+	pgtest.Exec(t, hs.url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"fixed"') WHERE message_id = '%s'`, hs.dlq, msgs[10].ID))
+	if code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", hs.cfg, "resend", msgs[10].ID); code != 0 || strings.Count(stdout, "resent  ") != k3-1 {
+		t.Fatalf("resend: exit %d, want %d resent\n%s%s", code, k3-1, stdout, stderr)
+	}
+	if !pgtest.WaitFor(30*time.Second, func() bool { return e.delivered() == 200 }) {
+		t.Fatalf("%d of 200 delivered after the resend", e.delivered())
+	}
+	relay.Stop(t)
+	e.checkKeyOrder(t)
 }
