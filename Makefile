@@ -14,7 +14,7 @@ export GOTOOLCHAIN := go1.27.3
 # concurrent stages); the others run once without it.
 RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish/... ./internal/pipeline/... ./internal/fleet/...
 # package:target of every fuzz target; `make test` runs each for FUZZTIME.
-FUZZ_TARGETS := internal/config:FuzzLoad internal/decoder:FuzzDecode internal/decoder:FuzzDecodeEnvelope internal/publish/file:FuzzFileTailRepair internal/publish:FuzzJSONLine
+FUZZ_TARGETS := internal/config:FuzzLoad internal/decoder:FuzzDecode internal/decoder:FuzzDecodeEnvelope internal/publish/file:FuzzFileTailRepair internal/publish:FuzzJSONLine internal/replication:FuzzCutReader
 FUZZTIME ?= 5s
 
 .PHONY: build demo test vet race fuzz bench bench-quick bench-report bench-test

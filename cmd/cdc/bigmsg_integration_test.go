@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +66,15 @@ func relayBigMessage(t *testing.T, c bigMsgCase, n int) (idle, peak int64) {
 		sinks += "\n  - {name: none, kind: discard}"
 	}
 	cfg := ob.Config(t, sinks, "")
+	// The message as the server sends it (bytea as hex) under the limit.
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := min(4*n+1<<20, 1<<30)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "postgres:\n", fmt.Sprintf("postgres:\n  max_message_bytes: %d\n", limit), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cdcInit(t, cfg)
 	p := startCDC(t, "run", "--config", cfg)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return bytes.Contains([]byte(p.Stderr.String()), []byte(`"message":"streaming"`)) }) {
@@ -89,7 +99,7 @@ func relayBigMessage(t *testing.T, c bigMsgCase, n int) (idle, peak int64) {
 		t.Fatalf("the message was not delivered in 120 s\n%s", p.Stderr.String())
 	}
 	peak = peakRSS(p.Cmd.Process.Pid)
-	b, err := os.ReadFile(out)
+	b, err = os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,7 +250,8 @@ func checkSkip(o *options) error {
 
 func initCmd(e *cmdEnv) error {
 	err := retryUnreachable(e.ctx, e.cfg, e.opts.wait, e.log, func(ctx context.Context) error {
-		return admin.SetupWith(ctx, e.cfg, admin.SetupOptions{Adopt: e.opts.adopt}, func(line string) { fmt.Fprintln(e.stdout, line) })
+		return admin.SetupWith(ctx, e.cfg, admin.SetupOptions{Adopt: e.opts.adopt,
+			Warn: func(w string) { fmt.Fprintln(e.stderr, "warning: "+w) }}, func(line string) { fmt.Fprintln(e.stdout, line) })
 	})
 	if admin.IsSetupConfigError(err) {
 		return &exitCode{err, usageExitCode} // nothing was done

@@ -39,6 +39,9 @@ that could not be mapped (relay.on_invalid: dead_letter, cdc skip; sink
                  decoded again with the current mapping (fix its row_data,
                  or the config, first), to every sink whose route takes
                  it. Each failure is reported; the others go on.
+                 With postgres.message_keys, an envelope that no key
+                 signed (the relay parked it as forged) is refused,
+                 reported, and stays parked: drop it.
                  A message of a held key (relay.on_invalid or
                  on_refused: hold_key) is resent with the key's other
                  parked messages, in order, from the first one (which

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,10 +35,7 @@ func TestIntegrationOnlySignedEnvelopesArePublished(t *testing.T) {
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
 
-	role := pgtest.Name(t, "nobody")
-	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN PASSWORD 'x'")
-	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+role) })
-	attacker := pgtest.Connect(t, strings.Replace(url, "postgres@", role+":x@", 1))
+	attacker := asNobody(t, url)
 
 	p := startCDC(t, "run", "--config", cfg)
 	first := relaytest.NewMsg("order.created", "k", 1)
@@ -174,10 +173,7 @@ func TestIntegrationForgedAdoptMessagesAreIgnored(t *testing.T) {
 		t.Fatalf("could not forge from %s", real)
 	}
 
-	role := pgtest.Name(t, "nobody")
-	pgtest.Exec(t, url, "CREATE ROLE "+role+" LOGIN PASSWORD 'x'")
-	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+role) })
-	attacker := pgtest.Connect(t, strings.Replace(url, "postgres@", role+":x@", 1))
+	attacker := asNobody(t, url)
 	err := pgx.BeginTxFunc(ctx, attacker, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		for _, c := range []string{forged, `{"v":1,"oids":[1],"values":["malformed"]}`} {
 			if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, $1::text, $2::text)", "walpost.adopt."+ob.Slot, c); err != nil {
@@ -209,4 +205,47 @@ func TestIntegrationForgedAdoptMessagesAreIgnored(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d lines, want the 2 adopted rows and the one inserted after: %+v", len(lines), lines)
 	}
+}
+
+// TestIntegrationMessageRolesTakeEmitFromPublicForATableOutbox: with an
+// outbox table, postgres.message_roles lets cdc init take EXECUTE on
+// pg_logical_emit_message from PUBLIC too (a role that may only log in can
+// no longer emit the logical messages every relay of the database reads),
+// while the relay's own role, listed, still writes its heartbeat and
+// relays rows.
+func TestIntegrationMessageRolesTakeEmitFromPublicForATableOutbox(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t) // the grants are this database's, for every test on it
+	url := c.URL("postgres")
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "postgres:\n", "postgres:\n  message_roles: [postgres]\n  heartbeat_interval: 1s\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var initOut strings.Builder
+	if code := run([]string{"init", "--config", cfg}, &initOut, &initOut); code != 0 ||
+		!strings.Contains(initOut.String(), "EXECUTE taken from PUBLIC, granted to postgres") {
+		t.Fatalf("cdc init with message_roles on a table outbox: exit %d\n%s", code, initOut.String())
+	}
+	pgtest.Exec(t, url, "CREATE ROLE nobody_emit LOGIN PASSWORD 'x'")
+	nobody := pgtest.Connect(t, strings.Replace(url, "postgres@", "nobody_emit:x@", 1))
+	if _, err := nobody.Exec(context.Background(), "SELECT pg_logical_emit_message(false, 'x', repeat('y', 1000))"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("a role not listed emitted: %v", err)
+	}
+	p := startCDC(t, "run", "--config", cfg)
+	m := relaytest.NewMsg("order.created", "k", 1)
+	ob.InsertTx(t, pgtest.Connect(t, url), m)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 60*time.Second, p.Stderr.String)
+	if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(p.Stderr.String(), "heartbeat written") }) {
+		t.Fatalf("the relay wrote no heartbeat:\n%s", p.Stderr.String())
+	}
+	if strings.Contains(p.Stderr.String(), "permission denied") {
+		t.Fatalf("the relay's heartbeat was refused:\n%s", p.Stderr.String())
+	}
+	p.Stop(t)
 }

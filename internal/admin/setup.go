@@ -23,6 +23,8 @@ import (
 // with report("table public.outbox: created"). It needs a role that may
 // create them (the table's owner for the publication, REPLICATION for the
 // slot); `cdc run` then only checks that they exist (see sql/roles.sql).
+// Before it creates anything it refuses state tables that exist and that
+// no trusted role owns (store.CheckOwners).
 func Setup(ctx context.Context, cfg *config.Config, report func(string)) error {
 	return SetupWith(ctx, cfg, SetupOptions{}, report)
 }
@@ -34,6 +36,9 @@ type SetupOptions struct {
 	// replaces) are relayed once, before what is committed after the slot
 	// (see createSlotAdopting). It needs columns.sent_at and a new slot.
 	Adopt bool
+	// Warn is told each warning, one line (a schema of the state tables
+	// in which PUBLIC may CREATE); nil: report("warning: …").
+	Warn func(string)
 }
 
 // SetupWith is Setup with options.
@@ -58,6 +63,9 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 			return err // before anything is created
 		}
 	}
+	if err := checkOwners(ctx, conn, cfg, opts, report); err != nil {
+		return err // before anything is created
+	}
 	if err := ensureTable(ctx, conn, cfg, t, report); err != nil {
 		return err
 	}
@@ -69,7 +77,7 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		return err
 	}
 	report(fmt.Sprintf("publication %s: %s", t.Publication, createdOrExists(created)))
-	if t.TableLess && len(cfg.Postgres.MessageRoles) > 0 {
+	if len(cfg.Postgres.MessageRoles) > 0 {
 		if err := restrictEmit(ctx, conn, cfg.Postgres.MessageRoles); err != nil {
 			return err
 		}
@@ -106,7 +114,27 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		err = recordSlotBirth(ctx, conn, cfg, before)
 	}
 	if s := retention.SettingsOf(cfg); s != nil && err == nil {
-		return setupRetention(ctx, conn, *s, slotCreated, report)
+		err = setupRetention(ctx, conn, *s, slotCreated, report)
+	}
+	if err == nil {
+		// Again: a table made by another role between the first check
+		// and CREATE TABLE IF NOT EXISTS was reported "exists".
+		_, err = store.CheckOwners(ctx, conn, store.TablesOf(cfg), store.TrustOf(cfg))
+	}
+	return err
+}
+
+// checkOwners refuses state tables, and triggers on them or on the outbox
+// the relay writes, that no trusted role owns (store.CheckOwners), and
+// warns of the state tables' schemas in which PUBLIC may CREATE.
+func checkOwners(ctx context.Context, conn *pgx.Conn, cfg *config.Config, opts SetupOptions, report func(string)) error {
+	open, err := store.CheckOwners(ctx, conn, store.TablesOf(cfg), store.TrustOf(cfg))
+	warn := opts.Warn
+	if warn == nil {
+		warn = func(w string) { report("warning: " + w) }
+	}
+	for _, o := range open {
+		warn(o.String())
 	}
 	return err
 }

@@ -40,6 +40,10 @@ type Skipped struct {
 // without a bad row come first.
 var skipPeeks = []any{1, 10_000, 1_000_000, nil}
 
+// skipHead is how much of a change over postgres.max_message_bytes cdc
+// skip reads: its first columns (a stand-in keeps at most 64 KiB).
+const skipHead = 1 << 20
+
 // Skip parks in the dead-letter table the one message that a relay with
 // relay.on_invalid: stop stops at, so that the next run goes past it (`cdc
 // skip`). It reads the slot's pending changes without consuming them
@@ -112,8 +116,15 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 			dec.AdoptFrom(adopted)
 		}
 		n := 0
-		rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
-			'proto_version', '1', 'publication_names', $3`+messages+`)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication))
+		// A change over postgres.max_message_bytes comes as its head
+		// only, and is decoded as the stream's stand-in of it
+		// (decoder.CutHead): the relay never holds it whole, nor does
+		// cdc skip.
+		rows, err := conn.Query(ctx, `SELECT lsn::text, octet_length(data),
+			CASE WHEN octet_length(data) > $4 THEN substring(data FROM 1 FOR $5) ELSE data END
+			FROM pg_logical_slot_peek_binary_changes($1, NULL, $2::int,
+			'proto_version', '1', 'publication_names', $3`+messages+`)`, cfg.Postgres.Slot, limit, quotePublication(cfg.Postgres.Publication),
+			cfg.Postgres.MaxMessageBytes, skipHead)
 		if err != nil {
 			return nil, fmt.Errorf("reading the slot's pending changes: %w", err)
 		}
@@ -121,10 +132,14 @@ func firstInvalid(ctx context.Context, conn *pgx.Conn, cfg *config.Config, dead 
 		for rows.Next() && found == nil {
 			n++
 			var lsnText string
+			var size int64
 			var data []byte
-			if err := rows.Scan(&lsnText, &data); err != nil {
+			if err := rows.Scan(&lsnText, &size, &data); err != nil {
 				rows.Close()
 				return nil, err
+			}
+			if size > int64(cfg.Postgres.MaxMessageBytes) {
+				data = decoder.CutHead(data, size)
 			}
 			at, _ := pglogrepl.ParseLSN(lsnText)
 			_, err := dec.Decode(at, data)

@@ -54,10 +54,11 @@ type Postgres struct {
 	// dead-letter table, never published. Several keys let a key be
 	// replaced without a stop. Secrets: never printed.
 	MessageKeys []string `yaml:"message_keys"`
-	// MessageRoles, with source: messages: `cdc init` revokes EXECUTE on
-	// pg_logical_emit_message from PUBLIC and grants it to these roles
-	// (the producers', and the relay's for its heartbeat); it needs a
-	// superuser. Unset, any role that can connect may write a message.
+	// MessageRoles: `cdc init` revokes EXECUTE on pg_logical_emit_message
+	// from PUBLIC and grants it to these roles (with source: messages the
+	// producers'; the relay's for its heartbeat, and the role of cdc init
+	// --adopt and cdc recover for adopt messages); it needs a superuser.
+	// Unset, any role that can connect may write a message.
 	MessageRoles []string `yaml:"message_roles"`
 	// Publication is created FOR TABLE <table> WITH (publish = 'insert')
 	// when missing, empty with source: messages (default walpost_outbox).
@@ -92,6 +93,13 @@ type Postgres struct {
 	// changing under the relay"; default public.walpost_coverage, created
 	// by cdc init; "-" keeps it in memory only).
 	CoverageTable string `yaml:"coverage_table"`
+	// TrustedOwners are roles, besides those walpost trusts by itself,
+	// that may own the state tables and the functions of their triggers
+	// (and of the outbox's, where the relay updates or deletes its rows):
+	// cdc init and cdc run refuse an object owned by any other role
+	// (store.CheckOwners; docs/security.md, "State tables: who owns
+	// them"). Names as in the catalog, no case folding; default none.
+	TrustedOwners []string `yaml:"trusted_owners"`
 	// GapMargin is the longest a transaction takes from setting its row's
 	// time (columns.time, else created_at) to committing: rows the stream
 	// may not have carried are looked for from this long before the
@@ -118,6 +126,15 @@ type Postgres struct {
 	// most 250 µs; two full bench runs showed no gain from it, so auto is
 	// now the kernel's; docs/design.md, "Reading a backlog".)
 	ReceiveBuffer string `yaml:"receive_buffer"`
+	// MaxMessageBytes is the largest change (a row's INSERT, a logical
+	// message) the relay reads into memory from the replication stream
+	// (default 67108864, 64 MiB; 1048576 to 1073741824). A larger one is
+	// read past without being held: a logical message of another prefix
+	// is ignored as before, an outbox row or a message of the relay's own
+	// prefix is a bad row (relay.on_invalid; under message_keys parked as
+	// a forged one). docs/design.md, "Messages larger than
+	// max_message_bytes".
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
 // ReceiveBufferBytes is postgres.receive_buffer as
@@ -472,6 +489,9 @@ func (c *Config) SetDefaults() {
 		p.StandbyPoll = Duration(time.Second)
 	}
 	def(&p.ReceiveBuffer, ReceiveBufferAuto)
+	if p.MaxMessageBytes == 0 {
+		p.MaxMessageBytes = 64 << 20
+	}
 	if parts, err := sqlident.Split(p.Table); err == nil && len(parts) == 1 {
 		p.Table = "public." + p.Table
 	}

@@ -51,12 +51,12 @@ func (c *Config) validateSource() error {
 	p := c.Postgres
 	switch p.Source {
 	case SourceTable:
-		for _, f := range []string{"postgres.message_prefix", "postgres.message_keys", "postgres.message_roles"} {
+		for _, f := range []string{"postgres.message_prefix", "postgres.message_keys"} {
 			if c.isSet(f) {
 				return c.fail(f, "only used with postgres.source: messages (postgres.source is table)")
 			}
 		}
-		return nil
+		return c.validateMessageRoles()
 	case SourceMessages:
 	default:
 		return c.fail("postgres.source", "%s is not %s or %s", c.q("postgres.source", p.Source), SourceTable, SourceMessages)
@@ -78,14 +78,22 @@ func (c *Config) validateSource() error {
 			return c.fail(fmt.Sprintf("postgres.message_keys[%d]", i), "%d bytes; a key needs at least %d (e.g. the output of openssl rand -hex 32)", len(k), MinMessageKey)
 		}
 	}
-	for i, r := range p.MessageRoles {
-		if r == "" || strings.ContainsRune(r, 0) || !utf8.ValidString(r) {
-			return c.fail(fmt.Sprintf("postgres.message_roles[%d]", i), "not a role name")
-		}
+	if err := c.validateMessageRoles(); err != nil {
+		return err
 	}
 	for _, f := range []string{"postgres.table", "columns", "relay.retention"} {
 		if c.isSet(f) {
 			return c.fail(f, "not used with postgres.source: messages (a table-less outbox: the envelopes carry every field and there is no table); remove it")
+		}
+	}
+	return nil
+}
+
+// validateMessageRoles checks postgres.message_roles: role names.
+func (c *Config) validateMessageRoles() error {
+	for i, r := range c.Postgres.MessageRoles {
+		if r == "" || strings.ContainsRune(r, 0) || !utf8.ValidString(r) {
+			return c.fail(fmt.Sprintf("postgres.message_roles[%d]", i), "not a role name")
 		}
 	}
 	return nil

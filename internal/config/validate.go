@@ -97,6 +97,9 @@ func (c *Config) validatePostgres() error {
 			return c.fail("postgres.receive_buffer", "%s is not auto, kernel or a number of bytes from 65536 to 67108864", c.q("postgres.receive_buffer", rb))
 		}
 	}
+	if n := p.MaxMessageBytes; n < 1<<20 || n > 1<<30 {
+		return c.fail("postgres.max_message_bytes", "%d is not a number of bytes from 1048576 (1 MiB) to 1073741824 (1 GiB)", n)
+	}
 	if p.HeartbeatInterval != nil && p.HeartbeatInterval.D() < 0 {
 		return c.fail("postgres.heartbeat_interval", "%v is negative (0 disables the heartbeat)", p.HeartbeatInterval.D())
 	}
@@ -111,6 +114,11 @@ func (c *Config) validatePostgres() error {
 	if p.CoverageTable != "-" {
 		if err := c.validateTable("postgres.coverage_table", p.CoverageTable, ` (or "-" to keep it in memory only)`); err != nil {
 			return err
+		}
+	}
+	for i, r := range p.TrustedOwners {
+		if err := sqlident.Check(r); err != nil {
+			return c.fail(fmt.Sprintf("postgres.trusted_owners[%d]", i), "%s is not a role name: it is %v", c.q("postgres.trusted_owners", r), err)
 		}
 	}
 	if p.GapMargin.D() < 0 {

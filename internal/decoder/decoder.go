@@ -140,6 +140,8 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		return Event{}, fmt.Errorf("%w: empty message at %s", ErrProtocol, walStart)
 	}
 	switch data[0] {
+	case OversizedByte:
+		return d.oversized(walStart, data)
 	case 'I':
 		if d.envelope != "" {
 			return Event{Kind: Skip}, nil // a table-less outbox: table rows are not messages

@@ -24,6 +24,11 @@ const EnvelopeVersion = 1
 // envelopeFields are the envelope's fields, in the order errors name them.
 var envelopeFields = []string{"v", "id", "type", "key", "headers", "payload", "payload_base64"}
 
+// ForgedText is in the error of every envelope parked because no key of
+// postgres.message_keys signed it: resend refuses such a row while the
+// configuration has no key to check it with.
+const ForgedText = "postgres.message_keys is set: only a producer holding a key publishes"
+
 // AcceptMessages makes the decoder read the table-less outbox
 // (postgres.source: messages): every transactional logical message with
 // exactly this prefix, inside its transaction, is an outbox message whose
@@ -52,7 +57,7 @@ func (d *Decoder) enveloped(m *pglogrepl.LogicalDecodingMessage) (Event, error) 
 		body, err := envsig.Verify(d.keys, m.Prefix, content)
 		if err != nil {
 			e := &Error{LSN: m.LSN, Forged: true, Row: RowValues{"envelope": string(m.Content)},
-				Err: fmt.Errorf("logical message with prefix %q: %w (postgres.message_keys is set: only a producer holding a key publishes; outbox.SigningKey)", m.Prefix, err)}
+				Err: fmt.Errorf("logical message with prefix %q: %w (%s; outbox.SigningKey)", m.Prefix, err, ForgedText)}
 			if d.tx.open {
 				e.CommitLSN = d.tx.commitLSN
 			}

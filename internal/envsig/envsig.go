@@ -66,6 +66,19 @@ func Split(content []byte) (body, sig []byte) {
 	return append(body, content[len(head)+macLen+2:]...), sig
 }
 
+// Keys returns keys (postgres.message_keys) as Verify takes them; nil
+// for none.
+func Keys(keys []string) [][]byte {
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = []byte(k)
+	}
+	return out
+}
+
 // Verify returns the envelope without its signature when one of keys
 // signed content for prefix; ErrUnsigned when it carries no signature,
 // ErrBad when none of keys made it.

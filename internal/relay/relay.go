@@ -199,7 +199,8 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	stream := replication.NewStream(replication.StreamOptions{
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
-		SlotPoll: cfg.Postgres.StandbyPoll.D(), ReceiveBuffer: cfg.Postgres.ReceiveBufferBytes(), Drained: drained, Log: r.log,
+		SlotPoll: cfg.Postgres.StandbyPoll.D(), ReceiveBuffer: cfg.Postgres.ReceiveBufferBytes(),
+		MaxMessageBytes: cfg.Postgres.MaxMessageBytes, Drained: drained, Log: r.log,
 		Gate: r.Gate, // [fleet hook]
 	}, confirmer)
 	r.setStream(stream, nil, false)
@@ -288,6 +289,13 @@ func (r *Relay) check(ctx context.Context) error {
 		if r.sentStmt, err = sentat.Check(ctx, conn, r.target.Outbox); err != nil {
 			return err
 		}
+	}
+	open, err := store.CheckOwners(ctx, conn, r.tables, store.TrustOf(r.cfg))
+	for _, o := range open {
+		r.log.Warn().Str("schema", o.Schema).Msg(o.String())
+	}
+	if err != nil {
+		return err
 	}
 	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -15,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/envsig"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
@@ -32,6 +34,26 @@ type Outcome struct {
 	Err error
 }
 
+// ErrOversized is in the Outcome.Err of a parked row or message that was
+// larger than postgres.max_message_bytes: the relay never read it, so the
+// dead-letter table holds only its position and small columns.
+var ErrOversized = errors.New("replay: the parked row was larger than postgres.max_message_bytes and was not read")
+
+// oversized is the error resend gives a row parked because it was too
+// large to read: what to do instead.
+func oversized(p *store.Parked, tableLess bool) error {
+	if tableLess {
+		return fmt.Errorf("%w: its content is in no table; have the producer emit it again (within the limit, or after raising it), then drop this row (cdc dead-letter drop %s)", ErrOversized, p.Name())
+	}
+	return fmt.Errorf("%w: its values are in the outbox table: raise postgres.max_message_bytes if the sinks take it, publish it with cdc replay --id %s, then drop this row (cdc dead-letter drop %s)", ErrOversized, p.ID, p.Name())
+}
+
+// ErrForged is in the Outcome.Err of a parked envelope of a table-less
+// outbox with postgres.message_keys that no configured key signed (for
+// its prefix, postgres.message_prefix): the relay parked it unpublished,
+// and Resend does not publish it either (docs/security.md).
+var ErrForged = errors.New("replay: the parked envelope is not signed with a key of postgres.message_keys")
+
 // resendAttempts is how often Resend tries a message on a sink whose
 // error is not permanent before it reports the failure.
 const resendAttempts = 5
@@ -44,8 +66,10 @@ const resendAttempts = 5
 // same bytes as the dead-letter table holds them), to that sink only; a
 // row that could not be mapped is decoded again with the configuration's
 // current mapping and the table's current column types (a bad envelope of
-// a table-less outbox: as an envelope), and goes to every sink whose route
-// takes it. report gets each row's Outcome, in order, a row's failure
+// a table-less outbox: as an envelope, which must first verify under
+// postgres.message_keys when they are set, as in the stream: else its
+// Outcome.Err wraps ErrForged), and goes to every sink whose route takes
+// it. report gets each row's Outcome, in order, a row's failure
 // (the table's column types unreadable included) in its Outcome.Err;
 // Resend returns how many failed. It stops early only when ctx ends.
 func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
@@ -115,7 +139,8 @@ func newResender(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*
 		return nil, err
 	}
 	ss, _ := newSinks(cfg, "", log)
-	return &resender{conn: conn, ss: ss, un: &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox())}, tables: store.TablesOf(cfg)}, nil
+	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox()), keys: envsig.Keys(cfg.Postgres.MessageKeys)}
+	return &resender{conn: conn, ss: ss, un: un, tables: store.TablesOf(cfg)}, nil
 }
 
 func (r *resender) close() {
@@ -220,19 +245,28 @@ type unmapped struct {
 	conn    *pgx.Conn
 	cfg     *config.Config
 	dec     *decoder.Decoder
-	rows    *Rows // the outbox table's column types, read at the first table row
-	rowsErr error // why they could not be read
+	keys    [][]byte // postgres.message_keys; nil for none
+	rows    *Rows    // the outbox table's column types, read at the first table row
+	rowsErr error    // why they could not be read
 }
 
 // decode decodes p again: an envelope of a table-less outbox
-// ({"envelope": ...}) with decoder.DecodeEnvelope, a table row with the
-// current mapping and column types (decodeParked), both at p's LSNs. An
-// error (the column types cannot be read, the row still cannot be
+// ({"envelope": ...}) with decoder.DecodeEnvelope, once it verified under
+// the keys (verifyEnvelope), a table row with the current mapping and
+// column types (decodeParked), both at p's LSNs. An error (a forged
+// envelope, the column types cannot be read, the row still cannot be
 // mapped) is p's alone.
 func (u *unmapped) decode(ctx context.Context, p *store.Parked) (*message.Message, error) {
 	tableLess := u.cfg.Postgres.TableLess()
+	if strings.Contains(p.Error, decoder.OversizedText) {
+		return nil, oversized(p, tableLess)
+	}
 	if env, ok := parkedEnvelope(p.RowData); ok && (tableLess || !mapped(u.cfg.Outbox().Columns, "envelope")) {
-		m, err := decoder.DecodeEnvelope([]byte(env))
+		content, err := u.verifyEnvelope(p, []byte(env))
+		if err != nil {
+			return nil, err
+		}
+		m, err := decoder.DecodeEnvelope(content)
 		if err != nil {
 			return nil, fmt.Errorf("still cannot be mapped: %w", err)
 		}
@@ -251,6 +285,31 @@ func (u *unmapped) decode(ctx context.Context, p *store.Parked) (*message.Messag
 		return nil, u.rowsErr
 	}
 	return decodeParked(u.dec, u.rows, p)
+}
+
+// verifyEnvelope checks, when postgres.message_keys is set, that one of
+// the keys signed env, a parked envelope's content exactly as it was
+// emitted (the stream parks the message's bytes, signature included), for
+// the outbox's prefix: the check the stream's decoder makes
+// (envsig.Verify) before anything is published. It returns env without
+// its signature, or env as it is without keys.
+func (u *unmapped) verifyEnvelope(p *store.Parked, env []byte) ([]byte, error) {
+	if u.keys == nil {
+		if strings.Contains(p.Error, decoder.ForgedText) {
+			// Parked as forged under keys since removed: nothing can
+			// tell a producer's from a forgery now.
+			return nil, fmt.Errorf("%w: it was parked as forged while postgres.message_keys was set, and no key is set now to check it with; "+
+				"it stays parked. Drop it (cdc dead-letter drop %s), or set the key that signed it again and resend", ErrForged, p.Name())
+		}
+		return env, nil
+	}
+	body, err := envsig.Verify(u.keys, u.cfg.Postgres.MessagePrefix, env)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%w): a role without a key wrote it, or it was altered, and the relay parked it unpublished; it stays parked. "+
+			"Drop it (cdc dead-letter drop %s); if a producer holding a key wrote it, have the producer emit it again signed (outbox.SigningKey) "+
+			"or add that key to postgres.message_keys", ErrForged, err, p.Name())
+	}
+	return body, nil
 }
 
 // parkedEnvelope returns the envelope of row_data {"envelope": ...}, the

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -133,9 +132,14 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 		return nil, fatalError{fmt.Errorf("postgres.url: %w", err)}
 	}
 	// Read up to readBuffer bytes per system call: while the stream is
-	// behind, the socket holds many messages at each wake-up.
+	// behind, the socket holds many messages at each wake-up. A message
+	// larger than MaxMessageBytes is cut as it is read (cut.go).
+	maxMsg := int64(s.opt.MaxMessageBytes)
+	if maxMsg <= 0 {
+		maxMsg = DefaultMaxMessageBytes
+	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
+		return pgproto3.NewFrontend(newCutReader(r, maxMsg), w)
 	}
 	// Read and write the socket with raw system calls (see rawnet).
 	dial := cfg.DialFunc

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -41,7 +40,7 @@ func wirePair(t *testing.T) (*pgConn, net.Conn) {
 		t.Fatal(err)
 	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
+		return pgproto3.NewFrontend(newCutReader(r, DefaultMaxMessageBytes), w)
 	}
 	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: client, TxStatus: 'I', Config: cfg,
 		ParameterStatuses: map[string]string{}})

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -119,7 +118,7 @@ func BenchmarkSessionCatchUpThroughPgConn(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBuffer), w)
+		return pgproto3.NewFrontend(newCutReader(r, DefaultMaxMessageBytes), w)
 	}
 	mc := newMemConn(msgs, b.N)
 	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: mc, TxStatus: 'I', Config: cfg, ParameterStatuses: map[string]string{}})

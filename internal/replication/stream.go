@@ -63,6 +63,10 @@ type StreamOptions struct {
 	// n bytes; 0 (auto) and -1 (kernel) the kernel's autotuning (see
 	// sizeReceiveBuffer).
 	ReceiveBuffer int
+	// MaxMessageBytes is the largest pgoutput message the stream reads
+	// into memory: a larger one is replaced by its stand-in as it is read
+	// (cut.go; decoder.OversizedByte). 0: DefaultMaxMessageBytes.
+	MaxMessageBytes int
 	// Drained is closed by the relay when every sink has drained after the
 	// stream stopped reading; the stream then sends its final status.
 	Drained <-chan struct{}
@@ -71,6 +75,10 @@ type StreamOptions struct {
 	// and left when the stream does not hold it (gate.go); nil: none.
 	Gate Gate
 }
+
+// DefaultMaxMessageBytes is StreamOptions.MaxMessageBytes's default
+// (postgres.max_message_bytes).
+const DefaultMaxMessageBytes = 64 << 20
 
 // Stream owns the replication connection: it alone reads from it and alone
 // sends standby status updates. It reconnects with backoff when the

@@ -18,7 +18,10 @@
 // Setup creates both (`cdc init`, as a role allowed to create tables);
 // Check verifies that they exist and that the relay's role has the grants
 // it needs (`cdc run`, which creates nothing: see sql/roles.sql for the
-// least privileges of a relay role).
+// least privileges of a relay role). CheckOwners, run by both commands before
+// anything else touches the tables, refuses a table, or a trigger on one,
+// that no trusted role owns (owners.go; docs/security.md, "State tables:
+// who owns them").
 //
 // Everything a relay reads here about its slot's state, it reads after it
 // holds the slot (docs/design.md, invariant 7).

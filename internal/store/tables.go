@@ -28,15 +28,22 @@ type Tables struct {
 	// Coverage is the coverage table, quoted, "" when kept in memory only
 	// (coverage_table: "-", or a table-less outbox).
 	Coverage string
+	// Marks is relay.retention's marks table (marks.go), quoted, "" when
+	// retention is off; MarksName as configured.
+	Marks, MarksName string
 }
 
 // TablesOf returns the tables cfg names.
 func TablesOf(cfg *config.Config) Tables {
-	return Tables{Slot: cfg.Postgres.Slot,
+	t := Tables{Slot: cfg.Postgres.Slot,
 		Progress: quote(cfg.Postgres.ProgressTable), ProgressName: cfg.Postgres.ProgressTable,
 		DeadLetter: quote(cfg.Postgres.DeadLetterTable), DeadLetterName: cfg.Postgres.DeadLetterTable,
 		Adopt: quote(adoptTable(cfg)), AdoptName: cfg.Postgres.AdoptTable,
 		Coverage: quote(coverageTable(cfg))}
+	if r := cfg.Relay.Retention; r != nil {
+		t.Marks, t.MarksName = quote(r.MarksTable), r.MarksTable
+	}
+	return t
 }
 
 func adoptTable(cfg *config.Config) string {
@@ -186,7 +193,7 @@ var (
 // SELECT and INSERT on the dead-letter table. A missing dead-letter table
 // is an error only when deadLetter is set (a dead_letter policy is on);
 // without it, `cdc skip` has nowhere to park and the relay has nothing to
-// look up.
+// look up. Who owns them is CheckOwners' business.
 func Check(ctx context.Context, conn *pgx.Conn, t Tables, deadLetter bool) error {
 	if t.Progress != "" {
 		if err := checkTable(ctx, conn, t.Progress, t.ProgressName, "postgres.progress_table", []string{"SELECT", "INSERT", "UPDATE"}, true,

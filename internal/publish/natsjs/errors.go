@@ -98,11 +98,23 @@ func classify(err error) verdict {
 
 // noRespondersVerdict decides a "no responders" answer to a publish by
 // the lookup of the stream that covers its subject (lookupErr, from
-// StreamNameBySubject): none (jetstream.ErrStreamNotFound) is Permanent;
+// StreamNameBySubject): none (jetstream.ErrStreamNotFound) is Permanent,
+// or Rejected when streams take other subjects of the template (below);
 // a stream found, or a lookup that failed, is transient, since a
 // clustered stream answers no one while it elects a leader.
-func noRespondersVerdict(lookupErr error) verdict {
+//
+// A subject the template made from the row that no stream covers, while
+// streams take other subjects of the template (templateCovered), is about
+// the message, as a missing topic or queue is on the other sinks:
+// rejected, so that relay.on_refused parks it or holds its key while the
+// rest flows. A fixed subject, or a template no stream takes any subject
+// of, is the configuration's: permanent, the relay stops.
+func noRespondersVerdict(lookupErr error, templateCovered bool) verdict {
 	if errors.Is(lookupErr, jetstream.ErrStreamNotFound) {
+		if templateCovered {
+			return verdict{permanent: true, rejected: true,
+				hint: "no stream covers the subject the template made for this message: create a stream, or extend one, whose subjects include it, then resend it (cdc dead-letter resend); relay.on_refused applies meanwhile"}
+		}
 		return classify(jetstream.ErrNoStreamResponse)
 	}
 	return verdict{hint: "a stream covers the subject but did not answer (a clustered stream electing a leader); retrying"}

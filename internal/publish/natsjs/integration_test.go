@@ -288,10 +288,18 @@ func TestIntegrationNoRespondersIsPermanentOnlyWithoutAStream(t *testing.T) {
 	}
 	orphan := []*nats.Msg{{Subject: natstest.Unique(t) + ".outbox.order.created"}}
 	err = s.failed(sinktest.Context(t, 30*time.Second), sess, noResp, msgs, orphan, 0)
-	if !publish.IsPermanent(err) || publish.IsRejected(err) || !strings.Contains(err.Error(), "no stream covers the subject") {
-		t.Errorf("no responders on a subject no stream covers: %v, want Permanent saying so", err)
+	// Stream tg.stream takes the template's subjects: this one is the
+	// message's to answer for (relay.on_refused).
+	if !publish.IsRejected(err) || !strings.Contains(err.Error(), "no stream covers the subject") {
+		t.Errorf("no responders on a subject no stream covers, while %s takes template %q's: %v, want Rejected saying so", tg.stream, s.subject.Text(), err)
 	}
-	if v := noRespondersVerdict(context.DeadlineExceeded); v.permanent {
+	if v := noRespondersVerdict(context.DeadlineExceeded, true); v.permanent {
 		t.Errorf("a failed lookup: %+v, want transient", v)
+	}
+	if v := noRespondersVerdict(jetstream.ErrStreamNotFound, false); !v.permanent || v.rejected {
+		t.Errorf("no stream for a fixed subject, or any of the template's: %+v, want permanent, not rejected (the configuration's)", v)
+	}
+	if v := noRespondersVerdict(jetstream.ErrStreamNotFound, true); !v.rejected {
+		t.Errorf("no stream for this subject of a template other streams take: %+v, want rejected (the message's: relay.on_refused applies)", v)
 	}
 }

@@ -218,11 +218,27 @@ func (s *Sink) failed(ctx context.Context, sess *session, err error, msgs []*mes
 // leader: the sink asks JetStream once (within ack_timeout) which stream
 // covers the subject, and the error is Permanent only when the answer is
 // none.
+//
+// For a templated subject it also asks whether any stream takes subjects
+// the template makes (its wildcard): if one does, this message's subject
+// is outside the streams the operator made, and the message is refused
+// (relay.on_refused applies); if none does, no message could be stored
+// and the error stays Permanent.
 func (s *Sink) noResponders(ctx context.Context, sess *session, subject string) verdict {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout.D())
 	defer cancel()
 	_, err := sess.js.StreamNameBySubject(ctx, subject)
-	return noRespondersVerdict(err)
+	covered := false
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !s.subject.Fixed() {
+		names := sess.js.StreamNames(ctx, jetstream.WithStreamListSubject(s.subject.wildcard()))
+		for range names.Name() {
+			covered = true
+		}
+		if names.Err() != nil {
+			return verdict{hint: "listing the streams failed; retrying"}
+		}
+	}
+	return noRespondersVerdict(err, covered)
 }
 
 // errClosed ends a Publish that Close interrupted.
