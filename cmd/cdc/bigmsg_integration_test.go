@@ -55,7 +55,7 @@ var bigMsgCases = []bigMsgCase{
 // streaming, and once the message was delivered (the file holds its line,
 // and the slot is confirmed past it: every sink acknowledged it).
 func relayBigMessage(t *testing.T, c bigMsgCase, n int) (idle, peak int64) {
-	url := pgtest.URL(t)
+	url := pgtest.NamedCluster(t, "bigmsg", pgtest.Options{}).URL("postgres") // its 50 MB messages stay out of the shared cluster's WAL senders
 	ob := relaytest.NewOutbox(t, url)
 	if c.column != "" {
 		pgtest.Exec(t, url, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN payload TYPE %s USING convert_to(payload::text, 'UTF8')", ob.Table, c.column))

@@ -26,7 +26,12 @@ import (
 // not run cdc init.
 func messagesOutbox(t *testing.T, postgres, extra string) (url string, mo relaytest.MessagesOutbox, out, cfg string) {
 	t.Helper()
-	url = pgtest.URL(t)
+	return messagesOutboxOn(t, pgtest.URL(t), postgres, extra)
+}
+
+// messagesOutboxOn is messagesOutbox on the database at url.
+func messagesOutboxOn(t *testing.T, url, postgres, extra string) (_ string, mo relaytest.MessagesOutbox, out, cfg string) {
+	t.Helper()
 	mo = relaytest.NewMessagesOutbox(t, url)
 	out = filepath.Join(t.TempDir(), "out.jsonl")
 	cfg = mo.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), postgres, extra)

@@ -41,15 +41,19 @@ type Options struct {
 	Settings []string
 	// Log receives progress lines (may be nil).
 	Log func(format string, args ...any)
+	// Version is the PostgreSQL major version to run (BinFor); 0 for the
+	// machine's own (FindBin).
+	Version int
 }
 
 // Cluster is a running throwaway PostgreSQL server.
 type Cluster struct {
-	Dir  string // root of the temporary directory (data, socket, log)
-	Port int
-	bin  string
-	cred *syscall.Credential
-	mu   sync.Mutex
+	Dir   string // root of the temporary directory (data, socket, log)
+	Port  int
+	Major int // the server's major version
+	bin   string
+	cred  *syscall.Credential
+	mu    sync.Mutex
 }
 
 // ErrNoServer is wrapped by FindBin's error, and so by Start's, when no
@@ -92,7 +96,17 @@ func versionOf(binDir string) int {
 
 // Start creates and starts a new cluster.
 func Start(opts Options) (*Cluster, error) {
-	bin, err := FindBin()
+	var bin string
+	var err error
+	if opts.Version != 0 {
+		bin, err = BinFor(opts.Version)
+	} else {
+		bin, err = FindBin()
+	}
+	if err != nil {
+		return nil, err
+	}
+	major, err := ServerVersion(bin)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +118,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, bin: bin}
+	c := &Cluster{Dir: dir, bin: bin, Major: major}
 	fail := func(err error) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, err

@@ -3,11 +3,13 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -107,5 +109,47 @@ func TestIntegrationNamedClusterIsSharedAndHasItsSettings(t *testing.T) {
 	var v string
 	if err := Connect(t, a.URL("postgres")).QueryRow(context.Background(), "SHOW max_slot_wal_keep_size").Scan(&v); err != nil || v != "1MB" {
 		t.Fatalf("max_slot_wal_keep_size = %q, %v; want 1MB", v, err)
+	}
+}
+
+// TestIntegrationEveryVersionStarts: a cluster of each supported major
+// version starts with wal_level=logical and is that version; a version
+// that cannot be had here (no npm, no registry) is skipped, saying so.
+// On the newest, a replica made without pg_basebackup (the npm packages
+// have none) follows its primary.
+func TestIntegrationEveryVersionStarts(t *testing.T) {
+	for _, v := range Versions {
+		t.Run(fmt.Sprint(v), func(t *testing.T) {
+			t.Parallel()
+			c := VersionCluster(t, v, Options{})
+			if c.Major != v {
+				t.Fatalf("cluster of version %d reports major %d", v, c.Major)
+			}
+			conn := Connect(t, c.URL("postgres"))
+			var num int
+			var level string
+			if err := conn.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int, current_setting('wal_level')").Scan(&num, &level); err != nil {
+				t.Fatal(err)
+			}
+			if num/10000 != v || level != "logical" {
+				t.Fatalf("server_version_num %d, wal_level %s; want %d and logical", num, level, v)
+			}
+			if v != Versions[len(Versions)-1] {
+				return
+			}
+			r, err := c.StartReplica()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			Exec(t, c.URL("postgres"), "CREATE TABLE replicated (n int)", "INSERT INTO replicated VALUES (42)")
+			rc := Connect(t, r.URL("postgres"))
+			if !WaitFor(30*time.Second, func() bool {
+				var n int
+				return rc.QueryRow(context.Background(), "SELECT n FROM replicated").Scan(&n) == nil && n == 42
+			}) {
+				t.Fatal("the replica did not receive the row")
+			}
+		})
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"path/filepath"
 )
 
-// StartReplica makes a physical replica of c (pg_basebackup -R -X stream:
-// it streams from c, without c's replication slots, which a base backup
-// never copies) in a new temporary directory, on a free port, and starts
-// it in recovery. The caller closes it.
+// StartReplica makes a physical replica of c (pg_basebackup -R -X stream,
+// or, where c's programs have no pg_basebackup, copyBackup: it streams
+// from c, without c's replication slots, which a base backup never copies)
+// in a new temporary directory, on a free port, and starts it in
+// recovery. The caller closes it.
 func (c *Cluster) StartReplica() (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "walpost-pg-replica-")
 	if err != nil {
@@ -31,9 +32,14 @@ func (c *Cluster) StartReplica() (*Cluster, error) {
 	if r.Port, err = FreePort(); err != nil {
 		return fail(err)
 	}
-	if out, err := r.run("pg_basebackup", "-D", r.dataDir(), "-R", "-X", "stream", "-c", "fast", "--no-sync",
-		"-h", "127.0.0.1", "-p", fmt.Sprint(c.Port), "-U", "postgres"); err != nil {
-		return fail(fmt.Errorf("pgtest: pg_basebackup: %v\n%s", err, out))
+	if _, err := os.Stat(c.Bin("pg_basebackup")); err == nil {
+		if out, err := r.run("pg_basebackup", "-D", r.dataDir(), "-R", "-X", "stream", "-c", "fast", "--no-sync",
+			"-h", "127.0.0.1", "-p", fmt.Sprint(c.Port), "-U", "postgres"); err != nil {
+			return fail(fmt.Errorf("pgtest: pg_basebackup: %v\n%s", err, out))
+		}
+	} else if err := c.copyBackup(r); err != nil {
+		// The npm package of a version (BinFor) has no client programs.
+		return fail(err)
 	}
 	// The primary's settings came with the backup; later lines win.
 	f, err := os.OpenFile(filepath.Join(r.dataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)

@@ -113,6 +113,9 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 // unit tests anywhere), failed otherwise, saying what to install.
 func startFailed(tb testing.TB, err error) {
 	tb.Helper()
+	if errors.Is(err, ErrVersionUnavailable) {
+		tb.Skipf("skipped: %v", err)
+	}
 	if errors.Is(err, ErrNoServer) {
 		if testing.Short() {
 			tb.Skipf("skipped under -short: this test needs PostgreSQL: %v", err)
