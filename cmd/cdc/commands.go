@@ -59,6 +59,12 @@ type command struct {
 	// (cdc dead-letter list): the configuration is then --config F or
 	// $CDC_CONFIG only, and the usage line ends with argsUsage.
 	argsUsage string
+	// trusts: the command reads walpost's state tables to decide what it
+	// publishes, parks or skips (skip, recover, resync, replay,
+	// dead-letter): before it runs, it refuses state tables, and triggers
+	// on them or on the outbox, that no trusted role owns, as cdc init and
+	// cdc run do (admin.CheckTrust; docs/security.md).
+	trusts bool
 	// structured: errors are logged as the config's log says (cdc run);
 	// the other commands print them as one plain line on stderr.
 	structured bool
@@ -114,7 +120,7 @@ func commands() []*command {
 				fs.BoolVar(&o.json, "json", false, "print one JSON object instead of text (its fields: docs/operations.md, \"cdc status\")")
 			}},
 		{name: "skip", summary: "--lsn X: park the one bad row a relay with on_invalid: stop stops at, so that the next run goes past it",
-			about: skipAbout, exits: skipExits, withConfig: true, run: skipCmd, required: []string{"lsn"}, check: checkSkip,
+			about: skipAbout, exits: skipExits, withConfig: true, trusts: true, run: skipCmd, required: []string{"lsn"}, check: checkSkip,
 			flags: func(fs *flag.FlagSet, o *options) {
 				fs.StringVar(&o.lsn, "lsn", "", "the `LSN` of the row the relay stops at, as its error names it (e.g. 0/16B3748)")
 			}},

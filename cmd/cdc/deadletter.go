@@ -17,7 +17,7 @@ import (
 )
 
 func deadLetterCommand() *command {
-	return &command{name: "dead-letter", summary: "list | show ID | resend ID… | resend --all | drop ID…: the parked messages",
+	return &command{name: "dead-letter", trusts: true, summary: "list | show ID | resend ID… | resend --all | drop ID…: the parked messages",
 		about: deadLetterAbout, exits: deadLetterExits, withConfig: true, logFormat: true, run: deadLetterCmd, check: checkDeadLetter,
 		argsUsage: "list | show ID... | resend ID... | resend --all | drop ID...",
 		flags: func(fs *flag.FlagSet, o *options) {

@@ -48,6 +48,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
 	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
@@ -130,7 +131,12 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout, stderr: stderr})
+	if cmd.trusts {
+		err = admin.CheckTrust(ctx, cfg)
+	}
+	if err == nil {
+		err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout, stderr: stderr})
+	}
 	switch {
 	case err == nil:
 		return 0

@@ -17,7 +17,7 @@ type recoverOptions struct {
 }
 
 func recoverCommand() *command {
-	return &command{name: "recover", summary: "replace a slot the server invalidated (wal_status lost) and relay again every outbox row not proven delivered",
+	return &command{name: "recover", trusts: true, summary: "replace a slot the server invalidated (wal_status lost) and relay again every outbox row not proven delivered",
 		about: recoverAbout, exits: recoverExits, withConfig: true, run: recoverCmd, check: checkRecover,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.StringVar(&o.recoverSince, "since", "", "relay again every row whose time is at or after this `time`: a duration back from now (24h) or a timestamp (2026-01-02T15:04:05Z); overrides what the tables record")

@@ -39,7 +39,7 @@ const interruptedExit = 130
 const usageExitCode = 2
 
 func replayCommand() *command {
-	return &command{name: "replay", summary: "--since D | --from-id X --to-id Y: publish the rows still in the outbox table again, in order, with their ids",
+	return &command{name: "replay", trusts: true, summary: "--since D | --from-id X --to-id Y: publish the rows still in the outbox table again, in order, with their ids",
 		about: replayAbout, exits: replayExits, withConfig: true, logFormat: true, run: replayCmd, check: checkReplay,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.DurationVar(&o.since, "since", 0, "replay the rows of the last `duration` (2h, 30m): by columns.time, else by the time in UUIDv7 ids")

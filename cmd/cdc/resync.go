@@ -10,7 +10,7 @@ import (
 )
 
 func resyncCommand() *command {
-	return &command{name: "resync", summary: "relay the rows committed since the slot's confirmed position from the table, then move the slot to now (the way out of a stream that cannot go on)",
+	return &command{name: "resync", trusts: true, summary: "relay the rows committed since the slot's confirmed position from the table, then move the slot to now (the way out of a stream that cannot go on)",
 		about: resyncAbout, exits: resyncExits, withConfig: true, run: resyncCmd,
 		flags: func(fs *flag.FlagSet, o *options) {
 			fs.DurationVar(&o.since, "since", 0, "relay the rows of the last `duration` instead of those since the slot's confirmed position as the coverage table records it")

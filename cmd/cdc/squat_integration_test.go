@@ -10,6 +10,7 @@ import (
 
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
+	"github.com/walpost/walpost/outbox"
 )
 
 // squat is a test's own schema for walpost's state tables (all four of
@@ -244,5 +245,99 @@ func TestIntegrationSquatWarnsWhenPublicMayCreateInTheStateSchema(t *testing.T) 
 		if got := strings.Count(p.Stderr.String(), warning); open && got != 1 || !open && got != 0 {
 			t.Fatalf("cdc run, PUBLIC may CREATE: %v: the warning logged %d time(s)\n%s", open, got, p.Stderr.String())
 		}
+	}
+}
+
+// TestIntegrationSquatOutboxInAnOpenSchemaIsRefused: where PUBLIC may
+// CREATE (PostgreSQL 14's public schema), a role that can only log in
+// makes the outbox table before the application's migrations do, and a
+// progress table beside it whose trigger pins every sink's position far
+// ahead. Before, cdc init (as a superuser) took the outbox, and trusted
+// the progress table because the outbox's owner owned it. Now cdc init
+// exits 1 naming the outbox, its owner and postgres.trusted_owners,
+// before it creates a publication or a slot. An outbox in such a schema
+// owned by the application's role is refused alike until
+// postgres.trusted_owners names that role; then init and run take it and
+// the relay delivers.
+func TestIntegrationSquatOutboxInAnOpenSchemaIsRefused(t *testing.T) {
+	t.Parallel()
+	s := newSquat(t, true)
+	squatted := s.ob
+	squatted.Table = s.schema + ".outbox"
+	squatted.Publication, squatted.Slot = s.ob.Publication+"_sq", s.ob.Slot+"_sq"
+	cfg := squatted.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", s.out), "")
+	addPostgres(t, cfg, "progress_table: "+s.progress, "dead_letter_table: "+s.deadLetter, "adopt_table: "+s.adopt, "coverage_table: "+s.coverage)
+	pin := s.schema + ".pin"
+	s.asAttacker(t, outbox.DDL(squatted.Table), "GRANT ALL ON "+squatted.Table+" TO PUBLIC",
+		`CREATE TABLE `+s.progress+` (slot text NOT NULL, sink text NOT NULL, commit_lsn pg_lsn NOT NULL,
+		lsn pg_lsn NOT NULL, seq bigint NOT NULL DEFAULT 0, commit_time timestamptz, updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, sink))`,
+		"CREATE FUNCTION "+pin+"() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.commit_lsn := 'FFFFFFF/0'; NEW.lsn := 'FFFFFFF/0'; RETURN NEW; END$$",
+		"CREATE TRIGGER pin BEFORE INSERT OR UPDATE ON "+s.progress+" FOR EACH ROW EXECUTE FUNCTION "+pin+"()",
+		"GRANT ALL ON "+s.progress+" TO PUBLIC")
+	t.Cleanup(func() {
+		pgtest.Exec(t, s.url, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '"+squatted.Slot+"'",
+			"DROP PUBLICATION IF EXISTS "+squatted.Publication)
+	})
+	code, stdout, stderr := cdc(t, nil, "init", "--config", cfg)
+	refusal(t, "cdc init on an outbox a LOGIN-only role made", code, stdout+stderr, squatted.Table, s.attacker,
+		"where PUBLIC may CREATE", "postgres.trusted_owners", "REVOKE CREATE ON SCHEMA "+s.schema+" FROM PUBLIC")
+	if !strings.Contains(stdout+stderr, s.progress) {
+		t.Errorf("cdc init does not name the progress table, whose owner it no longer trusts:\n%s%s", stdout, stderr)
+	}
+	var pubs, slots int
+	if err := pgtest.Connect(t, s.url).QueryRow(context.Background(), "SELECT (SELECT count(*) FROM pg_publication WHERE pubname = $1), (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $2)",
+		squatted.Publication, squatted.Slot).Scan(&pubs, &slots); err != nil || pubs+slots != 0 {
+		t.Fatalf("cdc init refused, yet created %d publication(s) and %d slot(s) (%v)", pubs, slots, err)
+	}
+
+	// The application's own role owns the outbox: refused until trusted.
+	app := pgtest.Name(t, "app")
+	pgtest.Exec(t, s.url, "DROP TABLE "+squatted.Table+", "+s.progress+" CASCADE", "DROP FUNCTION "+pin+"()",
+		"CREATE ROLE "+app+" LOGIN", outbox.DDL(squatted.Table), "ALTER TABLE "+squatted.Table+" OWNER TO "+app)
+	t.Cleanup(func() {
+		pgtest.Exec(t, s.url, "DROP TABLE IF EXISTS "+squatted.Table, "DROP OWNED BY "+app, "DROP ROLE "+app)
+	})
+	code, stdout, stderr = cdc(t, nil, "init", "--config", cfg)
+	refusal(t, "cdc init on an outbox of the application's role in an open schema", code, stdout+stderr, squatted.Table, app, "postgres.trusted_owners")
+	addPostgres(t, cfg, "trusted_owners: ["+app+"]")
+	cdcInit(t, cfg)
+	p := startCDC(t, "run", "--config", cfg)
+	m := relaytest.NewMsg("t", "k", 1)
+	squatted.InsertTx(t, pgtest.Connect(t, s.url), m)
+	relaytest.WaitAllDelivered(t, s.out, []relaytest.Msg{m}, 60*time.Second, p.Stderr.String)
+	p.Stop(t)
+}
+
+// TestIntegrationSquatDeadLetterTableIsRefusedByEveryCommand: the
+// commands that read the state tables to decide what they publish, park
+// or skip check who owns them first, as cdc init and cdc run do. After
+// cdc init, the dead-letter table is given to a LOGIN-only role (an ALTER
+// TABLE … OWNER TO by mistake), which parks a message of its own making.
+// Before, cdc dead-letter resend --all published it (exit 0). Now cdc
+// dead-letter (list, resend), cdc replay, cdc skip, cdc resync and cdc
+// recover each exit 1 naming the table and its owner, and nothing is
+// published.
+func TestIntegrationSquatDeadLetterTableIsRefusedByEveryCommand(t *testing.T) {
+	t.Parallel()
+	s := newSquat(t, false)
+	cdcInit(t, s.cfg)
+	forged := relaytest.NewMsg("payment.refund", "acct-1", 1)
+	row := fmt.Sprintf(`{"id":%q,"type":%q,"key":%q,"payload":{"amount":1000000},"headers":{},"lsn":"0/1","commit_lsn":"0/1"}`, forged.ID, forged.Type, forged.Key)
+	pgtest.Exec(t, s.url, "GRANT USAGE ON SCHEMA "+s.schema+" TO "+s.attacker, "ALTER TABLE "+s.deadLetter+" OWNER TO "+s.attacker)
+	s.asAttacker(t, fmt.Sprintf("INSERT INTO %s (slot, lsn, seq, sink, commit_lsn, message_id, error, row_data) VALUES ('%s', '0/1', 0, 'out', '0/1', '%s', 'refused', '%s')",
+		s.deadLetter, s.ob.Slot, forged.ID, row))
+	for _, args := range [][]string{
+		{"dead-letter", "--config", s.cfg, "resend", "--all"},
+		{"dead-letter", "--config", s.cfg, "list"},
+		{"replay", "--config", s.cfg, "--since", "1h"},
+		{"skip", "--config", s.cfg, "--lsn", "0/1"},
+		{"resync", "--config", s.cfg},
+		{"recover", "--config", s.cfg},
+	} {
+		code, stdout, stderr := cdc(t, nil, args...)
+		refusal(t, "cdc "+strings.Join(args, " "), code, stdout+stderr, s.deadLetter, s.attacker, "ALTER TABLE "+s.deadLetter+" OWNER TO postgres")
+	}
+	if n := relaytest.CountLines(s.out); n != 0 {
+		t.Fatalf("the refused commands published %d message(s)", n)
 	}
 }

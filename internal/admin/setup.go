@@ -139,6 +139,21 @@ func checkOwners(ctx context.Context, conn *pgx.Conn, cfg *config.Config, opts S
 	return err
 }
 
+// CheckTrust refuses, as cdc init and cdc run do, state tables (and
+// triggers on them or on the outbox the relay writes) that no trusted role
+// owns (store.CheckOwners): the commands that read the state tables to
+// decide what they publish, park or skip run it first, since a squatted
+// dead-letter table is a list of messages of its owner's choosing.
+func CheckTrust(ctx context.Context, cfg *config.Config) error {
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = store.CheckOwners(ctx, conn, store.TablesOf(cfg), store.TrustOf(cfg))
+	return err
+}
+
 // failoverSlotOptions returns how cdc init creates the slot, refusing
 // postgres.failover_slot on a server without failover slots (before
 // anything is created).

@@ -26,8 +26,9 @@ import (
 // may CREATE in a state table's schema (PostgreSQL 14's public schema,
 // kept by pg_upgrade; any schema opened up), any role that can connect
 // can make the table before `cdc init` does. CheckOwners, run by `cdc
-// init` before it creates anything and by `cdc run` before it reads the
-// slot, refuses every such object that no trusted role owns.
+// init` before it creates anything, by `cdc run` before it reads the slot
+// and by the commands that read the state tables (admin.CheckTrust),
+// refuses every such object that no trusted role owns.
 //
 // Trusted owners, for an object in schema S:
 //
@@ -41,6 +42,9 @@ import (
 //     is pg_database_owner): it may drop any table in S and make another;
 //   - the owner of the outbox table: it is the role cdc init runs as
 //     (docs/operations.md), and it decides what the relay publishes;
+//     unless PUBLIC may CREATE in the outbox's schema, where anyone may
+//     have made it: there its owner must be trusted anyway, else the
+//     outbox is refused;
 //   - the roles of postgres.trusted_owners.
 //
 // Refused: a state table (or a partition or inheritance child of one,
@@ -136,11 +140,22 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, t Tables, tr Trust) ([]Ope
 		return nil, err
 	}
 	for i := range objs {
-		if err := readObject(ctx, tx, &objs[i]); err != nil {
+		o := &objs[i]
+		if err := readObject(ctx, tx, o); err != nil {
 			return nil, err
 		}
-		if o := objs[i]; o.outbox && len(o.rels) > 0 {
-			who.outboxOwner = o.rels[0].owner
+		if !o.outbox || len(o.rels) == 0 {
+			continue
+		}
+		r := o.rels[0]
+		if o.openSchema, err = schemaOpen(ctx, tx, r.schema); err != nil {
+			return nil, fmt.Errorf("%s: reading the privileges of schema %s: %w", o.field, sqlident.Readable(r.schema), err)
+		}
+		// Where PUBLIC may CREATE, anyone may have made the outbox before
+		// the application's migrations did: its owner is trusted only when
+		// it is trusted anyway (judge refuses the table otherwise).
+		if !o.openSchema || who.owns(r.owner, r.schemaOwner) {
+			who.outboxOwner = r.owner
 		}
 	}
 	open, err := openSchemas(ctx, tx, objs)
@@ -160,6 +175,9 @@ type object struct {
 	quoted string // as the config names it, quoted
 	outbox bool   // the outbox: only its triggers on events count
 	events int16  // the trigger events that run as the relay's role
+	// openSchema: PUBLIC may CREATE in the outbox's schema (read for the
+	// outbox only).
+	openSchema bool
 	// rels: the table, then the tables its queries read with it
 	// (partitions, inheritance children); nil when it does not exist.
 	rels     []relation
@@ -396,10 +414,7 @@ func openSchemas(ctx context.Context, tx pgx.Tx, objs []object) ([]OpenSchema, e
 			out[i].Tables = append(out[i].Tables, o.quoted)
 			continue
 		}
-		var open bool
-		// 'public' names the PUBLIC pseudo-role here (a role cannot be
-		// called public).
-		err = tx.QueryRow(ctx, "SELECT coalesce(bool_or(has_schema_privilege('public', oid, 'CREATE')), false) FROM pg_namespace WHERE nspname = $1", parts[0]).Scan(&open)
+		open, err := schemaOpen(ctx, tx, parts[0])
 		if err != nil {
 			return nil, fmt.Errorf("%s: reading the privileges of schema %s: %w", o.field, schema, err)
 		}
@@ -408,6 +423,16 @@ func openSchemas(ctx context.Context, tx pgx.Tx, objs []object) ([]OpenSchema, e
 		}
 	}
 	return out, nil
+}
+
+// schemaOpen reports whether PUBLIC may CREATE in the schema called name
+// (false when there is none).
+func schemaOpen(ctx context.Context, tx pgx.Tx, name string) (bool, error) {
+	var open bool
+	// 'public' names the PUBLIC pseudo-role here (a role cannot be called
+	// public).
+	err := tx.QueryRow(ctx, "SELECT coalesce(bool_or(has_schema_privilege('public', oid, 'CREATE')), false) FROM pg_namespace WHERE nspname = $1", name).Scan(&open)
+	return open, err
 }
 
 // judge returns, one sentence each, what of objs w does not trust.
@@ -420,6 +445,8 @@ func judge(objs []object, w trusted) []string {
 					out = append(out, p)
 				}
 			}
+		} else if r := o.rels; len(r) > 0 && o.openSchema && !w.owns(r[0].owner, r[0].schemaOwner) {
+			out = append(out, judgeOpenOutbox(o.field, r[0], w))
 		}
 		for _, t := range o.triggers {
 			if t.events&o.events == 0 || w.owns(t.funOwner, t.on.schemaOwner) {
@@ -458,6 +485,18 @@ func judgeTable(field string, r relation, w trusted) string {
 		"and what its writes do. If the table is yours, run ALTER TABLE %s OWNER TO %s as a superuser; else DROP TABLE %s (as a superuser or the schema's owner) "+
 		"and run cdc init again; or, if %s may own it, add it to postgres.trusted_owners",
 		field, what, owner, w.describe(r.schema, r.schemaOwner), r.name, w.fixOwner(), r.name, owner)
+}
+
+// judgeOpenOutbox is the refusal of an outbox table that no trusted role
+// owns, in a schema where PUBLIC may CREATE.
+func judgeOpenOutbox(field string, r relation, w trusted) string {
+	owner := sqlident.Readable(r.owner)
+	schema := sqlident.Readable(r.schema)
+	return fmt.Sprintf("%s: the outbox table %s is owned by %s, whom walpost does not trust otherwise (it trusts %s), in schema %s, where PUBLIC may CREATE: "+
+		"any role that can connect may have made it before your migrations did, and its owner decides what the relay publishes (and which state tables it trusts). "+
+		"If %s is your application's role, add it to postgres.trusted_owners; else move the data to a table you own (ALTER TABLE %s OWNER TO %s as a superuser once you have checked its triggers and rules). "+
+		"Run REVOKE CREATE ON SCHEMA %s FROM PUBLIC either way",
+		field, r.name, owner, w.describe(r.schema, r.schemaOwner), schema, owner, r.name, w.fixOwner(), schema)
 }
 
 // relkindName names a pg_class.relkind and the command that drops it.

@@ -114,6 +114,35 @@ func TestJudgeRefusesWhatNoTrustedRoleOwns(t *testing.T) {
 	}
 }
 
+// TestJudgeRefusesAnOutboxOfAnUntrustedOwnerInAnOpenSchema: in a schema
+// where PUBLIC may CREATE, an outbox whose owner is trusted no other way
+// is refused (CheckOwners then leaves outboxOwner unset, so it makes no
+// state table trusted either); the same outbox in a closed schema, or
+// owned by a trusted role, is not.
+func TestJudgeRefusesAnOutboxOfAnUntrustedOwnerInAnOpenSchema(t *testing.T) {
+	w := trusted{role: "postgres", roles: map[string]bool{"postgres": true, "app": true}, dbOwner: "postgres"}
+	ob := func(owner string, open bool) []object {
+		r := relation{name: "public.outbox", kind: "r", owner: owner, schema: "public", schemaOwner: "postgres"}
+		return []object{{field: "postgres.table", outbox: true, openSchema: open, rels: []relation{r}}}
+	}
+	got := judge(ob("mallory", true), w)
+	if len(got) != 1 {
+		t.Fatalf("%d refusals of mallory's outbox in an open schema, want 1: %v", len(got), got)
+	}
+	for _, want := range []string{"postgres.table: the outbox table public.outbox is owned by mallory", "where PUBLIC may CREATE",
+		"postgres.trusted_owners", "ALTER TABLE public.outbox OWNER TO postgres", "REVOKE CREATE ON SCHEMA public FROM PUBLIC"} {
+		if !strings.Contains(got[0], want) {
+			t.Errorf("the refusal does not say %q: %s", want, got[0])
+		}
+	}
+	if got := judge(ob("mallory", false), w); len(got) != 0 {
+		t.Errorf("an outbox in a closed schema refused: %v", got)
+	}
+	if got := judge(ob("app", true), w); len(got) != 0 {
+		t.Errorf("a trusted role's outbox in an open schema refused: %v", got)
+	}
+}
+
 // TestTrustOfTheConfig: the outbox's triggers matter for UPDATE with
 // columns.sent_at and for DELETE with relay.retention, not otherwise; a
 // table-less outbox has none; postgres.trusted_owners is taken as is; the
