@@ -184,3 +184,34 @@ func TestIntegrationGiantEnvelopeIsParkedUnderMessageKeys(t *testing.T) {
 		t.Fatalf("parked %+v, want the giant message, the limit named", parked)
 	}
 }
+
+// TestIntegrationForeignMessagesUnderTheLimitCostTheRelayNoMemory: a role
+// that may only log in emits logical messages of another prefix of 50 MB,
+// under postgres.max_message_bytes (64 MiB), non-transactional and
+// transactional. The relay reads past each without holding it (a message
+// that is not its own over 64 KiB is cut as an oversized one is): its
+// peak RSS stays under 48 MiB, and the row written after them is
+// delivered. Before, each was read whole (peak RSS over 100 MiB).
+func TestIntegrationForeignMessagesUnderTheLimitCostTheRelayNoMemory(t *testing.T) {
+	t.Parallel()
+	url := giantURL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
+	cdcInit(t, cfg)
+	p := startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(p.Stderr.String(), `"message":"streaming"`) }) {
+		t.Fatalf("the relay did not start streaming:\n%s", p.Stderr.String())
+	}
+	const size = 50_000_000
+	emitReadOnly(t, asNobody(t, url), giant{false, "attack", size}, giant{true, "attack", size}, giant{false, "walpost_heartbeat.x", size})
+	m := relaytest.NewMsg("after.foreign", "k", 1)
+	ob.InsertTx(t, pgtest.Connect(t, url), m)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{m}, 120*time.Second, p.Stderr.String)
+	peak := peakRSS(p.Cmd.Process.Pid)
+	p.Stop(t)
+	if peak > 48<<20 {
+		t.Fatalf("peak RSS %.1f MiB after three 50 MB messages of other prefixes, want under 48 MiB", float64(peak)/(1<<20))
+	}
+	t.Logf("three 50 MB messages of other prefixes: relay peak RSS %.1f MiB", float64(peak)/(1<<20))
+}

@@ -22,7 +22,7 @@ import (
 // size (uint64), then by kind:
 //
 //	'M'  flags (1), LSN (8), the prefix and its terminating zero, or its
-//	     first maxCutPrefix bytes without one (a longer prefix)
+//	     first MaxCutPrefix bytes without one (a longer prefix)
 //	'I'  relation id (4), 'N', column count (2), then each column: 'n' or
 //	     'u' alone; 't'/'b', length (4) and value for a value of at most
 //	     maxCutValue bytes (while the message stays under maxCutKept);
@@ -35,12 +35,13 @@ const OversizedByte = '!'
 // refuses such a parked row (its values were never read).
 const OversizedText = "more than postgres.max_message_bytes"
 
+// MaxCutPrefix is the longest logical message prefix a Cut keeps: longer
+// ones are no prefix the relay uses.
+const MaxCutPrefix = 1024
+
 const (
 	// cutColumn marks a column a Cut left out.
 	cutColumn = 'X'
-	// maxCutPrefix is the longest logical message prefix a Cut keeps:
-	// longer ones are no prefix the relay uses.
-	maxCutPrefix = 1024
 	// maxCutValue is the longest column value a Cut keeps, maxCutKept the
 	// most bytes it keeps in all.
 	maxCutValue = 4 << 10
@@ -83,7 +84,7 @@ func NewCut(header int, size int64) *Cut {
 		case 'M':
 			c.wantN(1+8, func(c *Cut, b []byte) {
 				c.out = append(c.out, b...)
-				c.wantZero(maxCutPrefix, func(c *Cut, b []byte) { c.out = append(c.out, b...) })
+				c.wantZero(MaxCutPrefix, func(c *Cut, b []byte) { c.out = append(c.out, b...) })
 			})
 		case 'I':
 			c.wantN(4+1+2, func(c *Cut, b []byte) {

@@ -32,6 +32,16 @@ func NewDecoder(cfg *config.Config) *decoder.Decoder {
 	return d
 }
 
+// OwnPrefixes are the prefixes of the logical messages NewDecoder's
+// decoder reads (the heartbeat's too): the stream reads past a large one
+// of any other prefix without holding it (replication.StreamOptions).
+func OwnPrefixes(cfg *config.Config) []string {
+	if cfg.Postgres.TableLess() {
+		return []string{decoder.HeartbeatPrefix, cfg.Postgres.MessagePrefix}
+	}
+	return []string{decoder.HeartbeatPrefix, decoder.AdoptPrefix(cfg.Postgres.Slot)}
+}
+
 // AdoptedXids returns the transactions whose adopt messages are rows
 // (store.LoadAdopted; an empty slice for none), or nil, which takes them
 // from any transaction, when the adopt table does not exist: an outbox

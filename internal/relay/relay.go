@@ -200,7 +200,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		URL: cfg.Postgres.URL, Slot: cfg.Postgres.Slot, Publication: cfg.Postgres.Publication,
 		StatusInterval: cfg.Postgres.StatusInterval.D(), MaxBackoff: cfg.Postgres.ReconnectBackoff.D(),
 		SlotPoll: cfg.Postgres.StandbyPoll.D(), ReceiveBuffer: cfg.Postgres.ReceiveBufferBytes(),
-		MaxMessageBytes: cfg.Postgres.MaxMessageBytes, Drained: drained, Log: r.log,
+		MaxMessageBytes: cfg.Postgres.MaxMessageBytes, OwnPrefixes: outboxdb.OwnPrefixes(cfg), Drained: drained, Log: r.log,
 		Gate: r.Gate, // [fleet hook]
 	}, confirmer)
 	r.setStream(stream, nil, false)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -138,8 +139,12 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	if maxMsg <= 0 {
 		maxMsg = DefaultMaxMessageBytes
 	}
+	var own func([]byte) bool
+	if s.opt.OwnPrefixes != nil {
+		own = func(p []byte) bool { return slices.Contains(s.opt.OwnPrefixes, string(p)) }
+	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(newCutReader(r, maxMsg), w)
+		return pgproto3.NewFrontend(newCutReader(r, maxMsg, own), w)
 	}
 	// Read and write the socket with raw system calls (see rawnet).
 	dial := cfg.DialFunc

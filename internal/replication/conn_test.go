@@ -40,7 +40,7 @@ func wirePair(t *testing.T) (*pgConn, net.Conn) {
 		t.Fatal(err)
 	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(newCutReader(r, DefaultMaxMessageBytes), w)
+		return pgproto3.NewFrontend(newCutReader(r, DefaultMaxMessageBytes, nil), w)
 	}
 	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: client, TxStatus: 'I', Config: cfg,
 		ParameterStatuses: map[string]string{}})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -127,7 +128,7 @@ func TestCutReaderReplacesOnlyOversizedXLogData(t *testing.T) {
 	for _, src := range []*chunkReader{
 		{b: stream, n: len(stream)}, {b: stream, n: 1}, {b: stream, n: 6}, {b: stream, n: 4096, random: rng}, {b: stream, n: 7, random: rng},
 	} {
-		cr := newCutReader(src, max)
+		cr := newCutReader(src, max, nil)
 		got := receiveAll(t, cr)
 		if len(got) != len(want) {
 			t.Fatalf("reads of %d: %d CopyData messages, want %d", src.n, len(got), len(want))
@@ -139,6 +140,66 @@ func TestCutReaderReplacesOnlyOversizedXLogData(t *testing.T) {
 		}
 		if cr.cuts != 2 {
 			t.Fatalf("reads of %d: %d messages cut, want 2", src.n, cr.cuts)
+		}
+	}
+}
+
+// ownWalpost is the own function of a relay whose prefix is "walpost".
+func ownWalpost(p []byte) bool { return string(p) == "walpost" }
+
+// TestCutReaderReadsPastForeignMessagesUnderTheLimit: with the relay's
+// prefixes known, a logical message of another prefix is cut once it is
+// over foreignCut, under the limit too; one of the relay's own prefix up
+// to the limit, a small one of another prefix, and an Insert under the
+// limit pass whole; a prefix longer than any the relay uses is cut; over
+// the limit everything is cut, as before; however the reads split it.
+func TestCutReaderReadsPastForeignMessagesUnderTheLimit(t *testing.T) {
+	const max = 1 << 20
+	under := bytes.Repeat([]byte("u"), 4*foreignCut)
+	over := bytes.Repeat([]byte("o"), max+1)
+	long := strings.Repeat("p", decoder.MaxCutPrefix+10)
+	insert := func(v []byte) []byte {
+		b := []byte{'I', 0, 0, 0, 1, 'N', 0, 1, 't'}
+		return append(binary.BigEndian.AppendUint32(b, uint32(len(v))), v...)
+	}
+	var stream []byte
+	var want [][]byte
+	for i, m := range []struct {
+		msg []byte
+		cut bool
+	}{
+		{emitted(false, "attacker", under), true},
+		{emitted(true, "walpost", under), false},
+		{emitted(false, "attacker", under[:foreignCut/2]), false},
+		{emitted(true, long, under), true},
+		{emitted(true, "walpost", over), true},
+		{insert(under), false},
+		{insert(over), true},
+		{emitted(false, "attacker", under), true},
+	} {
+		body := xlogData(uint64(i+1), m.msg)
+		stream = append(stream, backendMsg('d', body)...)
+		if m.cut {
+			body = append(append([]byte(nil), body[:xlogHeader]...), decoder.CutHead(m.msg, int64(len(m.msg)))...)
+		}
+		want = append(want, body)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, src := range []*chunkReader{
+		{b: stream, n: len(stream)}, {b: stream, n: 1}, {b: stream, n: 41}, {b: stream, n: 4096, random: rng}, {b: stream, n: 900, random: rng},
+	} {
+		cr := newCutReader(src, max, ownWalpost)
+		got := receiveAll(t, cr)
+		if len(got) != len(want) {
+			t.Fatalf("reads of %d: %d CopyData messages, want %d", src.n, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("reads of %d: CopyData %d: %d bytes %q..., want %d bytes %q...", src.n, i, len(got[i]), got[i][:min(60, len(got[i]))], len(want[i]), want[i][:min(60, len(want[i]))])
+			}
+		}
+		if cr.cuts != 5 {
+			t.Fatalf("reads of %d: %d messages cut, want 5", src.n, cr.cuts)
 		}
 	}
 }
@@ -181,7 +242,7 @@ func TestCutReaderTakesAGiantMessageInBoundedMemory(t *testing.T) {
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	got := receiveAll(t, newCutReader(src, DefaultMaxMessageBytes))
+	got := receiveAll(t, newCutReader(src, DefaultMaxMessageBytes, ownWalpost))
 	runtime.ReadMemStats(&after)
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8<<20 {
 		t.Fatalf("reading a %d MiB message allocated %d MiB", n>>20, alloc>>20)
@@ -202,21 +263,31 @@ func FuzzCutReader(f *testing.F) {
 	stream, _ := cutStream(64)
 	f.Add(stream, uint8(5), uint16(64))
 	f.Add([]byte{'d', 0, 0, 0, 40, 'w'}, uint8(1), uint16(1))
+	f.Add(backendMsg('d', xlogData(1, emitted(false, "attacker", bytes.Repeat([]byte("a"), 40)))), uint8(3), uint16(200))
 	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8, max uint16) {
-		read := func(n int) []byte {
-			b, err := io.ReadAll(newCutReader(&chunkReader{b: stream, n: n}, int64(max)))
-			if err != nil {
-				t.Fatal(err)
+		// With the relay's prefixes known (foreign messages over a
+		// quarter of max cut), and without.
+		for _, own := range []func([]byte) bool{nil, ownWalpost} {
+			reader := func(n int) *cutReader {
+				cr := newCutReader(&chunkReader{b: stream, n: n}, int64(max), own)
+				cr.foreign = int64(max) / 4
+				return cr
 			}
-			return b
-		}
-		whole, pieces := read(len(stream)+1), read(int(chunk)+1)
-		if !bytes.Equal(whole, pieces) {
-			t.Fatalf("read whole: %q; in pieces of %d: %q", whole, int(chunk)+1, pieces)
-		}
-		cr := newCutReader(&chunkReader{b: stream, n: len(stream) + 1}, int64(max))
-		if b, _ := io.ReadAll(cr); cr.cuts == 0 && !bytes.Equal(b, stream) {
-			t.Fatalf("nothing cut, but %q became %q", stream, b)
+			read := func(n int) []byte {
+				b, err := io.ReadAll(reader(n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			whole, pieces := read(len(stream)+1), read(int(chunk)+1)
+			if !bytes.Equal(whole, pieces) {
+				t.Fatalf("read whole: %q; in pieces of %d: %q", whole, int(chunk)+1, pieces)
+			}
+			cr := reader(len(stream) + 1)
+			if b, _ := io.ReadAll(cr); cr.cuts == 0 && !bytes.Equal(b, stream) {
+				t.Fatalf("nothing cut, but %q became %q", stream, b)
+			}
 		}
 	})
 }

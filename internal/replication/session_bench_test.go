@@ -118,7 +118,7 @@ func BenchmarkSessionCatchUpThroughPgConn(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(newCutReader(r, DefaultMaxMessageBytes), w)
+		return pgproto3.NewFrontend(newCutReader(r, DefaultMaxMessageBytes, ownWalpost), w)
 	}
 	mc := newMemConn(msgs, b.N)
 	pg, err := pgconn.Construct(&pgconn.HijackedConn{Conn: mc, TxStatus: 'I', Config: cfg, ParameterStatuses: map[string]string{}})

@@ -67,6 +67,12 @@ type StreamOptions struct {
 	// into memory: a larger one is replaced by its stand-in as it is read
 	// (cut.go; decoder.OversizedByte). 0: DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// OwnPrefixes are the prefixes of the logical messages the relay
+	// reads (decoder.HeartbeatPrefix, the adopt prefix, a table-less
+	// outbox's prefix): a logical message of any other prefix larger than
+	// 64 KiB is read past like an oversized one (cut.go). nil: every
+	// prefix counts as the relay's.
+	OwnPrefixes []string
 	// Drained is closed by the relay when every sink has drained after the
 	// stream stopped reading; the stream then sends its final status.
 	Drained <-chan struct{}
