@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -427,4 +428,87 @@ func TestIntegrationPublicationChangedWhileStoppedLosesNothing(t *testing.T) {
 	// A new process does not know what the last one carried: rows of the
 	// window it delivered already may come again (at-least-once).
 	t.Logf("%d lines for 3 rows", relaytest.CountLines(r.out))
+}
+
+// TestIntegrationGapFillFollowsOnInvalid: a row the relay reads from the
+// table to fill a publication gap and cannot map (its headers are not a
+// JSON object) follows relay.on_invalid as a bad row of the stream does.
+// Before, it was logged, left out, and the gap closed: neither delivered
+// nor parked. Under dead_letter it is parked with its id and the other
+// rows of the gap are delivered; under stop the relay exits 1 at it,
+// saying that cdc skip cannot park it and that fixing the row in the
+// table does, and after an UPDATE of the row a restart delivers every row;
+// under hold_key it holds its key (the key's next row of the gap is parked
+// behind it).
+func TestIntegrationGapFillFollowsOnInvalid(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []string{"dead_letter", "hold_key", "stop"} {
+		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.URL(t)
+			ob := relaytest.NewOutbox(t, url)
+			out := filepath.Join(t.TempDir(), "out.jsonl")
+			cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "relay: {on_invalid: "+policy+"}")
+			relaytest.WithDeadLetterTable(t, url, cfg)
+			cdcInit(t, cfg)
+			conn := pgtest.Connect(t, url)
+			p := startCDC(t, "run", "--config", cfg)
+			first := relaytest.NewMsg("before", "k", 1)
+			ob.InsertTx(t, conn, first)
+			relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 60*time.Second, p.Stderr.String)
+
+			pgtest.Exec(t, url, "ALTER PUBLICATION "+ob.Publication+" DROP TABLE "+ob.Table)
+			good1, bad, good2 := relaytest.NewMsg("gap", "k", 2), relaytest.NewMsg("gap.bad", "k", 3), relaytest.NewMsg("gap", "k", 4)
+			ob.InsertTx(t, conn, good1)
+			if _, err := conn.Exec(context.Background(), "INSERT INTO "+ob.Table+" (id, type, key, payload, headers) VALUES ($1, $2, $3, '{}', '[1]')", bad.ID, bad.Type, bad.Key); err != nil {
+				t.Fatal(err)
+			}
+			ob.InsertTx(t, conn, good2)
+			if !pgtest.WaitFor(30*time.Second, func() bool { return errorLogged(p, "does not publish the outbox") }) {
+				t.Fatalf("the relay did not see the outbox unpublished:\n%s", p.Stderr.String())
+			}
+			pgtest.Exec(t, url, "ALTER PUBLICATION "+ob.Publication+" ADD TABLE "+ob.Table)
+
+			if policy == "hold_key" {
+				// The bad row holds its key k: good2, after it, is parked
+				// behind it; good1, before it, is delivered.
+				relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, good1}, 60*time.Second, p.Stderr.String)
+				var parked []parkedRow
+				pgtest.WaitFor(30*time.Second, func() bool { parked = listParked(t, cfg); return len(parked) >= 2 })
+				p.Stop(t)
+				if ids, want := parkedIDs(parked), msgIDs(bad, good2); !slices.Equal(ids, want) {
+					t.Fatalf("parked %v, want the bad row and the row of its key behind it %v", ids, want)
+				}
+				if relaytest.AllDelivered(map[string]relaytest.Seq{good2.ID: {}}, relaytest.ReadLines(t, out)) {
+					t.Fatalf("the row behind the held key's head was delivered")
+				}
+				return
+			}
+			if policy == "dead_letter" {
+				relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, good1, good2}, 60*time.Second, p.Stderr.String)
+				var parked []parkedRow
+				pgtest.WaitFor(30*time.Second, func() bool { parked = listParked(t, cfg); return len(parked) > 0 })
+				p.Stop(t)
+				if len(parked) != 1 || parked[0].ID == nil || *parked[0].ID != bad.ID {
+					t.Fatalf("parked %+v, want the bad row %s of the gap", parked, bad.ID)
+				}
+				return
+			}
+			if code := p.Wait(60 * time.Second); code != 1 {
+				t.Fatalf("cdc run exited %d at a bad row of a gap fill under on_invalid: stop, want 1\n%s", code, p.Stderr.String())
+			}
+			for _, want := range []string{bad.ID, "cdc skip cannot park it", "UPDATE", "relay.on_invalid: dead_letter"} {
+				if !strings.Contains(p.Stderr.String(), want) {
+					t.Errorf("cdc run's error does not say %q:\n%s", want, p.Stderr.String())
+				}
+			}
+			if relaytest.AllDelivered(map[string]relaytest.Seq{bad.ID: {}}, relaytest.ReadLines(t, out)) {
+				t.Fatalf("the bad row was delivered")
+			}
+			pgtest.Exec(t, url, "UPDATE "+ob.Table+" SET headers = '{}' WHERE id = '"+bad.ID+"'")
+			p = startCDC(t, "run", "--config", cfg)
+			relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first, good1, bad, good2}, 60*time.Second, p.Stderr.String)
+			p.Stop(t)
+		})
+	}
 }

@@ -53,8 +53,17 @@ func (c *carried) set() map[string]struct{} {
 // fill is a batch of rows read from the table for the pipeline to relay
 // unless the stream carried them. The pipeline answers on done.
 type fill struct {
-	msgs []*message.Message
+	rows []FillRow
 	done chan FillDone
+}
+
+// FillRow is one row a fill read from the table: its message, or, for a
+// row the decoder could not map, the decoder's error, which the pipeline
+// handles as relay.on_invalid says, as it does a bad row of the stream
+// (park it, hold its key, or stop at it).
+type FillRow struct {
+	Msg *message.Message
+	Bad *decoder.Error
 }
 
 // FillDone is the pipeline's answer to Fill: the transaction the rows it
@@ -71,16 +80,18 @@ func (d FillDone) Settled(t *checkpoint.Tracker) bool {
 	return d.Txn == nil || t.Settled(d.Txn)
 }
 
-// Fill has the pipeline relay msgs, rows read from the outbox table, to
-// the sinks their types route to, leaving out those whose id the stream
-// carried among the last 65,536 (carriedIDs). The pipeline takes them
+// Fill has the pipeline relay rows, read from the outbox table, to the
+// sinks their types route to, leaving out those whose id the stream
+// carried among the last 65,536 (carriedIDs); a row that could not be
+// mapped follows relay.on_invalid (parked, its key held, or the pipeline
+// stops with a *StopAtRow whose Fill is set). The pipeline takes them
 // between two of the stream's transactions; Fill returns its answer once
 // it handed them to the sinks (FillDone.Settled tells when they are
 // acknowledged), or ctx's error. Their positions are set to just before
 // the last point the pipeline handled (Handled). Called from one
 // goroutine at a time.
-func (p *Pipeline) Fill(ctx context.Context, msgs []*message.Message) (FillDone, error) {
-	f := &fill{msgs: msgs, done: make(chan FillDone, 1)}
+func (p *Pipeline) Fill(ctx context.Context, rows []FillRow) (FillDone, error) {
+	f := &fill{rows: rows, done: make(chan FillDone, 1)}
 	select {
 	case p.fills <- f:
 	case <-ctx.Done():
@@ -156,7 +167,25 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 	if at > 0 {
 		at-- // the rows' position for the sinks' progress (store.Position)
 	}
-	for _, m := range f.msgs {
+	for _, r := range f.rows {
+		if de := r.Bad; de != nil {
+			if _, ok := seen[de.ID]; ok && de.ID != "" {
+				d.Carried++
+				continue
+			}
+			// Parked at the fill's position with a seq of its own, as a
+			// held row of a fill is.
+			p.fillSeq++
+			de.LSN, de.CommitLSN, de.Seq = at, at, p.fillSeq
+			if err := p.invalid(ctx, de, true); err != nil {
+				return err
+			}
+			if de.ID != "" {
+				p.carried.add(de.ID)
+			}
+			continue
+		}
+		m := r.Msg
 		if _, ok := seen[m.ID]; ok {
 			d.Carried++
 			continue
@@ -207,4 +236,13 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 	}
 	f.done <- d // buffered
 	return nil
+}
+
+// FillRows are the FillRows of msgs, rows that all mapped.
+func FillRows(msgs []*message.Message) []FillRow {
+	rows := make([]FillRow, len(msgs))
+	for i, m := range msgs {
+		rows[i].Msg = m
+	}
+	return rows
 }

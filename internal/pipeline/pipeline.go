@@ -125,10 +125,13 @@ func (p *Pipeline) Out(i int) <-chan []publish.Delivery { return p.sinks[i] }
 // StopAtRow is Run's error for a row it cannot map and may not park:
 // everything before it was handed to the sinks, nothing after. NoKey is
 // set when relay.on_invalid: hold_key could not read the row's ordering
-// key, so could not tell which messages to hold behind it.
+// key, so could not tell which messages to hold behind it. Fill is set
+// for a row a gap fill read from the table (not from the stream: cdc skip
+// cannot park it, and its position is the fill's).
 type StopAtRow struct {
 	Err   *decoder.Error
 	NoKey bool
+	Fill  bool
 }
 
 func (e *StopAtRow) Error() string { return e.Err.Error() }
@@ -219,7 +222,13 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 		if !errors.As(err, &de) {
 			return err
 		}
-		return p.invalid(ctx, de)
+		if err := p.invalid(ctx, de, false); err != nil {
+			return err
+		}
+		if de.ID != "" {
+			p.carried.add(de.ID) // handled: a fill leaves it out
+		}
+		return nil
 	}
 	if e.Rel != nil {
 		p.relationSeen(e.Rel)
@@ -308,8 +317,8 @@ func (p *Pipeline) deliver(ctx context.Context, d publish.Delivery) error {
 // parks it and goes on, or stops at it unless `cdc skip` parked it; a
 // forged message is never published and never stops the relay; a table
 // that does not fit the mapping always stops it (parking would take every
-// row of the table).
-func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
+// row of the table). fromFill: the row came from a gap fill (doFill).
+func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error, fromFill bool) error {
 	switch {
 	case de.Table:
 		return &StopAtRow{Err: de}
@@ -330,10 +339,15 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error) error {
 		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
 			Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
 		return nil
+	case !p.park && fromFill:
+		return &StopAtRow{Err: de, Fill: true}
 	case !p.park:
 		return p.stopUnlessSkipped(ctx, &StopAtRow{Err: de})
 	}
 	if p.hold {
+		if fromFill && !de.KeyKnown {
+			return &StopAtRow{Err: de, NoKey: true, Fill: true}
+		}
 		return p.holdInvalid(ctx, de)
 	}
 	if err := p.dead.Park(ctx, de, ""); err != nil {

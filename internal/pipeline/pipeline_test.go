@@ -386,7 +386,7 @@ func TestAFillRelaysOnlyWhatTheStreamDidNotCarry(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		d, err := h.p.Fill(h.ctx, msgs)
+		d, err := h.p.Fill(h.ctx, FillRows(msgs))
 		got <- answer{d, err}
 	}()
 	filled := h.recv(0)

@@ -15,7 +15,6 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/layout"
-	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/pipeline"
 	"github.com/walpost/walpost/internal/replay"
@@ -322,7 +321,7 @@ func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carrie
 		if err != nil {
 			return relayed, carried, fmt.Errorf("reading the rows the stream may not have carried: %w", err)
 		}
-		var msgs []*message.Message
+		var rows []pipeline.FillRow
 		n := 0
 		for rs.Next() {
 			var ts, id, content string
@@ -334,18 +333,24 @@ func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carrie
 			n++
 			after = []any{ts, id}
 			m, err := w.dec.TableRow([]byte(content), 0, 0, at)
-			if err != nil {
-				w.r.log.Error().Err(err).Str("msg_id", id).Msg("a row the stream may not have carried cannot be mapped; it is left out (cdc replay --from-id reports it too)")
-				continue
+			var de *decoder.Error
+			switch {
+			case errors.As(err, &de):
+				// relay.on_invalid decides, as for a bad row of the stream.
+				rows = append(rows, pipeline.FillRow{Bad: de})
+			case err != nil:
+				rs.Close()
+				return relayed, carried, fmt.Errorf("mapping row %s of the table, which the stream may not have carried: %w", id, err)
+			default:
+				rows = append(rows, pipeline.FillRow{Msg: m})
 			}
-			msgs = append(msgs, m)
 		}
 		rs.Close()
 		if err := rs.Err(); err != nil {
 			return relayed, carried, err
 		}
-		if len(msgs) > 0 {
-			d, err := w.p.Fill(ctx, msgs)
+		if len(rows) > 0 {
+			d, err := w.p.Fill(ctx, rows)
 			if err != nil {
 				return relayed, carried, err
 			}

@@ -565,6 +565,17 @@ func (r *Relay) explainStop(stop *pipeline.StopAtRow, tracked pglogrepl.LSN) err
 			"(it relays the rows committed since the slot's confirmed position from the table and moves the slot past them); then start cdc run again",
 			de, cfg.Postgres.Slot, slotAt, r.ConfigPath)
 	}
+	if stop.Fill {
+		why := "relay.on_invalid is stop"
+		if stop.NoKey {
+			why = "relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, so which messages to hold behind it is unknown"
+		}
+		return fmt.Errorf("%w; this row was read from the outbox table %s to relay what the stream may not have carried while the publication or the table changed "+
+			"(docs/operations.md, \"The publication or the table changed under the relay\"), and %s: the relay stopped here, and a restart stops here again (slot %s is confirmed up to %s). "+
+			"cdc skip cannot park it (it is not in the stream): fix the row in the table so that it maps (UPDATE its columns), or delete it, then start cdc run again; "+
+			"or set relay.on_invalid: dead_letter to park it in %s and go on",
+			de, r.target.Outbox, why, cfg.Postgres.Slot, slotAt, cfg.Postgres.DeadLetterTable)
+	}
 	if stop.NoKey {
 		return fmt.Errorf("%w; relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, "+
 			"so which messages to hold behind it is unknown: the relay stopped here (everything before it was delivered, nothing after; slot %s is confirmed up to %s). "+
