@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -303,21 +304,27 @@ func (w *watcher) inMemory(err error) error {
 // at a time, and has the pipeline relay those the stream did not carry;
 // it returns once every sink acknowledged them.
 func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carried int, err error) {
-	cols := w.rows.Table.Columns
-	tc, idc := cols.Column(layout.Time), cols.Column(layout.ID)
+	tc := w.rows.Table.Columns.Column(layout.Time)
 	if w.dec == nil {
 		w.dec = decoder.New(w.r.cfg.Outbox())
+	}
+	// In the order the rows were written as far as the table tells
+	// (replay.Rows.Sort: columns.order, else time, then id), a batch at a
+	// time after the last key read.
+	keys := w.rows.SortColumns()
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s::text AS k_%d", keys[i], i)
 	}
 	var after []any
 	for {
 		cond := ""
 		args := []any{from, to}
 		if after != nil {
-			cond = fmt.Sprintf(" AND (%s, %s) > (CAST($3::text AS %s), CAST($4::text AS %s))", tc, idc, w.rows.Types[layout.Time], w.rows.Types[layout.ID])
+			cond = " AND " + w.rows.After(">", 3)
 			args = append(args, after...)
 		}
-		q := fmt.Sprintf("SELECT %s::text AS k_time, %s::text AS k_id, %s AS k_row, %s AS k_at FROM %s WHERE %s >= $1 AND %s <= $2%s ORDER BY %s, %s LIMIT %d",
-			tc, idc, w.rows.Adopted(), tc, w.rows.Table.Qualified(), tc, tc, cond, tc, idc, fillBatch)
+		q := fmt.Sprintf("SELECT %s, %s AS k_row, %s AS k_at FROM %s WHERE %s >= $1 AND %s <= $2%s ORDER BY %s LIMIT %d",
+			strings.Join(keys, ", "), w.rows.Adopted(), tc, w.rows.Table.Qualified(), tc, tc, cond, w.rows.OrderBy(), fillBatch)
 		rs, err := w.conn.Query(ctx, q, args...)
 		if err != nil {
 			return relayed, carried, fmt.Errorf("reading the rows the stream may not have carried: %w", err)
@@ -325,14 +332,23 @@ func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carrie
 		var msgs []*message.Message
 		n := 0
 		for rs.Next() {
-			var ts, id, content string
+			key := make([]string, len(keys))
+			var content string
 			var at time.Time
-			if err := rs.Scan(&ts, &id, &content, &at); err != nil {
+			dest := make([]any, 0, len(key)+2)
+			for i := range key {
+				dest = append(dest, &key[i])
+			}
+			if err := rs.Scan(append(dest, &content, &at)...); err != nil {
 				rs.Close()
 				return relayed, carried, err
 			}
 			n++
-			after = []any{ts, id}
+			after = after[:0]
+			for _, k := range key {
+				after = append(after, k)
+			}
+			id := key[len(key)-1]
 			m, err := w.dec.TableRow([]byte(content), 0, 0, at)
 			if err != nil {
 				w.r.log.Error().Err(err).Str("msg_id", id).Msg("a row the stream may not have carried cannot be mapped; it is left out (cdc replay --from-id reports it too)")

@@ -2,7 +2,9 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,10 +29,23 @@ type Rows struct {
 	// type (format_type); 0 and "" when unmapped, and for sent_at.
 	OIDs  []int64
 	Types []string
+	// Sort is the order the rows are read in, the id last (Order).
+	Sort []SortColumn
 }
 
-// ReadRows reads the types of t's mapped columns from the catalog. An
-// error names the role and column whose type it could not read.
+// SortColumn is a column rows are ordered by: its name as in the catalog
+// and its SQL type (format_type).
+type SortColumn struct {
+	Name, Type string
+}
+
+// ErrOrderColumn is wrapped by ReadRows's error for a columns.order
+// column missing from the table or of a type that does not order rows.
+var ErrOrderColumn = errors.New("replay: columns.order cannot order the rows")
+
+// ReadRows reads the types of t's mapped columns from the catalog, and
+// the columns the rows are read in order of (Order). An error names the
+// role and column whose type it could not read.
 func ReadRows(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
 	r := &Rows{Table: t, OIDs: make([]int64, layout.NumRoles), Types: make([]string, layout.NumRoles)}
 	for role := range layout.NumRoles {
@@ -42,7 +57,65 @@ func ReadRows(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
 			return nil, fmt.Errorf("reading the type of %s %q: %w", role.Field(), t.Columns[role], err)
 		}
 	}
+	if err := r.readSort(ctx, q); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// orderTypes are the types a columns.order column may have: numbers (an
+// identity or serial column), timestamps (clock_timestamp()) and uuid
+// (UUIDv7).
+var orderTypes = []string{"smallint", "integer", "bigint", "numeric", "timestamp with time zone", "timestamp without time zone", "uuid"}
+
+// readSort sets r.Sort (docs/design.md, "Row order from the table"): the
+// order column (columns.order, or the default table's seq when it has
+// it), else the time column (columns.time; the default table's
+// created_at), then the id.
+func (r *Rows) readSort(ctx context.Context, q Querier) error {
+	t := r.Table
+	id := SortColumn{Name: t.Columns[layout.ID], Type: r.Types[layout.ID]}
+	if t.Order != "" {
+		typ, err := columnType(ctx, q, t, t.Order)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) && t.OrderIfPresent:
+			// The default layout's table made before it had seq.
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: table %s has no column %q", ErrOrderColumn, t, t.Order)
+		case err != nil:
+			return fmt.Errorf("reading the type of columns.order %q: %w", t.Order, err)
+		case !slices.Contains(orderTypes, typ):
+			if t.OrderIfPresent {
+				break // not sql/outbox.sql's seq
+			}
+			return fmt.Errorf("%w: column %q of %s has type %s; it must be one of %s (an identity or bigserial column numbers the rows as they are inserted)",
+				ErrOrderColumn, t.Order, t, typ, strings.Join(orderTypes, ", "))
+		default:
+			if t.Order == id.Name {
+				r.Sort = []SortColumn{id}
+			} else {
+				r.Sort = []SortColumn{{Name: t.Order, Type: typ}, id}
+			}
+			return nil
+		}
+	}
+	if t.Columns.Has(layout.Time) {
+		r.Sort = []SortColumn{{Name: t.Columns[layout.Time], Type: r.Types[layout.Time]}, id}
+		return nil
+	}
+	r.Sort = []SortColumn{id}
+	if t.Columns.DefaultTable() {
+		// sql/outbox.sql's created_at, unmapped (cdc recover).
+		typ, err := columnType(ctx, q, t, layout.DefaultTime)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("reading the type of %s's %s: %w", t, layout.DefaultTime, err)
+		case typ == "timestamp with time zone" || typ == "timestamp without time zone":
+			r.Sort = []SortColumn{{Name: layout.DefaultTime, Type: typ}, id}
+		}
+	}
+	return nil
 }
 
 // Adopted returns the SQL expression that gives a row of the table as the
@@ -62,22 +135,47 @@ func (r *Rows) Adopted() string {
 		strings.Join(oids, ", "), strings.Join(values, ", "))
 }
 
-// Order returns the roles the rows are ordered by, the order they were
-// written in as far as the table tells: the time column then the id when
-// columns.time is mapped, else the id alone (time order too for UUIDv7
-// ids, as the outbox package and most writers make them).
-func (r *Rows) Order() []layout.Role {
-	if r.Table.Columns.Has(layout.Time) {
-		return []layout.Role{layout.Time, layout.ID}
-	}
-	return []layout.Role{layout.ID}
+// columnType returns the SQL type of t's column col (format_type, no
+// modifier); pgx.ErrNoRows when t has no such column.
+func columnType(ctx context.Context, q Querier, t layout.Table, col string) (string, error) {
+	var typ string
+	err := q.QueryRow(ctx, "SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped",
+		t.Qualified(), col).Scan(&typ)
+	return typ, err
 }
 
-// OrderBy returns Order's columns, quoted and joined for ORDER BY.
+// OrderBy returns Sort's columns, quoted and joined for ORDER BY: the
+// order the rows were written in as far as the table tells
+// (docs/design.md, "Row order from the table").
 func (r *Rows) OrderBy() string {
-	cols := make([]string, 0, 2)
-	for _, role := range r.Order() {
-		cols = append(cols, r.Table.Columns.Column(role))
+	return strings.Join(r.SortColumns(), ", ")
+}
+
+// SortColumns returns Sort's columns, quoted.
+func (r *Rows) SortColumns() []string {
+	cols := make([]string, 0, len(r.Sort))
+	for _, c := range r.Sort {
+		cols = append(cols, pgx.Identifier{c.Name}.Sanitize())
 	}
-	return strings.Join(cols, ", ")
+	return cols
+}
+
+// SortNames returns Sort's column names, for messages.
+func (r *Rows) SortNames() string {
+	names := make([]string, 0, len(r.Sort))
+	for _, c := range r.Sort {
+		names = append(names, c.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// After returns the condition "(Sort's columns) op (parameters $first…)",
+// the parameters Sort's values as text (a key read with SortColumns
+// cast to text), cast back to the columns' types: a keyset bound.
+func (r *Rows) After(op string, first int) string {
+	params := make([]string, 0, len(r.Sort))
+	for j, c := range r.Sort {
+		params = append(params, fmt.Sprintf("CAST($%d::text AS %s)", first+j, c.Type))
+	}
+	return fmt.Sprintf("(%s) %s (%s)", r.OrderBy(), op, strings.Join(params, ", "))
 }

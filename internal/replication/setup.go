@@ -88,6 +88,10 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 				ErrNoColumn, layout.Role(role).Field(), t.name(), col, strings.Join(have, ", "))
 		}
 	}
+	if o := t.Outbox.Order; o != "" && !t.Outbox.OrderIfPresent && !set[o] {
+		return fmt.Errorf("%w: columns.order: table %s has no column %q (it has %s); name the column that numbers the rows as they are inserted, or leave columns.order out",
+			ErrNoColumn, t.name(), o, strings.Join(have, ", "))
+	}
 	var canSelect bool
 	if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'SELECT')", t.QualifiedTable()).Scan(&canSelect); err != nil {
 		return fmt.Errorf("checking privileges on %s: %w", t.name(), err)
