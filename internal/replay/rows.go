@@ -151,11 +151,13 @@ func (r *Rows) OrderBy() string {
 	return strings.Join(r.SortColumns(), ", ")
 }
 
-// SortColumns returns Sort's columns, quoted.
+// SortColumns returns Sort's columns, quoted and qualified by the table:
+// in an ORDER BY, a bare name would take an output column of that name
+// (a sort column selected as text would then order "10" before "9").
 func (r *Rows) SortColumns() []string {
 	cols := make([]string, 0, len(r.Sort))
 	for _, c := range r.Sort {
-		cols = append(cols, pgx.Identifier{c.Name}.Sanitize())
+		cols = append(cols, r.Table.Qualified()+"."+pgx.Identifier{c.Name}.Sanitize())
 	}
 	return cols
 }
