@@ -75,7 +75,8 @@ func (rp *replayer) since(ctx context.Context, hi key) (key, error) {
 
 // edge returns the key of the first row (dir "") or the last (" DESC")
 // in replay order of those where cond holds; nil for none. Rows whose
-// time column is NULL have no place in time order and are left out.
+// sort column (Rows.Sort) is NULL have no place in the order and are left
+// out.
 func (rp *replayer) edge(ctx context.Context, cond string, args []any, dir string) (key, error) {
 	order := rp.rows.SortColumns()
 	for i, col := range order {
