@@ -139,7 +139,9 @@ func TestIntegrationResyncKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 // inserted: on the default table by its seq; on a table of its own by the
 // column columns.order names (here with an application-set time that all
 // rows share, as an EF Core outbox may); a columns.order the table lacks,
-// or of a type that orders nothing, is an error naming columns.order.
+// of a type that orders nothing, or that may be NULL (such a row would
+// have no place in the order, and never be published) is an error naming
+// columns.order.
 func TestIntegrationReplayKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -157,7 +159,7 @@ func TestIntegrationReplayKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 	t.Run("columns.order", func(t *testing.T) {
 		ob := relaytest.NewOutbox(t, url)
 		pgtest.Exec(t, url, "DROP TABLE "+ob.Table, "CREATE TABLE "+ob.Table+
-			` ("Id" uuid PRIMARY KEY, "Type" text NOT NULL, "Key" text, "Payload" jsonb NOT NULL, "OccurredOnUtc" timestamptz NOT NULL DEFAULT '2026-01-01 00:00:00+00', "Ord" bigserial)`)
+			` ("Id" uuid PRIMARY KEY, "Type" text NOT NULL, "Key" text, "Payload" jsonb NOT NULL, "OccurredOnUtc" timestamptz NOT NULL DEFAULT '2026-01-01 00:00:00+00', "Ord" bigserial, "Loose" bigint, "Note" text NOT NULL DEFAULT '')`)
 		out := filepath.Join(t.TempDir(), "out.jsonl")
 		columns := `columns: {id: Id, type: Type, key: Key, payload: Payload, headers: "-", time: OccurredOnUtc%s}`
 		cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), fmt.Sprintf(columns, ", order: Ord"))
@@ -167,7 +169,7 @@ func TestIntegrationReplayKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 		}
 		checkKeyOrder(t, "cdc replay with columns.order", relaytest.ReadLines(t, out), k)
 
-		for _, bad := range []string{", order: Missing", ", order: Type"} {
+		for _, bad := range []string{", order: Missing", ", order: Note", ", order: Loose", ", order: Type"} {
 			cfg := ob.Config(t, "  - {name: out, kind: discard}", fmt.Sprintf(columns, bad))
 			if code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h"); code == 0 || !strings.Contains(stderr, "columns.order") {
 				t.Errorf("cdc replay with %s: exit %d, want an error naming columns.order\n%s", bad, code, stderr)

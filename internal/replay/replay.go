@@ -101,6 +101,9 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 		return Result{}, fmt.Errorf("replay: %w", err)
 	}
 	rows, err := ReadRows(ctx, conn, table)
+	if errors.Is(err, ErrOrderColumn) {
+		return Result{}, err // says "replay:" already
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("replay: %w", err)
 	}

@@ -65,7 +65,7 @@ func ReadRows(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
 
 // orderTypes are the types a columns.order column may have: numbers (an
 // identity or serial column), timestamps (clock_timestamp()) and uuid
-// (UUIDv7).
+// (UUIDv7). It must be NOT NULL too.
 var orderTypes = []string{"smallint", "integer", "bigint", "numeric", "timestamp with time zone", "timestamp without time zone", "uuid"}
 
 // readSort sets r.Sort (docs/design.md, "Row order from the table"): the
@@ -76,7 +76,7 @@ func (r *Rows) readSort(ctx context.Context, q Querier) error {
 	t := r.Table
 	id := SortColumn{Name: t.Columns[layout.ID], Type: r.Types[layout.ID]}
 	if t.Order != "" {
-		typ, err := columnType(ctx, q, t, t.Order)
+		typ, notNull, err := columnType(ctx, q, t, t.Order)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) && t.OrderIfPresent:
 			// The default layout's table made before it had seq.
@@ -84,12 +84,16 @@ func (r *Rows) readSort(ctx context.Context, q Querier) error {
 			return fmt.Errorf("%w: table %s has no column %q", ErrOrderColumn, t, t.Order)
 		case err != nil:
 			return fmt.Errorf("reading the type of columns.order %q: %w", t.Order, err)
+		case (!slices.Contains(orderTypes, typ) || !notNull) && t.OrderIfPresent:
+			// Not sql/outbox.sql's seq: not taken.
 		case !slices.Contains(orderTypes, typ):
-			if t.OrderIfPresent {
-				break // not sql/outbox.sql's seq
-			}
 			return fmt.Errorf("%w: column %q of %s has type %s; it must be one of %s (an identity or bigserial column numbers the rows as they are inserted)",
 				ErrOrderColumn, t.Order, t, typ, strings.Join(orderTypes, ", "))
+		case !notNull:
+			// A row whose order column is NULL has no place in a keyset
+			// read: it would never be published.
+			return fmt.Errorf("%w: column %q of %s may be NULL; a row without a value has no place in the order: declare it NOT NULL (identity and bigserial columns are)",
+				ErrOrderColumn, t.Order, t)
 		default:
 			if t.Order == id.Name {
 				r.Sort = []SortColumn{id}
@@ -106,7 +110,7 @@ func (r *Rows) readSort(ctx context.Context, q Querier) error {
 	r.Sort = []SortColumn{id}
 	if t.Columns.DefaultTable() {
 		// sql/outbox.sql's created_at, unmapped (cdc recover).
-		typ, err := columnType(ctx, q, t, layout.DefaultTime)
+		typ, _, err := columnType(ctx, q, t, layout.DefaultTime)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -136,12 +140,12 @@ func (r *Rows) Adopted() string {
 }
 
 // columnType returns the SQL type of t's column col (format_type, no
-// modifier); pgx.ErrNoRows when t has no such column.
-func columnType(ctx context.Context, q Querier, t layout.Table, col string) (string, error) {
-	var typ string
-	err := q.QueryRow(ctx, "SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped",
-		t.Qualified(), col).Scan(&typ)
-	return typ, err
+// modifier) and whether it is NOT NULL; pgx.ErrNoRows when t has no such
+// column.
+func columnType(ctx context.Context, q Querier, t layout.Table, col string) (typ string, notNull bool, err error) {
+	err = q.QueryRow(ctx, "SELECT format_type(atttypid, NULL), attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped",
+		t.Qualified(), col).Scan(&typ, &notNull)
+	return typ, notNull, err
 }
 
 // OrderBy returns Sort's columns, quoted and joined for ORDER BY: the
