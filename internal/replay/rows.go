@@ -29,7 +29,8 @@ type Rows struct {
 	// type (format_type); 0 and "" when unmapped, and for sent_at.
 	OIDs  []int64
 	Types []string
-	// Sort is the order the rows are read in, the id last (Order).
+	// Sort is the order the rows are read in, the id last (docs/design.md,
+	// "Row order from the table"); nil from readTypes.
 	Sort []SortColumn
 }
 
@@ -40,13 +41,28 @@ type SortColumn struct {
 }
 
 // ErrOrderColumn is wrapped by ReadRows's error for a columns.order
-// column missing from the table or of a type that does not order rows.
+// column missing from the table, of a type that does not order rows, or
+// that may be NULL.
 var ErrOrderColumn = errors.New("replay: columns.order cannot order the rows")
 
 // ReadRows reads the types of t's mapped columns from the catalog, and
-// the columns the rows are read in order of (Order). An error names the
-// role and column whose type it could not read.
+// the columns the rows are read in order of (Sort). An error names the
+// role and column whose type it could not read, or columns.order
+// (ErrOrderColumn).
 func ReadRows(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
+	r, err := readTypes(ctx, q, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.readSort(ctx, q); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// readTypes is ReadRows without Sort, for decoding rows one at a time
+// (cdc dead-letter resend): an order column does not matter there.
+func readTypes(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
 	r := &Rows{Table: t, OIDs: make([]int64, layout.NumRoles), Types: make([]string, layout.NumRoles)}
 	for role := range layout.NumRoles {
 		if !t.Columns.Has(role) || role == layout.SentAt {
@@ -56,9 +72,6 @@ func ReadRows(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
 			t.Qualified(), t.Columns[role]).Scan(&r.OIDs[role], &r.Types[role]); err != nil {
 			return nil, fmt.Errorf("reading the type of %s %q: %w", role.Field(), t.Columns[role], err)
 		}
-	}
-	if err := r.readSort(ctx, q); err != nil {
-		return nil, err
 	}
 	return r, nil
 }
