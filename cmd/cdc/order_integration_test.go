@@ -141,7 +141,7 @@ func TestIntegrationResyncKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 // rows share, as an EF Core outbox may); a columns.order the table lacks,
 // of a type that orders nothing, or that may be NULL (such a row would
 // have no place in the order, and never be published) is an error naming
-// columns.order.
+// columns.order, of cdc replay and of cdc run before it streams.
 func TestIntegrationReplayKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -171,8 +171,10 @@ func TestIntegrationReplayKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 
 		for _, bad := range []string{", order: Missing", ", order: Note", ", order: Loose", ", order: Type"} {
 			cfg := ob.Config(t, "  - {name: out, kind: discard}", fmt.Sprintf(columns, bad))
-			if code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h"); code == 0 || !strings.Contains(stderr, "columns.order") {
-				t.Errorf("cdc replay with %s: exit %d, want an error naming columns.order\n%s", bad, code, stderr)
+			for _, args := range [][]string{{"replay", "--since", "1h"}, {"run"}} {
+				if code, _, stderr := cdc(t, nil, append(args, "--config", cfg)...); code == 0 || !strings.Contains(stderr, "columns.order") {
+					t.Errorf("cdc %s with %s: exit %d, want an error naming columns.order\n%s", args[0], bad, code, stderr)
+				}
 			}
 		}
 	})

@@ -106,6 +106,12 @@ func (c Columns) Has(r Role) bool { return c[r] != "" }
 // when the default layout's table has it (Table.Order).
 const DefaultOrder = "seq"
 
+// OrderTypes are the types an order column (Table.Order) may have, as
+// format_type names them: numbers (an identity or serial column),
+// timestamps (clock_timestamp()) and uuid (UUIDv7). It must be NOT NULL
+// too: a row without a value has no place in a keyset read.
+var OrderTypes = []string{"smallint", "integer", "bigint", "numeric", "timestamp with time zone", "timestamp without time zone", "uuid"}
+
 // Table is the outbox table and its layout.
 type Table struct {
 	Schema, Name string

@@ -81,20 +81,21 @@ type watcher struct {
 	shape   outboxShape
 	started time.Time
 
-	conn   *pgx.Conn
-	rows   *replay.Rows
-	dec    *decoder.Decoder
-	cov    *store.Coverage
-	tables store.Tables // the coverage table "" once it proved unusable
-	loaded bool
-	marks  []mark
+	conn    *pgx.Conn
+	rows    *replay.Rows
+	rowsErr error // why rows could not be read (replay.ErrOrderColumn)
+	dec     *decoder.Decoder
+	cov     *store.Coverage
+	tables  store.Tables // the coverage table "" once it proved unusable
+	loaded  bool
+	marks   []mark
 	// fillAt is a WAL position read at least fillSlack after the gap's
 	// end: the fill waits until the pipeline handled the stream up to it,
 	// so that the rows it reads that the stream carries are all among the
 	// ids the pipeline remembers. 0 until read.
 	fillAt  pglogrepl.LSN
 	saved   time.Time
-	warned  map[string]bool // what was logged once: other tables by name, "" not published, "time" no time column
+	warned  map[string]bool // what was logged once: other tables by name, "" not published, "time" no time column, "order" no order
 	failing time.Time       // when a failing round was last logged; zero while rounds succeed
 }
 
@@ -151,8 +152,13 @@ func (w *watcher) round(ctx context.Context) error {
 		}
 		w.conn = conn
 		if w.shape.timeCol != "" {
-			if w.rows, err = gapRows(ctx, conn, r.cfg, w.shape.timeCol); err != nil {
-				return err
+			w.rows, w.rowsErr = gapRows(ctx, conn, r.cfg, w.shape.timeCol)
+			switch {
+			case errors.Is(w.rowsErr, replay.ErrOrderColumn):
+				// columns.order changed under the relay (checked at
+				// start): watching goes on, a fill cannot.
+			case w.rowsErr != nil:
+				return w.rowsErr
 			}
 		}
 	}
@@ -260,6 +266,14 @@ func (w *watcher) round(ctx context.Context) error {
 		w.fillAt = cur.lsn
 	}
 	if w.fillAt == 0 || w.p.Handled() < w.fillAt {
+		return nil
+	}
+	if w.rowsErr != nil {
+		if !w.warned["order"] {
+			w.warned["order"] = true
+			r.log.Error().Err(w.rowsErr).Str("table", r.target.Outbox.String()).
+				Msg("the rows the stream may not have carried cannot be read in order: fix columns.order (cdc run checks it at start), then restart the relay")
+		}
 		return nil
 	}
 	if w.rows == nil {

@@ -76,11 +76,6 @@ func readTypes(ctx context.Context, q Querier, t layout.Table) (*Rows, error) {
 	return r, nil
 }
 
-// orderTypes are the types a columns.order column may have: numbers (an
-// identity or serial column), timestamps (clock_timestamp()) and uuid
-// (UUIDv7). It must be NOT NULL too.
-var orderTypes = []string{"smallint", "integer", "bigint", "numeric", "timestamp with time zone", "timestamp without time zone", "uuid"}
-
 // readSort sets r.Sort (docs/design.md, "Row order from the table"): the
 // order column (columns.order, or the default table's seq when it has
 // it), else the time column (columns.time; the default table's
@@ -97,11 +92,11 @@ func (r *Rows) readSort(ctx context.Context, q Querier) error {
 			return fmt.Errorf("%w: table %s has no column %q", ErrOrderColumn, t, t.Order)
 		case err != nil:
 			return fmt.Errorf("reading the type of columns.order %q: %w", t.Order, err)
-		case (!slices.Contains(orderTypes, typ) || !notNull) && t.OrderIfPresent:
+		case (!slices.Contains(layout.OrderTypes, typ) || !notNull) && t.OrderIfPresent:
 			// Not sql/outbox.sql's seq: not taken.
-		case !slices.Contains(orderTypes, typ):
+		case !slices.Contains(layout.OrderTypes, typ):
 			return fmt.Errorf("%w: column %q of %s has type %s; it must be one of %s (an identity or bigserial column numbers the rows as they are inserted)",
-				ErrOrderColumn, t.Order, t, typ, strings.Join(orderTypes, ", "))
+				ErrOrderColumn, t.Order, t, typ, strings.Join(layout.OrderTypes, ", "))
 		case !notNull:
 			// A row whose order column is NULL has no place in a keyset
 			// read: it would never be published.
