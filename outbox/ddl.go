@@ -16,6 +16,7 @@ import (
 //	payload    jsonb       NOT NULL
 //	headers    jsonb       NULL
 //	created_at timestamptz NOT NULL DEFAULT now()
+//	seq        bigint      GENERATED ALWAYS AS IDENTITY
 //
 // DDL(DefaultTable) is, byte for byte, the repository's sql/outbox.sql.
 // Name parts are quoted only where PostgreSQL needs it. DDL does not
@@ -34,7 +35,8 @@ func DDL(table string) string {
     key        text        NULL,
     payload    jsonb       NOT NULL,
     headers    jsonb       NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    seq        bigint      GENERATED ALWAYS AS IDENTITY
 );
 `
 }

@@ -44,7 +44,8 @@
 //	    key        text        NULL,
 //	    payload    jsonb       NOT NULL,
 //	    headers    jsonb       NULL,
-//	    created_at timestamptz NOT NULL DEFAULT now()
+//	    created_at timestamptz NOT NULL DEFAULT now(),
+//	    seq        bigint      GENERATED ALWAYS AS IDENTITY
 //	);
 //
 // For another table or other column names, use a Writer whose Table and

@@ -22,7 +22,8 @@ func ExampleDDL() {
 	//     key        text        NULL,
 	//     payload    jsonb       NOT NULL,
 	//     headers    jsonb       NULL,
-	//     created_at timestamptz NOT NULL DEFAULT now()
+	//     created_at timestamptz NOT NULL DEFAULT now(),
+	//     seq        bigint      GENERATED ALWAYS AS IDENTITY
 	// );
 }
 

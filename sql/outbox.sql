@@ -4,5 +4,6 @@ CREATE TABLE IF NOT EXISTS public.outbox (
     key        text        NULL,
     payload    jsonb       NOT NULL,
     headers    jsonb       NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    seq        bigint      GENERATED ALWAYS AS IDENTITY
 );

@@ -41,7 +41,9 @@ relay.retention, every row newer than the newest mark the old slot
 confirmed (less relay.retention.margin); else every row newer than the last
 commit every sink acknowledged (the progress table), less --margin. Rows
 are selected by time with columns.time, else relay.retention.column, else
-the default layout's created_at. When nothing tells, recover changes
+the default layout's created_at, and handed over in the order they were
+inserted as far as the table tells (columns.order, or the default table's
+seq; else time, then id). When nothing tells, recover changes
 nothing and asks for --since. It refuses a slot the server has not
 invalidated (a usable slot is never dropped) and a slot in use.`
 

@@ -53,13 +53,15 @@ func replayCommand() *command {
 
 const replayAbout = `Publish again the rows still in the outbox table, with their original ids,
 to every sink whose route takes them (or to --sink only): receivers drop
-the copies by id (the inbox package). Rows go in their original order:
-columns.time then id when columns.time is mapped, else id order (time
-order for UUIDv7 ids, as the outbox package writes them). The range is
+the copies by id (the inbox package). Rows go in the order they were
+inserted as far as the table tells: by the order column (columns.order,
+or the default table's seq) then id; else columns.time (the default
+table's created_at) then id; else id (time order for UUIDv7 ids, as the
+outbox package writes them). The range is
 --since D (rows of the last D: by columns.time, else by the instant a
 UUIDv7 id holds; other ids are refused), or --from-id X and/or --to-id Y
 (both included); it ends at the last row when replay starts: later rows
-are the relay's. Rows whose columns.time is NULL have no place in that
+are the relay's. Rows whose time column is NULL have no place in that
 order and are not replayed.
 A table-less outbox (postgres.source: messages) keeps no rows: replay
 refuses it (exit 2).

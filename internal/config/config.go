@@ -201,6 +201,14 @@ type Columns struct {
 	// row, as a polling dispatcher did; the slot is not confirmed past a
 	// row before its column is set. Off by default.
 	SentAt string `yaml:"sent_at"`
+	// Order, when set, is a column whose values increase in the order the
+	// rows are inserted, within a transaction too (an identity or bigserial
+	// column; a clock_timestamp() default, to the microsecond): recover,
+	// resync, replay and gap fills read rows in its order, then the id's.
+	// Unset, the default layout's table uses its seq column when it has
+	// one (sql/outbox.sql); "-" turns that off. Without one, rows come in
+	// time then id order (docs/design.md, "Row order from the table").
+	Order string `yaml:"order"`
 }
 
 // Layout returns the mapping as the relay reads it: an optional role
@@ -212,6 +220,12 @@ func (c Columns) Layout() layout.Columns {
 // Outbox returns the outbox table (postgres.table) and its layout.
 func (c *Config) Outbox() layout.Table {
 	t := layout.Table{Columns: c.Columns.Layout()}
+	switch o := c.Columns.Order; {
+	case o == "" && t.Columns.DefaultTable():
+		t.Order, t.OrderIfPresent = layout.DefaultOrder, true
+	case o != layout.Omit:
+		t.Order = o
+	}
 	if parts, err := sqlident.Split(c.Postgres.Table); err == nil && len(parts) == 2 {
 		t.Schema, t.Name = parts[0], parts[1]
 	}

@@ -30,7 +30,7 @@ func TestDefaultsMatchTheDesign(t *testing.T) {
 	if c.Postgres.Table != "public.outbox" || c.Postgres.Slot != "walpost_outbox" || c.Postgres.Publication != "walpost_outbox" {
 		t.Fatalf("postgres defaults: %+v", c.Postgres)
 	}
-	if c.Columns != (Columns{"id", "type", "key", "payload", "headers", "", ""}) {
+	if c.Columns != (Columns{"id", "type", "key", "payload", "headers", "", "", ""}) {
 		t.Fatalf("columns defaults: %+v", c.Columns)
 	}
 	if c.Postgres.StatusInterval.D() != 10*time.Second || c.Postgres.HeartbeatInterval.D() != 10*time.Second {
@@ -203,5 +203,41 @@ func TestIsSetTellsGivenFromDefaulted(t *testing.T) {
 	c, err = Parse([]byte(minimal), env(nil))
 	if err != nil || c.IsSet("log.format") || c.Log.Format != "json" {
 		t.Errorf("no log.format: IsSet true or format %q (%v)", c.Log.Format, err)
+	}
+}
+
+// TestColumnsOrderIsOptionalValidatedAndTakesTheDefaultTablesSeq: unset,
+// the default layout orders by sql/outbox.sql's seq when the table has it
+// (layout.Table.OrderIfPresent) and another layout by nothing; "-" turns
+// it off; a name is taken as written; errors name columns.order.
+func TestColumnsOrderIsOptionalValidatedAndTakesTheDefaultTablesSeq(t *testing.T) {
+	parse := func(columns string) (*Config, error) {
+		return Parse([]byte("postgres: {url: 'postgres://x'}\ncolumns: "+columns+"\nsinks: [{name: a, kind: stdout}]"), env(nil))
+	}
+	for _, c := range []struct {
+		columns   string
+		order     string
+		ifPresent bool
+	}{
+		{"{}", layout.DefaultOrder, true},
+		{"{time: created_at}", layout.DefaultOrder, true},
+		{"{order: '-'}", "", false},
+		{"{order: Ord}", "Ord", false},
+		{"{order: created_at, time: created_at}", "created_at", false},
+		{"{id: Id}", "", false},
+		{"{id: Id, order: id}", "id", false},
+	} {
+		cfg, err := parse(c.columns)
+		if err != nil {
+			t.Fatalf("columns: %s: %v", c.columns, err)
+		}
+		if ob := cfg.Outbox(); ob.Order != c.order || ob.OrderIfPresent != c.ifPresent {
+			t.Errorf("columns: %s: order %q (if present %v), want %q (%v)", c.columns, ob.Order, ob.OrderIfPresent, c.order, c.ifPresent)
+		}
+	}
+	for _, bad := range []string{"{order: payload}", "{order: key}", "{order: " + strings.Repeat("o", 64) + "}", "{sent_at: s, order: s}"} {
+		if _, err := parse(bad); err == nil || !strings.Contains(err.Error(), "columns.order") {
+			t.Errorf("columns: %s: err = %v, want one naming columns.order", bad, err)
+		}
 	}
 }

@@ -264,6 +264,11 @@ func (c *Config) validateColumns() error {
 			return c.fail(r.Field(), "%s is not a usable column name: it is %v%s", c.q(r.Field(), v), err, r.OmitHint())
 		}
 	}
+	if v := c.Columns.Order; v != "" && v != layout.Omit {
+		if err := sqlident.Check(v); err != nil {
+			return c.fail("columns.order", "%s is not a usable column name: it is %v (leave it out, or \"-\" for none)", c.q("columns.order", v), err)
+		}
+	}
 	return nil
 }
 
@@ -278,6 +283,13 @@ func (c *Config) validateColumnsDistinct() error {
 			return c.fail(r.Field(), "column %s is already mapped by %s", c.q(r.Field(), v), other)
 		}
 		seen[v] = r.Field()
+	}
+	// The order column may be the time column (a clock_timestamp()
+	// default) or the id (ids that sort in insertion order), nothing else.
+	if o := c.Columns.Order; o != "" && o != layout.Omit {
+		if other, dup := seen[o]; dup && other != layout.Time.Field() && other != layout.ID.Field() {
+			return c.fail("columns.order", "column %s is mapped by %s: it does not tell the order rows were inserted in (an identity, bigserial or clock_timestamp() column does)", c.q("columns.order", o), other)
+		}
 	}
 	return nil
 }

@@ -100,10 +100,31 @@ func FromConfig(c Columns) Columns {
 // Has reports whether the table has a column for r.
 func (c Columns) Has(r Role) bool { return c[r] != "" }
 
+// DefaultOrder is the identity column of sql/outbox.sql's table: it
+// numbers the rows in the order they were inserted. What reads the rows
+// from the table (recover, resync, replay, gap fills) orders them by it
+// when the default layout's table has it (Table.Order).
+const DefaultOrder = "seq"
+
+// OrderTypes are the types an order column (Table.Order) may have, as
+// format_type names them: numbers (an identity or serial column),
+// timestamps (clock_timestamp()) and uuid (UUIDv7). It must be NOT NULL
+// too: a row without a value has no place in a keyset read.
+var OrderTypes = []string{"smallint", "integer", "bigint", "numeric", "timestamp with time zone", "timestamp without time zone", "uuid"}
+
 // Table is the outbox table and its layout.
 type Table struct {
 	Schema, Name string
 	Columns      Columns
+	// Order is the column whose values increase in the order the rows were
+	// inserted (columns.order): what reads the rows from the table orders
+	// them by it, then by id (docs/design.md, "Row order from the
+	// table"). "" for none: the time column, then the id.
+	Order string
+	// OrderIfPresent says Order was not configured but is DefaultOrder,
+	// taken for the default layout's table: used when the table has it,
+	// else ignored.
+	OrderIfPresent bool
 }
 
 // Qualified returns the quoted schema.table, to send to the server.

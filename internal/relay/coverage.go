@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -79,20 +80,21 @@ type watcher struct {
 	shape   outboxShape
 	started time.Time
 
-	conn   *pgx.Conn
-	rows   *replay.Rows
-	dec    *decoder.Decoder
-	cov    *store.Coverage
-	tables store.Tables // the coverage table "" once it proved unusable
-	loaded bool
-	marks  []mark
+	conn    *pgx.Conn
+	rows    *replay.Rows
+	rowsErr error // why rows could not be read (replay.ErrOrderColumn)
+	dec     *decoder.Decoder
+	cov     *store.Coverage
+	tables  store.Tables // the coverage table "" once it proved unusable
+	loaded  bool
+	marks   []mark
 	// fillAt is a WAL position read at least fillSlack after the gap's
 	// end: the fill waits until the pipeline handled the stream up to it,
 	// so that the rows it reads that the stream carries are all among the
 	// ids the pipeline remembers. 0 until read.
 	fillAt  pglogrepl.LSN
 	saved   time.Time
-	warned  map[string]bool // what was logged once: other tables by name, "" not published, "time" no time column
+	warned  map[string]bool // what was logged once: other tables by name, "" not published, "time" no time column, "order" no order
 	failing time.Time       // when a failing round was last logged; zero while rounds succeed
 }
 
@@ -149,8 +151,13 @@ func (w *watcher) round(ctx context.Context) error {
 		}
 		w.conn = conn
 		if w.shape.timeCol != "" {
-			if w.rows, err = gapRows(ctx, conn, r.cfg, w.shape.timeCol); err != nil {
-				return err
+			w.rows, w.rowsErr = gapRows(ctx, conn, r.cfg, w.shape.timeCol)
+			switch {
+			case errors.Is(w.rowsErr, replay.ErrOrderColumn):
+				// columns.order changed under the relay (checked at
+				// start): watching goes on, a fill cannot.
+			case w.rowsErr != nil:
+				return w.rowsErr
 			}
 		}
 	}
@@ -260,6 +267,14 @@ func (w *watcher) round(ctx context.Context) error {
 	if w.fillAt == 0 || w.p.Handled() < w.fillAt {
 		return nil
 	}
+	if w.rowsErr != nil {
+		if !w.warned["order"] {
+			w.warned["order"] = true
+			r.log.Error().Err(w.rowsErr).Str("table", r.target.Outbox.String()).
+				Msg("the rows the stream may not have carried cannot be read in order: fix columns.order (cdc run checks it at start), then restart the relay")
+		}
+		return nil
+	}
 	if w.rows == nil {
 		if !w.warned["time"] {
 			w.warned["time"] = true
@@ -302,21 +317,27 @@ func (w *watcher) inMemory(err error) error {
 // at a time, and has the pipeline relay those the stream did not carry;
 // it returns once every sink acknowledged them.
 func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carried int, err error) {
-	cols := w.rows.Table.Columns
-	tc, idc := cols.Column(layout.Time), cols.Column(layout.ID)
+	tc := w.rows.Table.Columns.Column(layout.Time)
 	if w.dec == nil {
 		w.dec = decoder.New(w.r.cfg.Outbox())
+	}
+	// In the order the rows were written as far as the table tells
+	// (replay.Rows.Sort: columns.order, else time, then id), a batch at a
+	// time after the last key read.
+	keys := w.rows.SortColumns()
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s::text AS k_%d", keys[i], i)
 	}
 	var after []any
 	for {
 		cond := ""
 		args := []any{from, to}
 		if after != nil {
-			cond = fmt.Sprintf(" AND (%s, %s) > (CAST($3::text AS %s), CAST($4::text AS %s))", tc, idc, w.rows.Types[layout.Time], w.rows.Types[layout.ID])
+			cond = " AND " + w.rows.After(">", 3)
 			args = append(args, after...)
 		}
-		q := fmt.Sprintf("SELECT %s::text AS k_time, %s::text AS k_id, %s AS k_row, %s AS k_at FROM %s WHERE %s >= $1 AND %s <= $2%s ORDER BY %s, %s LIMIT %d",
-			tc, idc, w.rows.Adopted(), tc, w.rows.Table.Qualified(), tc, tc, cond, tc, idc, fillBatch)
+		q := fmt.Sprintf("SELECT %s, %s AS k_row, %s AS k_at FROM %s WHERE %s >= $1 AND %s <= $2%s ORDER BY %s LIMIT %d",
+			strings.Join(keys, ", "), w.rows.Adopted(), tc, w.rows.Table.Qualified(), tc, tc, cond, w.rows.OrderBy(), fillBatch)
 		rs, err := w.conn.Query(ctx, q, args...)
 		if err != nil {
 			return relayed, carried, fmt.Errorf("reading the rows the stream may not have carried: %w", err)
@@ -324,14 +345,23 @@ func (w *watcher) fill(ctx context.Context, from, to time.Time) (relayed, carrie
 		var rows []pipeline.FillRow
 		n := 0
 		for rs.Next() {
-			var ts, id, content string
+			key := make([]string, len(keys))
+			var content string
 			var at time.Time
-			if err := rs.Scan(&ts, &id, &content, &at); err != nil {
+			dest := make([]any, 0, len(key)+2)
+			for i := range key {
+				dest = append(dest, &key[i])
+			}
+			if err := rs.Scan(append(dest, &content, &at)...); err != nil {
 				rs.Close()
 				return relayed, carried, err
 			}
 			n++
-			after = []any{ts, id}
+			after = after[:0]
+			for _, k := range key {
+				after = append(after, k)
+			}
+			id := key[len(key)-1]
 			m, err := w.dec.TableRow([]byte(content), 0, 0, at)
 			var de *decoder.Error
 			switch {

@@ -46,8 +46,8 @@ func (rp *replayer) keyOf(ctx context.Context, flag, id string) (key, error) {
 	}
 	if k == nil {
 		why := "deleted since, or mistyped"
-		if rp.rows.Table.Columns.Has(layout.Time) {
-			why += "; or its " + layout.Time.Field() + " is NULL, which has no place in time order"
+		if len(rp.rows.Sort) > 1 {
+			why += "; or its " + rp.rows.Sort[0].Name + " is NULL, which has no place in the order"
 		}
 		return nil, fmt.Errorf("replay: %s %s: no row of %s has that id (%s)", flag, id, rp.rows.Table, why)
 	}
@@ -75,12 +75,12 @@ func (rp *replayer) since(ctx context.Context, hi key) (key, error) {
 
 // edge returns the key of the first row (dir "") or the last (" DESC")
 // in replay order of those where cond holds; nil for none. Rows whose
-// time column is NULL have no place in time order and are left out.
+// sort column (Rows.Sort) is NULL have no place in the order and are left
+// out.
 func (rp *replayer) edge(ctx context.Context, cond string, args []any, dir string) (key, error) {
-	order := make([]string, 0, 2)
-	for _, role := range rp.rows.Order() {
-		col := rp.rows.Table.Columns.Column(role)
-		order = append(order, col+dir)
+	order := rp.rows.SortColumns()
+	for i, col := range order {
+		order[i] = col + dir
 		cond += " AND " + col + " IS NOT NULL"
 	}
 	q := fmt.Sprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1", rp.keyColumns(), rp.rows.Table.Qualified(), cond, strings.Join(order, ", "))

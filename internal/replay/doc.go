@@ -20,5 +20,11 @@
 // does not keep them) and its commit time (unknown: a sink's event time is
 // the time column's value, when one is mapped).
 //
+// Every path that publishes rows from the table (cdc recover and cdc init
+// --adopt, cdc resync, cdc replay, the relay's gap fills) reads them in
+// Rows.Sort order, one rule for all (docs/design.md, "Row order from the
+// table"): the order column (columns.order, or sql/outbox.sql's seq),
+// else the time column, then the id.
+//
 // Nothing here is safe for concurrent use; each command runs one of them.
 package replay

@@ -37,7 +37,7 @@ type Options struct {
 	// else by the id read as a UUIDv7 (refused for other ids).
 	Since time.Duration
 	// FromID and ToID bound the range, both included, in replay order
-	// (Rows.Order); either may be "" (from the first row, to the last).
+	// (Rows.Sort); either may be "" (from the first row, to the last).
 	FromID, ToID string
 	// Sink, when set, publishes to that sink only (the messages its route
 	// takes); else every message goes to every sink its route takes.
@@ -66,7 +66,7 @@ type Result struct {
 	Last, Next, End string
 }
 
-// Replay re-publishes the outbox rows that o selects, in Rows.Order, with
+// Replay re-publishes the outbox rows that o selects, in Rows.Sort order, with
 // their ids, a batch at a time: it reads a batch by keyset pagination,
 // publishes it to the sinks (retrying as the relay does, until every
 // sink acknowledged it) and goes on. It marks nothing anywhere, so
@@ -101,6 +101,9 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 		return Result{}, fmt.Errorf("replay: %w", err)
 	}
 	rows, err := ReadRows(ctx, conn, table)
+	if errors.Is(err, ErrOrderColumn) {
+		return Result{}, err // says "replay:" already
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("replay: %w", err)
 	}
@@ -125,7 +128,7 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 		return res, fmt.Errorf("replay: counting the rows: %w", err)
 	}
 	fmt.Fprintf(o.Progress, "replay: %d rows of %s, from id %s to id %s, in %s order, to %s\n",
-		res.Total, rows.Table, lo.id(), hi.id(), strings.ReplaceAll(rows.OrderBy(), "\"", ""), rp.sinkNames())
+		res.Total, rows.Table, lo.id(), hi.id(), rows.SortNames(), rp.sinkNames())
 	// Open every sink before publishing anything: a file sink a running
 	// relay holds is waited for here (stop ends the wait).
 	for _, i := range ss.used() {
@@ -275,7 +278,7 @@ func (rp *replayer) next(ctx context.Context, after key, op string, hi key) (str
 	return rows[0].key.id(), nil
 }
 
-// key is a row's position in the replay order: Rows.Order's columns as
+// key is a row's position in the replay order: Rows.Sort's columns as
 // text, the id last.
 type key []string
 
@@ -289,22 +292,17 @@ func (k key) args() []any {
 	return a
 }
 
-// keyColumns selects Rows.Order's columns as text.
+// keyColumns selects Rows.Sort's columns as text.
 func (rp *replayer) keyColumns() string {
-	cols := make([]string, 0, 2)
-	for _, role := range rp.rows.Order() {
-		cols = append(cols, rp.rows.Table.Columns.Column(role)+"::text")
+	cols := rp.rows.SortColumns()
+	for i := range cols {
+		cols[i] += "::text"
 	}
 	return strings.Join(cols, ", ")
 }
 
-// compare is "(order columns) op (the key in parameters $first...)", the
+// compare is "(sort columns) op (the key in parameters $first...)", the
 // parameters cast from text to the columns' types.
 func (rp *replayer) compare(op string, first int) string {
-	cols, params := make([]string, 0, 2), make([]string, 0, 2)
-	for j, role := range rp.rows.Order() {
-		cols = append(cols, rp.rows.Table.Columns.Column(role))
-		params = append(params, fmt.Sprintf("CAST($%d::text AS %s)", first+j, rp.rows.Types[role]))
-	}
-	return fmt.Sprintf("(%s) %s (%s)", strings.Join(cols, ", "), op, strings.Join(params, ", "))
+	return rp.rows.After(op, first)
 }

@@ -277,7 +277,7 @@ func (u *unmapped) decode(ctx context.Context, p *store.Parked) (*message.Messag
 		return nil, errors.New(`row_data holds no envelope ({"envelope": "<content>"}, what a table-less outbox parks): nothing to decode`)
 	}
 	if u.rows == nil && u.rowsErr == nil {
-		if u.rows, u.rowsErr = ReadRows(ctx, u.conn, u.cfg.Outbox()); u.rowsErr != nil {
+		if u.rows, u.rowsErr = readTypes(ctx, u.conn, u.cfg.Outbox()); u.rowsErr != nil {
 			u.rowsErr = fmt.Errorf("the outbox table %s: %w", u.cfg.Outbox(), u.rowsErr)
 		}
 	}

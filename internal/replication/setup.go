@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -34,6 +35,7 @@ var (
 	ErrWALLevel        = errors.New("replication: wal_level is not logical")
 	ErrNoTable         = errors.New("replication: outbox table missing")
 	ErrNoColumn        = errors.New("replication: mapped column missing")
+	ErrColumnType      = errors.New("replication: mapped column of an unusable type")
 	ErrPrivileges      = errors.New("replication: insufficient privileges")
 	ErrSlotPlugin      = errors.New("replication: slot uses another plugin")
 	ErrSlotDatabase    = errors.New("replication: slot belongs to another database")
@@ -88,6 +90,9 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 				ErrNoColumn, layout.Role(role).Field(), t.name(), col, strings.Join(have, ", "))
 		}
 	}
+	if err := checkOrder(ctx, conn, t, set, have); err != nil {
+		return err
+	}
 	var canSelect bool
 	if err := conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'SELECT')", t.QualifiedTable()).Scan(&canSelect); err != nil {
 		return fmt.Errorf("checking privileges on %s: %w", t.name(), err)
@@ -95,6 +100,35 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	if !canSelect {
 		return fmt.Errorf("%w: role %q cannot SELECT from %s; GRANT SELECT ON %s TO %s", ErrPrivileges, role, t.name(),
 			t.QualifiedTable(), pgx.Identifier{role}.Sanitize())
+	}
+	return nil
+}
+
+// checkOrder checks columns.order, when set: a column of the table, of
+// one of layout.OrderTypes, NOT NULL (docs/design.md, "Row order from the
+// table"). set and have are the table's columns.
+func checkOrder(ctx context.Context, conn *pgx.Conn, t Target, set map[string]bool, have []string) error {
+	o := t.Outbox.Order
+	if o == "" || t.Outbox.OrderIfPresent {
+		return nil
+	}
+	if !set[o] {
+		return fmt.Errorf("%w: columns.order: table %s has no column %q (it has %s); name the column that numbers the rows as they are inserted, or leave columns.order out",
+			ErrNoColumn, t.name(), o, strings.Join(have, ", "))
+	}
+	var typ string
+	var notNull bool
+	if err := conn.QueryRow(ctx, "SELECT format_type(atttypid, NULL), attnotnull FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped",
+		t.QualifiedTable(), o).Scan(&typ, &notNull); err != nil {
+		return fmt.Errorf("reading the type of columns.order %q: %w", o, err)
+	}
+	switch {
+	case !slices.Contains(layout.OrderTypes, typ):
+		return fmt.Errorf("%w: columns.order: column %q of %s has type %s; it must be one of %s (an identity or bigserial column numbers the rows as they are inserted)",
+			ErrColumnType, o, t.name(), typ, strings.Join(layout.OrderTypes, ", "))
+	case !notNull:
+		return fmt.Errorf("%w: columns.order: column %q of %s may be NULL; a row without a value has no place in the order: declare it NOT NULL (identity and bigserial columns are)",
+			ErrColumnType, o, t.name())
 	}
 	return nil
 }
