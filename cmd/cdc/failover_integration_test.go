@@ -209,10 +209,17 @@ func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
 // postgres.failover_slot: true, cdc init refuses a server older than
 // PostgreSQL 17 before it creates anything, and cdc run refuses to stream
 // from a slot that cannot survive a failover. (On PostgreSQL 17+ the slot
-// is created with failover = true; these machines run 15.)
+// is created with failover = true: TestIntegrationVersions runs this on
+// every version, and a failover on 17 and 18.)
 func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
+	failoverSlotIsRefusedBeforePostgres17(t, pgtest.URL(t))
+}
+
+// failoverSlotIsRefusedBeforePostgres17 is
+// TestIntegrationFailoverSlotIsRefusedBeforePostgres17 on the database at
+// url (also TestIntegrationVersions).
+func failoverSlotIsRefusedBeforePostgres17(t *testing.T, url string) {
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
 	var version int
