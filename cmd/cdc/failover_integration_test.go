@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/pgtest"
@@ -419,4 +420,175 @@ func TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed(t *testing
 	if strings.Contains(msg, "cdc replay") || strings.Contains(msg, "from the outbox table") {
 		t.Errorf("cdc run's error sends a table-less outbox to cdc replay:\n%s", msg)
 	}
+}
+
+// slotPositions reads the confirmed_flush_lsn of slots on conn; with
+// synced, only of the slots a standby synchronized and persisted
+// (pg_replication_slots.synced and not temporary: usable after a
+// promotion).
+func slotPositions(ctx context.Context, conn *pgx.Conn, synced bool, slots ...string) (map[string]pglogrepl.LSN, error) {
+	q := "SELECT slot_name::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = ANY($1) AND confirmed_flush_lsn IS NOT NULL"
+	if synced {
+		q += " AND synced AND NOT temporary"
+	}
+	rows, err := conn.Query(ctx, q, slots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]pglogrepl.LSN{}
+	for rows.Next() {
+		var name, lsn string
+		if err := rows.Scan(&name, &lsn); err != nil {
+			return nil, err
+		}
+		if out[name], err = pglogrepl.ParseLSN(lsn); err != nil {
+			return nil, err
+		}
+	}
+	return out, rows.Err()
+}
+
+// failoverToASynchronizedStandby: PostgreSQL v (17+) fails over to a
+// physical standby that synchronizes failover slots (sync_replication_slots
+// = on, hot_standby_feedback, primary_slot_name, a dbname in
+// primary_conninfo; on the primary synchronized_standby_slots names the
+// standby's physical slot). Two outboxes with postgres.failover_slot: true
+// are relayed under load, through a postgres.url naming both servers with
+// target_session_attrs=read-write, the producers writing through it too.
+// Once the standby holds both slots (synced, persisted), the relay of the
+// second outbox is killed (kill -9, as if its host went down with the
+// primary) and the primary is stopped in immediate mode; the standby is
+// promoted. The first relay follows to the promoted server by itself; the
+// second is started again, onto it. Nothing the promoted server holds is
+// missing from either sink, and nothing it lacks was delivered (the
+// primary sent the relays only what the standby had: synchronized_standby_slots).
+// It measures how far the standby's copy of the restarted relay's slot
+// trailed the primary's at the kill (bytes, and how long before the kill
+// the primary's slot was where the standby's was), and the duplicates of
+// each relay: the re-send window of docs/operations.md, "Failover".
+func failoverToASynchronizedStandby(t *testing.T, v int) {
+	primary := pgtest.StartCluster(t, pgtest.Options{Version: v})
+	standby, err := primary.StartReplicaWith(pgtest.ReplicaOptions{Slot: true, DBName: "postgres",
+		Settings: []string{"sync_replication_slots = on", "hot_standby_feedback = on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Close() })
+	pgtest.Exec(t, primary.URL("postgres"), fmt.Sprintf("ALTER SYSTEM SET synchronized_standby_slots = '%s'", standby.PrimarySlot), "SELECT pg_reload_conf()")
+	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
+	dir := t.TempDir()
+	type relay struct {
+		ob       relaytest.Outbox
+		out, cfg string
+		p        *proc
+		prod     *relaytest.Producer
+	}
+	newRelay := func(name string) *relay {
+		ob := relaytest.NewOutbox(t, primary.URL("postgres"))
+		ob.URL = both
+		r := &relay{ob: ob, out: filepath.Join(dir, name+".jsonl")}
+		r.cfg = ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", r.out), "relay: {batch_size: 50}")
+		addPostgres(t, r.cfg, "failover_slot: true", "reconnect_backoff: 1s")
+		cdcInit(t, r.cfg)
+		r.p = startCDC(t, "run", "--config", r.cfg)
+		r.prod = ob.StartProducer(t, 4, 10*time.Millisecond)
+		return r
+	}
+	follows, restarted := newRelay("follows"), newRelay("restarted")
+	slots := []string{follows.ob.Slot, restarted.ob.Slot}
+	ctx := context.Background()
+	onPrimary, onStandby := pgtest.Connect(t, primary.URL("postgres")), pgtest.Connect(t, standby.URL("postgres"))
+	for _, r := range []*relay{follows, restarted} {
+		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(r.out) > 100 }) {
+			t.Fatalf("the relay did not deliver\n%s", r.p.Stderr.String())
+		}
+	}
+	delivering := time.Now()
+	// The standby's copies: synchronized, persisted, and past where they
+	// were first seen (the slot sync worker keeps them moving).
+	var first map[string]pglogrepl.LSN
+	pgtest.Await(t, 90*time.Second, "the standby's synchronized copies of both slots", func() bool {
+		first, err = slotPositions(ctx, onStandby, true, slots...)
+		return err == nil && len(first) == 2
+	})
+	synced := time.Now()
+	pgtest.Await(t, 60*time.Second, "the standby's copies to move on", func() bool {
+		now, err := slotPositions(ctx, onStandby, true, slots...)
+		return err == nil && now[slots[0]] > first[slots[0]] && now[slots[1]] > first[slots[1]]
+	})
+	// Samples of the restarted relay's slot on both servers, under load.
+	type sample struct {
+		at               time.Time
+		primary, standby pglogrepl.LSN
+	}
+	var samples []sample
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err1 := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
+		s, err2 := slotPositions(ctx, onStandby, true, restarted.ob.Slot)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		samples = append(samples, sample{time.Now(), p[restarted.ob.Slot], s[restarted.ob.Slot]})
+		time.Sleep(100 * time.Millisecond)
+	}
+	var maxTrail uint64
+	for _, s := range samples {
+		maxTrail = max(maxTrail, uint64(s.primary-min(s.primary, s.standby)))
+	}
+
+	restarted.p.Kill9(t)
+	killed := time.Now()
+	atKill, err := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	onStandbyAtKill, err := slotPositions(ctx, onStandby, true, slots...)
+	if err != nil || len(onStandbyAtKill) != 2 {
+		t.Fatalf("the standby's copies of the slots at the kill: %v %v", onStandbyAtKill, err)
+	}
+	window := atKill[restarted.ob.Slot] - min(atKill[restarted.ob.Slot], onStandbyAtKill[restarted.ob.Slot])
+	// How long before the kill the primary's slot was where the standby's
+	// copy stayed.
+	trail := time.Duration(0)
+	for _, s := range samples {
+		if s.primary >= onStandbyAtKill[restarted.ob.Slot] {
+			trail = killed.Sub(s.at)
+			break
+		}
+	}
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	atPromote := relaytest.CountLines(follows.out)
+	if !pgtest.WaitFor(90*time.Second, func() bool { return relaytest.CountLines(follows.out) > atPromote+50 }) {
+		t.Fatalf("the relay did not follow to the promoted server\n%s", follows.p.Stderr.String())
+	}
+	followed := time.Since(promoted)
+	restarted.p = startCDC(t, "run", "--config", restarted.cfg)
+	atRestart := relaytest.CountLines(restarted.out)
+	if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(restarted.out) > atRestart+50 }) {
+		t.Fatalf("the relay restarted onto the promoted server did not deliver\n%s", restarted.p.Stderr.String())
+	}
+	for _, r := range []*relay{follows, restarted} {
+		r.prod.Stop()
+	}
+	var reports []relaytest.DeliveryReport
+	for _, r := range []*relay{follows, restarted} {
+		committed := r.prod.Committed(t, onStandby)
+		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, r.out)) }) {
+			t.Logf("not all delivered within 60 s\n%s", r.p.Stderr.String())
+		}
+		reports = append(reports, relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, r.out)))
+		r.p.Stop(t)
+	}
+	t.Logf("PostgreSQL %d failover: slots synchronized %v after the relays started delivering; the standby's copy trailed the primary's slot by up to %d bytes under load, by %d bytes (%v) at the kill",
+		v, synced.Sub(delivering).Round(time.Millisecond), maxTrail, window, trail.Round(time.Millisecond))
+	t.Logf("relay that followed (multi-host URL): delivering again %v after the promotion, %d committed, %d duplicates; relay restarted onto the promoted server: %d committed, %d duplicates",
+		followed.Round(time.Millisecond), reports[0].Committed, reports[0].Duplicates, reports[1].Committed, reports[1].Duplicates)
 }
