@@ -65,8 +65,9 @@ func newSquatInPublic(t *testing.T, url string) *squat {
 	s.adopt, s.coverage, s.pin = "public."+name+"_adopt", "public."+name+"_coverage", "public."+name+"_pin"
 	pgtest.Exec(t, url, "CREATE ROLE "+s.attacker+" LOGIN")
 	t.Cleanup(func() {
-		pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+strings.Join([]string{s.progress, s.deadLetter, s.adopt, s.coverage}, ", ")+" CASCADE",
-			"DROP FUNCTION IF EXISTS "+s.pin+"()", "DROP OWNED BY "+s.attacker, "DROP ROLE "+s.attacker)
+		// The squatter's tables and views first, then cdc init's.
+		pgtest.Exec(t, url, "DROP OWNED BY "+s.attacker, "DROP TABLE IF EXISTS "+strings.Join([]string{s.progress, s.deadLetter, s.adopt, s.coverage}, ", ")+" CASCADE",
+			"DROP FUNCTION IF EXISTS "+s.pin+"()", "DROP ROLE "+s.attacker)
 	})
 	s.config(t)
 	return s
