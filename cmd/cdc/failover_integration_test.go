@@ -517,48 +517,67 @@ func failoverToASynchronizedStandby(t *testing.T, v int) {
 		now, err := slotPositions(ctx, onStandby, true, slots...)
 		return err == nil && now[slots[0]] > first[slots[0]] && now[slots[1]] > first[slots[1]]
 	})
-	// Samples of the restarted relay's slot on both servers, under load.
+	// Samples of the restarted relay's slot on both servers: under load
+	// for 3 s with the slot sync worker at work, then for pause with it
+	// stopped (sync_replication_slots = off, reloaded): the standby's copy
+	// stays where it was, as it does while the worker naps (up to 30 s
+	// when nothing changed for a while), and the primary's slot moves on.
 	type sample struct {
 		at               time.Time
 		primary, standby pglogrepl.LSN
 	}
 	var samples []sample
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		p, err1 := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
-		s, err2 := slotPositions(ctx, onStandby, true, restarted.ob.Slot)
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
+	sampleFor := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			p, err1 := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
+			s, err2 := slotPositions(ctx, onStandby, true, restarted.ob.Slot)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			samples = append(samples, sample{time.Now(), p[restarted.ob.Slot], s[restarted.ob.Slot]})
 		}
-		samples = append(samples, sample{time.Now(), p[restarted.ob.Slot], s[restarted.ob.Slot]})
-		time.Sleep(100 * time.Millisecond)
 	}
-	var maxTrail uint64
-	for _, s := range samples {
-		maxTrail = max(maxTrail, uint64(s.primary-min(s.primary, s.standby)))
+	// trailing returns how far the standby's copy trailed at sample i: in
+	// bytes, and how long before the primary's slot was where it was.
+	trailing := func(i int) (uint64, time.Duration) {
+		s := samples[i]
+		for _, p := range samples[:i+1] {
+			if p.primary >= s.standby {
+				return uint64(s.primary - min(s.primary, s.standby)), s.at.Sub(p.at)
+			}
+		}
+		return uint64(s.primary - min(s.primary, s.standby)), s.at.Sub(samples[0].at)
 	}
+	sampleFor(3 * time.Second)
+	var maxBytes uint64
+	var maxTime time.Duration
+	for i := range samples {
+		b, d := trailing(i)
+		maxBytes, maxTime = max(maxBytes, b), max(maxTime, d)
+	}
+	const pause = 5 * time.Second
+	pgtest.Exec(t, standby.URL("postgres"), "ALTER SYSTEM SET sync_replication_slots = off", "SELECT pg_reload_conf()")
+	sampleFor(pause)
 
 	restarted.p.Kill9(t)
-	killed := time.Now()
 	atKill, err := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
 	if err != nil {
 		t.Fatal(err)
 	}
+	samples = append(samples, sample{at: time.Now(), primary: atKill[restarted.ob.Slot]})
 	if err := primary.Stop("immediate"); err != nil {
 		t.Fatal(err)
 	}
-	onStandbyAtKill, err := slotPositions(ctx, onStandby, true, slots...)
-	if err != nil || len(onStandbyAtKill) != 2 {
-		t.Fatalf("the standby's copies of the slots at the kill: %v %v", onStandbyAtKill, err)
+	copies, err := slotPositions(ctx, onStandby, true, slots...)
+	if err != nil || len(copies) != 2 {
+		t.Fatalf("the standby's copies of the slots at the kill: %v %v", copies, err)
 	}
-	window := atKill[restarted.ob.Slot] - min(atKill[restarted.ob.Slot], onStandbyAtKill[restarted.ob.Slot])
-	// How long before the kill the primary's slot was where the standby's
-	// copy stayed.
-	trail := time.Duration(0)
-	for _, s := range samples {
-		if s.primary >= onStandbyAtKill[restarted.ob.Slot] {
-			trail = killed.Sub(s.at)
-			break
+	samples[len(samples)-1].standby = copies[restarted.ob.Slot]
+	windowBytes, windowTime := trailing(len(samples) - 1)
+	windowMsgs := 0
+	for _, l := range relaytest.ReadLines(t, restarted.out) {
+		if c := relaytest.ParseLSN(t, l.CommitLSN); c > copies[restarted.ob.Slot] && c <= atKill[restarted.ob.Slot] {
+			windowMsgs++
 		}
 	}
 	if err := standby.Promote(); err != nil {
@@ -587,8 +606,13 @@ func failoverToASynchronizedStandby(t *testing.T, v int) {
 		reports = append(reports, relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, r.out)))
 		r.p.Stop(t)
 	}
-	t.Logf("PostgreSQL %d failover: slots synchronized %v after the relays started delivering; the standby's copy trailed the primary's slot by up to %d bytes under load, by %d bytes (%v) at the kill",
-		v, synced.Sub(delivering).Round(time.Millisecond), maxTrail, window, trail.Round(time.Millisecond))
-	t.Logf("relay that followed (multi-host URL): delivering again %v after the promotion, %d committed, %d duplicates; relay restarted onto the promoted server: %d committed, %d duplicates",
-		followed.Round(time.Millisecond), reports[0].Committed, reports[0].Duplicates, reports[1].Committed, reports[1].Duplicates)
+	t.Logf("PostgreSQL %d failover: the standby had synchronized copies of the slots %v after the relays started delivering; under load the copy trailed the primary's slot by up to %d bytes, %v",
+		v, synced.Sub(delivering).Round(time.Millisecond), maxBytes, maxTime.Round(time.Millisecond))
+	t.Logf("at the kill (slot sync stopped %v before) the copy trailed by %d bytes, %v, %d messages the relay had delivered; restarted onto the promoted server, it delivered %d committed messages with %d duplicates",
+		pause, windowBytes, windowTime.Round(time.Millisecond), windowMsgs, reports[1].Committed, reports[1].Duplicates)
+	t.Logf("the relay that followed through the multi-host URL delivered again %v after the promotion: %d committed, %d duplicates",
+		followed.Round(time.Millisecond), reports[0].Committed, reports[0].Duplicates)
+	if windowTime < pause/2 || windowMsgs == 0 {
+		t.Errorf("the standby's copy trailed by %v, %d messages: the test did not open the window it measures", windowTime, windowMsgs)
+	}
 }
