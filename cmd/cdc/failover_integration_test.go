@@ -469,14 +469,6 @@ func slotPositions(ctx context.Context, conn *pgx.Conn, synced bool, slots ...st
 // each relay: the re-send window of docs/operations.md, "Failover".
 func failoverToASynchronizedStandby(t *testing.T, v int) {
 	primary := pgtest.StartCluster(t, pgtest.Options{Version: v})
-	standby, err := primary.StartReplicaWith(pgtest.ReplicaOptions{Slot: true, DBName: "postgres",
-		Settings: []string{"sync_replication_slots = on", "hot_standby_feedback = on"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { standby.Close() })
-	pgtest.Exec(t, primary.URL("postgres"), fmt.Sprintf("ALTER SYSTEM SET synchronized_standby_slots = '%s'", standby.PrimarySlot), "SELECT pg_reload_conf()")
-	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
 	dir := t.TempDir()
 	type relay struct {
 		ob       relaytest.Outbox
@@ -484,31 +476,57 @@ func failoverToASynchronizedStandby(t *testing.T, v int) {
 		p        *proc
 		prod     *relaytest.Producer
 	}
-	newRelay := func(name string) *relay {
-		ob := relaytest.NewOutbox(t, primary.URL("postgres"))
-		ob.URL = both
-		r := &relay{ob: ob, out: filepath.Join(dir, name+".jsonl")}
-		r.cfg = ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", r.out), "relay: {batch_size: 50}")
-		addPostgres(t, r.cfg, "failover_slot: true", "reconnect_backoff: 1s")
-		cdcInit(t, r.cfg)
-		r.p = startCDC(t, "run", "--config", r.cfg)
-		r.prod = ob.StartProducer(t, 4, 10*time.Millisecond)
-		return r
+	sinks := func(name string) string {
+		return fmt.Sprintf("  - {name: out, kind: file, path: %s}", filepath.Join(dir, name+".jsonl"))
 	}
-	follows, restarted := newRelay("follows"), newRelay("restarted")
+	// The slots first: a standby's slot sync worker that found nothing to
+	// synchronize naps longer and longer (up to 30 s), and would keep the
+	// test waiting for the first copies.
+	var relays []*relay
+	for _, name := range []string{"follows", "restarted"} {
+		r := &relay{ob: relaytest.NewOutbox(t, primary.URL("postgres")), out: filepath.Join(dir, name+".jsonl")}
+		cfg := r.ob.Config(t, sinks(name), "")
+		addPostgres(t, cfg, "failover_slot: true")
+		cdcInit(t, cfg)
+		relays = append(relays, r)
+	}
+	follows, restarted := relays[0], relays[1]
+	standby, err := primary.StartReplicaWith(pgtest.ReplicaOptions{Slot: true, DBName: "postgres",
+		Settings: []string{"sync_replication_slots = on", "hot_standby_feedback = on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Close() })
+	standbyUp := time.Now()
+	pgtest.Exec(t, primary.URL("postgres"), fmt.Sprintf("ALTER SYSTEM SET synchronized_standby_slots = '%s'", standby.PrimarySlot), "SELECT pg_reload_conf()")
+	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
+	for i, r := range relays {
+		r.ob.URL = both
+		r.cfg = r.ob.Config(t, sinks([]string{"follows", "restarted"}[i]), "relay: {batch_size: 50}")
+		addPostgres(t, r.cfg, "failover_slot: true", "reconnect_backoff: 1s")
+		r.p = startCDC(t, "run", "--config", r.cfg)
+		r.prod = r.ob.StartProducer(t, 4, 10*time.Millisecond)
+	}
 	slots := []string{follows.ob.Slot, restarted.ob.Slot}
 	ctx := context.Background()
 	onPrimary, onStandby := pgtest.Connect(t, primary.URL("postgres")), pgtest.Connect(t, standby.URL("postgres"))
-	for _, r := range []*relay{follows, restarted} {
+	for _, r := range relays {
 		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(r.out) > 100 }) {
 			t.Fatalf("the relay did not deliver\n%s", r.p.Stderr.String())
 		}
 	}
-	delivering := time.Now()
 	// The standby's copies: synchronized, persisted, and past where they
-	// were first seen (the slot sync worker keeps them moving).
+	// were first seen (the slot sync worker keeps them moving). A copy is
+	// persisted once the primary's slot has moved past where the standby
+	// began, which waits for a running-transactions record (the primary
+	// writes one every 15 s); pg_log_standby_snapshot writes one now.
 	var first map[string]pglogrepl.LSN
+	snapshot := time.Now()
 	pgtest.Await(t, 90*time.Second, "the standby's synchronized copies of both slots", func() bool {
+		if time.Since(snapshot) > 500*time.Millisecond {
+			onPrimary.Exec(ctx, "SELECT pg_log_standby_snapshot()")
+			snapshot = time.Now()
+		}
 		first, err = slotPositions(ctx, onStandby, true, slots...)
 		return err == nil && len(first) == 2
 	})
@@ -606,8 +624,8 @@ func failoverToASynchronizedStandby(t *testing.T, v int) {
 		reports = append(reports, relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, r.out)))
 		r.p.Stop(t)
 	}
-	t.Logf("PostgreSQL %d failover: the standby had synchronized copies of the slots %v after the relays started delivering; under load the copy trailed the primary's slot by up to %d bytes, %v",
-		v, synced.Sub(delivering).Round(time.Millisecond), maxBytes, maxTime.Round(time.Millisecond))
+	t.Logf("PostgreSQL %d failover: the standby had synchronized copies of the slots %v after it started (pg_log_standby_snapshot every 0.5 s); under load the copy trailed the primary's slot by up to %d bytes, %v",
+		v, synced.Sub(standbyUp).Round(time.Millisecond), maxBytes, maxTime.Round(time.Millisecond))
 	t.Logf("at the kill (slot sync stopped %v before) the copy trailed by %d bytes, %v, %d messages the relay had delivered; restarted onto the promoted server, it delivered %d committed messages with %d duplicates",
 		pause, windowBytes, windowTime.Round(time.Millisecond), windowMsgs, reports[1].Committed, reports[1].Duplicates)
 	t.Logf("the relay that followed through the multi-host URL delivered again %v after the promotion: %d committed, %d duplicates",

@@ -22,16 +22,15 @@ import (
 
 // versionsUnderTest returns the major versions TestIntegrationVersions
 // runs on: those WALPOST_PG_VERSIONS lists ("14,17"; "all" for every
-// supported version), else every supported version but the machine's own,
-// on which the rest of the suite runs.
-func versionsUnderTest(t *testing.T) []int {
+// supported version), else every supported version but the machine's own
+// (own; 0 with WALPOST_PG_VERSIONS), on which the rest of the suite runs.
+func versionsUnderTest(t *testing.T) (vs []int, own int) {
 	t.Helper()
 	env := strings.TrimSpace(os.Getenv("WALPOST_PG_VERSIONS"))
 	if env == "all" {
-		return pgtest.Versions
+		return pgtest.Versions, 0
 	}
 	if env != "" {
-		var vs []int
 		for _, f := range strings.FieldsFunc(env, func(r rune) bool { return r == ',' || r == ' ' }) {
 			v, err := strconv.Atoi(f)
 			if err != nil || v < pgtest.Versions[0] || v > pgtest.Versions[len(pgtest.Versions)-1] {
@@ -39,19 +38,17 @@ func versionsUnderTest(t *testing.T) []int {
 			}
 			vs = append(vs, v)
 		}
-		return vs
+		return vs, 0
 	}
-	own := 0
 	if bin, err := pgtest.FindBin(); err == nil {
 		own, _ = pgtest.ServerVersion(bin)
 	}
-	var vs []int
 	for _, v := range pgtest.Versions {
 		if v != own {
 			vs = append(vs, v)
 		}
 	}
-	return vs
+	return vs, own
 }
 
 // TestIntegrationVersions runs the core end-to-end proofs on each
@@ -70,7 +67,13 @@ func TestIntegrationVersions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped under -short: needs PostgreSQL servers")
 	}
-	for _, v := range versionsUnderTest(t) {
+	vs, own := versionsUnderTest(t)
+	if own != 0 {
+		t.Run(fmt.Sprintf("pg%d", own), func(t *testing.T) {
+			t.Skipf("PostgreSQL %d is the machine's own: the rest of the suite runs on it; WALPOST_PG_VERSIONS=%d runs these scenarios on it too", own, own)
+		})
+	}
+	for _, v := range vs {
 		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
 			t.Parallel()
 			if v >= 17 {
