@@ -57,7 +57,8 @@ func versionsUnderTest(t *testing.T) (vs []int, own int) {
 // kill -9 in a large transaction, rows of one COPY sharing an LSN across a
 // kill -9, the publication changed under the relay, the trust checks
 // that depend on the version's defaults (PostgreSQL 14's public schema,
-// where PUBLIC may CREATE), postgres.failover_slot refused before 17, and
+// where PUBLIC may CREATE), postgres.failover_slot (refused before 17, a
+// failover slot from 17 on), and
 // last, with max_slot_wal_keep_size = 1MB, a slot the server invalidates
 // and cdc recover. On 17 and 18, a failover to a standby that synchronizes
 // the slot runs alongside (failoverToASynchronizedStandby). A version that
@@ -103,9 +104,7 @@ func coreScenarios(t *testing.T, v int) {
 	t.Run("copy", func(t *testing.T) { copyPartialAckThenRestart(t, url, true) })
 	t.Run("publication", func(t *testing.T) { publicationDropAndAddTable(t, url) })
 	t.Run("squat", func(t *testing.T) { squatOnVersion(t, url, v) })
-	if v < 17 {
-		t.Run("failover-slot", func(t *testing.T) { failoverSlotIsRefusedBeforePostgres17(t, url) })
-	}
+	t.Run("failover-slot", func(t *testing.T) { failoverSlotIsRefusedBeforePostgres17(t, url) })
 	// Last: a small max_slot_wal_keep_size would invalidate the
 	// slots of the scenarios above, which lag on purpose.
 	pgtest.Exec(t, url, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()")
