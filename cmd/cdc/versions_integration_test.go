@@ -58,9 +58,8 @@ func versionsUnderTest(t *testing.T) (vs []int, own int) {
 // kill -9, the publication changed under the relay, the trust checks
 // that depend on the version's defaults (PostgreSQL 14's public schema,
 // where PUBLIC may CREATE), postgres.failover_slot (refused before 17, a
-// failover slot from 17 on), and
-// last, with max_slot_wal_keep_size = 1MB, a slot the server invalidates
-// and cdc recover. On 17 and 18, a failover to a standby that synchronizes
+// failover slot from 17 on), and last, with max_slot_wal_keep_size = 1MB,
+// a slot the server invalidates and cdc recover. On 17 and 18, a failover to a standby that synchronizes
 // the slot runs alongside (failoverToASynchronizedStandby). A version that
 // cannot be had here is skipped, saying why.
 func TestIntegrationVersions(t *testing.T) {
