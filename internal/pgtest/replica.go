@@ -19,7 +19,9 @@ type ReplicaOptions struct {
 	DBName string
 	// Slot makes the replica stream through a physical slot on the primary,
 	// named in PrimarySlot, also where pg_basebackup makes the backup (the
-	// copy without pg_basebackup always has one).
+	// copy without pg_basebackup always has one). The slot outlives the
+	// replica: the primary keeps WAL for it until it is dropped or the
+	// primary is closed.
 	Slot bool
 }
 
