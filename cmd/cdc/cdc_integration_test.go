@@ -99,7 +99,13 @@ func cdcInit(t *testing.T, cfg string) {
 // outside).
 func TestIntegrationKill9MidTransactionLosesNothing(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
+	kill9MidTransaction(t, pgtest.URL(t))
+}
+
+// kill9MidTransaction is TestIntegrationKill9MidTransactionLosesNothing on
+// the database at url (also run on every PostgreSQL version:
+// TestIntegrationVersions).
+func kill9MidTransaction(t *testing.T, url string) {
 	ob := relaytest.NewOutbox(t, url)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "relay: {batch_size: 200}")

@@ -101,13 +101,15 @@ func TestIntegrationCopyRowsSharingAnLSNAreNotTakenForAcknowledgedAfterARestart(
 	for _, stop := range []string{"SIGTERM", "kill -9"} {
 		t.Run(stop, func(t *testing.T) {
 			t.Parallel()
-			copyPartialAckThenRestart(t, stop == "kill -9")
+			copyPartialAckThenRestart(t, pgtest.URL(t), stop == "kill -9")
 		})
 	}
 }
 
-func copyPartialAckThenRestart(t *testing.T, kill bool) {
-	url := pgtest.URL(t)
+// copyPartialAckThenRestart is one case of
+// TestIntegrationCopyRowsSharingAnLSNAreNotTakenForAcknowledgedAfterARestart
+// on the database at url (also TestIntegrationVersions).
+func copyPartialAckThenRestart(t *testing.T, url string, kill bool) {
 	ob := relaytest.NewOutbox(t, url)
 	hook := &countingHook{got: map[string]int{}}
 	hook.limit.Store(150)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/pgtest"
@@ -209,10 +210,17 @@ func TestIntegrationWalSenderTimeoutCanBeSetForTheRelayRoleAlone(t *testing.T) {
 // postgres.failover_slot: true, cdc init refuses a server older than
 // PostgreSQL 17 before it creates anything, and cdc run refuses to stream
 // from a slot that cannot survive a failover. (On PostgreSQL 17+ the slot
-// is created with failover = true; these machines run 15.)
+// is created with failover = true: TestIntegrationVersions runs this on
+// every version, and a failover on 17 and 18.)
 func TestIntegrationFailoverSlotIsRefusedBeforePostgres17(t *testing.T) {
 	t.Parallel()
-	url := pgtest.URL(t)
+	failoverSlotIsRefusedBeforePostgres17(t, pgtest.URL(t))
+}
+
+// failoverSlotIsRefusedBeforePostgres17 is
+// TestIntegrationFailoverSlotIsRefusedBeforePostgres17 on the database at
+// url (also TestIntegrationVersions).
+func failoverSlotIsRefusedBeforePostgres17(t *testing.T, url string) {
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
 	var version int
@@ -411,5 +419,217 @@ func TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed(t *testing
 	}
 	if strings.Contains(msg, "cdc replay") || strings.Contains(msg, "from the outbox table") {
 		t.Errorf("cdc run's error sends a table-less outbox to cdc replay:\n%s", msg)
+	}
+}
+
+// slotPositions reads the confirmed_flush_lsn of slots on conn; with
+// synced, only of the slots a standby synchronized and persisted
+// (pg_replication_slots.synced and not temporary: usable after a
+// promotion).
+func slotPositions(ctx context.Context, conn *pgx.Conn, synced bool, slots ...string) (map[string]pglogrepl.LSN, error) {
+	q := "SELECT slot_name::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = ANY($1) AND confirmed_flush_lsn IS NOT NULL"
+	if synced {
+		q += " AND synced AND NOT temporary"
+	}
+	rows, err := conn.Query(ctx, q, slots)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]pglogrepl.LSN{}
+	for rows.Next() {
+		var name, lsn string
+		if err := rows.Scan(&name, &lsn); err != nil {
+			return nil, err
+		}
+		if out[name], err = pglogrepl.ParseLSN(lsn); err != nil {
+			return nil, err
+		}
+	}
+	return out, rows.Err()
+}
+
+// failoverToASynchronizedStandby: PostgreSQL v (17+) fails over to a
+// physical standby that synchronizes failover slots (sync_replication_slots
+// = on, hot_standby_feedback, primary_slot_name, a dbname in
+// primary_conninfo; on the primary synchronized_standby_slots names the
+// standby's physical slot). Two outboxes with postgres.failover_slot: true
+// are relayed under load, through a postgres.url naming both servers with
+// target_session_attrs=read-write, the producers writing through it too.
+// Once the standby holds both slots (synced, persisted), the relay of the
+// second outbox is killed (kill -9, as if its host went down with the
+// primary) and the primary is stopped in immediate mode; the standby is
+// promoted. The first relay follows to the promoted server by itself; the
+// second is started again, onto it. Nothing the promoted server holds is
+// missing from either sink, and nothing it lacks was delivered (the
+// primary sent the relays only what the standby had: synchronized_standby_slots).
+// It measures how far the standby's copy of the restarted relay's slot
+// trailed the primary's at the kill (bytes, and how long before the kill
+// the primary's slot was where the standby's was), and the duplicates of
+// each relay: the re-send window of docs/operations.md, "Failover".
+func failoverToASynchronizedStandby(t *testing.T, v int) {
+	primary := pgtest.StartCluster(t, pgtest.Options{Version: v})
+	dir := t.TempDir()
+	type relay struct {
+		ob       relaytest.Outbox
+		out, cfg string
+		p        *proc
+		prod     *relaytest.Producer
+	}
+	sinks := func(name string) string {
+		return fmt.Sprintf("  - {name: out, kind: file, path: %s}", filepath.Join(dir, name+".jsonl"))
+	}
+	// The slots first: a standby's slot sync worker that found nothing to
+	// synchronize naps longer and longer (up to 30 s), and would keep the
+	// test waiting for the first copies.
+	var relays []*relay
+	for _, name := range []string{"follows", "restarted"} {
+		r := &relay{ob: relaytest.NewOutbox(t, primary.URL("postgres")), out: filepath.Join(dir, name+".jsonl")}
+		cfg := r.ob.Config(t, sinks(name), "")
+		addPostgres(t, cfg, "failover_slot: true")
+		cdcInit(t, cfg)
+		relays = append(relays, r)
+	}
+	follows, restarted := relays[0], relays[1]
+	standby, err := primary.StartReplicaWith(pgtest.ReplicaOptions{Slot: true, DBName: "postgres",
+		Settings: []string{"sync_replication_slots = on", "hot_standby_feedback = on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Close() })
+	standbyUp := time.Now()
+	pgtest.Exec(t, primary.URL("postgres"), fmt.Sprintf("ALTER SYSTEM SET synchronized_standby_slots = '%s'", standby.PrimarySlot), "SELECT pg_reload_conf()")
+	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
+	for i, r := range relays {
+		r.ob.URL = both
+		r.cfg = r.ob.Config(t, sinks([]string{"follows", "restarted"}[i]), "relay: {batch_size: 50}")
+		addPostgres(t, r.cfg, "failover_slot: true", "reconnect_backoff: 1s")
+		r.p = startCDC(t, "run", "--config", r.cfg)
+		r.prod = r.ob.StartProducer(t, 4, 10*time.Millisecond)
+	}
+	slots := []string{follows.ob.Slot, restarted.ob.Slot}
+	ctx := context.Background()
+	onPrimary, onStandby := pgtest.Connect(t, primary.URL("postgres")), pgtest.Connect(t, standby.URL("postgres"))
+	for _, r := range relays {
+		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.CountLines(r.out) > 100 }) {
+			t.Fatalf("the relay did not deliver\n%s", r.p.Stderr.String())
+		}
+	}
+	// The standby's copies: synchronized, persisted, and past where they
+	// were first seen (the slot sync worker keeps them moving). A copy is
+	// persisted once the primary's slot has moved past where the standby
+	// began, which waits for a running-transactions record (the primary
+	// writes one every 15 s); pg_log_standby_snapshot writes one now.
+	var first map[string]pglogrepl.LSN
+	snapshot := time.Now()
+	pgtest.Await(t, 90*time.Second, "the standby's synchronized copies of both slots", func() bool {
+		if time.Since(snapshot) > 500*time.Millisecond {
+			onPrimary.Exec(ctx, "SELECT pg_log_standby_snapshot()")
+			snapshot = time.Now()
+		}
+		first, err = slotPositions(ctx, onStandby, true, slots...)
+		return err == nil && len(first) == 2
+	})
+	synced := time.Now()
+	pgtest.Await(t, 60*time.Second, "the standby's copies to move on", func() bool {
+		now, err := slotPositions(ctx, onStandby, true, slots...)
+		return err == nil && now[slots[0]] > first[slots[0]] && now[slots[1]] > first[slots[1]]
+	})
+	// Samples of the restarted relay's slot on both servers: under load
+	// for 3 s with the slot sync worker at work, then for pause with it
+	// stopped (sync_replication_slots = off, reloaded): the standby's copy
+	// stays where it was, as it does while the worker naps (up to 30 s
+	// when nothing changed for a while), and the primary's slot moves on.
+	type sample struct {
+		at               time.Time
+		primary, standby pglogrepl.LSN
+	}
+	var samples []sample
+	sampleFor := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			p, err1 := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
+			s, err2 := slotPositions(ctx, onStandby, true, restarted.ob.Slot)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			samples = append(samples, sample{time.Now(), p[restarted.ob.Slot], s[restarted.ob.Slot]})
+		}
+	}
+	// trailing returns how far the standby's copy trailed at sample i: in
+	// bytes, and how long before the primary's slot was where it was.
+	trailing := func(i int) (uint64, time.Duration) {
+		s := samples[i]
+		for _, p := range samples[:i+1] {
+			if p.primary >= s.standby {
+				return uint64(s.primary - min(s.primary, s.standby)), s.at.Sub(p.at)
+			}
+		}
+		return uint64(s.primary - min(s.primary, s.standby)), s.at.Sub(samples[0].at)
+	}
+	sampleFor(3 * time.Second)
+	var maxBytes uint64
+	var maxTime time.Duration
+	for i := range samples {
+		b, d := trailing(i)
+		maxBytes, maxTime = max(maxBytes, b), max(maxTime, d)
+	}
+	const pause = 5 * time.Second
+	pgtest.Exec(t, standby.URL("postgres"), "ALTER SYSTEM SET sync_replication_slots = off", "SELECT pg_reload_conf()")
+	sampleFor(pause)
+
+	restarted.p.Kill9(t)
+	atKill, err := slotPositions(ctx, onPrimary, false, restarted.ob.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples = append(samples, sample{at: time.Now(), primary: atKill[restarted.ob.Slot]})
+	if err := primary.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	copies, err := slotPositions(ctx, onStandby, true, slots...)
+	if err != nil || len(copies) != 2 {
+		t.Fatalf("the standby's copies of the slots at the kill: %v %v", copies, err)
+	}
+	samples[len(samples)-1].standby = copies[restarted.ob.Slot]
+	windowBytes, windowTime := trailing(len(samples) - 1)
+	windowMsgs := 0
+	for _, l := range relaytest.ReadLines(t, restarted.out) {
+		if c := relaytest.ParseLSN(t, l.CommitLSN); c > copies[restarted.ob.Slot] && c <= atKill[restarted.ob.Slot] {
+			windowMsgs++
+		}
+	}
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	// A message committed on the promoted server, for each relay.
+	marks := []relaytest.Msg{relaytest.NewMsg("promoted", "k", 0), relaytest.NewMsg("promoted", "k", 1)}
+	for i, r := range relays {
+		r.ob.InsertTx(t, onStandby, marks[i])
+	}
+	relaytest.WaitAllDelivered(t, follows.out, marks[:1], 90*time.Second, follows.p.Stderr.String)
+	followed := time.Since(promoted)
+	restarted.p = startCDC(t, "run", "--config", restarted.cfg)
+	relaytest.WaitAllDelivered(t, restarted.out, marks[1:], 60*time.Second, restarted.p.Stderr.String)
+	for _, r := range []*relay{follows, restarted} {
+		r.prod.Stop()
+	}
+	var reports []relaytest.DeliveryReport
+	for _, r := range []*relay{follows, restarted} {
+		committed := r.prod.Committed(t, onStandby)
+		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, r.out)) }) {
+			t.Logf("not all delivered within 60 s\n%s", r.p.Stderr.String())
+		}
+		reports = append(reports, relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, r.out)))
+		r.p.Stop(t)
+	}
+	t.Logf("PostgreSQL %d failover: the standby had synchronized copies of the slots %v after it started (pg_log_standby_snapshot every 0.5 s); under load the copy trailed the primary's slot by up to %d bytes, %v",
+		v, synced.Sub(standbyUp).Round(time.Millisecond), maxBytes, maxTime.Round(time.Millisecond))
+	t.Logf("at the kill (slot sync stopped %v before) the copy trailed by %d bytes, %v, %d messages the relay had delivered; restarted onto the promoted server, it delivered %d committed messages with %d duplicates",
+		pause, windowBytes, windowTime.Round(time.Millisecond), windowMsgs, reports[1].Committed, reports[1].Duplicates)
+	t.Logf("the relay that followed through the multi-host URL delivered a message committed on the promoted server %v after the promotion: %d committed, %d duplicates",
+		followed.Round(time.Millisecond), reports[0].Committed, reports[0].Duplicates)
+	if windowTime < pause/2 || windowMsgs == 0 {
+		t.Errorf("the standby's copy trailed by %v, %d messages: the test did not open the window it measures", windowTime, windowMsgs)
 	}
 }

@@ -186,7 +186,7 @@ func TestIntegrationReplayKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 // the order they were inserted, whatever their ids.
 func TestIntegrationGapFillKeepsTheOrderOfAKeyWithinATransaction(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "other", 0)
 	r.ob.InsertTx(t, r.conn, first)

@@ -30,9 +30,8 @@ type pubRelay struct {
 	conn                *pgx.Conn
 }
 
-func newPubRelay(t *testing.T) *pubRelay {
+func newPubRelay(t *testing.T, url string) *pubRelay {
 	t.Helper()
-	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	port, err := pgtest.FreePort()
 	if err != nil {
@@ -134,7 +133,14 @@ func errorLogged(p *proc, want string) bool {
 // pg_publication_rel row).
 func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	publicationDropAndAddTable(t, pgtest.URL(t))
+}
+
+// publicationDropAndAddTable is
+// TestIntegrationPublicationDropAndAddTableLosesNothing on the database at
+// url (also TestIntegrationVersions).
+func publicationDropAndAddTable(t *testing.T, url string) {
+	r := newPubRelay(t, url)
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
@@ -197,7 +203,7 @@ func TestIntegrationPublicationDropAndAddTableLosesNothing(t *testing.T) {
 // configured table does not exist, 0 after.
 func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
@@ -227,7 +233,7 @@ func TestIntegrationRenamedOutboxLosesNothing(t *testing.T) {
 // wedges and every row is delivered.
 func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
@@ -281,7 +287,7 @@ func TestIntegrationRenamedColumnLosesNothing(t *testing.T) {
 // relays the rows in between from the table by itself.)
 func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	p := startCDC(t, "run", "--config", r.cfg)
 	prod := r.ob.StartProducer(t, 4, 5*time.Millisecond)
 	if !pgtest.WaitFor(30*time.Second, func() bool { return relaytest.CountLines(r.out) > 0 }) {
@@ -335,7 +341,7 @@ func TestIntegrationPublicationDroppedAndCreatedAgainLosesNothing(t *testing.T) 
 // and cdc status exits 1 until it is removed.
 func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	other := r.ob.Table + "_other"
 	pgtest.Exec(t, r.url, "CREATE TABLE "+other+" (id int)")
 	t.Cleanup(func() { pgtest.Exec(t, r.url, "DROP TABLE IF EXISTS "+other) })
@@ -367,7 +373,7 @@ func TestIntegrationForeignRelationInTheStreamIsAnError(t *testing.T) {
 // the row from the table and moves the slot past it.
 func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)
@@ -408,7 +414,7 @@ func TestIntegrationUnmappableRelationStopsWithAdviceThatWorks(t *testing.T) {
 // table kept what the last relay saw).
 func TestIntegrationPublicationChangedWhileStoppedLosesNothing(t *testing.T) {
 	t.Parallel()
-	r := newPubRelay(t)
+	r := newPubRelay(t, pgtest.URL(t))
 	p := startCDC(t, "run", "--config", r.cfg)
 	first := relaytest.NewMsg("first", "k", 0)
 	r.ob.InsertTx(t, r.conn, first)

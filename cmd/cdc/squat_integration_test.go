@@ -17,9 +17,13 @@ import (
 // them), open to PUBLIC (USAGE and CREATE, as PostgreSQL 14's public
 // schema, kept by pg_upgrade) or not, and a role that can only log in:
 // one that can connect, nothing more. The outbox is the test's own in
-// public, owned by postgres, as are the schema and the slot.
+// public, owned by postgres, as are the schema and the slot. Or, made by
+// newSquatInPublic, the state tables go in the database's public schema
+// as the server made it (PostgreSQL 14: PUBLIC may CREATE there; 15+
+// not), with names of the test's own.
 type squat struct {
 	url, schema string
+	pin         string // the squatter's trigger function
 	ob          relaytest.Outbox
 	cfg, out    string
 	// attacker is a role with LOGIN only; attackerURL connects as it.
@@ -30,11 +34,16 @@ type squat struct {
 
 func newSquat(t *testing.T, open bool) *squat {
 	t.Helper()
-	url := pgtest.URL(t)
+	return newSquatOn(t, pgtest.URL(t), open)
+}
+
+// newSquatOn is newSquat on the database at url.
+func newSquatOn(t *testing.T, url string, open bool) *squat {
+	t.Helper()
 	s := &squat{url: url, ob: relaytest.NewOutbox(t, url), schema: pgtest.Name(t, "sq"), attacker: pgtest.Name(t, "mallory")}
 	s.attackerURL = strings.Replace(url, "postgres@", s.attacker+"@", 1)
 	s.progress, s.deadLetter = s.schema+".walpost_sink_progress", s.schema+".walpost_dead_letter"
-	s.adopt, s.coverage = s.schema+".walpost_adopt", s.schema+".walpost_coverage"
+	s.adopt, s.coverage, s.pin = s.schema+".walpost_adopt", s.schema+".walpost_coverage", s.schema+".pin"
 	pgtest.Exec(t, url, "CREATE SCHEMA "+s.schema, "CREATE ROLE "+s.attacker+" LOGIN")
 	if open {
 		pgtest.Exec(t, url, "GRANT USAGE, CREATE ON SCHEMA "+s.schema+" TO PUBLIC")
@@ -42,11 +51,37 @@ func newSquat(t *testing.T, open bool) *squat {
 	t.Cleanup(func() {
 		pgtest.Exec(t, url, "DROP SCHEMA "+s.schema+" CASCADE", "DROP OWNED BY "+s.attacker, "DROP ROLE "+s.attacker)
 	})
+	s.config(t)
+	return s
+}
+
+// newSquatInPublic is a squat whose state tables are in the public schema
+// of the database at url, with its default privileges untouched.
+func newSquatInPublic(t *testing.T, url string) *squat {
+	t.Helper()
+	name := pgtest.Name(t, "sq")
+	s := &squat{url: url, ob: relaytest.NewOutbox(t, url), schema: "public", attacker: pgtest.Name(t, "mallory")}
+	s.attackerURL = strings.Replace(url, "postgres@", s.attacker+"@", 1)
+	s.progress, s.deadLetter = "public."+name+"_progress", "public."+name+"_dead_letter"
+	s.adopt, s.coverage, s.pin = "public."+name+"_adopt", "public."+name+"_coverage", "public."+name+"_pin"
+	pgtest.Exec(t, url, "CREATE ROLE "+s.attacker+" LOGIN")
+	t.Cleanup(func() {
+		// The squatter's tables and views first, then cdc init's.
+		pgtest.Exec(t, url, "DROP OWNED BY "+s.attacker, "DROP TABLE IF EXISTS "+strings.Join([]string{s.progress, s.deadLetter, s.adopt, s.coverage}, ", ")+" CASCADE",
+			"DROP FUNCTION IF EXISTS "+s.pin+"()", "DROP ROLE "+s.attacker)
+	})
+	s.config(t)
+	return s
+}
+
+// config writes the squat's cdc.yaml: a file sink, the state tables in
+// the squat's schema.
+func (s *squat) config(t *testing.T) {
+	t.Helper()
 	s.out = filepath.Join(t.TempDir(), "out.jsonl")
 	s.cfg = s.ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", s.out), "")
 	addPostgres(t, s.cfg, "progress_table: "+s.progress, "dead_letter_table: "+s.deadLetter,
 		"adopt_table: "+s.adopt, "coverage_table: "+s.coverage)
-	return s
 }
 
 // asAttacker runs sqls as the LOGIN-only role.
@@ -112,7 +147,13 @@ func attackerAdoptDDL(table string) string {
 // table's name is refused alike.
 func TestIntegrationSquatAdoptTableIsRefusedByInit(t *testing.T) {
 	t.Parallel()
-	s := newSquat(t, true)
+	squatAdoptTableIsRefusedByInit(t, newSquat(t, true))
+}
+
+// squatAdoptTableIsRefusedByInit is
+// TestIntegrationSquatAdoptTableIsRefusedByInit on squat s (also
+// TestIntegrationVersions).
+func squatAdoptTableIsRefusedByInit(t *testing.T, s *squat) {
 	s.asAttacker(t, attackerAdoptDDL(s.adopt),
 		fmt.Sprintf("INSERT INTO %s (slot, xid) SELECT '%s', (pg_current_xact_id()::text::bigint + g)::text::xid8 FROM generate_series(1, 100000) g", s.adopt, s.ob.Slot),
 		"GRANT SELECT ON "+s.adopt+" TO PUBLIC")
@@ -141,8 +182,14 @@ func TestIntegrationSquatAdoptTableIsRefusedByInit(t *testing.T) {
 // was given to that role (ALTER TABLE … OWNER TO by mistake).
 func TestIntegrationSquatProgressTriggerIsRefusedByInitAndRun(t *testing.T) {
 	t.Parallel()
-	s := newSquat(t, true)
-	pin := s.schema + ".pin"
+	squatProgressTriggerIsRefused(t, newSquat(t, true))
+}
+
+// squatProgressTriggerIsRefused is
+// TestIntegrationSquatProgressTriggerIsRefusedByInitAndRun on squat s
+// (also TestIntegrationVersions).
+func squatProgressTriggerIsRefused(t *testing.T, s *squat) {
+	pin := s.pin
 	pinSQL := []string{
 		"CREATE FUNCTION " + pin + "() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.commit_lsn := 'FFFFFFF/0'; NEW.lsn := 'FFFFFFF/0'; RETURN NEW; END$$",
 		"CREATE TRIGGER pin BEFORE INSERT OR UPDATE ON " + s.progress + " FOR EACH ROW EXECUTE FUNCTION " + pin + "()",
@@ -233,18 +280,25 @@ func TestIntegrationSquatFixesAreTaken(t *testing.T) {
 func TestIntegrationSquatWarnsWhenPublicMayCreateInTheStateSchema(t *testing.T) {
 	t.Parallel()
 	for _, open := range []bool{true, false} {
-		s := newSquat(t, open)
-		warning := "PUBLIC may CREATE in schema " + s.schema
-		code, stdout, stderr := cdc(t, nil, "init", "--config", s.cfg)
-		if code != 0 || strings.Contains(stdout+stderr, warning) != open || open && !strings.Contains(stdout+stderr, "REVOKE CREATE ON SCHEMA "+s.schema+" FROM PUBLIC") {
-			t.Fatalf("cdc init, PUBLIC may CREATE: %v: exit %d, want 0 and the warning %v\n%s%s", open, code, open, stdout, stderr)
-		}
-		p := startCDC(t, "run", "--config", s.cfg)
-		pgtest.Await(t, 60*time.Second, "cdc run streaming", func() bool { return strings.Contains(p.Stderr.String(), `"streaming"`) })
-		p.Stop(t)
-		if got := strings.Count(p.Stderr.String(), warning); open && got != 1 || !open && got != 0 {
-			t.Fatalf("cdc run, PUBLIC may CREATE: %v: the warning logged %d time(s)\n%s", open, got, p.Stderr.String())
-		}
+		squatWarns(t, newSquat(t, open), open)
+	}
+}
+
+// squatWarns checks that cdc init and cdc run warn that PUBLIC may CREATE
+// in the schema of squat s's state tables when open, and say nothing of it
+// otherwise (also TestIntegrationVersions).
+func squatWarns(t *testing.T, s *squat, open bool) {
+	t.Helper()
+	warning := "PUBLIC may CREATE in schema " + s.schema
+	code, stdout, stderr := cdc(t, nil, "init", "--config", s.cfg)
+	if code != 0 || strings.Contains(stdout+stderr, warning) != open || open && !strings.Contains(stdout+stderr, "REVOKE CREATE ON SCHEMA "+s.schema+" FROM PUBLIC") {
+		t.Fatalf("cdc init, PUBLIC may CREATE: %v: exit %d, want 0 and the warning %v\n%s%s", open, code, open, stdout, stderr)
+	}
+	p := startCDC(t, "run", "--config", s.cfg)
+	pgtest.Await(t, 60*time.Second, "cdc run streaming", func() bool { return strings.Contains(p.Stderr.String(), `"streaming"`) })
+	p.Stop(t)
+	if got := strings.Count(p.Stderr.String(), warning); open && got != 1 || !open && got != 0 {
+		t.Fatalf("cdc run, PUBLIC may CREATE: %v: the warning logged %d time(s)\n%s", open, got, p.Stderr.String())
 	}
 }
 

@@ -29,7 +29,8 @@ func (c *Cluster) copyBackup(r *Cluster) error {
 		return fmt.Errorf("pgtest: base backup: %w", err)
 	}
 	defer conn.Close(context.Background())
-	slot := fmt.Sprintf("pgtest_replica_%d", r.Port)
+	slot := replicaSlot(r)
+	r.PrimarySlot = slot
 	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", slot); err != nil {
 		return fmt.Errorf("pgtest: base backup: creating the replica's slot: %w", err)
 	}
@@ -48,7 +49,7 @@ func (c *Cluster) copyBackup(r *Cluster) error {
 	if err := conn.QueryRow(ctx, stop).Scan(&label, &spcmap); err != nil {
 		return fmt.Errorf("pgtest: base backup: %w", err)
 	}
-	conf := fmt.Sprintf("\n# pgtest base backup\nprimary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=pgtest_replica'\nprimary_slot_name = '%s'\n", c.Port, slot)
+	conf := fmt.Sprintf("\n# pgtest base backup\nprimary_conninfo = '%s'\nprimary_slot_name = '%s'\n", c.primaryConninfo(), slot)
 	files := map[string]string{"backup_label": label, "standby.signal": ""}
 	if spcmap != "" {
 		files["tablespace_map"] = spcmap

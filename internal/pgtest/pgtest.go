@@ -51,9 +51,13 @@ type Cluster struct {
 	Dir   string // root of the temporary directory (data, socket, log)
 	Port  int
 	Major int // the server's major version
-	bin   string
-	cred  *syscall.Credential
-	mu    sync.Mutex
+	// PrimarySlot is the physical slot on its primary a replica streams
+	// through ("" for a primary, or a replica without one: StartReplica
+	// with pg_basebackup).
+	PrimarySlot string
+	bin         string
+	cred        *syscall.Credential
+	mu          sync.Mutex
 }
 
 // ErrNoServer is wrapped by FindBin's error, and so by Start's, when no

@@ -116,7 +116,7 @@ func TestIntegrationNamedClusterIsSharedAndHasItsSettings(t *testing.T) {
 // version starts with wal_level=logical and is that version; a version
 // that cannot be had here (no npm, no registry) is skipped, saying so.
 // On the newest, a replica made without pg_basebackup (the npm packages
-// have none) follows its primary.
+// have none), with ReplicaOptions, follows its primary through its slot.
 func TestIntegrationEveryVersionStarts(t *testing.T) {
 	for _, v := range Versions {
 		t.Run(fmt.Sprint(v), func(t *testing.T) {
@@ -137,11 +137,24 @@ func TestIntegrationEveryVersionStarts(t *testing.T) {
 			if v != Versions[len(Versions)-1] {
 				return
 			}
-			r, err := c.StartReplica()
+			r, err := c.StartReplicaWith(ReplicaOptions{Slot: true, DBName: "postgres", Settings: []string{"hot_standby_feedback = on"}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
+			var conninfo, feedback string
+			if err := Connect(t, r.URL("postgres")).QueryRow(context.Background(), "SELECT current_setting('primary_conninfo'), current_setting('hot_standby_feedback')").Scan(&conninfo, &feedback); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(conninfo, "dbname=postgres") || feedback != "on" {
+				t.Fatalf("the replica's primary_conninfo %q, hot_standby_feedback %s; want a dbname and on", conninfo, feedback)
+			}
+			if !WaitFor(30*time.Second, func() bool {
+				var active bool
+				return conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", r.PrimarySlot).Scan(&active) == nil && active
+			}) {
+				t.Fatalf("the replica does not stream through its slot %q on the primary", r.PrimarySlot)
+			}
 			Exec(t, c.URL("postgres"), "CREATE TABLE replicated (n int)", "INSERT INTO replicated VALUES (42)")
 			rc := Connect(t, r.URL("postgres"))
 			if !WaitFor(30*time.Second, func() bool {

@@ -111,8 +111,11 @@ func installNPM(ver, dir string) error {
 	run := func(dir, name string, args ...string) error {
 		cmd := exec.CommandContext(ctx, name, args...)
 		cmd.Dir = dir
-		// npm's own cache and logs stay in the temporary directory.
-		cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(tmp, ".npm"), "npm_config_update_notifier=false")
+		// npm's own cache and logs stay in the temporary directory. One
+		// retry, soon: without a registry npm's defaults take 70 s to give
+		// up, for each version, one after another (installMu).
+		cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(tmp, ".npm"), "npm_config_update_notifier=false",
+			"npm_config_fetch_retries=1", "npm_config_fetch_retry_mintimeout=1000", "npm_config_fetch_retry_maxtimeout=2000")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, tail(out, 1500))
 		}
