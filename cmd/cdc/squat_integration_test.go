@@ -315,13 +315,19 @@ func squatWarns(t *testing.T, s *squat, open bool) {
 // the relay delivers.
 func TestIntegrationSquatOutboxInAnOpenSchemaIsRefused(t *testing.T) {
 	t.Parallel()
-	s := newSquat(t, true)
+	squatOutboxIsRefused(t, newSquat(t, true))
+}
+
+// squatOutboxIsRefused is TestIntegrationSquatOutboxInAnOpenSchemaIsRefused
+// in s's schema, which PUBLIC may CREATE in (one opened, or PostgreSQL
+// 14's public).
+func squatOutboxIsRefused(t *testing.T, s *squat) {
 	squatted := s.ob
-	squatted.Table = s.schema + ".outbox"
+	squatted.Table = s.schema + "." + pgtest.Name(t, "sq_outbox")
 	squatted.Publication, squatted.Slot = s.ob.Publication+"_sq", s.ob.Slot+"_sq"
 	cfg := squatted.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", s.out), "")
 	addPostgres(t, cfg, "progress_table: "+s.progress, "dead_letter_table: "+s.deadLetter, "adopt_table: "+s.adopt, "coverage_table: "+s.coverage)
-	pin := s.schema + ".pin"
+	pin := s.pin
 	s.asAttacker(t, outbox.DDL(squatted.Table), "GRANT ALL ON "+squatted.Table+" TO PUBLIC",
 		`CREATE TABLE `+s.progress+` (slot text NOT NULL, sink text NOT NULL, commit_lsn pg_lsn NOT NULL,
 		lsn pg_lsn NOT NULL, seq bigint NOT NULL DEFAULT 0, commit_time timestamptz, updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (slot, sink))`,

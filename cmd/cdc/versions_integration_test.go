@@ -114,8 +114,8 @@ func coreScenarios(t *testing.T, v int) {
 
 // squatOnVersion runs the trust checks on state tables in the public
 // schema as PostgreSQL v made it. Up to 14 PUBLIC may CREATE there: a
-// LOGIN-only role's squatted adopt table and progress trigger are refused,
-// and cdc init and cdc run warn. From 15 on it may not: the role cannot
+// LOGIN-only role's squatted adopt table, progress trigger and outbox are
+// refused, and cdc init and cdc run warn. From 15 on it may not: the role cannot
 // create there, nothing is said, and the refusal is checked in a schema
 // opened to PUBLIC instead (the catalog queries of the checks on this
 // version).
@@ -131,6 +131,7 @@ func squatOnVersion(t *testing.T, url string, v int) {
 		squatAdoptTableIsRefusedByInit(t, newSquatInPublic(t, url))
 		squatProgressTriggerIsRefused(t, newSquatInPublic(t, url))
 		squatWarns(t, newSquatInPublic(t, url), true)
+		squatOutboxIsRefused(t, newSquatInPublic(t, url))
 		return
 	}
 	s := newSquatInPublic(t, url)
