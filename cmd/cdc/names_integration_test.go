@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ func yamlQuote(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
+// canaryMu serialises the canary's CREATE TABLE IF NOT EXISTS: two at
+// once race on the catalog (unique_violation on pg_type).
+var canaryMu sync.Mutex
+
 // hostileOutbox creates, in a schema of its own, an outbox whose schema,
 // table, columns, publication and state tables have names full of quotes,
 // semicolons, spaces, dots and capitals, with a sent-at column, plus a
@@ -32,8 +37,10 @@ func hostileOutbox(t *testing.T, url, out string) (cfg, schema, table string) {
 	schema = `Sch "` + n + `"; DROP TABLE canary; --`
 	table = `Out.box'); DROP TABLE canary; --`
 	q := func(parts ...string) string { return pgx.Identifier(parts).Sanitize() }
+	canaryMu.Lock()
+	pgtest.Exec(t, url, "CREATE TABLE IF NOT EXISTS canary (x int)")
+	canaryMu.Unlock()
 	pgtest.Exec(t, url,
-		"CREATE TABLE IF NOT EXISTS canary (x int)",
 		"CREATE SCHEMA "+q(schema),
 		fmt.Sprintf(`CREATE TABLE %s (%s uuid PRIMARY KEY, %s text NOT NULL, %s text NOT NULL, %s timestamptz NOT NULL DEFAULT now(), %s timestamptz)`,
 			q(schema, table), q(`I"d`), q("Ty pe"), q("Pay;load"), q("Created.On"), q(`Sent "At"`)))
