@@ -1,0 +1,187 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// Console tokens of the console tests (http.view_token, http.operate_token).
+const consoleViewToken, consoleOperateToken = "view-token-0123456789", "operate-token-0123456789"
+
+// consoleSetup is a relay with the console on (docs/operations.md,
+// "Console") and relay.on_invalid: hold_key, streaming 4 interleaved
+// keys to a webhook; the 4th message of k1 is a row it cannot map, so
+// k1 is held behind it.
+type consoleSetup struct {
+	holdSetup
+	e      *laneEndpoint
+	addr   string // the HTTP listener
+	source string // the console's name of the source: its slot
+	relay  *proc
+	bad    relaytest.Msg // the bad row, as it is once fixed
+}
+
+func newConsoleSetup(t *testing.T) *consoleSetup {
+	t.Helper()
+	e := newLaneEndpoint(2 * time.Millisecond)
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	hs := newHoldSetup(t, e, 4, fmt.Sprintf("relay: {on_invalid: hold_key}\nhttp: {listen: '%s', console: true, view_token: %s, operate_token: %s}",
+		addr, consoleViewToken, consoleOperateToken))
+	msgs := holdRows(40, 4, 0) // 10 a key
+	bad := &msgs[3*4+1]       // k1's 4th
+	bad.Type = "fixed"        // as it will be released
+	e.expect(msgs)
+	insertHeldTest(t, hs.ob, hs.conn, msgs, map[string]bool{bad.ID: true})
+	relay := startCDCEnv(t, []string{"CDC_CONSOLE_SAMPLE_EVERY=1s"}, "run", "--config", hs.cfg)
+	// Every key but k1 in full, k1 up to its bad row.
+	if !pgtest.WaitFor(60*time.Second, func() bool { return e.delivered() >= 33 }) {
+		t.Fatalf("%d of 33 messages delivered\n%s", e.delivered(), relay.Logs())
+	}
+	if !pgtest.WaitFor(30*time.Second, func() bool { return len(statusHeld(t, hs.cfg)) == 1 }) {
+		t.Fatalf("k1 is not held: %+v", statusHeld(t, hs.cfg))
+	}
+	return &consoleSetup{holdSetup: hs, e: e, addr: addr, source: slotOf(t, hs.cfg), relay: relay, bad: *bad}
+}
+
+// fixBadRow gives the bad row a type in the dead-letter table, as an
+// operator would.
+func (cs *consoleSetup) fixBadRow(t *testing.T) {
+	t.Helper()
+	pgtest.Exec(t, cs.url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"fixed"') WHERE message_id = '%s'`, cs.dlq, cs.bad.ID))
+}
+
+// finish writes more rows of every key, waits for all 48 messages, and
+// checks that each key's messages arrived in order and that nothing is
+// held any more.
+func (cs *consoleSetup) finish(t *testing.T) {
+	t.Helper()
+	more := holdRows(8, 4, 40)
+	cs.e.expect(more)
+	insertHeldTest(t, cs.ob, cs.conn, more, nil)
+	if !pgtest.WaitFor(60*time.Second, func() bool { return cs.e.delivered() == 48 }) {
+		t.Fatalf("%d of 48 messages delivered after the release\n%s", cs.e.delivered(), cs.relay.Logs())
+	}
+	if held := statusHeld(t, cs.cfg); len(held) != 0 {
+		t.Fatalf("cdc status held_keys after the release %+v, want none", held)
+	}
+	cs.relay.Stop(t)
+	cs.e.checkKeyOrder(t)
+	cs.e.mu.Lock()
+	defer cs.e.mu.Unlock()
+	if got := cs.e.gotType[cs.bad.ID]; got != "fixed" {
+		t.Errorf("the released row arrived with type %q, want the fixed one", got)
+	}
+	if len(cs.e.strangers) > 0 {
+		t.Errorf("%d requests for messages never inserted, first %q", len(cs.e.strangers), cs.e.strangers[0])
+	}
+	logs := cs.relay.Stderr.String()
+	if !strings.Contains(logs, `"role":"operate"`) || !strings.Contains(logs, "console: release") {
+		t.Errorf("the log does not record the release with the operator's role:\n%s", grepLines(logs, "console"))
+	}
+	if strings.Contains(logs, consoleOperateToken) || strings.Contains(logs, consoleViewToken) {
+		t.Errorf("the log shows a console token")
+	}
+}
+
+// api calls the console's API as a script would.
+func (cs *consoleSetup) api(t *testing.T, method, path, token, csrf, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+cs.addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-CSRF-Token", csrf)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestIntegrationConsoleAPIReleasesAHeldKeyInOrder: through the console's
+// JSON API, as a script would: no token is 401; the view token sees the
+// held key k1 with its bad row but may not act (403); the operator's
+// release of the unfixed row fails (422) and k1 stays held; once the row
+// is fixed in the dead-letter table, the release delivers it and k1's
+// held messages in order, and k1's next messages follow.
+func TestIntegrationConsoleAPIReleasesAHeldKeyInOrder(t *testing.T) {
+	t.Parallel()
+	cs := newConsoleSetup(t)
+	src := "/api/v1/sources/" + cs.source
+	if code, _ := cs.api(t, "GET", src, "", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET %s without a token: %d, want 401", src, code)
+	}
+	code, body := cs.api(t, "GET", src, consoleViewToken, "", "")
+	var d struct {
+		HeldKeys []struct {
+			Sink, Key string
+			Messages  int
+			Head      struct {
+				ID      string          `json:"id"`
+				RowData json.RawMessage `json:"row_data"`
+			}
+		} `json:"held_keys"`
+		Groups []struct {
+			ID    string `json:"id"`
+			Count int    `json:"count"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil || code != 200 {
+		t.Fatalf("GET %s: %d %v\n%s", src, code, err, body)
+	}
+	if len(d.HeldKeys) != 1 || d.HeldKeys[0].Key != "k1" || d.HeldKeys[0].Messages != 7 || d.HeldKeys[0].Head.ID != cs.bad.ID ||
+		!strings.Contains(string(d.HeldKeys[0].Head.RowData), cs.bad.ID) {
+		t.Fatalf("held keys %+v, want k1 with 7 parked behind %s, its row shown", d.HeldKeys, cs.bad.ID)
+	}
+	_, sess := cs.api(t, "GET", "/api/v1/session", consoleViewToken, "", "")
+	release := `{"sink": "-", "key": "k1"}`
+	if code, body := cs.api(t, "POST", src+"/release", consoleViewToken, csrfOf(t, sess), release); code != http.StatusForbidden {
+		t.Errorf("release with the view token: %d %s, want 403", code, body)
+	}
+	_, sess = cs.api(t, "GET", "/api/v1/session", consoleOperateToken, "", "")
+	csrf := csrfOf(t, sess)
+	if code, body := cs.api(t, "POST", src+"/release", consoleOperateToken, "", release); code != http.StatusForbidden {
+		t.Errorf("release without the CSRF token: %d %s, want 403", code, body)
+	}
+	code, body = cs.api(t, "POST", src+"/release", consoleOperateToken, csrf, release)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `"failed": 1`) || takenOf(cs.e, "k1") != 3 {
+		t.Fatalf("release of the unfixed row: %d, k1 taken %d, want 422 and k1 still at 3\n%s", code, takenOf(cs.e, "k1"), body)
+	}
+	cs.fixBadRow(t)
+	code, body = cs.api(t, "POST", src+"/release", consoleOperateToken, csrf, release)
+	if code != http.StatusOK || strings.Count(body, `"result": "resent"`) != 7 || !strings.Contains(body, `"-|k1"`) {
+		t.Fatalf("release of the fixed row: %d, want 200, 7 resent and k1 released\n%s", code, body)
+	}
+	cs.finish(t)
+}
+
+func csrfOf(t *testing.T, session string) string {
+	t.Helper()
+	var s struct {
+		CSRF string `json:"csrf_token"`
+	}
+	if err := json.Unmarshal([]byte(session), &s); err != nil || s.CSRF == "" {
+		t.Fatalf("session %q: %v", session, err)
+	}
+	return s.CSRF
+}
