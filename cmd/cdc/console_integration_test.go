@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
 
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -40,8 +49,8 @@ func newConsoleSetup(t *testing.T) *consoleSetup {
 	hs := newHoldSetup(t, e, 4, fmt.Sprintf("relay: {on_invalid: hold_key}\nhttp: {listen: '%s', console: true, view_token: %s, operate_token: %s}",
 		addr, consoleViewToken, consoleOperateToken))
 	msgs := holdRows(40, 4, 0) // 10 a key
-	bad := &msgs[3*4+1]       // k1's 4th
-	bad.Type = "fixed"        // as it will be released
+	bad := &msgs[3*4+1]        // k1's 4th
+	bad.Type = "fixed"         // as it will be released
 	e.expect(msgs)
 	insertHeldTest(t, hs.ob, hs.conn, msgs, map[string]bool{bad.ID: true})
 	relay := startCDCEnv(t, []string{"CDC_CONSOLE_SAMPLE_EVERY=1s"}, "run", "--config", hs.cfg)
@@ -62,10 +71,16 @@ func (cs *consoleSetup) fixBadRow(t *testing.T) {
 	pgtest.Exec(t, cs.url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"fixed"') WHERE message_id = '%s'`, cs.dlq, cs.bad.ID))
 }
 
-// finish writes more rows of every key, waits for all 48 messages, and
-// checks that each key's messages arrived in order and that nothing is
-// held any more.
+// finish is flowAgain and check.
 func (cs *consoleSetup) finish(t *testing.T) {
+	t.Helper()
+	cs.flowAgain(t)
+	cs.check(t)
+}
+
+// flowAgain writes more rows of every key and waits for all 48 messages
+// and for nothing to be held any more.
+func (cs *consoleSetup) flowAgain(t *testing.T) {
 	t.Helper()
 	more := holdRows(8, 4, 40)
 	cs.e.expect(more)
@@ -76,6 +91,13 @@ func (cs *consoleSetup) finish(t *testing.T) {
 	if held := statusHeld(t, cs.cfg); len(held) != 0 {
 		t.Fatalf("cdc status held_keys after the release %+v, want none", held)
 	}
+}
+
+// check stops the relay and checks that each key's messages arrived in
+// order, the released row as fixed, and that the log records the release
+// and its role, never a token.
+func (cs *consoleSetup) check(t *testing.T) {
+	t.Helper()
 	cs.relay.Stop(t)
 	cs.e.checkKeyOrder(t)
 	cs.e.mu.Lock()
@@ -184,4 +206,140 @@ func csrfOf(t *testing.T, session string) string {
 		t.Fatalf("session %q: %v", session, err)
 	}
 	return s.CSRF
+}
+
+// newBrowser starts a headless chromium (Debian's package; .ci/run
+// installs it) with a 1200x800 window, or skips the test without one.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (apt-get install chromium; .ci/run installs it): the console's browser test is skipped, its API test still runs")
+	}
+	// Without the background-networking flags chromium's own connections
+	// are refused on a closed network, and it waits for them.
+	opts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 800),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.Flag("hide-scrollbars", true)}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// as makes the browser send token as the password of basic
+// authentication, as a browser does once its user typed it.
+func as(token string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+			Headers: network.Headers{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("operator:"+token))}})
+		return err
+	})
+}
+
+// screenshot saves the window as docs/console/NAME.png: the pictures of
+// the docs are made here, so that they stay true.
+func screenshot(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		png, err := chromedp.CaptureScreenshot()(ctx, t)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join("..", "..", "docs", "console")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+	})
+}
+
+// browse runs steps on the browser of ctx, within a minute.
+func browse(t *testing.T, ctx context.Context, cs *consoleSetup, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(c, steps...); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, cs.relay.Logs())
+	}
+}
+
+// read runs a on the browser of ctx, within a minute, and returns its
+// value.
+func read[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// TestIntegrationConsoleInABrowserReleasesAHeldKeyInOrder: the console
+// driven in a real headless browser, as an operator would: without a
+// token the page is refused (401); a viewer sees the held key k1 and its
+// bad row but no action; the operator sees the same with the actions,
+// fixes the row (SQL on the dead-letter table), clicks Release, confirms,
+// and reads that k1 was released; k1's messages arrive in order and its
+// next ones follow. Screenshots of the views go to docs/console/.
+func TestIntegrationConsoleInABrowserReleasesAHeldKeyInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := newBrowser(t)
+	cs := newConsoleSetup(t)
+	page := "http://" + cs.addr + "/console/"
+
+	// Headless, the browser cannot ask for the credentials a 401
+	// challenges for: it answers the page load with
+	// ERR_INVALID_AUTH_CREDENTIALS.
+	c, cancel := context.WithTimeout(ctx, 60*time.Second)
+	resp, err := chromedp.Run(c, chromedp.NavigateResponse(page))
+	cancel()
+	if (err == nil || !strings.Contains(err.Error(), "ERR_INVALID_AUTH_CREDENTIALS")) && (resp == nil || resp.Status != http.StatusUnauthorized) {
+		t.Fatalf("the page without a token: %v %+v, want 401", err, resp)
+	}
+
+	// A few samples of the lag for the chart of the screenshots.
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		_, body := cs.api(t, "GET", "/api/v1/sources", consoleViewToken, "", "")
+		return strings.Count(body, `"lag_bytes"`) >= 5 // the source's own, and 4 samples
+	}) {
+		t.Fatal("the console took no sample of the lag in 30 s")
+	}
+
+	held := `.held[data-key="k1"]`
+	browse(t, ctx, cs, "the viewer's page", as(consoleViewToken), chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS(held)), screenshot("viewer"))
+	heldText := read(t, ctx, "the held key", chromedp.Text(chromedp.CSS(held)))
+	buttons := read(t, ctx, "the buttons", chromedp.Evaluate[int](`document.querySelectorAll("button.act").length`))
+	if !strings.Contains(heldText, cs.bad.ID) || buttons != 0 {
+		t.Fatalf("the viewer's page: held key %q, %d action buttons; want the bad row %s and no action", heldText, buttons, cs.bad.ID)
+	}
+
+	browse(t, ctx, cs, "the operator's page", as(consoleOperateToken), chromedp.Navigate(page),
+		chromedp.WaitVisible(chromedp.CSS(held+" button.release")), screenshot("held-key"))
+	role := read(t, ctx, "the role", chromedp.Text(chromedp.CSS("#role")))
+	heldText = read(t, ctx, "the held key", chromedp.Text(chromedp.CSS(held)))
+	if !strings.HasPrefix(role, "operate") || !strings.Contains(heldText, cs.bad.ID) || !strings.Contains(heldText, `"type": ""`) {
+		t.Fatalf("the operator's page: role %q, held key %q; want operate, and the bad row with its empty type", role, heldText)
+	}
+
+	cs.fixBadRow(t)
+	browse(t, ctx, cs, "releasing k1", chromedp.Click(chromedp.CSS(held+" button.release")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		screenshot("confirm"), chromedp.Click(chromedp.CSS("#confirm-yes")),
+		chromedp.WaitVisible(chromedp.CSS(`#result[data-state="done"], #result[data-state="failed"]`)))
+	result := read(t, ctx, "the result", chromedp.Text(chromedp.CSS("#result")))
+	if !strings.Contains(result, "key k1 released") || strings.Count(result, "resent ") != 7 {
+		t.Fatalf("after the release the page says %q, want 7 resent and k1 released", result)
+	}
+	cs.flowAgain(t)
+	browse(t, ctx, cs, "the page after the release", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("section.source")),
+		screenshot("released"))
+	if left := read(t, ctx, "the held keys", chromedp.Evaluate[int](`document.querySelectorAll(".held").length`)); left != 0 {
+		t.Errorf("the page after the release shows %d held keys, want none", left)
+	}
+	cs.check(t)
 }
