@@ -20,6 +20,7 @@ import (
 
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
+	"github.com/walpost/walpost/outbox"
 )
 
 // Console tokens of the console tests (http.view_token, http.operate_token).
@@ -342,4 +343,76 @@ func TestIntegrationConsoleInABrowserReleasesAHeldKeyInOrder(t *testing.T) {
 		t.Errorf("the page after the release shows %d held keys, want none", left)
 	}
 	cs.check(t)
+}
+
+// TestIntegrationConsoleRefusesToResendAForgedEnvelope: a table-less
+// outbox with postgres.message_keys; an unsigned envelope is parked
+// unpublished. The console's resend of its group answers 422 with the
+// signature named, as cdc dead-letter resend does; the row stays parked,
+// not resent, and reaches no sink; the console's drop of it deletes it.
+func TestIntegrationConsoleRefusesToResendAForgedEnvelope(t *testing.T) {
+	t.Parallel()
+	key := "0123456789abcdef0123456789abcdef"
+	url := pgtest.URL(t)
+	mo := relaytest.NewMessagesOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := mo.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "  message_keys: ["+key+"]",
+		fmt.Sprintf("http: {listen: '%s', console: true, operate_token: %s}", addr, consoleOperateToken))
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	mo.Key = []byte(key)
+	conn := pgtest.Connect(t, url)
+	ctx := context.Background()
+	signed := relaytest.NewMsg("order.created", "k", 1)
+	forgedID := relaytest.NewMsg("x", "k", 0).ID
+	forged, err := outbox.Envelope(ctx, outbox.Message{ID: forgedID, Type: "order.refunded", Payload: []byte(`{"refund": 1000}`)}, outbox.Prefix(mo.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_logical_emit_message(true, $1::text, $2::bytea)", mo.Prefix, forged); err != nil {
+		t.Fatal(err)
+	}
+	mo.EmitTx(t, conn, signed)
+	relay := startCDC(t, "run", "--config", cfg)
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{signed}, 60*time.Second, relay.Stderr.String)
+	pgtest.Await(t, 30*time.Second, "the forged envelope parked", func() bool { return len(listParked(t, cfg)) == 1 })
+
+	cs := &consoleSetup{addr: addr, relay: relay}
+	src := "/api/v1/sources/" + mo.Slot
+	_, body := cs.api(t, "GET", src, consoleOperateToken, "", "")
+	var d struct {
+		Groups []struct {
+			ID       string `json:"id"`
+			Messages []struct {
+				Ref string `json:"ref"`
+			} `json:"messages"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil || len(d.Groups) != 1 || len(d.Groups[0].Messages) != 1 {
+		t.Fatalf("GET %s: %v, want one group of one message\n%s", src, err, body)
+	}
+	_, sess := cs.api(t, "GET", "/api/v1/session", consoleOperateToken, "", "")
+	csrf := csrfOf(t, sess)
+	code, body := cs.api(t, "POST", src+"/resend", consoleOperateToken, csrf, `{"group": "`+d.Groups[0].ID+`"}`)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "postgres.message_keys") || !strings.Contains(body, `"result": "failed"`) {
+		t.Fatalf("resend of the forged envelope: %d, want 422 naming postgres.message_keys\n%s", code, body)
+	}
+	if rows := listParked(t, cfg); len(rows) != 1 || rows[0].ResentAt != nil {
+		t.Fatalf("after the refused resend: parked %+v, want the forged row, not resent", rows)
+	}
+	for _, l := range relaytest.ReadLines(t, out) {
+		if l.ID == forgedID || l.Type == "order.refunded" {
+			t.Fatalf("the forged message reached the sink: %+v", l)
+		}
+	}
+	code, body = cs.api(t, "POST", src+"/drop", consoleOperateToken, csrf, `{"messages": ["`+d.Groups[0].Messages[0].Ref+`"]}`)
+	if code != http.StatusOK || !strings.Contains(body, `"result": "dropped"`) || len(listParked(t, cfg)) != 0 {
+		t.Fatalf("drop of the forged envelope: %d, parked %+v\n%s", code, listParked(t, cfg), body)
+	}
+	relay.Stop(t)
 }
