@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -31,10 +32,7 @@ type Sources struct {
 func (c *Console) serveSources(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	out := Sources{Role: roleOf(r).String(), Sources: []SourceView{}}
-	for _, s := range c.sources {
-		out.Sources = append(out.Sources, c.view(ctx, s))
-	}
+	out := Sources{Role: roleOf(r).String(), Sources: eachSource(c.sources, func(s *source) SourceView { return c.view(ctx, s) })}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -60,4 +58,26 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // writeError answers {"error": msg}.
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// readers is how many sources a page or an answer reads at once.
+const readers = 4
+
+// eachSource returns f of every source, in their order, running up to
+// readers of them at once.
+func eachSource[T any](sources []*source, f func(*source) T) []T {
+	out := make([]T, len(sources))
+	sem := make(chan struct{}, readers)
+	var wg sync.WaitGroup
+	for i, s := range sources {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = f(s)
+		}()
+	}
+	wg.Wait()
+	return out
 }

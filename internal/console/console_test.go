@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/fleet"
 )
 
 const viewToken, operateToken = "view-0123456789abcdef", "operate-0123456789abcdef"
@@ -211,4 +214,57 @@ func between(s, from, to string) string {
 	_, s, _ = strings.Cut(s, from)
 	s, _, _ = strings.Cut(s, to)
 	return s
+}
+
+// TestConsoleOfAFleetShowsEachSourcesStateAndOwnMetrics: in a fleet each
+// source shows its state in this instance and only the series with its
+// source label; a source whose server cannot be reached shows why,
+// without the password.
+func TestConsoleOfAFleetShowsEachSourcesStateAndOwnMetrics(t *testing.T) {
+	var sources []Source
+	for _, name := range []string{"orders", "billing"} {
+		cfg, err := config.Parse([]byte("postgres: {url: 'postgres://walpost:secretpw@127.0.0.1:1/db?connect_timeout=2', slot: "+name+"}\nsinks:\n  - {name: out, kind: stdout}\n"),
+			func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, Source{Name: name, Config: cfg})
+	}
+	reg := prometheus.NewRegistry()
+	published := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_published_total"}, []string{"source", "sink"})
+	reg.MustRegister(published)
+	published.WithLabelValues("orders", "out").Add(7)
+	published.WithLabelValues("billing", "out").Add(3)
+	report := func() fleet.Report {
+		return fleet.Report{Sources: []fleet.Status{{Name: "orders", State: fleet.StateStreaming}, {Name: "billing", State: fleet.StateStandby}}}
+	}
+	c, err := New(Options{Sources: sources, Gatherer: reg, Fleet: report, Log: zerolog.Nop(),
+		Redact: func(s string) string { return strings.ReplaceAll(s, "secretpw", "[redacted]") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	_, body, _ := do(t, "GET", srv.URL+"/api/v1/sources", "", nil, "")
+	var got Sources
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	want := map[string]struct {
+		state     string
+		published float64
+	}{"orders": {"streaming", 7}, "billing": {"standby", 3}}
+	if len(got.Sources) != 2 {
+		t.Fatalf("%d sources, want 2\n%s", len(got.Sources), body)
+	}
+	for _, s := range got.Sources {
+		w := want[s.Name]
+		if s.State != w.state || len(s.Sinks) != 1 || s.Sinks[0].Published != w.published || s.Error == "" || strings.Contains(s.Error, "secretpw") {
+			t.Errorf("source %s: %+v, want state %s, %v published, the error without the password", s.Name, s, w.state, w.published)
+		}
+	}
+	_, page, _ := do(t, "GET", srv.URL+"/console/", "", nil, "")
+	if !strings.Contains(page, "standby here") || !strings.Contains(page, "streaming here") || strings.Contains(page, "secretpw") {
+		t.Errorf("the page does not show each source's state, or shows the password:\n%s", page)
+	}
 }

@@ -156,6 +156,13 @@ func (c *Console) view(ctx context.Context, src *source) SourceView {
 	met := c.metrics(src)
 	v.LagSeconds, v.OldestSeconds = met.stalled, met.inflight
 	rate := rates(v.History)
+	for _, s := range src.cfg.Sinks {
+		sv := SinkView{Name: s.Name, Published: met.published[s.Name], Failing: met.failing[s.Name]}
+		if r, ok := rate[s.Name]; ok {
+			sv.RatePerSecond = &r
+		}
+		v.Sinks = append(v.Sinks, sv)
+	}
 	st, err := admin.ReadStatus(ctx, src.cfg)
 	if err != nil {
 		v.Error = c.redact(err.Error())
@@ -174,9 +181,9 @@ func (c *Console) view(ctx context.Context, src *source) SourceView {
 	} else {
 		v.Warnings = append(v.Warnings, "slot "+src.cfg.Postgres.Slot+" is missing: run cdc init")
 	}
-	for _, s := range src.cfg.Sinks {
-		sv := SinkView{Name: s.Name, Published: met.published[s.Name], Failing: met.failing[s.Name]}
-		if p, ok := st.Progress[s.Name]; ok {
+	for i := range v.Sinks {
+		sv := &v.Sinks[i]
+		if p, ok := st.Progress[sv.Name]; ok {
 			lsn := p.CommitLSN.String()
 			sv.AcknowledgedCommitLSN = &lsn
 			if !p.CommitTime.IsZero() {
@@ -184,10 +191,6 @@ func (c *Console) view(ctx context.Context, src *source) SourceView {
 				sv.AcknowledgedCommitTime = &t
 			}
 		}
-		if r, ok := rate[s.Name]; ok {
-			sv.RatePerSecond = &r
-		}
-		v.Sinks = append(v.Sinks, sv)
 	}
 	for _, n := range st.Parked {
 		v.Parked += n

@@ -72,10 +72,10 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request) {
 	if d.Operate {
 		d.CSRF = c.csrf
 	}
-	for _, s := range c.sources {
+	d.Sources = eachSource(c.sources, func(s *source) sourcePage {
 		det := c.detail(ctx, s)
-		d.Sources = append(d.Sources, sourcePage{Detail: det, Chart: chartOf(det.History)})
-	}
+		return sourcePage{Detail: det, Chart: chartOf(det.History)}
+	})
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := c.page.Execute(w, d); err != nil {
 		c.log.Warn().Err(err).Msg("console: rendering the page")
