@@ -42,7 +42,8 @@ type SourceView struct {
 	WALStatus     string        `json:"wal_status,omitempty"`
 	Sinks         []SinkView    `json:"sinks"`
 	HeldKeys      []HeldKeyView `json:"held_keys"`
-	// Parked counts the parked messages not resent.
+	// Parked counts the rows of the dead-letter table, resent ones
+	// included (cdc status --json: dead_letters.total).
 	Parked   int      `json:"parked"`
 	Warnings []string `json:"warnings"`
 	// History is the lag over the last hour, oldest first.
@@ -106,6 +107,8 @@ type Group struct {
 type Detail struct {
 	SourceView
 	Groups []Group `json:"groups"`
+	// Unsent counts the parked messages not resent: those in Groups.
+	Unsent int `json:"unsent"`
 	// Truncated: more parked messages than maxShown; the groups hold the
 	// first ones (cdc dead-letter list has them all).
 	Truncated bool `json:"truncated"`
@@ -226,6 +229,7 @@ func (c *Console) detail(ctx context.Context, src *source) Detail {
 			h.Head = &m
 		}
 	}
+	d.Unsent = len(parked)
 	if len(parked) > maxShown {
 		parked, d.Truncated = parked[:maxShown], true
 	}

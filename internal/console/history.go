@@ -69,8 +69,8 @@ func rates(samples []Sample) map[string]float64 {
 
 // sample reads src's slot lag and metrics now.
 func (c *Console) sample(ctx context.Context, src *source) Sample {
-	s := Sample{At: time.Now(), Published: c.metrics(src).published}
-	s.LagSeconds = c.metrics(src).stalled
+	m := c.metrics(src)
+	s := Sample{At: time.Now(), Published: m.published, LagSeconds: m.stalled}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgconnect.Connect(ctx, src.cfg.Postgres.URL)
