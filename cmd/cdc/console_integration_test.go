@@ -328,6 +328,10 @@ func TestIntegrationConsoleInABrowserReleasesAHeldKeyInOrder(t *testing.T) {
 		t.Fatalf("the operator's page: role %q, held key %q; want operate, and the bad row with its empty type", role, heldText)
 	}
 
+	browse(t, ctx, cs, "a failure group opened", chromedp.Click(chromedp.CSS("details.group summary")),
+		chromedp.WaitVisible(chromedp.CSS("details.group[open] table.messages")), chromedp.ScrollIntoView(chromedp.CSS("details.group[open]")),
+		screenshot("groups"), chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS(held+" button.release")))
+
 	cs.fixBadRow(t)
 	browse(t, ctx, cs, "releasing k1", chromedp.Click(chromedp.CSS(held+" button.release")), chromedp.WaitVisible(chromedp.CSS("#confirm")),
 		screenshot("confirm"), chromedp.Click(chromedp.CSS("#confirm-yes")),
