@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/walpost/walpost/internal/console"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
 	"github.com/walpost/walpost/outbox"
@@ -419,4 +420,52 @@ func TestIntegrationConsoleRefusesToResendAForgedEnvelope(t *testing.T) {
 		t.Fatalf("drop of the forged envelope: %d, parked %+v\n%s", code, listParked(t, cfg), body)
 	}
 	relay.Stop(t)
+}
+
+// TestIntegrationConsoleOfAFleetShowsEverySource: cdc run of a directory
+// of two sources with http.console: the API shows both, each streaming in
+// this instance with its own slot, and each source's sink counts only
+// that source's messages.
+func TestIntegrationConsoleOfAFleetShowsEverySource(t *testing.T) {
+	serverURL := pgtest.URL(t)
+	dir := t.TempDir()
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	file := "  - {name: out, kind: file, path: {out}}"
+	a := addFleetSource(t, dir, serverURL, "alpha", file, fmt.Sprintf("http: {listen: '%s', console: true, view_token: %s}", addr, consoleViewToken))
+	b := addFleetSource(t, dir, serverURL, "beta", file, "")
+	p := startCDC(t, "run", "--config", dir)
+	cs := &consoleSetup{addr: addr, relay: p}
+	msgs := []relaytest.Msg{relaytest.NewMsg("t", "k", 1), relaytest.NewMsg("t", "k", 2)}
+	if !pgtest.WaitFor(60*time.Second, func() bool {
+		_, body, err := fetch(addr, "/readyz")
+		return err == nil && strings.HasPrefix(body, "ok")
+	}) {
+		t.Fatalf("the fleet is not ready\n%s", p.Logs())
+	}
+	conn := pgtest.Connect(t, b.url)
+	for _, m := range msgs {
+		b.ob.InsertTx(t, conn, m)
+	}
+	relaytest.WaitAllDelivered(t, b.out, msgs, 30*time.Second, p.Stderr.String)
+	var got console.Sources
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		code, body := cs.api(t, "GET", "/api/v1/sources", consoleViewToken, "", "")
+		got = console.Sources{}
+		return code == 200 && json.Unmarshal([]byte(body), &got) == nil && len(got.Sources) == 2 &&
+			got.Sources[0].Sinks[0].Published == 0 && got.Sources[1].Sinks[0].Published == 2 &&
+			got.Sources[0].State == "streaming" && got.Sources[1].State == "streaming"
+	}) {
+		t.Fatalf("the console's sources %+v, want alpha (0 published) and beta (2)\n%s", got, p.Logs())
+	}
+	for i, s := range got.Sources {
+		want := []fleetSource{a, b}[i]
+		if s.Name != want.name || s.State != "streaming" || !s.Active || s.Slot != slotOf(t, want.cfg) {
+			t.Errorf("source %d: %+v, want %s streaming here, its slot active", i, s, want.name)
+		}
+	}
+	p.Stop(t)
 }
