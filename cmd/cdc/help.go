@@ -31,6 +31,7 @@ var configEnv = []envVar{
 var runEnv = []envVar{
 	{"GOMAXPROCS", "how many threads run Go code at once; wins over relay.procs"},
 	{"CDC_MAX_ACTIVE", "--max-active when the flag is not given"},
+	{"CDC_CONSOLE_SAMPLE_EVERY", "how often the console samples the slot's lag for its chart (default 30s)"},
 }
 
 const usageExit = "2  usage or configuration error (nothing was done)"
@@ -42,7 +43,8 @@ confirming the slot only after every sink acknowledged. SIGINT or SIGTERM
 stop reading, drain, confirm and exit 0 (3 when relay.shutdown_timeout cut
 the drain short). Logs are
 structured (log.format) on stderr; http.listen serves /metrics, /healthz
-and /readyz.
+and /readyz, and with http.console the operator's console at /console/
+and its API under /api/v1/ (docs/operations.md, "Console").
 
 Several sources (--config given several times, or a directory of config
 files) run in one process, each isolated, with --max-active bounding the

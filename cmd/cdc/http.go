@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"time"
 
@@ -14,21 +16,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/console"
 )
 
 // readier answers /readyz: a *relay.Relay (streaming), or several
 // sources (internal/fleet), which also serve it themselves (ServeReadyz).
 type readier interface{ Ready() bool }
 
-// route is a path served behind http.auth, as /metrics is.
+// route is a path served behind http.auth, as /metrics is; or, with
+// ownAuth, one that authenticates itself (the console: its tokens, and
+// http.auth's credentials, internal/console).
 type route struct {
-	path string
-	h    http.Handler
+	path    string
+	h       http.Handler
+	ownAuth bool
 }
 
 // serveHTTP serves /metrics (and /debug/pprof/ with http.pprof, and the
 // guarded routes), behind http.auth when set, and /healthz and /readyz,
-// never behind it: probes carry no credentials.
+// never behind it: probes carry no credentials. A route with ownAuth
+// authenticates itself.
 func serveHTTP(c config.HTTP, reg *prometheus.Registry, r readier, guarded ...route) (*http.Server, error) {
 	mux := http.NewServeMux()
 	guard := func(h http.Handler) http.Handler { return requireAuth(c.Auth, h) }
@@ -42,6 +49,10 @@ func serveHTTP(c config.HTTP, reg *prometheus.Registry, r readier, guarded ...ro
 	mux.Handle("/metrics", guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	for _, g := range guarded {
+		if g.ownAuth {
+			mux.Handle(g.path, g.h)
+			continue
+		}
 		mux.Handle(g.path, guard(g.h))
 	}
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
@@ -106,4 +117,28 @@ func authorized(a *config.HTTPAuth, req *http.Request) bool {
 func sameSecret(got, want string) bool {
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// consoleRoutes returns the routes of the operator's console
+// (http.console; internal/console) of sources, and starts its lag
+// sampler until ctx ends; none when the console is off.
+func consoleRoutes(ctx context.Context, c config.HTTP, o console.Options) ([]route, error) {
+	if !c.Console {
+		return nil, nil
+	}
+	o.HTTP = c
+	if v := os.Getenv("CDC_CONSOLE_SAMPLE_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("CDC_CONSOLE_SAMPLE_EVERY=%q: give a positive duration (30s)", v)
+		}
+		o.SampleEvery = d
+	}
+	con, err := console.New(o)
+	if err != nil {
+		return nil, err
+	}
+	go con.Run(ctx)
+	h := con.Handler()
+	return []route{{"/console", h, true}, {"/console/", h, true}, {"/api/v1/", h, true}}, nil
 }

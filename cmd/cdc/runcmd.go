@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -14,7 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/console"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
 )
 
@@ -92,7 +95,14 @@ func runCmd(e *cmdEnv) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	relay.RegisterBuildInfo(reg, b.version, b.revisionLabel())
 	if cfg.HTTP.Listen != "" {
-		srv, err := serveHTTP(cfg.HTTP, reg, e.relay)
+		ctx, stopConsole := context.WithCancel(e.ctx)
+		defer stopConsole()
+		routes, err := consoleRoutes(ctx, cfg.HTTP, console.Options{Sources: []console.Source{{Name: cfg.Postgres.Slot, Config: cfg}},
+			Gatherer: reg, Log: log, Redact: redact.NewSet(cfg.Secrets()...).Redact})
+		if err != nil {
+			return err
+		}
+		srv, err := serveHTTP(cfg.HTTP, reg, e.relay, routes...)
 		if err != nil {
 			return err
 		}
@@ -100,6 +110,9 @@ func runCmd(e *cmdEnv) error {
 		paths := "/metrics /healthz /readyz"
 		if cfg.HTTP.Pprof {
 			paths += " /debug/pprof/"
+		}
+		if cfg.HTTP.Console {
+			paths += " " + console.Paths
 		}
 		log.Info().Str("listen", srv.Addr).Bool("auth", cfg.HTTP.Auth != nil).Msg("http: " + paths)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/console"
 	"github.com/walpost/walpost/internal/fleet"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
@@ -96,7 +97,18 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	relay.RegisterBuildInfo(reg, b.version, b.revisionLabel())
 	if shared.HTTP.Listen != "" {
-		srv, err := serveHTTP(shared.HTTP, reg, f, route{"/sources", f.SourcesHandler()})
+		var cs []console.Source
+		for _, s := range sources {
+			cs = append(cs, console.Source{Name: s.Name, Config: s.Config})
+		}
+		consoleCtx, stopConsole := context.WithCancel(ctx)
+		defer stopConsole()
+		routes, err := consoleRoutes(consoleCtx, shared.HTTP, console.Options{Sources: cs, Gatherer: reg, Fleet: f.Report, Log: log, Redact: set.Redact})
+		if err != nil {
+			log.Error().Err(err).Msg("cdc run failed")
+			return 1
+		}
+		srv, err := serveHTTP(shared.HTTP, reg, f, append(routes, route{"/sources", f.SourcesHandler(), false})...)
 		if err != nil {
 			log.Error().Err(err).Msg("cdc run failed")
 			return 1
@@ -105,6 +117,9 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 		paths := "/metrics /healthz /readyz /sources"
 		if shared.HTTP.Pprof {
 			paths += " /debug/pprof/"
+		}
+		if shared.HTTP.Console {
+			paths += " " + console.Paths
 		}
 		log.Info().Str("listen", srv.Addr).Bool("auth", shared.HTTP.Auth != nil).Msg("http: " + paths)
 	}

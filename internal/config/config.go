@@ -331,6 +331,19 @@ type HTTP struct {
 	// credentials; /healthz and /readyz never do (probes). Unset: no
 	// authentication.
 	Auth *HTTPAuth `yaml:"auth"`
+	// Console serves the operator's console on the listener (default
+	// false): a page at /console/ and its JSON API under /api/v1/
+	// (internal/console, docs/operations.md "Console"). On a listen
+	// address that is not loopback it needs OperateToken.
+	Console bool `yaml:"console"`
+	// ViewToken lets its bearer read the console (and its API) without
+	// acting; OperateToken also lets them resend, drop and release parked
+	// messages. Each is sent as "Authorization: Bearer <token>", or as
+	// the password of basic authentication (any user name), at least 16
+	// bytes, the two different. http.auth's credentials, when set, act as
+	// the operate token. Secrets (Config.Secrets); only with Console.
+	ViewToken    string `yaml:"view_token"`
+	OperateToken string `yaml:"operate_token"`
 }
 
 // HTTPAuth is what /metrics and /debug/pprof/ require: HTTP basic

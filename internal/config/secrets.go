@@ -13,7 +13,8 @@ import (
 // pgconn cannot parse it, and from each sink every value under a key that
 // redact.IsSecretKey (sasl.password, connection_string with its
 // SharedAccessKey, token, …) and the password of any URL among its other
-// values, and http.auth's password and bearer_token. Each value appears
+// values, http.auth's password and bearer_token, and http.view_token and
+// http.operate_token. Each value appears
 // once; empty ones are left out.
 func (c *Config) Secrets() []string {
 	var out []string
@@ -41,5 +42,6 @@ func (c *Config) Secrets() []string {
 	if a := c.HTTP.Auth; a != nil {
 		add(a.Password, a.BearerToken)
 	}
+	add(c.HTTP.ViewToken, c.HTTP.OperateToken)
 	return out
 }

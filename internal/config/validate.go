@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path"
 	"regexp"
@@ -355,8 +356,12 @@ func (c *Config) validateSinkNamesDistinct() error {
 }
 
 // validateHTTP checks http.auth: basic (username and password) or
-// bearer_token, one or the other. No error quotes a value.
+// bearer_token, one or the other; and the console's tokens. No error
+// quotes a value.
 func (c *Config) validateHTTP() error {
+	if err := c.validateConsole(); err != nil {
+		return err
+	}
 	a := c.HTTP.Auth
 	if a == nil {
 		return nil
@@ -375,6 +380,41 @@ func (c *Config) validateHTTP() error {
 		return c.fail("http.auth.password", "empty: basic authentication needs username and password")
 	case strings.Contains(a.Username, ":"):
 		return c.fail("http.auth.username", "contains ':', which basic authentication cannot carry in a user name")
+	}
+	return nil
+}
+
+// minConsoleToken is the shortest http.view_token or http.operate_token.
+const minConsoleToken = 16
+
+// validateConsole checks http.console and its tokens: tokens only with
+// the console, each long enough and the two different, and an operate
+// token (or http.auth) when the listener is not on a loopback address.
+func (c *Config) validateConsole() error {
+	h := c.HTTP
+	if !h.Console {
+		for _, t := range []struct{ field, v string }{{"http.view_token", h.ViewToken}, {"http.operate_token", h.OperateToken}} {
+			if t.v != "" {
+				return c.fail(t.field, "set, but http.console is off: set http.console: true, or remove it")
+			}
+		}
+		return nil
+	}
+	for _, t := range []struct{ field, v string }{{"http.view_token", h.ViewToken}, {"http.operate_token", h.OperateToken}} {
+		if t.v != "" && len(t.v) < minConsoleToken {
+			return c.fail(t.field, "shorter than %d bytes: use a random token (openssl rand -hex 16)", minConsoleToken)
+		}
+	}
+	if h.ViewToken != "" && h.ViewToken == h.OperateToken {
+		return c.fail("http.view_token", "the same as http.operate_token: a viewer could act; use two tokens")
+	}
+	if h.Listen == "" {
+		return c.fail("http.console", "on, but http.listen is empty: the console is served on the HTTP listener")
+	}
+	host, _, err := net.SplitHostPort(h.Listen)
+	local := err == nil && host != "" && pgconnect.IsLocal(host)
+	if !local && h.OperateToken == "" && h.Auth == nil {
+		return c.fail("http.operate_token", "empty, and http.listen %q is not a loopback address: anyone who reaches the port could resend and drop messages; set http.operate_token (and http.view_token for viewers) or listen on 127.0.0.1", h.Listen)
 	}
 	return nil
 }

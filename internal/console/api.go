@@ -1,0 +1,83 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// readTimeout bounds the reads of a page or an API answer.
+const readTimeout = 20 * time.Second
+
+// Session is /api/v1/session: the caller's role and the CSRF token every
+// action sends in X-CSRF-Token.
+type Session struct {
+	Role      string `json:"role"`
+	CSRFToken string `json:"csrf_token"`
+}
+
+func (c *Console) serveSession(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Session{Role: roleOf(r).String(), CSRFToken: c.csrf})
+}
+
+// Sources is /api/v1/sources.
+type Sources struct {
+	Role    string       `json:"role"`
+	Sources []SourceView `json:"sources"`
+}
+
+func (c *Console) serveSources(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	out := Sources{Role: roleOf(r).String(), Sources: eachSource(c.sources, func(s *source) SourceView { return c.view(ctx, s) })}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (c *Console) serveSource(w http.ResponseWriter, r *http.Request) {
+	src := c.sourceNamed(r.PathValue("source"))
+	if src == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no source %q", r.PathValue("source")))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	writeJSON(w, http.StatusOK, c.detail(ctx, src))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// writeError answers {"error": msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// readers is how many sources a page or an answer reads at once.
+const readers = 4
+
+// eachSource returns f of every source, in their order, running up to
+// readers of them at once.
+func eachSource[T any](sources []*source, f func(*source) T) []T {
+	out := make([]T, len(sources))
+	sem := make(chan struct{}, readers)
+	var wg sync.WaitGroup
+	for i, s := range sources {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = f(s)
+		}()
+	}
+	wg.Wait()
+	return out
+}

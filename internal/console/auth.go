@@ -1,0 +1,130 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Role is what a request may do.
+type Role int
+
+const (
+	// RoleNone: no valid credentials.
+	RoleNone Role = iota
+	// RoleView reads (http.view_token).
+	RoleView
+	// RoleOperate reads and acts (http.operate_token, http.auth, or no
+	// credentials configured on a loopback listener).
+	RoleOperate
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleView:
+		return "view"
+	case RoleOperate:
+		return "operate"
+	}
+	return "none"
+}
+
+type roleKey struct{}
+
+// roleOf is the role authenticate found for the request.
+func roleOf(r *http.Request) Role {
+	role, _ := r.Context().Value(roleKey{}).(Role)
+	return role
+}
+
+// role reads the request's credentials: a bearer token, or the password
+// of basic authentication (any user name), compared in constant time with
+// both console tokens; http.auth's credentials act as the operate token.
+func (c *Console) role(r *http.Request) Role {
+	h := c.http
+	if h.ViewToken == "" && h.OperateToken == "" && h.Auth == nil {
+		return RoleOperate // a loopback listener only (config.validateConsole)
+	}
+	var token string
+	user, pass, basic := r.BasicAuth()
+	if basic {
+		token = pass
+	} else if scheme, t, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		token = strings.TrimSpace(t)
+	}
+	if token == "" {
+		return RoleNone
+	}
+	// Every comparison made, whatever the first gives: the time taken
+	// does not tell which matched.
+	operate := h.OperateToken != "" && sameSecret(token, h.OperateToken)
+	view := h.ViewToken != "" && sameSecret(token, h.ViewToken)
+	auth := false
+	if a := h.Auth; a != nil {
+		if a.BearerToken != "" {
+			auth = !basic && sameSecret(token, a.BearerToken)
+		} else {
+			u, p := sameSecret(user, a.Username), sameSecret(pass, a.Password)
+			auth = basic && u && p
+		}
+	}
+	switch {
+	case operate || auth:
+		return RoleOperate
+	case view:
+		return RoleView
+	}
+	return RoleNone
+}
+
+// sameSecret compares in constant time, on SHA-256 digests so that
+// neither time nor length tells how long the secret is.
+func sameSecret(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// authenticate answers 401 with a basic challenge (a browser then asks
+// for the token as the password) to a request without a role, and
+// passes the role on.
+func (c *Console) authenticate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		role := c.role(r)
+		if role == RoleNone {
+			w.Header().Set("WWW-Authenticate", `Basic realm="walpost console", charset="UTF-8"`)
+			http.Error(w, "unauthorized: give http.view_token or http.operate_token (as a bearer token, or as the password)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, role)))
+	})
+}
+
+// checkPOST refuses an action that is not the operate role's, not JSON,
+// from another site, or without the process's CSRF token: the reason,
+// and the status to answer; "" when it may go on.
+func (c *Console) checkPOST(r *http.Request) (string, int) {
+	if roleOf(r) != RoleOperate {
+		return "forbidden: the view token reads only; actions need http.operate_token", http.StatusForbidden
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return "forbidden: a request from another site", http.StatusForbidden
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return "forbidden: a request from another origin", http.StatusForbidden
+		}
+	}
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(ct) != "application/json" {
+		return "send the action as JSON (Content-Type: application/json)", http.StatusUnsupportedMediaType
+	}
+	if !sameSecret(r.Header.Get("X-CSRF-Token"), c.csrf) {
+		return "forbidden: X-CSRF-Token missing or stale: read csrf_token from GET /api/v1/session (or reload the page)", http.StatusForbidden
+	}
+	return "", 0
+}
