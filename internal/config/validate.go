@@ -121,6 +121,10 @@ func (c *Config) validatePostgres() error {
 			return c.fail(fmt.Sprintf("postgres.trusted_owners[%d]", i), "%s is not a role name: it is %v", c.q("postgres.trusted_owners", r), err)
 		}
 	}
+	if p.FailoverSlot && p.PrimaryURL != "" {
+		return c.fail("postgres.failover_slot", "true with postgres.primary_url: a slot created on a standby cannot be a failover slot (PostgreSQL refuses it); "+
+			"set failover_slot: false (a standby's slot survives the standby's promotion: docs/operations.md, \"Decoding from a standby\")")
+	}
 	if p.GapMargin.D() < 0 {
 		return c.fail("postgres.gap_margin", "%v is negative", p.GapMargin.D())
 	}
