@@ -471,6 +471,9 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		w.first(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
+	if cfg.Postgres.FromStandby() {
+		g.Go(func() error { return r.watchPromotion(sd.read) }) // promotion.go
+	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
 		// A standby writes no WAL: the heartbeat's message is written on

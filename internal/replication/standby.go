@@ -127,6 +127,9 @@ func CheckTopology(ctx context.Context, src, state *pgx.Conn) (Topology, error) 
 		return t, fmt.Errorf("reading postgres.url's start time: %w", err)
 	}
 	switch {
+	case !t.Standby && stateRecovery && stateID == srcID:
+		return t, fmt.Errorf("%w: the server of postgres.url is the primary and the one of postgres.primary_url its standby: swap them "+
+			"(url is where the slot is read, a standby; primary_url its primary)", ErrNotStandby)
 	case !t.Standby && stateID == srcID && stateStart == srcStart && !stateRecovery:
 		return t, fmt.Errorf("%w: both reach one server (system identifier %s); postgres.primary_url is only for a slot read on a standby: remove it", ErrSameServer, srcID)
 	case !t.Standby && stateID == srcID:

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// Decoding from a standby (docs/operations.md, "Decoding from a
+// standby"): postgres.url a physical standby of PostgreSQL 16+,
+// postgres.primary_url its primary. Each test starts a primary and a
+// standby of its own, per version of standbyVersions.
+
+// standbyVersions are the versions the standby tests run on: 16 and 18,
+// or those WALPOST_TEST_STANDBY_VERSIONS lists (e.g. 16,17,18).
+func standbyVersions(t *testing.T) []int {
+	t.Helper()
+	v := os.Getenv("WALPOST_TEST_STANDBY_VERSIONS")
+	if v == "" {
+		return []int{16, 18}
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("WALPOST_TEST_STANDBY_VERSIONS=%s: %v", v, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// standbySetup is a primary, its standby (hot_standby_feedback on), an
+// outbox on the primary and a config whose url is the standby and
+// primary_url the primary, with a file sink.
+type standbySetup struct {
+	primary, standby *pgtest.Cluster
+	ob               relaytest.Outbox // its URL is the primary's
+	out, cfg         string
+}
+
+func newStandbySetup(t *testing.T, version int, standbySettings ...string) *standbySetup {
+	t.Helper()
+	p := pgtest.StartCluster(t, pgtest.Options{Version: version})
+	s := pgtest.StandbyOf(t, p, standbySettings...)
+	ob := relaytest.NewOutbox(t, p.URL("postgres"))
+	onStandby := ob
+	onStandby.URL = s.URL("postgres")
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := onStandby.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "relay: {batch_size: 50}")
+	addPostgres(t, cfg, "primary_url: "+p.URL("postgres"), "heartbeat_interval: 1s")
+	return &standbySetup{primary: p, standby: s, ob: ob, out: out, cfg: cfg}
+}
+
+// slotOn reports whether the server at url has the setup's slot.
+func (ss *standbySetup) slotOn(t *testing.T, url string) bool {
+	t.Helper()
+	var n int
+	if err := pgtest.Connect(t, url).QueryRow(context.Background(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", ss.ob.Slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// msgs returns n new messages of type typ.
+func standbyMsgs(typ string, n int) []relaytest.Msg {
+	out := make([]relaytest.Msg, n)
+	for i := range out {
+		out[i] = relaytest.NewMsg(typ, fmt.Sprint(i%3), i)
+	}
+	return out
+}
+
+// TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart:
+// cdc init with url = a standby makes the slot there (none on the
+// primary) and the state tables on the primary; cdc run reads the slot on
+// the standby and delivers what commits on the primary, and through a
+// kill -9 of the relay and an immediate restart of the standby every
+// committed message is delivered, in order per key; cdc status shows the
+// topology; the sink's progress is on the primary.
+func TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart(t *testing.T) {
+	for _, v := range standbyVersions(t) {
+		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
+			t.Parallel()
+			ss := newStandbySetup(t, v, "hot_standby_feedback = on")
+			code, stdout, stderr := cdc(t, nil, "init", "--config", ss.cfg)
+			if code != 0 || !strings.Contains(stdout, "on the standby") {
+				t.Fatalf("cdc init exited %d:\n%s%s", code, stdout, stderr)
+			}
+			if !ss.slotOn(t, ss.standby.URL("postgres")) || ss.slotOn(t, ss.primary.URL("postgres")) {
+				t.Fatalf("the slot is not on the standby alone (standby %v, primary %v)", ss.slotOn(t, ss.standby.URL("postgres")), ss.slotOn(t, ss.primary.URL("postgres")))
+			}
+			primary := pgtest.Connect(t, ss.primary.URL("postgres"))
+			prod := ss.ob.StartProducer(t, 4, 5*time.Millisecond)
+			r := startCDC(t, "run", "--config", ss.cfg)
+			lines := relaytest.NewLineCounter(ss.out)
+			grows := func(what string, p *proc) {
+				t.Helper()
+				n := lines.Count()
+				if !pgtest.WaitFor(60*time.Second, func() bool { return lines.Count() > n+20 }) {
+					t.Fatalf("nothing delivered %s (%d lines)\n%s", what, lines.Count(), p.Logs())
+				}
+			}
+			grows("at first", r)
+			r.Kill9(t)
+			r = startCDC(t, "run", "--config", ss.cfg)
+			grows("after kill -9 and a restart of the relay", r)
+			if err := ss.standby.Restart("immediate"); err != nil {
+				t.Fatal(err)
+			}
+			restarted := time.Now()
+			grows("after an immediate restart of the standby", r)
+			t.Logf("PostgreSQL %d: the standby restarted; deliveries again %v later", v, time.Since(restarted).Round(time.Millisecond))
+			prod.Stop()
+			committed := prod.Committed(t, primary)
+			pgtest.WaitFor(90*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, ss.out)) })
+			rep := relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, ss.out))
+			t.Logf("PostgreSQL %d: %d committed, %d delivered, %d duplicates, 0 lost", v, rep.Committed, rep.Delivered, rep.Duplicates)
+			code, stdout, stderr = cdc(t, nil, "status", "--config", ss.cfg)
+			if code != 0 || !strings.Contains(stdout, "topology:      standby") || !strings.Contains(stdout, "hot_standby_feedback on") {
+				t.Errorf("cdc status exited %d, want 0 and the topology:\n%s%s", code, stdout, stderr)
+			}
+			var saved int
+			if err := primary.QueryRow(context.Background(), "SELECT count(*) FROM public.walpost_sink_progress").Scan(&saved); err != nil || saved == 0 {
+				t.Errorf("the primary's progress table: %d rows, %v", saved, err)
+			}
+			r.Stop(t)
+		})
+	}
+}
+
+// TestIntegrationStandbyDecodingConflictIsALostSlotThatCdcRecoverRecovers:
+// a recovery conflict on the standby (hot_standby_feedback off, catalog
+// rows vacuumed on the primary) invalidates the slot (rows_removed on
+// 17+, conflicting on 16); the running relay exits 1 saying so, with the
+// way out (cdc recover) and hot_standby_feedback; cdc status exits 1;
+// cdc recover refuses while hot_standby_feedback is off, then replaces
+// the slot on the standby and hands it the rows not proven delivered
+// from the primary: every message committed before, during and after is
+// delivered.
+func TestIntegrationStandbyDecodingConflictIsALostSlotThatCdcRecoverRecovers(t *testing.T) {
+	for _, v := range standbyVersions(t) {
+		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
+			t.Parallel()
+			ss := newStandbySetup(t, v, "hot_standby_feedback = on")
+			cdcInit(t, ss.cfg)
+			primary := pgtest.Connect(t, ss.primary.URL("postgres"))
+			before, lost, after := standbyMsgs("before", 20), standbyMsgs("while_lost", 20), standbyMsgs("after", 20)
+			r := startCDC(t, "run", "--config", ss.cfg)
+			ss.ob.InsertTx(t, primary, before...)
+			relaytest.WaitAllDelivered(t, ss.out, before, 60*time.Second, r.Logs)
+			if err := pgtest.StandbyConflict(ss.primary, ss.standby, ss.ob.Slot, 90*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			invalidated := time.Now()
+			code := r.Wait(30 * time.Second)
+			last := lastLine(r.Stderr.String())
+			t.Logf("PostgreSQL %d: the conflict invalidated the slot; cdc run exited %d %v later: %s", v, code, time.Since(invalidated).Round(time.Millisecond), last)
+			reason := "conflicting"
+			if v >= 17 {
+				reason = "rows_removed"
+			}
+			for _, want := range []string{"was invalidated by the server", reason, "cdc recover --config " + ss.cfg, "hot_standby_feedback"} {
+				if !strings.Contains(last, want) {
+					t.Errorf("cdc run's error does not say %q", want)
+				}
+			}
+			if code != 1 {
+				t.Fatalf("cdc run exited %d, want 1\n%s", code, r.Logs())
+			}
+			ss.ob.InsertTx(t, primary, lost...)
+			if code, stdout, _ := cdc(t, nil, "status", "--config", ss.cfg); code != 1 || !strings.Contains(stdout, "invalidated") {
+				t.Errorf("cdc status on the lost slot exited %d, want 1:\n%s", code, stdout)
+			}
+			code, _, stderr := cdc(t, nil, "recover", "--config", ss.cfg)
+			if code != 1 || !strings.Contains(stderr, "hot_standby_feedback") {
+				t.Fatalf("cdc recover with hot_standby_feedback off exited %d, want 1 saying to turn it on:\n%s", code, stderr)
+			}
+			if err := ss.standby.Configure("hot_standby_feedback = on"); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.Await(t, 30*time.Second, "hot_standby_feedback on at the standby", func() bool {
+				var on string
+				pgtest.Connect(t, ss.standby.URL("postgres")).QueryRow(context.Background(), "SHOW hot_standby_feedback").Scan(&on)
+				return on == "on"
+			})
+			code, stdout, stderr := cdc(t, nil, "recover", "--config", ss.cfg)
+			if code != 0 || !strings.Contains(stdout, "dropped") || !strings.Contains(stdout, "created") {
+				t.Fatalf("cdc recover exited %d:\n%s%s", code, stdout, stderr)
+			}
+			t.Logf("PostgreSQL %d: cdc recover: %s", v, strings.ReplaceAll(strings.TrimSpace(stdout), "\n", " | "))
+			r = startCDC(t, "run", "--config", ss.cfg)
+			ss.ob.InsertTx(t, primary, after...)
+			all := append(append(append([]relaytest.Msg{}, before...), lost...), after...)
+			got := relaytest.WaitAllDelivered(t, ss.out, all, 60*time.Second, r.Logs)
+			t.Logf("PostgreSQL %d: %d messages committed around the conflict, %d lines delivered (%d duplicates), 0 lost", v, len(all), len(got), len(got)-len(all))
+			r.Stop(t)
+		})
+	}
+}
+
+// TestIntegrationStandbyDecodingStopsAtThePromotionAndStreamsOnFromThePromotedServer:
+// when the standby is promoted, the slot survives (PostgreSQL 16+), but
+// the state tables must be written on the new primary: the relay exits 1
+// saying so (remove postgres.primary_url); with it removed, cdc run
+// streams on from the same slot on the promoted server, nothing lost.
+func TestIntegrationStandbyDecodingStopsAtThePromotionAndStreamsOnFromThePromotedServer(t *testing.T) {
+	for _, v := range standbyVersions(t) {
+		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
+			t.Parallel()
+			ss := newStandbySetup(t, v, "hot_standby_feedback = on")
+			cdcInit(t, ss.cfg)
+			primary := pgtest.Connect(t, ss.primary.URL("postgres"))
+			before, after := standbyMsgs("before", 20), standbyMsgs("after", 20)
+			r := startCDC(t, "run", "--config", ss.cfg)
+			ss.ob.InsertTx(t, primary, before...)
+			relaytest.WaitAllDelivered(t, ss.out, before, 60*time.Second, r.Logs)
+			if err := ss.standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			promoted := time.Now()
+			code := r.Wait(30 * time.Second)
+			last := lastLine(r.Stderr.String())
+			t.Logf("PostgreSQL %d: promoted; cdc run exited %d %v later: %s", v, code, time.Since(promoted).Round(time.Millisecond), last)
+			if code != 1 || !strings.Contains(last, "promoted") || !strings.Contains(last, "remove postgres.primary_url") {
+				t.Fatalf("cdc run exited %d, want 1 saying the standby was promoted and to remove postgres.primary_url\n%s", code, r.Logs())
+			}
+			b, err := os.ReadFile(ss.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kept []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if !strings.Contains(l, "primary_url:") {
+					kept = append(kept, l)
+				}
+			}
+			writeFile(t, ss.cfg, strings.Join(kept, "\n"))
+			newPrimary := pgtest.Connect(t, ss.standby.URL("postgres"))
+			ss.ob.InsertTx(t, newPrimary, after...)
+			r = startCDC(t, "run", "--config", ss.cfg)
+			got := relaytest.WaitAllDelivered(t, ss.out, append(append([]relaytest.Msg{}, before...), after...), 60*time.Second, r.Logs)
+			t.Logf("PostgreSQL %d: streamed on from the promoted server's slot: %d lines for %d messages", v, len(got), len(before)+len(after))
+			r.Stop(t)
+		})
+	}
+}
