@@ -253,3 +253,93 @@ func TestIntegrationStandbyDecodingStopsAtThePromotionAndStreamsOnFromThePromote
 		})
 	}
 }
+
+// TestIntegrationStandbyDecodingRefusesWhatCannotWork: with the slot on
+// a standby, cdc init and cdc run refuse, saying what to fix, and create
+// nothing: url a standby without primary_url (exit 1); hot_standby_feedback
+// off on the standby (exit 1); url the primary and primary_url its
+// standby (exit 1, swap them); primary_url the same server as url by
+// another spelling (exit 1); primary_url written as url, failover_slot
+// with primary_url, cdc init --adopt with primary_url (exit 2: the
+// configuration); a standby of PostgreSQL 15 (exit 1, 16 or later).
+func TestIntegrationStandbyDecodingRefusesWhatCannotWork(t *testing.T) {
+	t.Parallel()
+	v := standbyVersions(t)[0]
+	ss := newStandbySetup(t, v) // hot_standby_feedback off: the default
+	pURL, sURL := ss.primary.URL("postgres"), ss.standby.URL("postgres")
+	withPostgres := func(url string, settings ...string) string {
+		t.Helper()
+		onURL := ss.ob
+		onURL.URL = url
+		cfg := onURL.Config(t, "  - {name: out, kind: stdout}", "")
+		if len(settings) > 0 {
+			addPostgres(t, cfg, settings...)
+		}
+		return cfg
+	}
+	both := []string{"init", "run"}
+	refused := func(name string, cmds []string, want int, says []string, cfg string, extra ...string) {
+		t.Helper()
+		for _, cmd := range cmds {
+			args := append([]string{cmd, "--config", cfg}, extra...)
+			code, stdout, stderr := cdc(t, nil, args...)
+			if code != want {
+				t.Errorf("%s: cdc %s exited %d, want %d\n%s%s", name, cmd, code, want, stdout, stderr)
+				continue
+			}
+			for _, s := range says {
+				if !strings.Contains(stderr, s) {
+					t.Errorf("%s: cdc %s does not say %q:\n%s", name, cmd, s, lastLine(stderr))
+				}
+			}
+			t.Logf("%s: cdc %s exits %d: %s", name, cmd, code, lastLine(stderr))
+		}
+	}
+	refused("url a standby, no primary_url", both, 1, []string{"standby", "postgres.primary_url"}, withPostgres(sURL))
+	onStandby := withPostgres(sURL, "primary_url: "+pURL)
+	refused("hot_standby_feedback off", []string{"init"}, 1, []string{"hot_standby_feedback", "pg_reload_conf"}, onStandby)
+	refused("url and primary_url swapped", both, 1, []string{"swap them"}, withPostgres(pURL, "primary_url: "+sURL))
+	kv := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", ss.primary.Port)
+	refused("primary_url the same server", both, 1, []string{"same server", "remove it"}, withPostgres(pURL, "primary_url: '"+kv+"'"))
+	refused("primary_url written as url", both, 2, []string{"postgres.primary_url", "the same as postgres.url"}, withPostgres(pURL, "primary_url: "+pURL))
+	refused("failover_slot with primary_url", both, 2, []string{"postgres.failover_slot", "standby"}, withPostgres(sURL, "primary_url: "+pURL, "failover_slot: true"))
+	if ss.slotOn(t, sURL) || ss.slotOn(t, pURL) {
+		t.Errorf("a refusal created the slot")
+	}
+	// (the adopt config below adds a column: the ALTER comes after the
+	// checks of the layout above)
+	if err := ss.standby.Configure("hot_standby_feedback = on"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Await(t, 30*time.Second, "hot_standby_feedback on at the standby", func() bool {
+		var on string
+		pgtest.Connect(t, sURL).QueryRow(context.Background(), "SHOW hot_standby_feedback").Scan(&on)
+		return on == "on"
+	})
+	adopt := withPostgres(sURL, "primary_url: "+pURL)
+	pgtest.Exec(t, pURL, "ALTER TABLE "+ss.ob.Table+" ADD COLUMN sent_at timestamptz")
+	b, _ := os.ReadFile(adopt)
+	writeFile(t, adopt, string(b)+"columns: {sent_at: sent_at}\n")
+	refused("cdc init --adopt with primary_url", []string{"init"}, 2, []string{"--adopt", "standby"}, adopt, "--adopt")
+	// cdc run on a slot made with hot_standby_feedback on refuses it off.
+	cdcInit(t, onStandby)
+	if err := ss.standby.Configure("hot_standby_feedback = off"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Await(t, 30*time.Second, "hot_standby_feedback off at the standby", func() bool {
+		var on string
+		pgtest.Connect(t, sURL).QueryRow(context.Background(), "SHOW hot_standby_feedback").Scan(&on)
+		return on == "off"
+	})
+	refused("hot_standby_feedback off", []string{"run"}, 1, []string{"hot_standby_feedback", "pg_reload_conf"}, onStandby)
+
+	// A standby of PostgreSQL 15 (the machine's, or the npm package's)
+	// cannot hold a logical slot.
+	p15 := pgtest.StartCluster(t, pgtest.Options{Version: 15})
+	s15 := pgtest.StandbyOf(t, p15, "hot_standby_feedback = on")
+	ob15 := relaytest.NewOutbox(t, p15.URL("postgres"))
+	ob15.URL = s15.URL("postgres")
+	cfg15 := ob15.Config(t, "  - {name: out, kind: stdout}", "")
+	addPostgres(t, cfg15, "primary_url: "+p15.URL("postgres"))
+	refused("a standby of PostgreSQL 15", both, 1, []string{"16 or later", "15."}, cfg15)
+}
