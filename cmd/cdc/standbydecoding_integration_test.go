@@ -49,13 +49,19 @@ type standbySetup struct {
 
 func newStandbySetup(t *testing.T, version int, standbySettings ...string) *standbySetup {
 	t.Helper()
+	return newStandbySetupWith(t, version, "relay: {batch_size: 50}", standbySettings...)
+}
+
+// newStandbySetupWith is newStandbySetup with extra top-level YAML.
+func newStandbySetupWith(t *testing.T, version int, extra string, standbySettings ...string) *standbySetup {
+	t.Helper()
 	p := pgtest.StartCluster(t, pgtest.Options{Version: version})
 	s := pgtest.StandbyOf(t, p, standbySettings...)
 	ob := relaytest.NewOutbox(t, p.URL("postgres"))
 	onStandby := ob
 	onStandby.URL = s.URL("postgres")
 	out := filepath.Join(t.TempDir(), "out.jsonl")
-	cfg := onStandby.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "relay: {batch_size: 50}")
+	cfg := onStandby.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), extra)
 	addPostgres(t, cfg, "primary_url: "+p.URL("postgres"), "heartbeat_interval: 1s")
 	return &standbySetup{primary: p, standby: s, ob: ob, out: out, cfg: cfg}
 }
@@ -342,4 +348,55 @@ func TestIntegrationStandbyDecodingRefusesWhatCannotWork(t *testing.T) {
 	cfg15 := ob15.Config(t, "  - {name: out, kind: stdout}", "")
 	addPostgres(t, cfg15, "primary_url: "+p15.URL("postgres"))
 	refused("a standby of PostgreSQL 15", both, 1, []string{"16 or later", "15."}, cfg15)
+}
+
+// TestIntegrationStandbyDecodingIdleOutboxAndRetentionFollowTheStandbysSlot:
+// with the slot on a standby, relay.retention takes its marks on the
+// primary and proves them by the slot's confirmed position read on the
+// standby: delivered rows are deleted; and with the outbox idle while
+// another table is busy on the primary, the standby's slot is confirmed
+// past that WAL (invariant 4: the heartbeat is written on the primary).
+func TestIntegrationStandbyDecodingIdleOutboxAndRetentionFollowTheStandbysSlot(t *testing.T) {
+	t.Parallel()
+	v := standbyVersions(t)[0]
+	ss := newStandbySetupWith(t, v, "relay:\n  retention: {keep: 1s, margin: 0s, interval: 200ms}", "hot_standby_feedback = on")
+	cdcInit(t, ss.cfg)
+	ctx := context.Background()
+	primary := pgtest.Connect(t, ss.primary.URL("postgres"))
+	standby := pgtest.Connect(t, ss.standby.URL("postgres"))
+	r := startCDC(t, "run", "--config", ss.cfg)
+	msgs := standbyMsgs("kept", 20)
+	ss.ob.InsertTx(t, primary, msgs...)
+	relaytest.WaitAllDelivered(t, ss.out, msgs, 60*time.Second, r.Logs)
+	left := func() int {
+		var n int
+		if err := primary.QueryRow(ctx, "SELECT count(*) FROM "+ss.ob.Table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	start := time.Now()
+	if !pgtest.WaitFor(60*time.Second, func() bool { return left() == 0 }) {
+		t.Fatalf("retention deleted %d of %d delivered rows in 60 s\n%s", len(msgs)-left(), len(msgs), r.Logs())
+	}
+	t.Logf("PostgreSQL %d: retention deleted the %d delivered rows %v after their delivery", v, len(msgs), time.Since(start).Round(time.Millisecond))
+
+	pgtest.Exec(t, ss.primary.URL("postgres"), "CREATE TABLE busy_other (n int, pad text)")
+	var target string
+	for i := 0; i < 5; i++ {
+		if _, err := primary.Exec(ctx, "INSERT INTO busy_other SELECT g, repeat('x', 100) FROM generate_series(1, 2000) g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := primary.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	pgtest.Await(t, 60*time.Second, "the standby's slot confirmed past the other table's WAL", func() bool {
+		var past bool
+		standby.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", target, ss.ob.Slot).Scan(&past)
+		return past
+	})
+	t.Logf("PostgreSQL %d: idle outbox, busy primary: the standby's slot confirmed past %s %v later", v, target, time.Since(start).Round(time.Millisecond))
+	r.Stop(t)
 }
