@@ -82,8 +82,8 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		return fmt.Errorf("%w: cdc recover needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages; "+
 			"instead, drop the slot, run cdc init, then cdc replay --since <a time before the slot's confirmed position>", ErrAdoptNeedsPG14, v/10000, v%10000)
 	}
-	if err := conns.Topology.CheckFeedback(); err != nil {
-		return fmt.Errorf("%w (a new slot would be invalidated again)", err)
+	for _, c := range conns.Topology.Cautions() {
+		report("warning: " + c + " (the new slot can be invalidated again)")
 	}
 	old, err := replication.ReadSlot(ctx, src, t.Slot)
 	if err != nil {

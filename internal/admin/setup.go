@@ -56,8 +56,8 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	}
 	defer conns.Close()
 	conn, src := conns.State, conns.Slot
-	if err := conns.Topology.CheckFeedback(); err != nil {
-		return err // before anything is created
+	for _, c := range conns.Topology.Cautions() {
+		warnf(opts, report, c)
 	}
 	t := outboxdb.Target(cfg)
 	slotOpts, err := failoverSlotOptions(ctx, conn, cfg, opts)
@@ -140,6 +140,15 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		_, err = store.CheckOwners(ctx, conn, store.TablesOf(cfg), store.TrustOf(cfg))
 	}
 	return err
+}
+
+// warnf tells opts.Warn, else report, the warning w.
+func warnf(opts SetupOptions, report func(string), w string) {
+	if opts.Warn != nil {
+		opts.Warn(w)
+		return
+	}
+	report("warning: " + w)
 }
 
 // checkOwners refuses state tables, and triggers on them or on the outbox

@@ -57,9 +57,6 @@ func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
 	if st.Warnings, err = slotWarnings(ctx, src, cfg); err != nil {
 		return nil, err
 	}
-	if err := st.Topology.CheckFeedback(); err != nil && !st.Slot.Invalid() {
-		st.Warnings = append(st.Warnings, err.Error())
-	}
 	st.Cautions = append(st.Cautions, st.Topology.Cautions()...)
 	if risk, err := outboxdb.EmitRisk(ctx, conn, cfg); err != nil {
 		return nil, err

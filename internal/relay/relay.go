@@ -252,8 +252,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 // publication and the outbox's definition are checked on the standby
 // (postgres.url) and what the relay writes on the primary; the topology
 // is checked first (replication.CheckTopology) and hot_standby_feedback
-// off is refused, unless the slot is invalidated already (its
-// explanation says what to do).
+// off is a warning (replication.Topology.Cautions).
 func (r *Relay) check(ctx context.Context) error {
 	conns, err := replication.OpenConns(ctx, r.cfg.Postgres.URL, r.cfg.Postgres.PrimaryURL)
 	if err != nil {
@@ -273,10 +272,12 @@ func (r *Relay) check(ctx context.Context) error {
 	}
 	defer conns.Close()
 	conn, state := conns.Slot, conns.State
-	if conns.Standby() && !r.topologyLogged {
-		r.topologyLogged = true
-		r.log.Info().Str("topology", conns.Topology.Describe()).Msg("reading the slot on a standby")
-		for _, c := range conns.Topology.Cautions() {
+	if conns.Standby() {
+		if !r.topologyLogged {
+			r.topologyLogged = true
+			r.log.Info().Str("topology", conns.Topology.Describe()).Msg("reading the slot on a standby")
+		}
+		for _, c := range conns.Topology.Cautions() { // each cycle: a setting may change
 			r.log.Warn().Msg(c)
 		}
 	}
@@ -298,11 +299,6 @@ func (r *Relay) check(ctx context.Context) error {
 	// server's message and DETAIL) explainInvalidSlot explains.
 	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
 		return err
-	}
-	if err == nil {
-		if err := conns.Topology.CheckFeedback(); err != nil {
-			return err
-		}
 	}
 	if r.cfg.Postgres.FailoverSlot {
 		if err := replication.CheckFailoverSlot(ctx, conn, r.target.Slot); err != nil {

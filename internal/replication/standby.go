@@ -37,8 +37,6 @@ var (
 	ErrNotPrimary = errors.New("replication: postgres.primary_url is not the primary of postgres.url")
 	// ErrStandbyVersion: the standby is older than PostgreSQL 16.
 	ErrStandbyVersion = errors.New("replication: decoding on a standby needs PostgreSQL 16 or later")
-	// ErrStandbyFeedback: hot_standby_feedback is off on the standby.
-	ErrStandbyFeedback = errors.New("replication: hot_standby_feedback is off on the standby")
 )
 
 // standbyVersion is the first server_version_num whose standbys decode.
@@ -74,21 +72,34 @@ func (t Topology) Describe() string {
 }
 
 // Cautions are what threatens a standby's slot without making it
-// unusable: no physical slot between the standby and its primary.
+// unusable (docs/operations.md, "Decoding from a standby"):
+// hot_standby_feedback off, no physical slot between the standby and its
+// primary. They are warnings, not refusals: the slot decodes until a
+// conflict invalidates it, which the relay reports as a lost slot and
+// cdc recover recovers from, nothing lost.
 func (t Topology) Cautions() []string {
-	if t.Standby && t.PrimarySlot == "" {
-		return []string{"the standby streams from its primary without a physical slot (primary_slot_name is empty): hot_standby_feedback then holds back the primary's VACUUM only while the standby is connected, " +
-			"and catalog rows removed meanwhile invalidate the slot (rows_removed); create a physical slot on the primary and set primary_slot_name on the standby"}
+	if !t.Standby {
+		return nil
 	}
-	return nil
+	var c []string
+	if !t.Feedback {
+		c = append(c, "hot_standby_feedback is off on the standby (postgres.url): the primary's VACUUM may then remove catalog rows the slot still needs, "+
+			"and the standby invalidates the slot (rows_removed: a lost slot, for cdc recover); set hot_standby_feedback = on on the standby "+
+			"(ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf())")
+	}
+	if t.PrimarySlot == "" {
+		c = append(c, "the standby streams from its primary without a physical slot (primary_slot_name is empty): hot_standby_feedback then holds back the primary's VACUUM only while the standby is connected, "+
+			"and catalog rows removed meanwhile invalidate the slot (rows_removed); create a physical slot on the primary and set primary_slot_name on the standby")
+	}
+	return c
 }
 
 // CheckTopology reads the topology of src (postgres.url) and checks it
 // against state (postgres.primary_url's connection; nil when it is not
 // set): a standby needs a primary_url that reaches its primary, a primary
 // needs none, a standby must be PostgreSQL 16+ with wal_level logical
-// on the primary. hot_standby_feedback off is not refused here (cdc
-// status shows it); CheckFeedback refuses it.
+// on the primary. hot_standby_feedback off is not refused: Cautions
+// says why it should be on.
 func CheckTopology(ctx context.Context, src, state *pgx.Conn) (Topology, error) {
 	var t Topology
 	var inRecovery bool
@@ -160,19 +171,6 @@ func CheckTopology(ctx context.Context, src, state *pgx.Conn) (Topology, error) 
 			ErrWALLevel, level)
 	}
 	return t, nil
-}
-
-// CheckFeedback refuses a standby whose hot_standby_feedback is off: the
-// primary's VACUUM would then remove catalog rows the slot still needs,
-// and the standby invalidate the slot (rows_removed) at the next change
-// of any table's definition (docs/operations.md, "Decoding from a
-// standby").
-func (t Topology) CheckFeedback() error {
-	if !t.Standby || t.Feedback {
-		return nil
-	}
-	return fmt.Errorf("%w: without it the primary's VACUUM removes catalog rows the slot still needs, and the standby invalidates the slot (rows_removed): "+
-		"set hot_standby_feedback = on on the standby (ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf()) and start again", ErrStandbyFeedback)
 }
 
 // Conns are the two ordinary connections of walpost's checks: Slot to
