@@ -45,7 +45,7 @@ func printStatus(w io.Writer, cfg *config.Config, st *admin.Status) {
 		active = fmt.Sprintf("yes (pid %d)", info.ActivePID)
 	}
 	fmt.Fprintf(w, "slot:          %s (plugin %s, database %s)\n", cfg.Postgres.Slot, info.Plugin, info.Database)
-	if st.Topology.Standby {
+	if st.Topology.Standby || st.Topology.Promoted {
 		fmt.Fprintf(w, "topology:      %s\n", st.Topology.Describe())
 	}
 	fmt.Fprintf(w, "active:        %s\n", active)
@@ -141,9 +141,10 @@ type statusJSON struct {
 	WALStatus     *string `json:"wal_status"`
 	SafeWALSize   *int64  `json:"safe_wal_size"`
 	Invalidation  *string `json:"invalidation_reason"`
-	// Topology: "primary" (the slot on the primary) or "standby" (read on
-	// a standby, state on postgres.primary_url); HotStandbyFeedback is
-	// the standby's setting, null on a primary.
+	// Topology: "primary" (the slot on the primary), "standby" (read on
+	// a standby, state on postgres.primary_url) or "promoted" (that
+	// standby was promoted: everything on postgres.url);
+	// HotStandbyFeedback is the standby's setting, null otherwise.
 	Topology           string          `json:"topology"`
 	HotStandbyFeedback *bool           `json:"hot_standby_feedback"`
 	Sinks              []sinkJSON      `json:"sinks"`
@@ -185,8 +186,11 @@ func statusReport(cfg *config.Config, st *admin.Status) statusJSON {
 	r := statusJSON{Slot: cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
 		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.Warnings...), st.Cautions...), OutboxWarnings: append([]string{}, st.Coverage...),
 		Topology: "primary"}
-	if st.Topology.Standby {
+	switch {
+	case st.Topology.Standby:
 		r.Topology, r.HotStandbyFeedback = "standby", ptr(st.Topology.Feedback)
+	case st.Topology.Promoted:
+		r.Topology = "promoted"
 	}
 	for _, s := range cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}

@@ -144,7 +144,7 @@ func (w *watcher) Run(ctx context.Context) error {
 func (w *watcher) round(ctx context.Context) error {
 	r := w.r
 	if w.conn == nil {
-		conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.StateURL())
+		conn, err := pgconnect.Connect(ctx, r.stateURL)
 		if err != nil {
 			return err
 		}

@@ -2,23 +2,22 @@ package relay
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/pgconnect"
-	"github.com/walpost/walpost/internal/replication"
 )
 
 // Decoding from a standby (docs/operations.md, "Decoding from a standby").
 // The cycle's check verifies the topology when a cycle starts; while it
 // streams, the stream reconnects by itself, also to a standby that was
 // promoted meanwhile (its logical slot survives the promotion, PostgreSQL
-// 16+). watchPromotion notices the promotion and ends the run: the state
-// tables must then be written on the promoted server, and which server
-// is the primary is the operator's to say (remove postgres.primary_url),
-// not walpost's to guess.
+// 16+), while the cycle would go on writing its state to the old primary.
+// watchPromotion notices the promotion and starts a new cycle, whose check
+// finds the standby promoted (replication.Topology.Promoted): it streams
+// on from the same slot and writes its state on the promoted server.
 
 // promotionPoll is how often watchPromotion asks the standby whether it
 // is still in recovery.
@@ -26,9 +25,8 @@ const promotionPoll = 2 * time.Second
 
 // watchPromotion polls pg_is_in_recovery() on postgres.url every
 // promotionPoll until ctx ends (nil) or the standby is found promoted: it
-// then returns the topology check's error (replication.ErrNotStandby,
-// saying what to do). A server it cannot reach (a restarting standby) is
-// tried again at the next poll.
+// then returns a restart (a new cycle). A server it cannot reach (a
+// restarting standby) is tried again at the next poll.
 func (r *Relay) watchPromotion(ctx context.Context) error {
 	var conn *pgx.Conn
 	defer func() {
@@ -57,17 +55,9 @@ func (r *Relay) watchPromotion(ctx context.Context) error {
 			conn = nil
 			continue
 		}
-		if recovering {
-			continue
-		}
-		conns, err := replication.OpenConns(ctx, r.cfg.Postgres.URL, r.cfg.Postgres.PrimaryURL)
-		if err == nil { // in recovery again (a restart between the two looks)
-			conns.Close()
-			continue
-		}
-		if isTopology(err) {
-			r.log.Error().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("the standby was promoted; stopping (the slot survives the promotion)")
-			return fmt.Errorf("the standby the slot is read on (postgres.url) is no longer a standby: %w", err)
+		if !recovering {
+			r.log.Warn().Str("slot", r.cfg.Postgres.Slot).Msg("the standby the slot is read on (postgres.url) was promoted; starting a new cycle, which reads the slot and writes the state on it")
+			return restart{errors.New("relay: the standby of postgres.url was promoted")}
 		}
 	}
 }

@@ -92,6 +92,10 @@ type Relay struct {
 	emitWarned bool
 	// topologyLogged: decoding from a standby was logged (once a run).
 	topologyLogged bool
+	// stateURL is where the cycle writes its state (from the check):
+	// postgres.primary_url when the slot is read on a standby, else
+	// postgres.url (also when the standby was promoted).
+	stateURL string
 	// adopted: the transactions whose adopt messages are rows, as the
 	// cycle read them (adoptedXids).
 	adopted []uint32
@@ -199,7 +203,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	var confirmer replication.Confirmer = tracker
 	var marker *sentat.Marker
 	if r.sentStmt != "" {
-		marker = sentat.New(cfg.Postgres.StateURL(), r.sentStmt, tracker, r.log)
+		marker = sentat.New(r.stateURL, r.sentStmt, tracker, r.log)
 		confirmer = marker // the slot waits for rows to be marked sent
 	}
 	stream := replication.NewStream(replication.StreamOptions{
@@ -272,7 +276,11 @@ func (r *Relay) check(ctx context.Context) error {
 	}
 	defer conns.Close()
 	conn, state := conns.Slot, conns.State
+	r.stateURL = r.cfg.Postgres.URL
 	if conns.Standby() {
+		r.stateURL = r.cfg.Postgres.PrimaryURL
+	}
+	if conns.Standby() || conns.Topology.Promoted {
 		if !r.topologyLogged {
 			r.topologyLogged = true
 			r.log.Info().Str("topology", conns.Topology.Describe()).Msg("reading the slot on a standby")
@@ -357,8 +365,8 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	if err != nil {
 		return slotState{}, err
 	}
-	if r.cfg.Postgres.FromStandby() { // the slot on the standby, the rest on the primary
-		if conn, err = pgconnect.Connect(ctx, r.cfg.Postgres.PrimaryURL); err != nil {
+	if r.stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
+		if conn, err = pgconnect.Connect(ctx, r.stateURL); err != nil {
 			return slotState{}, restart{err}
 		}
 		defer conn.Close(context.Background())
@@ -448,10 +456,10 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	// take turns more often (see BENCHMARKS.md, "What each optimisation
 	// bought").
 	events := make(chan []replication.Event, 64)
-	parked := store.NewDeadLetter(cfg.Postgres.StateURL(), r.tables)
+	parked := store.NewDeadLetter(r.stateURL, r.tables)
 	defer parked.Close()
 	p := r.newPipeline(tracker, window, marker, parked, loaded)
-	progress := store.NewProgress(cfg.Postgres.StateURL(), r.tables, loaded, r.log)
+	progress := store.NewProgress(r.stateURL, r.tables, loaded, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
 	if marker != nil {
@@ -467,14 +475,14 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		w.first(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
-	if cfg.Postgres.FromStandby() {
+	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
 		g.Go(func() error { return r.watchPromotion(sd.read) }) // promotion.go
 	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
 		// A standby writes no WAL: the heartbeat's message is written on
 		// the primary and reaches the slot through the standby's replay.
-		return replication.RunHeartbeat(sd.read, cfg.Postgres.StateURL(), cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
+		return replication.RunHeartbeat(sd.read, r.stateURL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
 	})
 	g.Go(func() error {
 		err := p.Run(gctx, events) // closes the sinks' channels
@@ -566,7 +574,7 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		hold = hold || h.Sink == sinkName // held before: held whatever the policy now
 	}
 	if cfg.Relay.OnRefused.Parks() || hold {
-		dead := store.NewDeadLetter(cfg.Postgres.StateURL(), r.tables)
+		dead := store.NewDeadLetter(r.stateURL, r.tables)
 		so.Refusals, done = dead, dead.Close
 		if hold {
 			so.Holds, so.Held, so.HoldRefused = dead, r.held, cfg.Relay.OnRefused == config.HoldKey

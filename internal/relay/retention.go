@@ -17,8 +17,8 @@ func (r *Relay) checkRetention(ctx context.Context, conn *pgx.Conn) error {
 	if s == nil {
 		return nil
 	}
-	job := retention.New(r.cfg.Postgres.StateURL(), *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
-	if r.cfg.Postgres.FromStandby() {
+	job := retention.New(r.stateURL, *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
+	if r.stateURL != r.cfg.Postgres.URL {
 		job.SlotOn(r.cfg.Postgres.URL) // the marks on the primary, the slot on the standby
 	}
 	if err := job.Check(ctx, conn); err != nil {

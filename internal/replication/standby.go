@@ -52,10 +52,19 @@ type Topology struct {
 	// primary_slot_name ("" for none). Both only for a standby.
 	Feedback    bool
 	PrimarySlot string
+	// Promoted: postgres.primary_url is set but postgres.url is a
+	// promoted standby (not in recovery, of the primary's cluster, or on
+	// a timeline above 1 while primary_url cannot be reached). Its slot
+	// survived the promotion: the slot is read and the state written on
+	// url, and primary_url is ignored (Cautions says to remove it).
+	Promoted bool
 }
 
 // Describe is the topology in words, for logs and cdc status.
 func (t Topology) Describe() string {
+	if t.Promoted {
+		return "promoted: postgres.url was a standby and is the primary now; the slot and the state tables on it, postgres.primary_url ignored"
+	}
 	if !t.Standby {
 		return "primary: the slot and the state tables on postgres.url"
 	}
@@ -78,6 +87,11 @@ func (t Topology) Describe() string {
 // conflict invalidates it, which the relay reports as a lost slot and
 // cdc recover recovers from, nothing lost.
 func (t Topology) Cautions() []string {
+	if t.Promoted {
+		return []string{"postgres.url was a standby and has been promoted: the relay reads the slot (which survived the promotion) and writes its state on it, " +
+			"ignoring postgres.primary_url; remove postgres.primary_url from the configuration, and make sure the old primary takes no more writes " +
+			"(rows committed there are not in this server's WAL)"}
+	}
 	if !t.Standby {
 		return nil
 	}
@@ -145,11 +159,9 @@ func CheckTopology(ctx context.Context, src, state *pgx.Conn) (Topology, error) 
 		return t, fmt.Errorf("%w: both reach one server (system identifier %s); postgres.primary_url is only for a slot read on a standby: remove it", ErrSameServer, srcID)
 	case !t.Standby && stateID == srcID:
 		// Another server of the same cluster, not in recovery: a
-		// promoted standby.
-		return t, fmt.Errorf("%w: the server of postgres.url is a primary of the same cluster as postgres.primary_url (system identifier %s): it was promoted. The slot walpost read on it survives the promotion "+
-			"and streams on, but the state tables must be written on the new primary: remove postgres.primary_url (the promoted server holds the state tables, replicated from the old primary) "+
-			"and start cdc run again; if a failover made another server the primary, point postgres.url at a standby of it and run cdc init (docs/operations.md, \"Decoding from a standby\")",
-			ErrNotStandby, srcID)
+		// promoted standby, whose slot survived.
+		t.Promoted = true
+		return t, nil
 	case !t.Standby:
 		return t, fmt.Errorf("%w: the server of postgres.url is not in recovery; postgres.primary_url is only for a slot read on a physical standby (PostgreSQL 16+): remove it, "+
 			"or point postgres.url at a standby of postgres.primary_url", ErrNotStandby)
@@ -186,27 +198,56 @@ type Conns struct {
 // and checks the topology (CheckTopology). A failed connection's error
 // is pgconnect's, for the caller to classify (pgconnect.Refused); the
 // connections are closed on any error.
+//
+// A promoted standby (Topology.Promoted) is found whether or not the old
+// primary can be reached: when primaryURL cannot be, url not in recovery
+// and on a timeline above 1 (IDENTIFY_SYSTEM) is taken for promoted.
+// Both connections are then url's.
 func OpenConns(ctx context.Context, url, primaryURL string) (*Conns, error) {
 	src, err := pgconnect.Connect(ctx, url)
 	if err != nil {
 		return nil, err
 	}
 	c := &Conns{Slot: src, State: src}
+	var state *pgx.Conn
 	if primaryURL != "" {
-		if c.State, err = pgconnect.Connect(ctx, primaryURL); err != nil {
+		if state, err = pgconnect.Connect(ctx, primaryURL); err != nil {
+			if t, ok := promotedAlone(ctx, src, url); ok {
+				c.Topology = t
+				return c, nil
+			}
 			src.Close(context.Background())
 			return nil, fmt.Errorf("postgres.primary_url: %w", err)
 		}
-	}
-	var state *pgx.Conn
-	if primaryURL != "" {
-		state = c.State
+		c.State = state
 	}
 	if c.Topology, err = CheckTopology(ctx, src, state); err != nil {
 		c.Close()
 		return nil, err
 	}
+	if c.Topology.Promoted {
+		state.Close(context.Background())
+		c.State = src
+	}
 	return c, nil
+}
+
+// promotedAlone reports, when the primary cannot be reached, whether src
+// (at url) is a promoted standby: not in recovery, on a timeline above 1.
+func promotedAlone(ctx context.Context, src *pgx.Conn, url string) (Topology, bool) {
+	var recovering bool
+	if err := src.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering); err != nil || recovering {
+		return Topology{}, false
+	}
+	tl, _, err := Timeline(ctx, url)
+	if err != nil || tl <= 1 {
+		return Topology{}, false
+	}
+	v, err := ServerVersion(ctx, src)
+	if err != nil {
+		return Topology{}, false
+	}
+	return Topology{Promoted: true, Version: v}, true
 }
 
 // Close closes both connections.
