@@ -283,7 +283,7 @@ func (r *Relay) check(ctx context.Context) error {
 	if conns.Standby() || conns.Topology.Promoted {
 		if !r.topologyLogged {
 			r.topologyLogged = true
-			r.log.Info().Str("topology", conns.Topology.Describe()).Msg("reading the slot on a standby")
+			r.log.Info().Str("topology", conns.Topology.Describe()).Msg("the slot is read on a standby (postgres.primary_url is set)")
 		}
 		for _, c := range conns.Topology.Cautions() { // each cycle: a setting may change
 			r.log.Warn().Msg(c)
