@@ -183,6 +183,10 @@ func TestIntegrationStandbyDecodingConflictIsALostSlotThatCdcRecoverRecovers(t *
 				t.Fatalf("cdc run exited %d, want 1\n%s", code, r.Logs())
 			}
 			ss.ob.InsertTx(t, primary, lost...)
+			// Started on the invalidated slot, cdc run says the same.
+			if code, _, stderr := cdc(t, nil, "run", "--config", ss.cfg); code != 1 || !strings.Contains(lastLine(stderr), "cdc recover --config "+ss.cfg) {
+				t.Errorf("cdc run started on the invalidated slot exited %d, want 1 naming cdc recover:\n%s", code, lastLine(stderr))
+			}
 			if code, stdout, _ := cdc(t, nil, "status", "--config", ss.cfg); code != 1 || !strings.Contains(stdout, "invalidated") {
 				t.Errorf("cdc status on the lost slot exited %d, want 1:\n%s", code, stdout)
 			}
