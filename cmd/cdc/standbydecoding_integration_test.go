@@ -85,13 +85,15 @@ func standbyMsgs(typ string, n int) []relaytest.Msg {
 	return out
 }
 
-// TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart:
+// TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart
+// (and a primary restart):
 // cdc init with url = a standby makes the slot there (none on the
 // primary) and the state tables on the primary; cdc run reads the slot on
 // the standby and delivers what commits on the primary, and through a
 // kill -9 of the relay and an immediate restart of the standby every
-// committed message is delivered, in order per key; cdc status shows the
-// topology; the sink's progress is on the primary.
+// committed message is delivered, in order per key, and so through an
+// immediate restart of the primary; cdc status shows the topology; the
+// sink's progress is on the primary.
 func TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart(t *testing.T) {
 	for _, v := range standbyVersions(t) {
 		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
@@ -125,6 +127,13 @@ func TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart(t 
 			restarted := time.Now()
 			grows("after an immediate restart of the standby", r)
 			t.Logf("PostgreSQL %d: the standby restarted; deliveries again %v later", v, time.Since(restarted).Round(time.Millisecond))
+			if err := ss.primary.Restart("immediate"); err != nil {
+				t.Fatal(err)
+			}
+			restarted = time.Now()
+			primary = pgtest.Connect(t, ss.primary.URL("postgres"))
+			grows("after an immediate restart of the primary", r)
+			t.Logf("PostgreSQL %d: the primary restarted; deliveries again %v later", v, time.Since(restarted).Round(time.Millisecond))
 			prod.Stop()
 			committed := prod.Committed(t, primary)
 			pgtest.WaitFor(90*time.Second, func() bool { return relaytest.AllDelivered(committed, relaytest.ReadLines(t, ss.out)) })
