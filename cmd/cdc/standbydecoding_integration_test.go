@@ -292,7 +292,8 @@ func TestIntegrationStandbyDecodingStreamsOnFromThePromotedStandby(t *testing.T)
 // url, failover_slot with primary_url, cdc init --adopt with primary_url
 // (exit 2: the configuration); a standby of PostgreSQL 15 (exit 1, 16 or
 // later). hot_standby_feedback off is a warning of cdc init, status and
-// run, which go on.
+// run, which go on; a standby promoted beside its running primary is
+// followed (cdc status: promoted).
 func TestIntegrationStandbyDecodingRefusesWhatCannotWork(t *testing.T) {
 	t.Parallel()
 	v := standbyVersions(t)[0]
@@ -355,6 +356,15 @@ func TestIntegrationStandbyDecodingRefusesWhatCannotWork(t *testing.T) {
 	r := startCDC(t, "run", "--config", onStandby)
 	pgtest.Await(t, 30*time.Second, "cdc run's warning", func() bool { return strings.Contains(r.Stderr.String(), warning) })
 	r.Stop(t)
+
+	// Promoted while the old primary still runs: followed, with a warning.
+	if err := ss.standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = cdc(t, nil, "status", "--config", onStandby)
+	if code != 0 || !strings.Contains(stdout, "topology:      promoted") || !strings.Contains(stdout, "remove postgres.primary_url") {
+		t.Errorf("cdc status of a standby promoted beside its running primary exited %d, want 0, topology promoted:\n%s%s", code, stdout, stderr)
+	}
 
 	// A standby of PostgreSQL 15 (the machine's, or the npm package's)
 	// cannot hold a logical slot.
