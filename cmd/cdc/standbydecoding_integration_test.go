@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -426,4 +427,52 @@ func TestIntegrationStandbyDecodingIdleOutboxAndRetentionFollowTheStandbysSlot(t
 	})
 	t.Logf("PostgreSQL %d: idle outbox, busy primary: the standby's slot confirmed past %s %v later", v, target, time.Since(start).Round(time.Millisecond))
 	r.Stop(t)
+}
+
+// TestIntegrationStandbyDecodingSkipParksTheBadRowOnThePrimary: a row
+// that cannot be mapped stops the relay reading the slot on a standby
+// (relay.on_invalid: stop) with the cdc skip line; cdc skip reads the
+// slot on the standby and parks the row in the primary's dead-letter
+// table; cdc run then goes on past it.
+func TestIntegrationStandbyDecodingSkipParksTheBadRowOnThePrimary(t *testing.T) {
+	t.Parallel()
+	v := standbyVersions(t)[0]
+	ss := newStandbySetup(t, v, "hot_standby_feedback = on")
+	pURL := ss.primary.URL("postgres")
+	pgtest.Exec(t, pURL, "ALTER TABLE "+ss.ob.Table+" ALTER COLUMN payload TYPE text")
+	cdcInit(t, ss.cfg)
+	ctx := context.Background()
+	primary := pgtest.Connect(t, pURL)
+	good, after := relaytest.NewMsg("ok", "k", 1), relaytest.NewMsg("after", "k", 3)
+	ss.ob.InsertTx(t, primary, good)
+	bad := relaytest.NewMsg("bad", "k", 2)
+	if _, err := primary.Exec(ctx, "INSERT INTO "+ss.ob.Table+" (id, type, key, payload) VALUES ($1, 'bad', 'k', 'not json')", bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	ss.ob.InsertTx(t, primary, after)
+	p := startCDC(t, "run", "--config", ss.cfg)
+	if code := p.Wait(60 * time.Second); code != 1 {
+		t.Fatalf("cdc run at the bad row exited %d, want 1\n%s", code, p.Logs())
+	}
+	m := regexp.MustCompile(`cdc skip --config \S+ --lsn (\S+)`).FindStringSubmatch(p.Stderr.String())
+	if m == nil || !strings.Contains(p.Stderr.String(), bad.ID) {
+		t.Fatalf("the error does not name the row and cdc skip:\n%s", lastLine(p.Stderr.String()))
+	}
+	code, stdout, stderr := cdc(t, nil, "skip", "--config", ss.cfg, "--lsn", m[1])
+	if code != 0 {
+		t.Fatalf("cdc skip --lsn %s exited %d:\n%s%s", m[1], code, stdout, stderr)
+	}
+	var parked int
+	if err := primary.QueryRow(ctx, "SELECT count(*) FROM public.walpost_dead_letter WHERE slot = $1", ss.ob.Slot).Scan(&parked); err != nil || parked != 1 {
+		t.Fatalf("the primary's dead-letter table holds %d row(s) of the slot (%v), want 1", parked, err)
+	}
+	p = startCDC(t, "run", "--config", ss.cfg)
+	relaytest.WaitAllDelivered(t, ss.out, []relaytest.Msg{good, after}, 60*time.Second, p.Logs)
+	for _, l := range relaytest.ReadLines(t, ss.out) {
+		if l.ID == bad.ID {
+			t.Errorf("the skipped row was delivered")
+		}
+	}
+	t.Logf("PostgreSQL %d: cdc skip --lsn %s parked the bad row on the primary; cdc run went on past it", v, m[1])
+	p.Stop(t)
 }
