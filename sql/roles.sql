@@ -53,3 +53,10 @@ GRANT SELECT, INSERT, UPDATE ON public.walpost_coverage TO walpost_relay;
 -- replication connection matches the database's name, not the
 -- "replication" keyword), e.g.:
 --   hostssl app walpost_relay 10.0.0.0/8 scram-sha-256
+
+-- Decoding from a standby (postgres.primary_url, PostgreSQL 16+): run
+-- these grants on the primary (the standby replicates them). The role
+-- that runs `cdc init` and `cdc recover`, when not a superuser, may be
+-- allowed to make the standby's new slot reach its starting point at once
+-- (docs/operations.md, "Decoding from a standby"):
+--   GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO walpost_admin;

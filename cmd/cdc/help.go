@@ -17,6 +17,7 @@ type envVar struct{ name, what string }
 var configEnv = []envVar{
 	{"CDC_CONFIG", "the configuration file when neither --config nor an argument names one (default ./cdc.yaml)"},
 	{"CDC_POSTGRES_URL", "overrides postgres.url"},
+	{"CDC_POSTGRES_PRIMARY_URL", "overrides postgres.primary_url (the primary, when postgres.url is a standby)"},
 	{"CDC_POSTGRES_TABLE", "overrides postgres.table"},
 	{"CDC_POSTGRES_PUBLICATION", "overrides postgres.publication"},
 	{"CDC_POSTGRES_SLOT", "overrides postgres.slot"},

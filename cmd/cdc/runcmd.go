@@ -152,6 +152,14 @@ func warnInsecure(cfg *config.Config, log zerolog.Logger) {
 				Msgf("postgres.url: %s: a machine between the relay and %s can read and alter the outbox stream; use sslmode=verify-full (with sslrootcert) for a remote server", why, pc.Host)
 		}
 	}
+	if cfg.Postgres.PrimaryURL != "" {
+		if pc, err := pgconnect.ReplicationConfig(cfg.Postgres.PrimaryURL); err == nil {
+			if why := pgconnect.Unverified(pc); why != "" {
+				log.Warn().Str("postgres", pgconnect.Describe(pc)).
+					Msgf("postgres.primary_url: %s: a machine between the relay and %s can read and alter the relay's state (progress, dead letters); use sslmode=verify-full (with sslrootcert) for a remote server", why, pc.Host)
+			}
+		}
+	}
 	if cfg.HTTP.Pprof && cfg.HTTP.Listen != "" && cfg.HTTP.Auth == nil {
 		host, _, err := net.SplitHostPort(cfg.HTTP.Listen)
 		if err != nil || !pgconnect.IsLocal(host) {

@@ -45,6 +45,9 @@ func printStatus(w io.Writer, cfg *config.Config, st *admin.Status) {
 		active = fmt.Sprintf("yes (pid %d)", info.ActivePID)
 	}
 	fmt.Fprintf(w, "slot:          %s (plugin %s, database %s)\n", cfg.Postgres.Slot, info.Plugin, info.Database)
+	if st.Topology.Standby || st.Topology.Promoted {
+		fmt.Fprintf(w, "topology:      %s\n", st.Topology.Describe())
+	}
 	fmt.Fprintf(w, "active:        %s\n", active)
 	fmt.Fprintf(w, "confirmed LSN: %s\n", info.ConfirmedFlush)
 	fmt.Fprintf(w, "current WAL:   %s\n", info.CurrentWAL)
@@ -125,24 +128,30 @@ func humanBytes(n int64) string {
 // statusJSON is cdc status --json; docs/operations.md ("cdc status") documents each
 // field. Fields about the slot are null when it is missing.
 type statusJSON struct {
-	Slot          string          `json:"slot"`
-	Exists        bool            `json:"exists"`
-	Plugin        *string         `json:"plugin"`
-	Database      *string         `json:"database"`
-	Active        bool            `json:"active"`
-	ActivePID     *int32          `json:"active_pid"`
-	ConfirmedLSN  *string         `json:"confirmed_lsn"`
-	CurrentWAL    string          `json:"current_wal"`
-	LagBytes      *int64          `json:"lag_bytes"`
-	RetainedBytes *int64          `json:"retained_bytes"`
-	WALStatus     *string         `json:"wal_status"`
-	SafeWALSize   *int64          `json:"safe_wal_size"`
-	Invalidation  *string         `json:"invalidation_reason"`
-	Sinks         []sinkJSON      `json:"sinks"`
-	SlowestSink   *string         `json:"slowest_sink"`
-	DeadLetters   *deadLettersRep `json:"dead_letters"`
-	HeldKeys      []heldKeyRep    `json:"held_keys"`
-	Warnings      []string        `json:"warnings"`
+	Slot          string  `json:"slot"`
+	Exists        bool    `json:"exists"`
+	Plugin        *string `json:"plugin"`
+	Database      *string `json:"database"`
+	Active        bool    `json:"active"`
+	ActivePID     *int32  `json:"active_pid"`
+	ConfirmedLSN  *string `json:"confirmed_lsn"`
+	CurrentWAL    string  `json:"current_wal"`
+	LagBytes      *int64  `json:"lag_bytes"`
+	RetainedBytes *int64  `json:"retained_bytes"`
+	WALStatus     *string `json:"wal_status"`
+	SafeWALSize   *int64  `json:"safe_wal_size"`
+	Invalidation  *string `json:"invalidation_reason"`
+	// Topology: "primary" (the slot on the primary), "standby" (read on
+	// a standby, state on postgres.primary_url) or "promoted" (that
+	// standby was promoted: everything on postgres.url);
+	// HotStandbyFeedback is the standby's setting, null otherwise.
+	Topology           string          `json:"topology"`
+	HotStandbyFeedback *bool           `json:"hot_standby_feedback"`
+	Sinks              []sinkJSON      `json:"sinks"`
+	SlowestSink        *string         `json:"slowest_sink"`
+	DeadLetters        *deadLettersRep `json:"dead_letters"`
+	HeldKeys           []heldKeyRep    `json:"held_keys"`
+	Warnings           []string        `json:"warnings"`
 	// OutboxWarnings: why outbox rows may not reach the sinks
 	// (admin.Status.Coverage).
 	OutboxWarnings []string `json:"outbox_warnings"`
@@ -175,7 +184,14 @@ func ptr[T any](v T) *T { return &v }
 func statusReport(cfg *config.Config, st *admin.Status) statusJSON {
 	info := st.Slot
 	r := statusJSON{Slot: cfg.Postgres.Slot, Exists: info.Exists, CurrentWAL: info.CurrentWAL.String(),
-		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.Warnings...), st.Cautions...), OutboxWarnings: append([]string{}, st.Coverage...)}
+		Sinks: []sinkJSON{}, Warnings: append(append([]string{}, st.Warnings...), st.Cautions...), OutboxWarnings: append([]string{}, st.Coverage...),
+		Topology: "primary"}
+	switch {
+	case st.Topology.Standby:
+		r.Topology, r.HotStandbyFeedback = "standby", ptr(st.Topology.Feedback)
+	case st.Topology.Promoted:
+		r.Topology = "promoted"
+	}
 	for _, s := range cfg.Sinks {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.Progress[s.Name]; ok {

@@ -40,11 +40,16 @@ var ErrAdoptTableLess = errors.New("relay: --adopt needs an outbox table")
 // connection (CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT), without failover.
 var ErrAdoptFailover = errors.New("relay: cdc init --adopt does not create failover slots")
 
+// ErrAdoptStandby: cdc init --adopt with postgres.primary_url; the
+// slot's exported snapshot, on a standby, cannot be used to write the
+// adopt messages on the primary.
+var ErrAdoptStandby = errors.New("relay: cdc init --adopt does not create a slot on a standby")
+
 // IsSetupConfigError reports whether err, returned by Setup, is a
 // configuration error that Setup found before it did anything (`cdc init`
 // exits 2 for it).
 func IsSetupConfigError(err error) bool {
-	return errors.Is(err, ErrAdoptNeedsSentAt) || errors.Is(err, ErrAdoptTableLess) || errors.Is(err, ErrAdoptFailover)
+	return errors.Is(err, ErrAdoptNeedsSentAt) || errors.Is(err, ErrAdoptTableLess) || errors.Is(err, ErrAdoptFailover) || errors.Is(err, ErrAdoptStandby)
 }
 
 // checkAdoptConfig refuses, before Setup connects, a configuration that
@@ -55,6 +60,9 @@ func checkAdoptConfig(cfg *config.Config) error {
 		return fmt.Errorf("%w: postgres.source: messages has no table whose unsent rows --adopt could hand to the stream; run cdc init without --adopt", ErrAdoptTableLess)
 	case !cfg.Outbox().Columns.Has(layout.SentAt):
 		return fmt.Errorf("%w: map the column a dispatcher set once it sent a row (e.g. columns: {sent_at: ProcessedOnUtc}): rows where it is NULL are adopted", ErrAdoptNeedsSentAt)
+	case cfg.Postgres.FromStandby():
+		return fmt.Errorf("%w: the rows are handed to the stream in the snapshot the new slot exports, and a standby's snapshot cannot be used on the primary, where they are written; "+
+			"run cdc init --adopt with the slot on the primary (without postgres.primary_url), or stop the writers and run cdc init then cdc replay", ErrAdoptStandby)
 	case cfg.Postgres.FailoverSlot:
 		return fmt.Errorf("%w: run cdc init --adopt with postgres.failover_slot: false, then, with no relay running, "+
 			"ALTER_REPLICATION_SLOT %s (FAILOVER true) on a replication connection, and set postgres.failover_slot: true again", ErrAdoptFailover, cfg.Postgres.Slot)
@@ -149,8 +157,36 @@ func createSlotEmitting(ctx context.Context, conn *pgx.Conn, cfg *config.Config,
 	return n, nil
 }
 
-// emitRows emits, in the snapshot, an adopt message per row of sel, in
-// the order of the time column (when mapped) and the id.
+// createSlotOnStandbyEmitting creates the slot on the standby src
+// (replication.EnsureSlotOnStandby) and then, on the primary conn, emits
+// an adopt message for each row of sel in a snapshot taken after the
+// slot's start: a standby's exported snapshot cannot be used on the
+// primary, where the messages must be written. Every row committed
+// before the slot's start is in that snapshot; a row committed between
+// the slot's start and the snapshot is both streamed and handed over
+// (a duplicate, later than its first copy: inboxes drop it by id). If
+// emitting fails, the slot is dropped again.
+func createSlotOnStandbyEmitting(ctx context.Context, src, conn *pgx.Conn, cfg *config.Config, sel selection) (int64, error) {
+	if err := store.EnsureAdoptTable(ctx, conn, store.TablesOf(cfg)); err != nil {
+		return 0, err
+	}
+	if _, _, err := replication.EnsureSlotOnStandby(ctx, src, conn, cfg.Postgres.Slot); err != nil {
+		return 0, fmt.Errorf("creating replication slot %q on the standby: %w", cfg.Postgres.Slot, err)
+	}
+	n, err := emitRows(ctx, conn, cfg, "", sel)
+	if err != nil {
+		_, derr := src.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", cfg.Postgres.Slot)
+		if derr != nil {
+			return 0, fmt.Errorf("%w (and dropping the slot on the standby again failed: %v; drop it before retrying)", err, derr)
+		}
+		return 0, fmt.Errorf("%w (the slot was dropped again: nothing changed)", err)
+	}
+	return n, nil
+}
+
+// emitRows emits, in the snapshot (a new one when ""), an adopt message
+// per row of sel, in the order of the time column (when mapped) and the
+// id.
 func emitRows(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot string, sel selection) (int64, error) {
 	t := cfg.Outbox()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -158,10 +194,11 @@ func emitRows(ctx context.Context, conn *pgx.Conn, cfg *config.Config, snapshot 
 		return 0, err
 	}
 	defer tx.Rollback(context.Background())
-	for _, stmt := range []string{
-		"SET TRANSACTION SNAPSHOT '" + strings.ReplaceAll(snapshot, "'", "''") + "'",
-		"SET LOCAL datestyle = 'ISO, MDY'", "SET LOCAL timezone = 'UTC'", "SET LOCAL bytea_output = 'hex'",
-	} {
+	stmts := []string{"SET LOCAL datestyle = 'ISO, MDY'", "SET LOCAL timezone = 'UTC'", "SET LOCAL bytea_output = 'hex'"}
+	if snapshot != "" {
+		stmts = append([]string{"SET TRANSACTION SNAPSHOT '" + strings.ReplaceAll(snapshot, "'", "''") + "'"}, stmts...)
+	}
+	for _, stmt := range stmts {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
 			return 0, fmt.Errorf("adopting: %s: %w", stmt, err)
 		}

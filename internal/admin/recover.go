@@ -13,7 +13,6 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/outboxdb"
-	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/store"
@@ -55,12 +54,16 @@ type RecoverOptions struct {
 // table, those committed after it are streamed. It refuses a slot the
 // server has not invalidated, and one a process holds. It reports each
 // step with report.
+//
+// With postgres.primary_url the slot is replaced on the standby and the
+// rows are handed to it from the primary (createSlotOnStandbyEmitting).
 func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, report func(string)) error {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	conns, err := replication.OpenConns(ctx, cfg.Postgres.URL, cfg.Postgres.PrimaryURL)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conns.Close()
+	conn, src := conns.State, conns.Slot
 	t := outboxdb.Target(cfg)
 	if t.TableLess {
 		return fmt.Errorf("%w: postgres.source is messages: a table-less outbox keeps no rows to relay again; what was committed after the slot's confirmed position can only be emitted again by the application. "+
@@ -79,7 +82,10 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		return fmt.Errorf("%w: cdc recover needs PostgreSQL 14 or later (the server is %d.%d): it hands the rows to the stream as logical messages; "+
 			"instead, drop the slot, run cdc init, then cdc replay --since <a time before the slot's confirmed position>", ErrAdoptNeedsPG14, v/10000, v%10000)
 	}
-	old, err := replication.ReadSlot(ctx, conn, t.Slot)
+	for _, c := range conns.Topology.Cautions() {
+		report("warning: " + c + " (the new slot can be invalidated again)")
+	}
+	old, err := replication.ReadSlot(ctx, src, t.Slot)
 	if err != nil {
 		return err
 	}
@@ -97,14 +103,20 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		return err
 	}
 	if old.Exists {
-		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", t.Slot); err != nil {
+		if _, err := src.Exec(ctx, "SELECT pg_drop_replication_slot($1)", t.Slot); err != nil {
 			return fmt.Errorf("dropping the invalidated slot %q: %w (is a relay holding it? stop every relay on the slot first)", t.Slot, err)
 		}
 		report(fmt.Sprintf("slot %s: invalidated (wal_status %s%s, confirmed %s): dropped", t.Slot, old.WALStatus, old.ReasonNote(), old.ConfirmedFlush))
 	} else {
 		report(fmt.Sprintf("slot %s: missing (dropped, or a failover to a server without it)", t.Slot))
 	}
-	n, err := createSlotEmitting(ctx, conn, cfg, sel)
+	create := createSlotEmitting
+	if conns.Standby() {
+		create = func(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sel selection) (int64, error) {
+			return createSlotOnStandbyEmitting(ctx, src, conn, cfg, sel)
+		}
+	}
+	n, err := create(ctx, conn, cfg, sel)
 	if err != nil {
 		again := "run cdc recover again"
 		if sel.since != "" {

@@ -38,7 +38,10 @@ type ResyncResult struct {
 // Errors of Resync.
 var (
 	ErrResyncSlotActive = errors.New("relay: the slot is in use")
-	ErrResyncNoRecord   = errors.New("relay: no record of when the slot's confirmed position was written")
+	// ErrResyncStandby: cdc resync with the slot on a standby
+	// (postgres.primary_url).
+	ErrResyncStandby  = errors.New("relay: cdc resync does not support a slot on a standby")
+	ErrResyncNoRecord = errors.New("relay: no record of when the slot's confirmed position was written")
 )
 
 // Resync is cdc resync: the way out when the stream cannot go on from the
@@ -60,6 +63,11 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 	var res ResyncResult
 	if cfg.Postgres.TableLess() {
 		return res, replay.ErrTableLess
+	}
+	if cfg.Postgres.FromStandby() {
+		return res, fmt.Errorf("%w: cdc resync reads the rows and moves the slot on one server, and with postgres.primary_url the slot is on a standby; "+
+			"stop every relay on the slot, then run cdc recover --since <a time before the publication changed> after dropping the slot on the standby "+
+			"(SELECT pg_drop_replication_slot('%s')), or run cdc replay --since that time (docs/operations.md, \"Decoding from a standby\")", ErrResyncStandby, cfg.Postgres.Slot)
 	}
 	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {

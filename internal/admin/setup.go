@@ -48,11 +48,18 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 			return err // before connecting
 		}
 	}
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	// With postgres.primary_url the slot is made on the standby (url)
+	// and everything else on the primary (docs/operations.md, "Decoding
+	// from a standby"); conn is the primary's, src the slot's.
+	conns, err := replication.OpenConns(ctx, cfg.Postgres.URL, cfg.Postgres.PrimaryURL)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer conns.Close()
+	conn, src := conns.State, conns.Slot
+	for _, c := range conns.Topology.Cautions() {
+		warnf(opts, report, c)
+	}
 	t := outboxdb.Target(cfg)
 	slotOpts, err := failoverSlotOptions(ctx, conn, cfg, opts)
 	if err != nil {
@@ -71,6 +78,11 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	}
 	if err := replication.CheckServer(ctx, conn, t); err != nil {
 		return err
+	}
+	if conns.Standby() {
+		if err := replication.CheckServer(ctx, src, replication.Target{TableLess: true}); err != nil {
+			return fmt.Errorf("the standby (postgres.url): %w", err) // wal_level and REPLICATION there
+		}
 	}
 	created, err := replication.EnsurePublication(ctx, conn, t)
 	if err != nil {
@@ -94,6 +106,13 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 			return err
 		}
 		report(fmt.Sprintf("slot %s: created; %d unsent row(s) of %s adopted: cdc run relays them once, before what commits after this (stop the writers during --adopt to keep each key's order)", t.Slot, n, t.Outbox))
+	} else if conns.Standby() {
+		info, created, err := replication.EnsureSlotOnStandby(ctx, src, conn, t.Slot)
+		if err != nil {
+			return err
+		}
+		slotCreated = created
+		report(fmt.Sprintf("slot %s: %s on the standby (confirmed %s); state tables and heartbeats on the primary (postgres.primary_url)", t.Slot, createdOrExists(created), info.ConfirmedFlush))
 	} else {
 		info, created, err := replication.EnsureSlotWith(ctx, conn, t.Slot, slotOpts)
 		if err != nil {
@@ -124,6 +143,15 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 	return err
 }
 
+// warnf tells opts.Warn, else report, the warning w.
+func warnf(opts SetupOptions, report func(string), w string) {
+	if opts.Warn != nil {
+		opts.Warn(w)
+		return
+	}
+	report("warning: " + w)
+}
+
 // checkOwners refuses state tables, and triggers on them or on the outbox
 // the relay writes, that no trusted role owns (store.CheckOwners), and
 // warns of the state tables' schemas in which PUBLIC may CREATE.
@@ -145,7 +173,7 @@ func checkOwners(ctx context.Context, conn *pgx.Conn, cfg *config.Config, opts S
 // decide what they publish, park or skip run it first, since a squatted
 // dead-letter table is a list of messages of its owner's choosing.
 func CheckTrust(ctx context.Context, cfg *config.Config) error {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL()) // the state tables' server (the primary when decoding from a standby)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, seq int64)
 	if info.Active {
 		return Skipped{}, fmt.Errorf("%w: slot %s is held by process %d (a running relay); stop every relay on it first, then run cdc skip again", ErrSkipActive, cfg.Postgres.Slot, info.ActivePID)
 	}
-	dead := store.NewDeadLetter(cfg.Postgres.URL, store.TablesOf(cfg))
+	dead := store.NewDeadLetter(cfg.Postgres.StateURL(), store.TablesOf(cfg)) // the primary when the slot is on a standby
 	defer dead.Close()
 	de, err := firstInvalid(ctx, conn, cfg, dead)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/outboxdb"
-	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -29,6 +28,9 @@ type Status struct {
 	Warnings []string                  // why cdc run would refuse the slot
 	Cautions []string                  // what threatens the slot or the stream (wal_status unreserved, outboxdb.EmitRisk); not a refusal
 	Coverage []string                  // why rows may not reach the sinks (coverageWarnings)
+	// Topology is where the slot is read: on a standby with
+	// postgres.primary_url (replication.CheckTopology).
+	Topology replication.Topology
 
 	cfg *config.Config
 }
@@ -37,21 +39,25 @@ type Status struct {
 // refuse, what threatens the slot, what keeps outbox rows from the
 // sinks, each sink's progress and the parked messages (cdc status).
 func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	conns, err := replication.OpenConns(ctx, cfg.Postgres.URL, cfg.Postgres.PrimaryURL)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
-	st := &Status{cfg: cfg}
-	if st.Slot, err = replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err != nil {
+	defer conns.Close()
+	// The slot is read on postgres.url, the rest where the state tables
+	// are (postgres.primary_url when the slot is on a standby).
+	src, conn := conns.Slot, conns.State
+	st := &Status{cfg: cfg, Topology: conns.Topology}
+	if st.Slot, err = replication.ReadSlot(ctx, src, cfg.Postgres.Slot); err != nil {
 		return nil, err
 	}
 	if !st.Slot.Exists {
 		return st, nil
 	}
-	if st.Warnings, err = slotWarnings(ctx, conn, cfg); err != nil {
+	if st.Warnings, err = slotWarnings(ctx, src, cfg); err != nil {
 		return nil, err
 	}
+	st.Cautions = append(st.Cautions, st.Topology.Cautions()...)
 	if risk, err := outboxdb.EmitRisk(ctx, conn, cfg); err != nil {
 		return nil, err
 	} else if risk != "" {

@@ -38,6 +38,13 @@ type Postgres struct {
 	// URL is a libpq connection URL or key/value string. The replication
 	// connection adds replication=database itself.
 	URL string `yaml:"url"`
+	// PrimaryURL, when set, says that URL is a physical standby
+	// (PostgreSQL 16+) whose slot the relay reads: the outbox, the
+	// publication and walpost's state tables live on this primary, and
+	// every write (progress, dead letters, heartbeats, sent_at,
+	// retention) and cdc init's DDL go here (StateURL). Unset: everything
+	// is on URL (docs/operations.md, "Decoding from a standby").
+	PrimaryURL string `yaml:"primary_url"`
 	// Table is the outbox table, schema-qualified (default public.outbox).
 	Table string `yaml:"table"`
 	// Source is where the messages come from: "table" (default), the
@@ -450,6 +457,7 @@ var envVars = []struct {
 	set         func(c *Config, v string) error
 }{
 	{"CDC_POSTGRES_URL", "postgres.url", func(c *Config, v string) error { c.Postgres.URL = v; return nil }},
+	{"CDC_POSTGRES_PRIMARY_URL", "postgres.primary_url", func(c *Config, v string) error { c.Postgres.PrimaryURL = v; return nil }},
 	{"CDC_POSTGRES_TABLE", "postgres.table", func(c *Config, v string) error { c.Postgres.Table = v; return nil }},
 	{"CDC_POSTGRES_PUBLICATION", "postgres.publication", func(c *Config, v string) error { c.Postgres.Publication = v; return nil }},
 	{"CDC_POSTGRES_SLOT", "postgres.slot", func(c *Config, v string) error { c.Postgres.Slot = v; return nil }},

@@ -27,7 +27,10 @@ func (c *Config) Secrets() []string {
 			}
 		}
 	}
-	if u := c.Postgres.URL; u != "" {
+	for _, u := range []string{c.Postgres.URL, c.Postgres.PrimaryURL} {
+		if u == "" {
+			continue
+		}
 		add(redact.URLSecrets(u)...)
 		if pc, err := pgconn.ParseConfig(u); err == nil {
 			add(pc.Password)

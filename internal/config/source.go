@@ -33,6 +33,19 @@ var reservedPrefixes = []string{"walpost_heartbeat", "walpost.adopt."}
 // messages): no outbox table, columns: unused, an empty publication.
 func (p Postgres) TableLess() bool { return p.Source == SourceMessages }
 
+// StateURL is where walpost writes and keeps its state: postgres.primary_url
+// when the slot is read on a standby, else postgres.url.
+func (p Postgres) StateURL() string {
+	if p.PrimaryURL != "" {
+		return p.PrimaryURL
+	}
+	return p.URL
+}
+
+// FromStandby reports whether the slot is read on a standby
+// (postgres.primary_url is set).
+func (p Postgres) FromStandby() bool { return p.PrimaryURL != "" }
+
 // setSourceDefaults fills postgres.source and, for a table-less outbox,
 // postgres.message_prefix.
 func (c *Config) setSourceDefaults() {

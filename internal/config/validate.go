@@ -122,6 +122,10 @@ func (c *Config) validatePostgres() error {
 			return c.fail(fmt.Sprintf("postgres.trusted_owners[%d]", i), "%s is not a role name: it is %v", c.q("postgres.trusted_owners", r), err)
 		}
 	}
+	if p.FailoverSlot && p.PrimaryURL != "" {
+		return c.fail("postgres.failover_slot", "true with postgres.primary_url: a slot created on a standby cannot be a failover slot (PostgreSQL refuses it); "+
+			"set failover_slot: false (a standby's slot survives the standby's promotion: docs/operations.md, \"Decoding from a standby\")")
+	}
 	if p.GapMargin.D() < 0 {
 		return c.fail("postgres.gap_margin", "%v is negative", p.GapMargin.D())
 	}
@@ -143,10 +147,28 @@ func (c *Config) validateTable(field, v, hint string) error {
 // will. Its error never repeats the URL or a piece of it that could be
 // the password.
 func (c *Config) validateURL() error {
-	const field = "postgres.url"
-	u := c.Postgres.URL
+	if err := c.validateURLOf("postgres.url", &c.Postgres.URL); err != nil {
+		return err
+	}
+	if c.Postgres.PrimaryURL == "" {
+		return nil
+	}
+	if err := c.validateURLOf("postgres.primary_url", &c.Postgres.PrimaryURL); err != nil {
+		return err
+	}
+	if c.Postgres.PrimaryURL == c.Postgres.URL {
+		return c.fail("postgres.primary_url", "the same as postgres.url: set primary_url only when url is a standby (PostgreSQL 16+) whose slot the relay reads, "+
+			"to the standby's primary; with the slot on the primary, remove primary_url")
+	}
+	return nil
+}
+
+// validateURLOf checks the connection URL *u of field (postgres.url or
+// postgres.primary_url) and normalizes it.
+func (c *Config) validateURLOf(field string, u0 *string) error {
+	u := *u0
 	if u == "" {
-		return c.fail(field, "empty (set it, or CDC_POSTGRES_URL)")
+		return c.fail(field, "empty (set it, or CDC_%s)", strings.ToUpper(strings.ReplaceAll(field, ".", "_")))
 	}
 	// An ADO.NET string ("Host=…;Password=…") is converted to libpq's
 	// keyword/value form: as it is, libpq would send it, password
@@ -157,7 +179,7 @@ func (c *Config) validateURL() error {
 	if err != nil {
 		return c.fail(field, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), pgconnect.ErrURL.Error()), ": "))
 	}
-	c.Postgres.URL = u
+	*u0 = u
 	pc, err := pgconn.ParseConfig(u)
 	if err == nil {
 		// libpq ends the userinfo at the first '@': the rest of a password
@@ -179,7 +201,7 @@ func (c *Config) validateURL() error {
 		form, hint = "connection string", "write a postgres:// URL or host=… dbname=… pairs; check quotes, ports and sslmode"
 	}
 	why := parseReason(err)
-	if why == "" || c.mayQuoteSecret(why) {
+	if why == "" || c.mayQuoteSecret(field, u, why) {
 		why = hint
 	}
 	return c.fail(field, "not a valid %s (%s); the URL is not repeated here because it may hold a password", form, why)
@@ -224,13 +246,13 @@ func parseReason(err error) string {
 // of the URL that redact.URL hides, or of the environment variables that
 // went into it, appearing whole (when shorter than 4 bytes) or by any 4
 // bytes of it.
-func (c *Config) mayQuoteSecret(text string) bool {
+func (c *Config) mayQuoteSecret(field, u, text string) bool {
 	const window = 4
-	suspects := redact.URLSecrets(c.Postgres.URL)
-	s := c.src["postgres.url"]
+	suspects := redact.URLSecrets(u)
+	s := c.src[field]
 	suspects = append(suspects, s.x.values...)
 	if s.env != "" {
-		suspects = append(suspects, c.Postgres.URL)
+		suspects = append(suspects, u)
 	}
 	for _, v := range suspects {
 		if len(v) < window {

@@ -145,7 +145,7 @@ func (w *watcher) Run(ctx context.Context) error {
 func (w *watcher) round(ctx context.Context) error {
 	r := w.r
 	if w.conn == nil {
-		conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
+		conn, err := pgconnect.Connect(ctx, r.stateURL)
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,14 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 		if conn.QueryRow(ctx, "SELECT COALESCE(host(inet_server_addr()) || ':' || current_setting('port'), 'local socket')").Scan(&addr) == nil {
 			server = addr
 		}
-		if progress, perr := store.LoadProgress(ctx, conn, r.tables); perr == nil && len(progress) > 0 {
+		state := conn
+		if r.cfg.Postgres.FromStandby() {
+			if pc, perr := pgconnect.Connect(ctx, r.cfg.Postgres.PrimaryURL); perr == nil {
+				defer pc.Close(context.Background())
+				state = pc
+			}
+		}
+		if progress, perr := store.LoadProgress(ctx, state, r.tables); perr == nil && len(progress) > 0 {
 			var at []string
 			for sink, p := range progress {
 				at = append(at, fmt.Sprintf("%s at %s", sink, p.CommitLSN))
@@ -124,9 +131,14 @@ func (r *Relay) explainInvalidSlot(err error) error {
 	if server != "" {
 		server = " (the server said: " + server + ")"
 	}
+	keep := "raise max_slot_wal_keep_size (-1: no limit; and idle_replication_slot_timeout on PostgreSQL 18)"
+	if info.Conflicting || info.Invalidation == "rows_removed" {
+		keep = "keep hot_standby_feedback = on on the standby, with a physical slot on the primary (primary_slot_name), and turn it on before cdc recover " +
+			"(docs/operations.md, \"Decoding from a standby\")"
+	}
 	msg := fmt.Sprintf("slot %q was invalidated by the server (wal_status %s%s): %s%s. It was confirmed up to %s; what was committed after that is no longer in the WAL it could stream. %s. "+
-		"To keep slots from being invalidated, raise max_slot_wal_keep_size (-1: no limit; and idle_replication_slot_timeout on PostgreSQL 18), and alert on walpost_slot_lost and cdc status",
-		slot, info.WALStatus, info.ReasonNote(), info.InvalidReason(), server, info.ConfirmedFlush, way)
+		"To keep slots from being invalidated, %s, and alert on walpost_slot_lost and cdc status",
+		slot, info.WALStatus, info.ReasonNote(), info.InvalidReason(), server, info.ConfirmedFlush, way, keep)
 	return fmt.Errorf("%w: %s", replication.ErrSlotInvalidated, msg)
 }
 

@@ -90,6 +90,12 @@ type Relay struct {
 
 	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
 	emitWarned bool
+	// topologyLogged: decoding from a standby was logged (once a run).
+	topologyLogged bool
+	// stateURL is where the cycle writes its state (from the check):
+	// postgres.primary_url when the slot is read on a standby, else
+	// postgres.url (also when the standby was promoted).
+	stateURL string
 	// adopted: the transactions whose adopt messages are rows, as the
 	// cycle read them (adoptedXids).
 	adopted []uint32
@@ -181,7 +187,11 @@ func (r *Relay) Run(ctx context.Context) error {
 // sinks, stream. streamed reports whether it got as far as streaming.
 func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	cfg := r.cfg
-	r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot).Msg("connecting")
+	connecting := r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot)
+	if cfg.Postgres.FromStandby() {
+		connecting = connecting.Str("primary", pgconnect.DescribeURL(cfg.Postgres.PrimaryURL))
+	}
+	connecting.Msg("connecting")
 	if err := r.check(ctx); err != nil {
 		if ctx.Err() != nil {
 			return false, nil // SIGINT/SIGTERM during the check: a clean stop, nothing read
@@ -193,7 +203,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	var confirmer replication.Confirmer = tracker
 	var marker *sentat.Marker
 	if r.sentStmt != "" {
-		marker = sentat.New(cfg.Postgres.URL, r.sentStmt, tracker, r.log)
+		marker = sentat.New(r.stateURL, r.sentStmt, tracker, r.log)
 		confirmer = marker // the slot waits for rows to be marked sent
 	}
 	stream := replication.NewStream(replication.StreamOptions{
@@ -241,8 +251,14 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 // to connect is worth another cycle (the server may be starting), unless
 // the server refused the role or database (pgconnect.Refused); a failed
 // check is not.
+//
+// With postgres.primary_url (decoding from a standby), the slot, the
+// publication and the outbox's definition are checked on the standby
+// (postgres.url) and what the relay writes on the primary; the topology
+// is checked first (replication.CheckTopology) and hot_standby_feedback
+// off is a warning (replication.Topology.Cautions).
 func (r *Relay) check(ctx context.Context) error {
-	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
+	conns, err := replication.OpenConns(ctx, r.cfg.Postgres.URL, r.cfg.Postgres.PrimaryURL)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -253,13 +269,30 @@ func (r *Relay) check(ctx context.Context) error {
 		if pgconnect.Refused(err) {
 			return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
 		}
+		if isTopology(err) {
+			return err // a failed check, not a fault that passes
+		}
 		return restart{err}
 	}
-	defer conn.Close(context.Background())
+	defer conns.Close()
+	conn, state := conns.Slot, conns.State
+	r.stateURL = r.cfg.Postgres.URL
+	if conns.Standby() {
+		r.stateURL = r.cfg.Postgres.PrimaryURL
+	}
+	if conns.Standby() || conns.Topology.Promoted {
+		if !r.topologyLogged {
+			r.topologyLogged = true
+			r.log.Info().Str("topology", conns.Topology.Describe()).Msg("the slot is read on a standby (postgres.primary_url is set)")
+		}
+		for _, c := range conns.Topology.Cautions() { // each cycle: a setting may change
+			r.log.Warn().Msg(c)
+		}
+	}
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
 		return err
 	}
-	if risk, err := emitRisk(ctx, conn, r.cfg); err != nil {
+	if risk, err := emitRisk(ctx, state, r.cfg); err != nil {
 		return err
 	} else if risk != "" && !r.emitWarned {
 		r.emitWarned = true
@@ -281,26 +314,37 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 	}
 	if !r.target.TableLess {
-		if r.shape, err = lookupOutbox(ctx, conn, r.cfg); err != nil {
+		if r.shape, err = lookupOutbox(ctx, state, r.cfg); err != nil {
 			return err
 		}
 	}
 	if r.target.Outbox.Columns.Has(layout.SentAt) {
-		if r.sentStmt, err = sentat.Check(ctx, conn, r.target.Outbox); err != nil {
+		if r.sentStmt, err = sentat.Check(ctx, state, r.target.Outbox); err != nil {
 			return err
 		}
 	}
-	open, err := store.CheckOwners(ctx, conn, r.tables, store.TrustOf(r.cfg))
+	open, err := store.CheckOwners(ctx, state, r.tables, store.TrustOf(r.cfg))
 	for _, o := range open {
 		r.log.Warn().Str("schema", o.Schema).Msg(o.String())
 	}
 	if err != nil {
 		return err
 	}
-	if err := store.Check(ctx, conn, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
+	if err := store.Check(ctx, state, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
 		return err
 	}
-	return r.checkRetention(ctx, conn)
+	return r.checkRetention(ctx, state)
+}
+
+// isTopology reports the refusals of replication.CheckTopology.
+func isTopology(err error) bool {
+	for _, k := range []error{replication.ErrStandbyNoPrimary, replication.ErrNotStandby, replication.ErrSameServer,
+		replication.ErrNotPrimary, replication.ErrStandbyVersion, replication.ErrWALLevel} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // slotState is what a relay holding the slot reads of it.
@@ -320,6 +364,12 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
 	if err != nil {
 		return slotState{}, err
+	}
+	if r.stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
+		if conn, err = pgconnect.Connect(ctx, r.stateURL); err != nil {
+			return slotState{}, restart{err}
+		}
+		defer conn.Close(context.Background())
 	}
 	progress, err := store.LoadProgress(ctx, conn, r.tables)
 	if err != nil {
@@ -406,10 +456,10 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	// take turns more often (see BENCHMARKS.md, "What each optimisation
 	// bought").
 	events := make(chan []replication.Event, 64)
-	parked := store.NewDeadLetter(cfg.Postgres.URL, r.tables)
+	parked := store.NewDeadLetter(r.stateURL, r.tables)
 	defer parked.Close()
 	p := r.newPipeline(tracker, window, marker, parked, loaded)
-	progress := store.NewProgress(cfg.Postgres.URL, r.tables, loaded, r.log)
+	progress := store.NewProgress(r.stateURL, r.tables, loaded, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
 	if marker != nil {
@@ -425,9 +475,14 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		w.first(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
+	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
+		g.Go(func() error { return r.watchPromotion(sd.read) }) // promotion.go
+	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
-		return replication.RunHeartbeat(sd.read, cfg.Postgres.URL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
+		// A standby writes no WAL: the heartbeat's message is written on
+		// the primary and reaches the slot through the standby's replay.
+		return replication.RunHeartbeat(sd.read, r.stateURL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
 	})
 	g.Go(func() error {
 		err := p.Run(gctx, events) // closes the sinks' channels
@@ -519,7 +574,7 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		hold = hold || h.Sink == sinkName // held before: held whatever the policy now
 	}
 	if cfg.Relay.OnRefused.Parks() || hold {
-		dead := store.NewDeadLetter(cfg.Postgres.URL, r.tables)
+		dead := store.NewDeadLetter(r.stateURL, r.tables)
 		so.Refusals, done = dead, dead.Close
 		if hold {
 			so.Holds, so.Held, so.HoldRefused = dead, r.held, cfg.Relay.OnRefused == config.HoldKey

@@ -17,7 +17,10 @@ func (r *Relay) checkRetention(ctx context.Context, conn *pgx.Conn) error {
 	if s == nil {
 		return nil
 	}
-	job := retention.New(r.cfg.Postgres.URL, *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
+	job := retention.New(r.stateURL, *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
+	if r.stateURL != r.cfg.Postgres.URL {
+		job.SlotOn(r.cfg.Postgres.URL) // the marks on the primary, the slot on the standby
+	}
 	if err := job.Check(ctx, conn); err != nil {
 		return err
 	}

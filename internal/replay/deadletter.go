@@ -24,7 +24,7 @@ type DeadLetters struct {
 // current columns (store.CheckParkedTable: cdc init adds them after an
 // upgrade). The caller closes it.
 func OpenDeadLetters(ctx context.Context, cfg *config.Config) (*DeadLetters, error) {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
 	if err != nil {
 		return nil, err
 	}

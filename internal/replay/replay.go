@@ -83,7 +83,7 @@ func Replay(stop, ctx context.Context, cfg *config.Config, o Options) (Result, e
 	if o.Batch <= 0 {
 		o.Batch = 500
 	}
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
 	if err != nil {
 		return Result{}, err
 	}

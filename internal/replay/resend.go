@@ -134,7 +134,7 @@ type resender struct {
 }
 
 func newResender(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*resender, error) {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
 	if err != nil {
 		return nil, err
 	}

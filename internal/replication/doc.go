@@ -8,6 +8,18 @@
 // columns must exist, the publication must publish the table's inserts,
 // and the slot must use pgoutput in this database.
 //
+// Decoding from a standby (standby.go; docs/operations.md, "Decoding from
+// a standby"): with postgres.primary_url the slot lives on a physical
+// standby of PostgreSQL 16+ (postgres.url) and the rest on its primary.
+// OpenConns connects to both and checks the topology (CheckTopology: a
+// standby needs its primary, a primary needs none, a promoted standby is
+// followed: Topology.Promoted); Topology.Cautions says what threatens
+// the slot (hot_standby_feedback off, no physical slot) without refusing
+// it; EnsureSlotOnStandby creates the slot there, calling
+// pg_log_standby_snapshot() on the primary so that it reaches its
+// starting point at once. ReadSlot on a standby counts from the WAL it
+// replayed, and reads conflicting (16+) beside invalidation_reason (17+).
+//
 // Stream runs START_REPLICATION (pgoutput, proto_version 1, messages on
 // PG14+) on a replication=database connection. It is the only goroutine
 // that reads from the connection and the only one that sends standby status

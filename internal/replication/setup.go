@@ -193,6 +193,8 @@ type SlotInfo struct {
 	RestartLSN     pglogrepl.LSN
 	// RetainedBytes is pg_current_wal_lsn() - restart_lsn: the WAL the slot
 	// keeps on disk. LagBytes is pg_current_wal_lsn() - confirmed_flush_lsn.
+	// On a standby, CurrentWAL is what it replayed
+	// (pg_last_wal_replay_lsn()), and both count from there.
 	RetainedBytes int64
 	LagBytes      int64
 	CurrentWAL    pglogrepl.LSN
@@ -207,12 +209,21 @@ type SlotInfo struct {
 	// rows_removed, wal_level_insufficient, idle_timeout), "" when valid
 	// or when the server does not say.
 	Invalidation string
+	// Conflicting is pg_replication_slots.conflicting (PostgreSQL 16+):
+	// the slot was invalidated by a recovery conflict (rows_removed or
+	// wal_level_insufficient), what a standby's slot meets; 16 gives no
+	// invalidation_reason.
+	Conflicting bool
 }
 
 // Invalid reports whether the server invalidated the slot: it can no
 // longer stream, whatever its confirmed position (docs/design.md,
 // "A lost slot").
 func (s SlotInfo) Invalid() bool { return s.Exists && (s.WALStatus == "lost" || s.Invalidation != "") }
+
+// currentWAL is the server's current WAL position: on a standby, which
+// writes none, the last it replayed.
+const currentWAL = "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END"
 
 // ReadSlot reads the slot's state.
 func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
@@ -222,16 +233,18 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	var confirmed, restart *string
 	var current string
 	var walStatus, invalidation *string
-	// to_jsonb reads invalidation_reason where the server has it (17+).
-	err := conn.QueryRow(ctx, `SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, pg_current_wal_lsn()::text,
-			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
-			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
-			wal_status, safe_wal_size, to_jsonb(s) ->> 'invalidation_reason'
-		FROM pg_replication_slots s WHERE slot_name = $1`, slot).
+	var conflicting *bool
+	// to_jsonb reads invalidation_reason where the server has it (17+),
+	// and conflicting (16+).
+	err := conn.QueryRow(ctx, `SELECT plugin, database, active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, w.lsn::text,
+			COALESCE(pg_wal_lsn_diff(w.lsn, restart_lsn), 0)::bigint,
+			COALESCE(pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), 0)::bigint,
+			wal_status, safe_wal_size, to_jsonb(s) ->> 'invalidation_reason', (to_jsonb(s) ->> 'conflicting')::boolean
+		FROM pg_replication_slots s, (SELECT `+currentWAL+` AS lsn) w WHERE slot_name = $1`, slot).
 		Scan(&plugin, &db, &s.Active, &pid, &confirmed, &restart, &current, &s.RetainedBytes, &s.LagBytes,
-			&walStatus, &s.SafeWALSize, &invalidation)
+			&walStatus, &s.SafeWALSize, &invalidation, &conflicting)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&current); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT ("+currentWAL+")::text").Scan(&current); err != nil {
 			return s, fmt.Errorf("reading current WAL position: %w", err)
 		}
 		s.CurrentWAL, _ = pglogrepl.ParseLSN(current)
@@ -262,6 +275,7 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 	if invalidation != nil {
 		s.Invalidation = *invalidation
 	}
+	s.Conflicting = conflicting != nil && *conflicting
 	s.CurrentWAL, _ = pglogrepl.ParseLSN(current)
 	return s, nil
 }
@@ -271,12 +285,17 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 // give a reason).
 func (s SlotInfo) InvalidReason() string {
 	switch s.Invalidation {
-	case "", "wal_removed":
+	case "":
+		if s.Conflicting { // PostgreSQL 16
+			return "a recovery conflict on the standby invalidated it (rows it still needed were vacuumed away on the primary: is hot_standby_feedback off? or wal_level was lowered on the primary)"
+		}
+		return "the WAL it still needed was removed (max_slot_wal_keep_size)"
+	case "wal_removed":
 		return "the WAL it still needed was removed (max_slot_wal_keep_size)"
 	case "idle_timeout":
 		return "it was not used for idle_replication_slot_timeout"
 	case "rows_removed":
-		return "rows it still needed were vacuumed away (on a standby)"
+		return "rows it still needed were vacuumed away on the primary (a recovery conflict on the standby: is hot_standby_feedback off?)"
 	case "wal_level_insufficient":
 		return "wal_level was lowered below logical"
 	}
@@ -288,6 +307,9 @@ func (s SlotInfo) InvalidReason() string {
 // the slot's wal_status.
 func (s SlotInfo) ReasonNote() string {
 	if s.Invalidation == "" {
+		if s.Conflicting {
+			return ", conflicting" // PostgreSQL 16 gives no reason
+		}
 		return ""
 	}
 	return ", invalidation_reason " + s.Invalidation

@@ -43,6 +43,9 @@ type Job struct {
 	marks   string // the marks table, quoted
 	log     zerolog.Logger
 	deleted func(n int64)
+	// slotURL, when set (SlotOn), is the server that holds the slot (a
+	// standby): its confirmed position is read there, the marks on url.
+	slotURL string
 
 	deleteStmt string // from Check; $1 = the bound (timestamptz), $2 = the batch
 }
@@ -56,6 +59,12 @@ func New(url string, s Settings, deleted func(n int64), log zerolog.Logger) *Job
 	return &Job{url: url, s: s, marks: store.QuoteTable(s.Retention.MarksTable), deleted: deleted,
 		log: log.With().Str("component", "retention").Logger()}
 }
+
+// SlotOn makes the Job read the slot's confirmed position on the server
+// at url (a standby the slot is read on: docs/operations.md, "Decoding
+// from a standby") instead of its own: the marks, taken on the primary,
+// are positions of the same WAL. Call it before Run.
+func (j *Job) SlotOn(url string) { j.slotURL = url }
 
 // Setup creates the marks table when missing (`cdc init`).
 func Setup(ctx context.Context, conn *pgx.Conn, s Settings) (store.Result, error) {
@@ -145,10 +154,12 @@ func (j *Job) Run(ctx context.Context) error {
 	if j.deleteStmt == "" {
 		return errors.New("retention: Run before Check")
 	}
-	var conn *pgx.Conn
+	var conn, slotConn *pgx.Conn
 	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
+		for _, c := range []*pgx.Conn{conn, slotConn} {
+			if c != nil {
+				c.Close(context.Background())
+			}
 		}
 	}()
 	r := j.s.Retention
@@ -158,7 +169,7 @@ func (j *Job) Run(ctx context.Context) error {
 		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
-		err := j.round(ctx, &conn)
+		err := j.round(ctx, &conn, &slotConn)
 		switch {
 		case err == nil:
 			retry.Reset()
@@ -166,9 +177,11 @@ func (j *Job) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		default:
-			if conn != nil {
-				conn.Close(context.Background())
-				conn = nil
+			for _, c := range []**pgx.Conn{&conn, &slotConn} {
+				if *c != nil {
+					(*c).Close(context.Background())
+					*c = nil
+				}
 			}
 			wait = retry.Next()
 			j.log.Error().Err(err).Dur("retry_in", wait).
@@ -200,7 +213,7 @@ func deleteBefore(now, taken time.Time, keep, margin time.Duration) time.Time {
 
 // round takes a mark, finds the proof, prunes older marks and deletes
 // what the proof covers, in batches.
-func (j *Job) round(ctx context.Context, conn **pgx.Conn) error {
+func (j *Job) round(ctx context.Context, conn, slotConn **pgx.Conn) error {
 	if *conn == nil {
 		c, err := pgconnect.Connect(ctx, j.url)
 		if err != nil {
@@ -215,11 +228,21 @@ func (j *Job) round(ctx context.Context, conn **pgx.Conn) error {
 	}
 	var p proof
 	var now time.Time // the server's: the time the rows' times and the marks were taken on
-	err := c.QueryRow(ctx, fmt.Sprintf(`SELECT m.lsn::text, m.taken_at, now()
+	q := fmt.Sprintf(`SELECT m.lsn::text, m.taken_at, now()
 		FROM %s m JOIN pg_replication_slots s ON s.slot_name = m.slot
 		WHERE m.slot = $1 AND m.lsn <= s.confirmed_flush_lsn
-		ORDER BY m.lsn DESC LIMIT 1`, j.marks),
-		j.s.Slot).Scan(&p.lsn, &p.taken, &now)
+		ORDER BY m.lsn DESC LIMIT 1`, j.marks)
+	args := []any{j.s.Slot}
+	if j.slotURL != "" {
+		confirmed, err := j.confirmedOnSlotServer(ctx, slotConn)
+		if err != nil || confirmed == nil {
+			return err // nil, nil: the slot is not there (yet); nothing proven
+		}
+		q = fmt.Sprintf(`SELECT m.lsn::text, m.taken_at, now() FROM %s m
+			WHERE m.slot = $1 AND m.lsn <= $2::pg_lsn ORDER BY m.lsn DESC LIMIT 1`, j.marks)
+		args = append(args, *confirmed)
+	}
+	err := c.QueryRow(ctx, q, args...).Scan(&p.lsn, &p.taken, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		j.log.Debug().Str("slot", j.s.Slot).Msg("retention: the slot has not confirmed a mark yet; nothing is proven delivered")
 		return nil
@@ -232,6 +255,27 @@ func (j *Job) round(ctx context.Context, conn **pgx.Conn) error {
 		return fmt.Errorf("pruning old marks in %s: %w", r.MarksTable, err)
 	}
 	return j.deleteBatches(ctx, c, p)
+}
+
+// confirmedOnSlotServer reads the slot's confirmed_flush_lsn on the
+// server at slotURL (SlotOn); nil when the slot is missing or has none.
+func (j *Job) confirmedOnSlotServer(ctx context.Context, slotConn **pgx.Conn) (*string, error) {
+	if *slotConn == nil {
+		c, err := pgconnect.Connect(ctx, j.slotURL)
+		if err != nil {
+			return nil, err
+		}
+		*slotConn = c
+	}
+	var confirmed *string
+	err := (*slotConn).QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", j.s.Slot).Scan(&confirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the slot's confirmed position on its standby: %w", err)
+	}
+	return confirmed, nil
 }
 
 // deleteBatches deletes rows older than p.before, r.Batch at a time, with
