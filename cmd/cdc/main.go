@@ -56,6 +56,7 @@ import (
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
 	_ "github.com/walpost/walpost/internal/publish/rabbitmq"   // registers kind: rabbitmq
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
+	_ "github.com/walpost/walpost/internal/publish/sqs"        // registers kind: sqs
 	_ "github.com/walpost/walpost/internal/publish/webhook"    // registers kind: webhook
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
