@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/sqs"
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
+	"github.com/walpost/walpost/internal/relaytest"
+	"github.com/walpost/walpost/internal/tcpproxy"
+)
+
+// awsTestEnv is the environment the relay finds its AWS credentials and
+// region in, as a user's would (the default chain), kept off the instance
+// metadata service.
+var awsTestEnv = []string{
+	"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=walpost-test-secret", "AWS_REGION=us-east-1",
+	"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+}
+
+// sqsLines returns what queue holds, in queue order, as lines (id and type
+// from the attributes).
+func sqsLines(srv *sqsfake.Server, queue string) []relaytest.Line {
+	var lines []relaytest.Line
+	for _, m := range srv.Messages(queue) {
+		lines = append(lines, relaytest.Line{ID: m.Attributes[sqs.AttrID], Type: m.Attributes[sqs.AttrType]})
+	}
+	return lines
+}
+
+// TestIntegrationSQSLosesNothingThroughKill9RestartThrottlingAndACut: one
+// slot feeds a file sink, an SQS FIFO queue reached through a proxy and a
+// standard queue, while a producer commits keyed sequences. The relay is
+// killed with SIGKILL mid-stream and restarted; then the SQS stand-in is
+// stopped (every connection closed, mid-batch) and started again on its
+// port; then it answers RequestThrottled for a while; then the FIFO
+// queue's proxy cuts every connection and refuses new ones for a while.
+// In the end every queue holds every committed message, per key in
+// commit order (the FIFO queue's groups; the stand-in's standard queue
+// keeps its order too, which real SQS does not), the slot passes the last
+// commit, and SIGTERM exits 0. Duplicates are counted: the FIFO queue
+// deduplicates resends by the outbox id within 5 minutes.
+func TestIntegrationSQSLosesNothingThroughKill9RestartThrottlingAndACut(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	conn := pgtest.Connect(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+
+	srv := sqsfake.Start(t)
+	const fifo, std = "walpost-cdc.fifo", "walpost-cdc"
+	srv.CreateQueue(fifo, sqsfake.QueueOptions{})
+	srv.CreateQueue(std, sqsfake.QueueOptions{})
+	proxy, err := tcpproxy.New(strings.TrimPrefix(srv.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+
+	sinks := strings.Join([]string{
+		fmt.Sprintf("  - {name: file, kind: file, path: %q}", out),
+		fmt.Sprintf("  - {name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 1, timeout: 3s}", fifo, "http://"+proxy.Addr()),
+		fmt.Sprintf("  - {name: std, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 1, timeout: 3s}", std, srv.URL()),
+	}, "\n")
+	cfg := ob.Config(t, sinks, "relay: {batch_size: 100, shutdown_timeout: 10s, retry_backoff: 200ms}")
+	cdcInit(t, cfg)
+
+	var relays []*proc
+	logs := func() string {
+		var b strings.Builder
+		for i, p := range relays {
+			fmt.Fprintf(&b, "--- relay %d ---\n%s", i+1, p.Stderr.String())
+		}
+		return b.String()
+	}
+	count := func(q string) int { return len(srv.Messages(q)) }
+	waitMore := func(what string, q string, n int) {
+		t.Helper()
+		target := count(q) + n
+		if !pgtest.WaitFor(30*time.Second, func() bool { return count(q) >= target }) {
+			t.Fatalf("%s: %s holds %d messages, want %d\n%s", what, q, count(q), target, logs())
+		}
+	}
+
+	relays = append(relays, startCDCEnv(t, awsTestEnv, "run", "--config", cfg))
+	prod := ob.StartProducer(t, 8, 3*time.Millisecond)
+
+	waitMore("getting going", fifo, 300)
+	relays[0].Kill9(t)
+	atKill := count(fifo)
+	relays = append(relays, startCDCEnv(t, awsTestEnv, "run", "--config", cfg))
+	waitMore("after the kill -9", fifo, 300)
+
+	srv.Stop() // the stand-in dies mid-batch: connections closed, requests cut
+	time.Sleep(1500 * time.Millisecond)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMore("after the stand-in's restart", std, 300)
+
+	srv.Throttle(40)
+	waitMore("after throttling", fifo, 200)
+
+	proxy.Cut()
+	held := count(fifo)
+	time.Sleep(1500 * time.Millisecond)
+	if got := count(fifo); got != held {
+		t.Errorf("the FIFO queue took %d messages while its proxy was cut", got-held)
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitMore("after the cut", fifo, 200)
+	prod.Stop()
+	committed := prod.Committed(t, conn)
+
+	for _, q := range []string{fifo, std} {
+		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, sqsLines(srv, q)) }) {
+			t.Fatalf("%s misses committed messages after 60 s (%d of %d)\n%s", q, count(q), len(committed), logs())
+		}
+	}
+	var last string
+	for _, l := range relaytest.ReadLines(t, out) {
+		last = l.CommitLSN
+	}
+	lastLSN := relaytest.ParseLSN(t, last)
+	if !pgtest.WaitFor(15*time.Second, func() bool { return relaytest.SlotConfirmed(t, conn, ob.Slot) > lastLSN }) {
+		t.Fatalf("every sink has every message, but the slot stays at %s, not past the last commit %s\n%s",
+			relaytest.SlotConfirmed(t, conn, ob.Slot), lastLSN, logs())
+	}
+	relays[len(relays)-1].Stop(t)
+
+	var report []string
+	for _, q := range []string{fifo, std} {
+		rep := relaytest.CheckDelivered(t, q, committed, sqsLines(srv, q))
+		report = append(report, fmt.Sprintf("%s %d", q, rep.Duplicates))
+	}
+	file := relaytest.CheckDelivered(t, "file", committed, relaytest.ReadLines(t, out))
+	t.Logf("%d messages committed over 8 keys; %d in the FIFO queue at the kill -9; %d throttled answers given; duplicates: %s, file %d",
+		len(committed), atKill, 40, strings.Join(report, ", "), file.Duplicates)
+	if l := logs(); !strings.Contains(l, "RequestThrottled") {
+		t.Errorf("the relays never logged a throttled answer\n%s", l)
+	}
+	if strings.Contains(logs(), "walpost-test-secret") {
+		t.Errorf("a relay logged the secret access key")
+	}
+}
