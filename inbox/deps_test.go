@@ -21,6 +21,7 @@ var brokerClients = []string{
 	"github.com/Azure/", // every Azure SDK module, azservicebus, azcore, azidentity, go-amqp
 	"github.com/nats-io/",
 	"github.com/rabbitmq/",
+	"github.com/aws/", // the AWS SDK (inbox/inboxsqs)
 }
 
 // TestInboxImportsNoBrokerClient lists what package inbox depends on (go

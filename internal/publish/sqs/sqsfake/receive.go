@@ -47,6 +47,9 @@ func (s *Server) receiveMessage(r *http.Request, in map[string]json.RawMessage) 
 	}
 	deadline := time.Now().Add(wait)
 	for {
+		if err := r.Context().Err(); err != nil { // the connection is gone: take nothing
+			return nil, &apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable", query: "ServiceUnavailable", msg: err.Error()}
+		}
 		s.mu.Lock()
 		q, aerr := s.queueOf(in)
 		if aerr != nil {
