@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,54 @@ func TestIntegrationSQSLosesNothingThroughKill9RestartThrottlingAndACut(t *testi
 	}
 	if strings.Contains(logs(), "walpost-test-secret") {
 		t.Errorf("a relay logged the secret access key")
+	}
+}
+
+// TestIntegrationSQSQuickStartDelivers runs the quick start of
+// docs/sinks/sqs.md as a reader does, against the stand-in it starts
+// (tools/sqsfake, here in process on a port of the test's own: the only
+// change), with the README's first config, the AWS variables the quick
+// start exports, and the README's INSERT: the FIFO queue then holds the
+// message, grouped by its key, with id, type and key attributes and the
+// payload as body.
+func TestIntegrationSQSQuickStartDelivers(t *testing.T) {
+	doc := section(t, readDoc(t, "docs/sinks/sqs.md"), "## Quick start (against the tests' stand-in)")
+	shs, ymls := fenced(doc, "sh"), fenced(doc, "yaml")
+	if len(shs) != 1 || len(ymls) != 1 {
+		t.Fatalf("docs/sinks/sqs.md, quick start: want one sh and one yaml block, got %d and %d", len(shs), len(ymls))
+	}
+	flags := regexp.MustCompile(`go run ./tools/sqsfake -listen (\S+) -queues (\S+) -print &`).FindStringSubmatch(shs[0])
+	exports := regexp.MustCompile(`(?m)^export (.*?)\s*(#.*)?$`).FindStringSubmatch(shs[0])
+	if flags == nil || exports == nil {
+		t.Fatalf("the quick start's commands changed: update this test\n%s", shs[0])
+	}
+	endpoint := "http://" + flags[1]
+	if !strings.Contains(ymls[0], "endpoint: "+endpoint+"\n") {
+		t.Fatalf("the quick start's config does not point at the stand-in's %s\n%s", endpoint, ymls[0])
+	}
+	srv := sqsfake.Start(t)
+	queue := flags[2]
+	srv.CreateQueue(queue, sqsfake.QueueOptions{})
+	sinks := strings.Replace(ymls[0], "endpoint: "+endpoint, "endpoint: "+srv.URL(), 1)
+
+	fu := firstUse(t)
+	db := freshDatabase(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "cdc.yaml"), withSinks(t, withURL(t, fu.config, db), sinks))
+	cdc := relaytest.BuildCDC(t)
+	env := append(strings.Fields(exports[1]), "AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+	ini := relaytest.StartCDCIn(t, dir, cdc, env, "init", "--config", "cdc.yaml")
+	if code := ini.Wait(2 * time.Minute); code != 0 {
+		t.Fatalf("cdc init exited %d\n%s%s", code, ini.Stdout.String(), ini.Stderr.String())
+	}
+	p := relaytest.StartCDCIn(t, dir, cdc, env, "run", "--config", "cdc.yaml")
+	pgtest.Exec(t, db, fu.sql)
+	pgtest.Await(t, 30*time.Second, "the README's INSERT in "+queue, func() bool { return len(srv.Messages(queue)) >= 1 })
+	p.Stop(t)
+	msgs := srv.Messages(queue)
+	m := msgs[0]
+	if len(msgs) != 1 || m.GroupID != "order-1" || m.Body != `{"total": 42}` || m.Attributes[sqs.AttrType] != "order.created" ||
+		m.Attributes[sqs.AttrKey] != "order-1" || m.DedupID != m.Attributes[sqs.AttrID] {
+		t.Fatalf("want one message of group order-1 with the README's payload, got %d: %+v", len(msgs), msgs)
 	}
 }

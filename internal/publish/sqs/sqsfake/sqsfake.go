@@ -68,6 +68,7 @@ type queue struct {
 	maxSize int
 	msgs    []*Message
 	dedup   map[string]dedupEntry
+	order   []string // dedup ids in the order remembered, for expiry
 }
 
 type dedupEntry struct {
@@ -489,10 +490,9 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 	res := sendResult{MD5OfMessageBody: hex.EncodeToString(sum[:])}
 	now := time.Now()
 	if q.fifo {
-		for id, d := range q.dedup {
-			if now.Sub(d.at) > DedupWindow {
-				delete(q.dedup, id)
-			}
+		for len(q.order) > 0 && now.Sub(q.dedup[q.order[0]].at) > DedupWindow {
+			delete(q.dedup, q.order[0])
+			q.order = q.order[1:]
 		}
 		if d, dup := q.dedup[e.MessageDeduplicationID]; dup {
 			res.MessageID = d.msgID
@@ -512,6 +512,7 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 	q.msgs = append(q.msgs, m)
 	if q.fifo {
 		q.dedup[e.MessageDeduplicationID] = dedupEntry{msgID: m.MessageID, at: now}
+		q.order = append(q.order, e.MessageDeduplicationID)
 		res.SequenceNumber = strconv.FormatInt(s.seq, 10)
 	}
 	res.MessageID = m.MessageID
