@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 )
 
 // The NATS JetStream and RabbitMQ runs publish to the servers the machine
@@ -67,6 +69,29 @@ type sinkDest struct {
 	NATSStream, NATSSubject string
 	// RabbitMQ: the exchange the bench declared (its queue is bound with #).
 	RabbitExchange string
+	// SQS: the stand-in's endpoint and the FIFO queue the bench created.
+	SQSEndpoint, SQSQueue string
+}
+
+// sqsEnv is the environment an SQS run's relay finds its credentials in
+// (the stand-in checks no signature), kept off the instance metadata
+// service.
+var sqsEnv = []string{
+	"AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench", "AWS_EC2_METADATA_DISABLED=true",
+	"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+}
+
+// startSQS starts the SQS stand-in (internal/publish/sqs/sqsfake) in the
+// bench's process, as kfake is for Kafka, with a FIFO queue of the run's
+// own: no emulator in the registries speaks the SDK's protocol.
+func startSQS() (*sqsfake.Server, string, error) {
+	srv := sqsfake.New()
+	if err := srv.Listen("127.0.0.1:0"); err != nil {
+		return nil, "", err
+	}
+	q := "wpbench-" + brokerSuffix() + ".fifo"
+	srv.CreateQueue(q, sqsfake.QueueOptions{})
+	return srv, q, nil
 }
 
 // brokerTarget is a stream, or an exchange with its queue, created for one

@@ -110,6 +110,8 @@ var allSystems = []system{
 		Only: []string{wCatchUp}},
 	{Name: "walpost_rabbitmq", Label: "walpost → RabbitMQ (durable classic queue, persistent, confirms)", Kind: "walpost", Sink: "rabbitmq",
 		Only: []string{wCatchUp}},
+	{Name: "walpost_sqs", Label: "walpost → SQS FIFO queue (sqsfake in process, SendMessageBatch of 10)", Kind: "walpost", Sink: "sqs",
+		Only: []string{wCatchUp}},
 	{Name: "poll_classic", Label: "classic polling (1 s, 20 rows, commit per message)", Kind: "poll",
 		Poll: pollerSpec{Mode: "classic", Interval: time.Second, Batch: 20}},
 	{Name: "poll_classic_100ms", Label: "classic polling (100 ms, 20 rows, commit per message)", Kind: "poll",

@@ -563,3 +563,21 @@ func (s *Server) Outage(t interface {
 		}
 	}
 }
+
+// Count returns how many messages queue holds (not deleted), without
+// copying them.
+func (s *Server) Count(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[name]
+	if q == nil {
+		return 0
+	}
+	n := 0
+	for _, m := range q.msgs {
+		if !m.deleted {
+			n++
+		}
+	}
+	return n
+}
