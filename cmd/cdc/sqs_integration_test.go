@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,49 @@ import (
 var awsTestEnv = []string{
 	"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=walpost-test-secret", "AWS_REGION=us-east-1",
 	"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+}
+
+// init puts awsTestEnv in the test binary's own environment where it is
+// unset, for what runs cdc in process (cdc init, cdc dead-letter resend)
+// and the relays started with the test's environment.
+func init() {
+	for _, kv := range awsTestEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		if os.Getenv(k) == "" {
+			os.Setenv(k, v)
+		}
+	}
+}
+
+// sqsTemplated: queue "{type}" on a stand-in of the test's own, which has
+// the queue "ok"; create adds "missing".
+func sqsTemplated(t *testing.T) *templatedBroker {
+	srv := sqsfake.Start(t)
+	srv.CreateQueue(typeOK, sqsfake.QueueOptions{})
+	var mu sync.Mutex
+	queues := []string{typeOK}
+	return &templatedBroker{
+		sink:    fmt.Sprintf("{name: s, kind: sqs, queue: %q, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", "{type}", srv.URL()),
+		missing: typeMissing,
+		says:    []string{"does not exist"},
+		create: func(t *testing.T) {
+			srv.CreateQueue(typeMissing, sqsfake.QueueOptions{})
+			mu.Lock()
+			queues = append(queues, typeMissing)
+			mu.Unlock()
+		},
+		received: func(t *testing.T) []arrival {
+			mu.Lock()
+			defer mu.Unlock()
+			var out []arrival
+			for _, q := range queues {
+				for _, m := range srv.Messages(q) {
+					out = append(out, arrival{q, m.Attributes[sqs.AttrID]})
+				}
+			}
+			return firstCopies(out)
+		},
+	}
 }
 
 // sqsLines returns what queue holds, in queue order, as lines (id and type

@@ -73,6 +73,7 @@ var templatedBrokers = []struct {
 	{"rabbitmq", rabbitTemplated},
 	{"kafka", kafkaTemplated},
 	{"servicebus", serviceBusTemplated},
+	{"sqs", sqsTemplated},
 }
 
 // natsTemplated: subject "<prefix>.{type}", one stream on "<prefix>.ok";
