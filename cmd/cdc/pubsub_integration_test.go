@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,5 +206,51 @@ func pubsubTemplated(t *testing.T) *templatedBroker {
 			}
 			return firstCopies(out)
 		},
+	}
+}
+
+// TestIntegrationPubSubQuickStartDelivers runs the quick start of
+// docs/sinks/pubsub.md as a reader does, against pstest on a port of the
+// test's own (the only change), with the README's first config and its
+// INSERT: the topic then holds the message with ordering key order-1, id,
+// type and key attributes and the payload as data.
+func TestIntegrationPubSubQuickStartDelivers(t *testing.T) {
+	doc := section(t, readDoc(t, "docs/sinks/pubsub.md"), "## Quick start (against pstest)")
+	shs, ymls := fenced(doc, "sh"), fenced(doc, "yaml")
+	if len(shs) != 1 || len(ymls) != 1 {
+		t.Fatalf("docs/sinks/pubsub.md, quick start: want one sh and one yaml block, got %d and %d", len(shs), len(ymls))
+	}
+	flags := regexp.MustCompile(`go run ./tools/pubsubfake -listen (\S+) -project (\S+) -topics (\S+) -print &`).FindStringSubmatch(shs[0])
+	if flags == nil {
+		t.Fatalf("the quick start's command changed: update this test\n%s", shs[0])
+	}
+	if !strings.Contains(ymls[0], "emulator_host: "+flags[1]+"\n") || !strings.Contains(ymls[0], "project: "+flags[2]+"\n") {
+		t.Fatalf("the quick start's config does not point at the fake's %s and project %s\n%s", flags[1], flags[2], ymls[0])
+	}
+	srv := pstest.NewServer()
+	t.Cleanup(func() { srv.Close() })
+	c, err := gps.NewClient(context.Background(), flags[2], option.WithEndpoint(srv.Addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())), option.WithTelemetryDisabled())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	topic := "projects/" + flags[2] + "/topics/" + flags[3]
+	if _, err := c.TopicAdminClient.CreateTopic(context.Background(), &pubsubpb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	sinks := strings.Replace(ymls[0], "emulator_host: "+flags[1], "emulator_host: "+srv.Addr, 1)
+
+	fu := firstUse(t)
+	db := freshDatabase(t)
+	_, p := runReadmeConfig(t, withSinks(t, withURL(t, fu.config, db), sinks))
+	pgtest.Exec(t, db, fu.sql)
+	pgtest.Await(t, 30*time.Second, "the README's INSERT in "+topic, func() bool { return len(srv.Messages()) >= 1 })
+	p.Stop(t)
+	msgs := srv.Messages()
+	m := msgs[0]
+	if len(msgs) != 1 || m.Topic != topic || m.OrderingKey != "order-1" || string(m.Data) != `{"total": 42}` ||
+		m.Attributes[pubsub.AttrType] != "order.created" || m.Attributes[pubsub.AttrKey] != "order-1" || m.Attributes[pubsub.AttrID] == "" {
+		t.Fatalf("want one message with ordering key order-1 and the README's payload, got %d: %+v", len(msgs), msgs)
 	}
 }
