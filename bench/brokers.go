@@ -10,9 +10,15 @@ import (
 	"strings"
 	"time"
 
+	gps "cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 )
@@ -71,6 +77,32 @@ type sinkDest struct {
 	RabbitExchange string
 	// SQS: the stand-in's endpoint and the FIFO queue the bench created.
 	SQSEndpoint, SQSQueue string
+	// Pub/Sub: pstest's address and the topic the bench created.
+	PubSubHost, PubSubTopic string
+}
+
+// pubsubProject is the project of the Pub/Sub runs' topics.
+const pubsubProject = "wpbench"
+
+// startPubSub starts pstest, the Pub/Sub module's fake, in the bench's
+// process, as kfake is for Kafka, with a topic of the run's own.
+func startPubSub() (*pstest.Server, string, error) {
+	srv := pstest.NewServer()
+	c, err := gps.NewClient(context.Background(), pubsubProject, option.WithEndpoint(srv.Addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())), option.WithTelemetryDisabled())
+	if err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	defer c.Close()
+	topic := "wpbench-" + brokerSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), brokerTimeout)
+	defer cancel()
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/" + pubsubProject + "/topics/" + topic}); err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	return srv, topic, nil
 }
 
 // sqsEnv is the environment an SQS run's relay finds its credentials in

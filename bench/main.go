@@ -112,6 +112,8 @@ var allSystems = []system{
 		Only: []string{wCatchUp}},
 	{Name: "walpost_sqs", Label: "walpost → SQS FIFO queue (sqsfake in process, SendMessageBatch of 10)", Kind: "walpost", Sink: "sqs",
 		Only: []string{wCatchUp}},
+	{Name: "walpost_pubsub", Label: "walpost → Pub/Sub (pstest in process, ordering keys)", Kind: "walpost", Sink: "pubsub",
+		Only: []string{wCatchUp}},
 	{Name: "poll_classic", Label: "classic polling (1 s, 20 rows, commit per message)", Kind: "poll",
 		Poll: pollerSpec{Mode: "classic", Interval: time.Second, Batch: 20}},
 	{Name: "poll_classic_100ms", Label: "classic polling (100 ms, 20 rows, commit per message)", Kind: "poll",

@@ -25,6 +25,7 @@ var sinkPkgs = map[string]string{
 	"nats":     "/internal/publish/natsjs",
 	"rabbitmq": "/internal/publish/rabbitmq",
 	"sqs":      "/internal/publish/sqs",
+	"pubsub":   "/internal/publish/pubsub",
 }
 
 // sinkFanout3 is the sink "kind" of walpost_fanout3: three sinks at once
@@ -86,6 +87,8 @@ func sinkYAML(kind, dir string, d sinkDest) (name, y string) {
 		return "nats", fmt.Sprintf("  - {name: nats, kind: nats, servers: [%q], subject: %q, stream: {name: %s}}", natsURL, d.NATSSubject, d.NATSStream)
 	case "rabbitmq":
 		return "rabbitmq", fmt.Sprintf("  - {name: rabbitmq, kind: rabbitmq, url: %q, exchange: %s}", rabbitURL, d.RabbitExchange)
+	case "pubsub":
+		return "pubsub", fmt.Sprintf("  - {name: pubsub, kind: pubsub, project: %s, topic: %s, emulator_host: %q}", pubsubProject, d.PubSubTopic, d.PubSubHost)
 	case "sqs":
 		return "sqs", fmt.Sprintf("  - {name: sqs, kind: sqs, queue: %s, region: us-east-1, endpoint: %q}", d.SQSQueue, d.SQSEndpoint)
 	}
@@ -370,6 +373,14 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	var sinkEnv []string
 	closeBroker := func() {}
 	switch kind {
+	case "pubsub":
+		srv, topic, err := startPubSub()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pstest: %w", err)
+		}
+		dest.PubSubHost, dest.PubSubTopic, closeBroker = srv.Addr, topic, func() { srv.Close() }
+		stored = func() (int64, error) { return int64(len(srv.Messages())), nil }
 	case "sqs":
 		srv, q, err := startSQS()
 		if err != nil {
