@@ -87,6 +87,7 @@ var templatedBrokers = []struct {
 	{"kafka", kafkaTemplated},
 	{"servicebus", serviceBusTemplated},
 	{"sqs", sqsTemplated},
+	{"sns", snsTemplated},
 	{"pubsub", pubsubTemplated},
 }
 

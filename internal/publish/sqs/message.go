@@ -64,26 +64,38 @@ type entry struct {
 	size  int // as SQS counts it: body, attribute names, types and values
 }
 
-// toEntry maps m to its SQS form. drop is called for each headers column
-// entry left out, with the reason.
+// toEntry maps m to its SQS form (see Encode).
 func toEntry(m *message.Message, env *envelope.Settings, drop func(name, why string)) entry {
-	var e entry
-	attrs := make(map[string]types.MessageAttributeValue, maxAttributes)
+	body, attrs, size := Encode(m, env, drop)
+	e := entry{body: body, size: size, attrs: make(map[string]types.MessageAttributeValue, len(attrs))}
+	for k, v := range attrs {
+		e.attrs[k] = types.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(v)}
+	}
+	return e
+}
+
+// Encode returns m's body and String message attributes as the sqs sink
+// sends them (the package doc, "Mapping"), and its size as SQS (and SNS)
+// count it: body, attribute names, types and values. drop is called for
+// each headers column entry left out, with the reason. The sns sink
+// sends the same form.
+func Encode(m *message.Message, env *envelope.Settings, drop func(name, why string)) (body string, attrs map[string]string, size int) {
+	attrs = make(map[string]string, maxAttributes)
 	set := func(name, value string) {
-		attrs[name] = types.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(value)}
-		e.size += len(name) + len(stringType) + len(value)
+		attrs[name] = value
+		size += len(name) + len(stringType) + len(value)
 	}
 	switch {
 	case len(m.Payload) == 0:
-		e.body = emptyBodyStr
+		body = emptyBodyStr
 		set(AttrBodyEncoding, BodyEmpty)
 	case validBody(m.Payload):
-		e.body = string(m.Payload)
+		body = string(m.Payload)
 	default:
-		e.body = base64.StdEncoding.EncodeToString(m.Payload)
+		body = base64.StdEncoding.EncodeToString(m.Payload)
 		set(AttrBodyEncoding, BodyBase64)
 	}
-	e.size += len(e.body)
+	size += len(body)
 	ce := env != nil && env.IsCloudEvents()
 	if ce {
 		for _, a := range env.Attributes(m) {
@@ -119,8 +131,7 @@ func toEntry(m *message.Message, env *envelope.Settings, drop func(name, why str
 			set(name, v)
 		}
 	}
-	e.attrs = attrs
-	return e
+	return body, attrs, size
 }
 
 // headerOrder returns the names of the headers column entries in the order

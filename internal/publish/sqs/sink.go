@@ -85,7 +85,11 @@ func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 func open(name string, c sqsConfig, log zerolog.Logger) (*Sink, error) {
 	opts := []func(*awsconfig.LoadOptions) error{
 		awsconfig.WithRetryer(func() aws.Retryer {
-			return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = *c.MaxRetries + 1 })
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = *c.MaxRetries + 1
+				// Throttling codes of SQS the SDK's default list lacks.
+				o.Retryables = append(o.Retryables, retry.RetryableErrorCode{Codes: map[string]struct{}{"KmsThrottled": {}, "OverLimit": {}}})
+			})
 		}),
 	}
 	if c.Region != "" {
