@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -135,5 +136,47 @@ func snsTemplated(t *testing.T) *templatedBroker {
 			}
 			return firstCopies(out)
 		},
+	}
+}
+
+// TestIntegrationSNSQuickStartDelivers runs the quick start of
+// docs/sinks/sns.md against the stand-in (in process on a port of the
+// test's own: the only change), with the README's first config, the AWS
+// variables the quick start exports and its INSERT.
+func TestIntegrationSNSQuickStartDelivers(t *testing.T) {
+	doc := section(t, readDoc(t, "docs/sinks/sns.md"), "## Quick start (against the tests' stand-in)")
+	shs, ymls := fenced(doc, "sh"), fenced(doc, "yaml")
+	if len(shs) != 1 || len(ymls) != 1 {
+		t.Fatalf("docs/sinks/sns.md, quick start: want one sh and one yaml block, got %d and %d", len(shs), len(ymls))
+	}
+	flags := regexp.MustCompile(`go run ./tools/snsfake -listen (\S+) -topics (\S+) -print &`).FindStringSubmatch(shs[0])
+	exports := regexp.MustCompile(`(?m)^export (.*?)\s*(#.*)?$`).FindStringSubmatch(shs[0])
+	if flags == nil || exports == nil {
+		t.Fatalf("the quick start's commands changed: update this test\n%s", shs[0])
+	}
+	endpoint := "http://" + flags[1]
+	if !strings.Contains(ymls[0], "endpoint: "+endpoint+"\n") || !strings.Contains(ymls[0], "topic_arn: "+snsfake.ARN(flags[2])+"\n") {
+		t.Fatalf("the quick start's config does not point at the stand-in's %s and topic %s\n%s", endpoint, flags[2], ymls[0])
+	}
+	srv := snsfake.Start(t)
+	srv.CreateTopic(flags[2])
+	sinks := strings.Replace(ymls[0], "endpoint: "+endpoint, "endpoint: "+srv.URL(), 1)
+	fu := firstUse(t)
+	db := freshDatabase(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "cdc.yaml"), withSinks(t, withURL(t, fu.config, db), sinks))
+	cdc := relaytest.BuildCDC(t)
+	env := append(strings.Fields(exports[1]), "AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+	ini := relaytest.StartCDCIn(t, dir, cdc, env, "init", "--config", "cdc.yaml")
+	if code := ini.Wait(2 * time.Minute); code != 0 {
+		t.Fatalf("cdc init exited %d\n%s%s", code, ini.Stdout.String(), ini.Stderr.String())
+	}
+	p := relaytest.StartCDCIn(t, dir, cdc, env, "run", "--config", "cdc.yaml")
+	pgtest.Exec(t, db, fu.sql)
+	pgtest.Await(t, 30*time.Second, "the README's INSERT in "+flags[2], func() bool { return srv.Count(flags[2]) >= 1 })
+	p.Stop(t)
+	msgs := srv.Messages(flags[2])
+	if m := msgs[0]; len(msgs) != 1 || m.GroupID != "order-1" || m.Body != `{"total": 42}` || m.Attributes[sqs.AttrKey] != "order-1" || m.DedupID != m.Attributes[sqs.AttrID] {
+		t.Fatalf("want one message of group order-1 with the README's payload, got %+v", msgs)
 	}
 }
