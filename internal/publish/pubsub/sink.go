@@ -268,14 +268,30 @@ func (s *Sink) dropped(name, why string) {
 	}
 }
 
-// Close stops the publishers (publishing what they hold) and closes the
-// client. It is safe to call more than once.
+// closeWait bounds how long Close waits for the publishers to send what
+// they hold (Pub/Sub may be unreachable: the client would keep trying for
+// timeout); the client is closed after it, which ends their requests.
+const closeWait = 5 * time.Second
+
+// Close stops the publishers (publishing what they hold, for at most
+// closeWait) and closes the client. What was not published is not
+// acknowledged either: the relay sends it again. It is safe to call more
+// than once.
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		var wg sync.WaitGroup
 		for _, p := range s.pubs {
-			p.Stop()
+			wg.Add(1)
+			go func() { defer wg.Done(); p.Stop() }()
+		}
+		stopped := make(chan struct{})
+		go func() { wg.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(closeWait):
+			s.log.Warn().Dur("waited", closeWait).Msg("pubsub: closing with messages still unsent (they were not acknowledged: the relay sends them again)")
 		}
 		clear(s.pubs)
 		if s.client != nil {

@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,25 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want an error naming %q", c.doc, err, c.want)
 		}
+	}
+}
+
+// TestIntegrationCloseIsBoundedWhilePubSubIsUnreachable: Close during an
+// outage returns within closeWait and a little, not after the client's
+// own timeout.
+func TestIntegrationCloseIsBoundedWhilePubSubIsUnreachable(t *testing.T) {
+	t.Parallel()
+	f := startFake(t)
+	topic := f.newTopic(t)
+	s := newSink(t, f, topic, "timeout: 1m")
+	g := sinktest.NewGen(5)
+	f.proxy.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	sinktest.RequireTransient(t, s.Publish(ctx, []*message.Message{g.Message("k")}))
+	start := time.Now()
+	s.Close()
+	if d := time.Since(start); d > closeWait+3*time.Second {
+		t.Fatalf("Close took %v", d)
 	}
 }

@@ -291,9 +291,6 @@ func (s *Sink) send(ctx context.Context, g *group, done []bool, total int) error
 		}
 		out, err := s.client.SendMessageBatch(ctx, in)
 		if err != nil {
-			if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				err = fmt.Errorf("%w (not the caller's context)", err)
-			}
 			return s.failed(ctx, err, g, start, end, total)
 		}
 		if err := s.settle(g, start, end, out, done); err != nil {
