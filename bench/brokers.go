@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/walpost/walpost/internal/publish/sns/snsfake"
 	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 )
 
@@ -77,8 +78,22 @@ type sinkDest struct {
 	RabbitExchange string
 	// SQS: the stand-in's endpoint and the FIFO queue the bench created.
 	SQSEndpoint, SQSQueue string
+	// SNS: the stand-in's endpoint and the FIFO topic the bench created.
+	SNSEndpoint, SNSTopicARN string
 	// Pub/Sub: pstest's address and the topic the bench created.
 	PubSubHost, PubSubTopic string
+}
+
+// startSNS starts the SNS stand-in (internal/publish/sns/snsfake) in the
+// bench's process with a FIFO topic of the run's own.
+func startSNS() (*snsfake.Server, string, error) {
+	srv := snsfake.New()
+	if err := srv.Listen("127.0.0.1:0"); err != nil {
+		return nil, "", err
+	}
+	name := "wpbench-" + brokerSuffix() + ".fifo"
+	srv.CreateTopic(name)
+	return srv, name, nil
 }
 
 // pubsubProject is the project of the Pub/Sub runs' topics.

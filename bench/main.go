@@ -112,6 +112,8 @@ var allSystems = []system{
 		Only: []string{wCatchUp}},
 	{Name: "walpost_sqs", Label: "walpost → SQS FIFO queue (sqsfake in process, SendMessageBatch of 10)", Kind: "walpost", Sink: "sqs",
 		Only: []string{wCatchUp}},
+	{Name: "walpost_sns", Label: "walpost → SNS FIFO topic (snsfake in process, PublishBatch of 10)", Kind: "walpost", Sink: "sns",
+		Only: []string{wCatchUp}},
 	{Name: "walpost_pubsub", Label: "walpost → Pub/Sub (pstest in process, ordering keys)", Kind: "walpost", Sink: "pubsub",
 		Only: []string{wCatchUp}},
 	{Name: "poll_classic", Label: "classic polling (1 s, 20 rows, commit per message)", Kind: "poll",

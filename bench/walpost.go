@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/sns/snsfake"
 )
 
 // sinkPkgs maps the sink kinds the bench measures beyond discard and file
@@ -26,6 +27,7 @@ var sinkPkgs = map[string]string{
 	"rabbitmq": "/internal/publish/rabbitmq",
 	"sqs":      "/internal/publish/sqs",
 	"pubsub":   "/internal/publish/pubsub",
+	"sns":      "/internal/publish/sns",
 }
 
 // sinkFanout3 is the sink "kind" of walpost_fanout3: three sinks at once
@@ -89,6 +91,8 @@ func sinkYAML(kind, dir string, d sinkDest) (name, y string) {
 		return "rabbitmq", fmt.Sprintf("  - {name: rabbitmq, kind: rabbitmq, url: %q, exchange: %s}", rabbitURL, d.RabbitExchange)
 	case "pubsub":
 		return "pubsub", fmt.Sprintf("  - {name: pubsub, kind: pubsub, project: %s, topic: %s, emulator_host: %q}", pubsubProject, d.PubSubTopic, d.PubSubHost)
+	case "sns":
+		return "sns", fmt.Sprintf("  - {name: sns, kind: sns, topic_arn: %q, endpoint: %q}", d.SNSTopicARN, d.SNSEndpoint)
 	case "sqs":
 		return "sqs", fmt.Sprintf("  - {name: sqs, kind: sqs, queue: %s, region: us-east-1, endpoint: %q}", d.SQSQueue, d.SQSEndpoint)
 	}
@@ -373,6 +377,15 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	var sinkEnv []string
 	closeBroker := func() {}
 	switch kind {
+	case "sns":
+		srv, name, err := startSNS()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("snsfake: %w", err)
+		}
+		dest.SNSEndpoint, dest.SNSTopicARN, closeBroker = srv.URL(), snsfake.ARN(name), srv.Stop
+		stored = func() (int64, error) { return int64(srv.Count(name)), nil }
+		sinkEnv = sqsEnv
 	case "pubsub":
 		srv, topic, err := startPubSub()
 		if err != nil {
