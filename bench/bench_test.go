@@ -233,7 +233,7 @@ func TestSelectSystems(t *testing.T) {
 	for _, s := range got {
 		names = append(names, s.Name)
 	}
-	if !slices.Equal(names, []string{"ceiling", "walpost_discard", "walpost_file", "walpost_kafka", "walpost_fanout3", "walpost_nats", "walpost_rabbitmq"}) {
+	if !slices.Equal(names, []string{"ceiling", "walpost_discard", "walpost_file", "walpost_kafka", "walpost_fanout3", "walpost_nats", "walpost_rabbitmq", "walpost_sqs", "walpost_sns", "walpost_pubsub"}) {
 		t.Fatalf("got %v", names)
 	}
 	if _, err := selectSystems("nope"); err == nil {

@@ -10,9 +10,18 @@ import (
 	"strings"
 	"time"
 
+	gps "cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/walpost/walpost/internal/publish/sns/snsfake"
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 )
 
 // The NATS JetStream and RabbitMQ runs publish to the servers the machine
@@ -67,6 +76,69 @@ type sinkDest struct {
 	NATSStream, NATSSubject string
 	// RabbitMQ: the exchange the bench declared (its queue is bound with #).
 	RabbitExchange string
+	// SQS: the stand-in's endpoint and the FIFO queue the bench created.
+	SQSEndpoint, SQSQueue string
+	// SNS: the stand-in's endpoint and the FIFO topic the bench created.
+	SNSEndpoint, SNSTopicARN string
+	// Pub/Sub: pstest's address and the topic the bench created.
+	PubSubHost, PubSubTopic string
+}
+
+// startSNS starts the SNS stand-in (internal/publish/sns/snsfake) in the
+// bench's process with a FIFO topic of the run's own.
+func startSNS() (*snsfake.Server, string, error) {
+	srv := snsfake.New()
+	if err := srv.Listen("127.0.0.1:0"); err != nil {
+		return nil, "", err
+	}
+	name := "wpbench-" + brokerSuffix() + ".fifo"
+	srv.CreateTopic(name)
+	return srv, name, nil
+}
+
+// pubsubProject is the project of the Pub/Sub runs' topics.
+const pubsubProject = "wpbench"
+
+// startPubSub starts pstest, the Pub/Sub module's fake, in the bench's
+// process, as kfake is for Kafka, with a topic of the run's own.
+func startPubSub() (*pstest.Server, string, error) {
+	srv := pstest.NewServer()
+	c, err := gps.NewClient(context.Background(), pubsubProject, option.WithEndpoint(srv.Addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())), option.WithTelemetryDisabled())
+	if err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	defer c.Close()
+	topic := "wpbench-" + brokerSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), brokerTimeout)
+	defer cancel()
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/" + pubsubProject + "/topics/" + topic}); err != nil {
+		srv.Close()
+		return nil, "", err
+	}
+	return srv, topic, nil
+}
+
+// sqsEnv is the environment an SQS run's relay finds its credentials in
+// (the stand-in checks no signature), kept off the instance metadata
+// service.
+var sqsEnv = []string{
+	"AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench", "AWS_EC2_METADATA_DISABLED=true",
+	"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+}
+
+// startSQS starts the SQS stand-in (internal/publish/sqs/sqsfake) in the
+// bench's process, as kfake is for Kafka, with a FIFO queue of the run's
+// own: no emulator in the registries speaks the SDK's protocol.
+func startSQS() (*sqsfake.Server, string, error) {
+	srv := sqsfake.New()
+	if err := srv.Listen("127.0.0.1:0"); err != nil {
+		return nil, "", err
+	}
+	q := "wpbench-" + brokerSuffix() + ".fifo"
+	srv.CreateQueue(q, sqsfake.QueueOptions{})
+	return srv, q, nil
 }
 
 // brokerTarget is a stream, or an exchange with its queue, created for one

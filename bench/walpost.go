@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/sns/snsfake"
 )
 
 // sinkPkgs maps the sink kinds the bench measures beyond discard and file
@@ -23,6 +25,9 @@ var sinkPkgs = map[string]string{
 	"kafka":    "/internal/publish/kafka",
 	"nats":     "/internal/publish/natsjs",
 	"rabbitmq": "/internal/publish/rabbitmq",
+	"sqs":      "/internal/publish/sqs",
+	"pubsub":   "/internal/publish/pubsub",
+	"sns":      "/internal/publish/sns",
 }
 
 // sinkFanout3 is the sink "kind" of walpost_fanout3: three sinks at once
@@ -84,6 +89,12 @@ func sinkYAML(kind, dir string, d sinkDest) (name, y string) {
 		return "nats", fmt.Sprintf("  - {name: nats, kind: nats, servers: [%q], subject: %q, stream: {name: %s}}", natsURL, d.NATSSubject, d.NATSStream)
 	case "rabbitmq":
 		return "rabbitmq", fmt.Sprintf("  - {name: rabbitmq, kind: rabbitmq, url: %q, exchange: %s}", rabbitURL, d.RabbitExchange)
+	case "pubsub":
+		return "pubsub", fmt.Sprintf("  - {name: pubsub, kind: pubsub, project: %s, topic: %s, emulator_host: %q}", pubsubProject, d.PubSubTopic, d.PubSubHost)
+	case "sns":
+		return "sns", fmt.Sprintf("  - {name: sns, kind: sns, topic_arn: %q, endpoint: %q}", d.SNSTopicARN, d.SNSEndpoint)
+	case "sqs":
+		return "sqs", fmt.Sprintf("  - {name: sqs, kind: sqs, queue: %s, region: us-east-1, endpoint: %q}", d.SQSQueue, d.SQSEndpoint)
 	}
 	return "discard", "  - {name: discard, kind: discard}"
 }
@@ -341,6 +352,9 @@ type walpostRun struct {
 	stored func() (int64, error)
 	close  func()   // stops what the run started besides the relay (its Kafka broker), deletes its stream or queue, removes its files
 	env    []string // added to the relay's environment (low-level switches)
+	// sinkEnv is added to the relay's environment for the sink (the AWS
+	// credentials of an SQS run).
+	sinkEnv []string
 }
 
 func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walpostRun, error) {
@@ -360,8 +374,35 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	// on the machine's servers.
 	var dest sinkDest
 	var stored func() (int64, error)
+	var sinkEnv []string
 	closeBroker := func() {}
 	switch kind {
+	case "sns":
+		srv, name, err := startSNS()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("snsfake: %w", err)
+		}
+		dest.SNSEndpoint, dest.SNSTopicARN, closeBroker = srv.URL(), snsfake.ARN(name), srv.Stop
+		stored = func() (int64, error) { return int64(srv.Count(name)), nil }
+		sinkEnv = sqsEnv
+	case "pubsub":
+		srv, topic, err := startPubSub()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pstest: %w", err)
+		}
+		dest.PubSubHost, dest.PubSubTopic, closeBroker = srv.Addr, topic, func() { srv.Close() }
+		stored = func() (int64, error) { return int64(len(srv.Messages())), nil }
+	case "sqs":
+		srv, q, err := startSQS()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("sqsfake: %w", err)
+		}
+		dest.SQSEndpoint, dest.SQSQueue, closeBroker = srv.URL(), q, srv.Close
+		stored = func() (int64, error) { return int64(srv.Count(q)), nil }
+		sinkEnv = sqsEnv
 	case "kafka", sinkFanout3:
 		c, addr, err := startKafka(dir, b.kafkaMem)
 		if err != nil {
@@ -399,9 +440,9 @@ func (b *bench) prepareWalpost(ctx context.Context, kind string, n names) (*walp
 	// The run's files (sink output, Kafka log) go with it: left behind,
 	// their writeback would slow later runs' fsyncs.
 	closeAll := func() { closeBroker(); os.RemoveAll(dir) }
-	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: kind, names: sinkNames, stored: stored, close: closeAll}, nil
+	return &walpostRun{dir: dir, cfg: cfg, port: port, sink: kind, names: sinkNames, stored: stored, close: closeAll, sinkEnv: sinkEnv}, nil
 }
 
 func (b *bench) startWalpost(w *walpostRun) (*cdcProc, error) {
-	return startCDC(b.cdc, w.cfg, w.dir, w.names, w.port, w.env)
+	return startCDC(b.cdc, w.cfg, w.dir, w.names, w.port, append(slices.Clip(w.env), w.sinkEnv...))
 }

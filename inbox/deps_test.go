@@ -21,6 +21,9 @@ var brokerClients = []string{
 	"github.com/Azure/", // every Azure SDK module, azservicebus, azcore, azidentity, go-amqp
 	"github.com/nats-io/",
 	"github.com/rabbitmq/",
+	"github.com/aws/",        // the AWS SDK (inbox/inboxsqs)
+	"cloud.google.com/go/",   // the Google Cloud client (inbox/inboxpubsub)
+	"google.golang.org/grpc", // under it
 }
 
 // TestInboxImportsNoBrokerClient lists what package inbox depends on (go

@@ -13,6 +13,8 @@
 //	NATS         headers ce-id, ce-source, … and content-type (NATS
 //	             headers are case-sensitive; the binding uses lower case)
 //	AMQP         application properties cloudEvents:id, … and content-type
+//	SQS          string attributes ce-id, ce-source, … and content-type
+//	             (no official binding: the HTTP and NATS spelling)
 //
 // The payload is the event's data, byte for byte, in both formats.
 package envelope

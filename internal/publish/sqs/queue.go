@@ -1,0 +1,90 @@
+package sqs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/walpost/walpost/internal/publish/nametmpl"
+)
+
+// maxQueueLen is the longest queue name SQS accepts, ".fifo" included.
+const maxQueueLen = 80
+
+// fifoSuffix ends the name of every FIFO queue.
+const fifoSuffix = ".fifo"
+
+// errIllegalQueue is wrapped by every queue name error.
+var errIllegalQueue = errors.New("sqs: illegal queue name")
+
+func legalQueueChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+}
+
+// queueShape allows a '.' only in the ".fifo" suffix.
+func queueShape(name string) error {
+	if i := strings.IndexByte(name, '.'); i >= 0 && (name[i:] != fifoSuffix || i == 0) {
+		return fmt.Errorf("%w: '.' at offset %d: only a FIFO queue's \".fifo\" suffix may hold one", errIllegalQueue, i)
+	}
+	return nil
+}
+
+// queueValue refuses a '.' in what a message's type or key brings into a
+// queue name: it could make the name end in ".fifo", and so reach a FIFO
+// queue the template did not name.
+func queueValue(v string) error {
+	if i := strings.IndexByte(v, '.'); i >= 0 {
+		return fmt.Errorf("%w: '.' at offset %d: the \".fifo\" suffix may come only from the template", errIllegalQueue, i)
+	}
+	return nil
+}
+
+// queueRules are SQS's rules for queue names: 1 to 80 characters of
+// [a-zA-Z0-9_-], and a FIFO queue's ".fifo" suffix, which only the
+// template may bring.
+var queueRules = nametmpl.Rules{
+	Broker: "SQS", MaxLen: maxQueueLen, LegalChar: legalQueueChar,
+	Allowed: "a-z, A-Z, 0-9, '_', '-' (and a final \".fifo\")", Illegal: errIllegalQueue,
+	Extra: queueShape, Value: queueValue,
+}
+
+// parseQueue parses and checks a queue name template. Errors start with
+// the field ("queue: ...").
+func parseQueue(text string) (*nametmpl.Template, error) {
+	return nametmpl.Parse("queue", text, queueRules)
+}
+
+// isFIFO reports whether the queue named (or addressed) by s is a FIFO
+// queue.
+func isFIFO(s string) bool { return strings.HasSuffix(s, fifoSuffix) }
+
+// maxGroupIDLen is the longest MessageGroupId SQS accepts.
+const maxGroupIDLen = 128
+
+// groupIDPrefix starts a MessageGroupId that stands for a key SQS would
+// not take as one.
+const groupIDPrefix = "sha256:"
+
+// GroupID returns the MessageGroupId of a message of ordering key key:
+// the key itself when SQS takes it (1 to 128 characters of a-z, A-Z,
+// 0-9 and ASCII punctuation), else "sha256:" and the hex SHA-256 of the
+// key, so that one key is always one group. The key itself travels in
+// the key attribute.
+func GroupID(key string) string {
+	if key != "" && len(key) <= maxGroupIDLen && !strings.HasPrefix(key, groupIDPrefix) {
+		ok := true
+		for i := 0; i < len(key); i++ {
+			if c := key[i]; c <= ' ' || c > '~' {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return key
+		}
+	}
+	sum := sha256.Sum256([]byte(key))
+	return groupIDPrefix + hex.EncodeToString(sum[:])
+}

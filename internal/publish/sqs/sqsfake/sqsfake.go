@@ -1,0 +1,583 @@
+// Package sqsfake is an in-process stand-in for Amazon SQS that speaks
+// its current wire protocol (AWS JSON 1.0 over HTTP, as the Go SDK v2
+// sends it), for the sqs sink's tests, the inboxsqs loop's and the cdc
+// binary's. No emulator in the registries does: goaws (v0.4.5) answers
+// only the older query protocol, which the SDK no longer speaks.
+//
+// It keeps what the sink's and the receivers' guarantees rest on:
+// standard and FIFO queues (a name ending in ".fifo"); SendMessage and
+// SendMessageBatch with per-entry results, the 10-entry and size limits
+// (MaximumMessageSize, 256 KiB unless set; a batch's total too), the
+// 10-attribute limit and the character rules of bodies and attribute
+// values; on FIFO queues MessageGroupId required, and
+// MessageDeduplicationId deduplicated over 5 minutes (a duplicate is
+// acknowledged, not stored); ReceiveMessage with visibility timeouts,
+// long polling and, on FIFO queues, one group's messages in order with
+// none of a group handed out while one of it is in flight;
+// DeleteMessage, ChangeMessageVisibility; GetQueueUrl and CreateQueue.
+// Signatures are not checked, and there is no IAM, KMS, dead-letter
+// redrive, delay or message timer.
+//
+// Faults for tests: Throttle answers the next requests with
+// RequestThrottled; FailEntries fails chosen entries of batches; Stop and
+// Start take the listener down and up on the same port, the queues kept
+// (a restarted SQS keeps what it acknowledged).
+//
+// A Server is safe for concurrent use.
+package sqsfake
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// DedupWindow is how long a FIFO queue remembers a deduplication id.
+const DedupWindow = 5 * time.Minute
+
+// DefaultMaxMessageSize is a queue's MaximumMessageSize unless set.
+const DefaultMaxMessageSize = 256 << 10
+
+// Message is a message as the stand-in holds it.
+type Message struct {
+	MessageID    string
+	Body         string
+	Attributes   map[string]string // message attributes: name → string value
+	GroupID      string
+	DedupID      string
+	Seq          int64
+	ReceiveCount int
+	Sent         time.Time
+
+	receipt     string
+	invisibleTo time.Time
+	deleted     bool
+}
+
+type queue struct {
+	name    string
+	fifo    bool
+	maxSize int
+	msgs    []*Message
+	dedup   map[string]dedupEntry
+	order   []string // dedup ids in the order remembered, for expiry
+}
+
+type dedupEntry struct {
+	msgID string
+	at    time.Time
+}
+
+// Server is the stand-in. The zero value is not usable; use New or Start.
+type Server struct {
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled when a message is stored or released
+	queues   map[string]*queue
+	seq      int64
+	throttle int
+	fail     func(queue string, body string) (code string, senderFault bool)
+	requests map[string]int
+
+	addr string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// New returns a stand-in that does not listen yet (see Start).
+func New() *Server {
+	s := &Server{queues: map[string]*queue{}, requests: map[string]int{}}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// Listen starts serving on addr ("127.0.0.1:0" picks a port), which Stop
+// and Start keep.
+func (s *Server) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.addr = ln.Addr().String()
+	s.mu.Unlock()
+	s.serve(ln)
+	return nil
+}
+
+func (s *Server) serve(ln net.Listener) {
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.mu.Lock()
+	s.ln, s.srv = ln, srv
+	s.mu.Unlock()
+	go srv.Serve(ln)
+}
+
+// URL is the endpoint to give the SDK (endpoint: in the sink's config).
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return "http://" + s.addr
+}
+
+// Stop closes the listener and every connection, as a server that died
+// would; the queues are kept.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv, s.ln = nil, nil
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// Start listens again on the port of the first Listen.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	addr := s.addr
+	s.mu.Unlock()
+	var ln net.Listener
+	var err error
+	for range 50 { // the port may linger for a moment
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	s.serve(ln)
+	return nil
+}
+
+// Close stops serving for good.
+func (s *Server) Close() { s.Stop() }
+
+// QueueOptions are a queue's attributes.
+type QueueOptions struct {
+	// MaxMessageSize is MaximumMessageSize; 0 means 256 KiB.
+	MaxMessageSize int
+}
+
+// CreateQueue creates queue name (FIFO when it ends in ".fifo") unless it
+// exists, and returns its URL.
+func (s *Server) CreateQueue(name string, opts QueueOptions) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.createLocked(name, opts)
+	return s.queueURL(name)
+}
+
+func (s *Server) createLocked(name string, opts QueueOptions) *queue {
+	if q, ok := s.queues[name]; ok {
+		return q
+	}
+	if opts.MaxMessageSize == 0 {
+		opts.MaxMessageSize = DefaultMaxMessageSize
+	}
+	q := &queue{name: name, fifo: strings.HasSuffix(name, ".fifo"), maxSize: opts.MaxMessageSize, dedup: map[string]dedupEntry{}}
+	s.queues[name] = q
+	return q
+}
+
+func (s *Server) queueURL(name string) string { return "http://" + s.addr + "/000000000000/" + name }
+
+// Messages returns the messages queue holds (not deleted), in the order
+// stored, as copies.
+func (s *Server) Messages(name string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[name]
+	if q == nil {
+		return nil
+	}
+	var out []Message
+	for _, m := range q.msgs {
+		if !m.deleted {
+			c := *m
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Throttle answers the next n requests with RequestThrottled (HTTP 400).
+func (s *Server) Throttle(n int) {
+	s.mu.Lock()
+	s.throttle = n
+	s.mu.Unlock()
+}
+
+// FailEntries makes every entry of SendMessage(Batch) for which f returns
+// a code fail with that code (and SenderFault); nil turns it off.
+func (s *Server) FailEntries(f func(queue, body string) (code string, senderFault bool)) {
+	s.mu.Lock()
+	s.fail = f
+	s.mu.Unlock()
+}
+
+// Requests returns how many requests of operation op (SendMessageBatch)
+// were answered, throttled ones included.
+func (s *Server) Requests(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[op]
+}
+
+// apiError is an error answer.
+type apiError struct {
+	status int
+	code   string // the JSON __type's shape name
+	query  string // the x-amzn-query-error code
+	msg    string
+}
+
+func senderErr(code, query, msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: code, query: query, msg: msg}
+}
+
+// ServeHTTP answers one request of the AWS JSON 1.0 protocol.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	target := r.Header.Get("X-Amz-Target")
+	op, ok := strings.CutPrefix(target, "AmazonSQS.")
+	if r.Method != http.MethodPost || !ok {
+		writeErr(w, senderErr("InvalidAction", "AWS.SimpleQueueService.InvalidAction", "not an AWS JSON 1.0 SQS request"))
+		return
+	}
+	var in map[string]json.RawMessage
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+		writeErr(w, senderErr("InvalidParameterValue", "InvalidParameterValue", "body is not JSON: "+err.Error()))
+		return
+	}
+	s.mu.Lock()
+	s.requests[op]++
+	if s.throttle > 0 {
+		s.throttle--
+		s.mu.Unlock()
+		writeErr(w, senderErr("RequestThrottled", "RequestThrottled", "Rate exceeded"))
+		return
+	}
+	s.mu.Unlock()
+	var out any
+	var aerr *apiError
+	switch op {
+	case "CreateQueue":
+		out, aerr = s.createQueue(in)
+	case "GetQueueUrl":
+		out, aerr = s.getQueueURL(in)
+	case "SendMessage":
+		out, aerr = s.sendMessage(in)
+	case "SendMessageBatch":
+		out, aerr = s.sendMessageBatch(in)
+	case "ReceiveMessage":
+		out, aerr = s.receiveMessage(r, in)
+	case "DeleteMessage":
+		out, aerr = s.deleteMessage(in)
+	case "ChangeMessageVisibility":
+		out, aerr = s.changeVisibility(in)
+	default:
+		aerr = senderErr("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", "the stand-in does not implement "+op)
+	}
+	if aerr != nil {
+		writeErr(w, aerr)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	json.NewEncoder(w).Encode(out)
+}
+
+func writeErr(w http.ResponseWriter, e *apiError) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("X-Amzn-Query-Error", e.query+";Sender")
+	w.WriteHeader(e.status)
+	json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#" + e.code, "message": e.msg})
+}
+
+func str(in map[string]json.RawMessage, k string) string {
+	var v string
+	json.Unmarshal(in[k], &v)
+	return v
+}
+
+func num(in map[string]json.RawMessage, k string, def int) int {
+	raw, ok := in[k]
+	if !ok {
+		return def
+	}
+	var v int
+	if json.Unmarshal(raw, &v) != nil {
+		return def
+	}
+	return v
+}
+
+// queueOf finds the queue of a request's QueueUrl (its last path segment).
+func (s *Server) queueOf(in map[string]json.RawMessage) (*queue, *apiError) {
+	u := str(in, "QueueUrl")
+	name := u[strings.LastIndexByte(u, '/')+1:]
+	q := s.queues[name]
+	if q == nil {
+		return nil, senderErr("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.")
+	}
+	return q, nil
+}
+
+func (s *Server) createQueue(in map[string]json.RawMessage) (any, *apiError) {
+	var attrs map[string]string
+	json.Unmarshal(in["Attributes"], &attrs)
+	opts := QueueOptions{}
+	if v := attrs["MaximumMessageSize"]; v != "" {
+		opts.MaxMessageSize, _ = strconv.Atoi(v)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := str(in, "QueueName")
+	s.createLocked(name, opts)
+	return map[string]string{"QueueUrl": s.queueURL(name)}, nil
+}
+
+func (s *Server) getQueueURL(in map[string]json.RawMessage) (any, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := str(in, "QueueName")
+	if s.queues[name] == nil {
+		return nil, senderErr("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.")
+	}
+	return map[string]string{"QueueUrl": s.queueURL(name)}, nil
+}
+
+// sendEntry is an entry of SendMessageBatch, or SendMessage's input.
+type sendEntry struct {
+	ID                     string `json:"Id"`
+	MessageBody            string
+	MessageGroupID         string `json:"MessageGroupId"`
+	MessageDeduplicationID string `json:"MessageDeduplicationId"`
+	MessageAttributes      map[string]struct {
+		DataType    string
+		StringValue string
+	}
+}
+
+func (e *sendEntry) size() int {
+	n := len(e.MessageBody)
+	for k, v := range e.MessageAttributes {
+		n += len(k) + len(v.DataType) + len(v.StringValue)
+	}
+	return n
+}
+
+type sendResult struct {
+	ID               string `json:"Id,omitempty"`
+	MessageID        string `json:"MessageId"`
+	MD5OfMessageBody string
+	SequenceNumber   string `json:",omitempty"`
+}
+
+type failedEntry struct {
+	ID          string `json:"Id"`
+	Code        string
+	Message     string
+	SenderFault bool
+}
+
+func (s *Server) sendMessage(in map[string]json.RawMessage) (any, *apiError) {
+	var e sendEntry
+	raw, _ := json.Marshal(in)
+	json.Unmarshal(raw, &e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, aerr := s.queueOf(in)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if e.size() > q.maxSize {
+		return nil, senderErr("InvalidParameterValue", "InvalidParameterValue", "One or more parameters are invalid. Reason: Message must be shorter than "+strconv.Itoa(q.maxSize)+" bytes.")
+	}
+	res, f := s.store(q, &e)
+	if f != nil {
+		return nil, senderErr(f.Code, f.Code, f.Message)
+	}
+	return res, nil
+}
+
+func (s *Server) sendMessageBatch(in map[string]json.RawMessage) (any, *apiError) {
+	var entries []sendEntry
+	json.Unmarshal(in["Entries"], &entries)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, aerr := s.queueOf(in)
+	if aerr != nil {
+		return nil, aerr
+	}
+	switch {
+	case len(entries) == 0:
+		return nil, senderErr("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest", "There should be at least one SendMessageBatchRequestEntry in the request.")
+	case len(entries) > 10:
+		return nil, senderErr("TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", "Maximum number of entries per request are 10.")
+	}
+	ids, total := map[string]bool{}, 0
+	for i := range entries {
+		if ids[entries[i].ID] {
+			return nil, senderErr("BatchEntryIdsNotDistinct", "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", "Id "+entries[i].ID+" repeated.")
+		}
+		ids[entries[i].ID] = true
+		total += entries[i].size()
+	}
+	if total > q.maxSize {
+		return nil, senderErr("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong",
+			fmt.Sprintf("Batch requests cannot be longer than %d bytes. You have sent %d bytes.", q.maxSize, total))
+	}
+	out := struct {
+		Successful []sendResult
+		Failed     []failedEntry
+	}{Successful: []sendResult{}, Failed: []failedEntry{}}
+	for i := range entries {
+		res, f := s.store(q, &entries[i])
+		if f != nil {
+			f.ID = entries[i].ID
+			out.Failed = append(out.Failed, *f)
+			continue
+		}
+		res.ID = entries[i].ID
+		out.Successful = append(out.Successful, res)
+	}
+	return out, nil
+}
+
+// store checks and stores one message; s.mu is held.
+func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
+	bad := func(code, msg string) (sendResult, *failedEntry) {
+		return sendResult{}, &failedEntry{Code: code, Message: msg, SenderFault: true}
+	}
+	if s.fail != nil {
+		if code, sender := s.fail(q.name, e.MessageBody); code != "" {
+			return sendResult{}, &failedEntry{Code: code, Message: "failed by the test", SenderFault: sender}
+		}
+	}
+	switch {
+	case e.MessageBody == "":
+		return bad("InvalidParameterValue", "The request must contain the parameter MessageBody.")
+	case !validChars(e.MessageBody):
+		return bad("InvalidMessageContents", "Invalid binary character in the message body.")
+	case len(e.MessageAttributes) > 10:
+		return bad("InvalidParameterValue", fmt.Sprintf("Number of message attributes [%d] exceeds the allowed maximum [10].", len(e.MessageAttributes)))
+	case q.fifo && e.MessageGroupID == "":
+		return bad("MissingParameter", "The request must contain the parameter MessageGroupId.")
+	case q.fifo && e.MessageDeduplicationID == "":
+		return bad("InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+	case !q.fifo && e.MessageDeduplicationID != "":
+		return bad("InvalidParameterValue", "The request include parameter that is not valid for this queue type")
+	}
+	for k, v := range e.MessageAttributes {
+		switch {
+		case k == "" || len(k) > 256 || strings.HasPrefix(strings.ToLower(k), "aws.") || strings.HasPrefix(strings.ToLower(k), "amazon."):
+			return bad("InvalidAttributeName", "Message attribute name '"+k+"' is invalid.")
+		case v.StringValue == "" || !validChars(v.StringValue):
+			return bad("InvalidAttributeValue", "Message attribute '"+k+"' must contain a non-empty, valid value.")
+		}
+	}
+	sum := md5.Sum([]byte(e.MessageBody))
+	res := sendResult{MD5OfMessageBody: hex.EncodeToString(sum[:])}
+	now := time.Now()
+	if q.fifo {
+		for len(q.order) > 0 && now.Sub(q.dedup[q.order[0]].at) > DedupWindow {
+			delete(q.dedup, q.order[0])
+			q.order = q.order[1:]
+		}
+		if d, dup := q.dedup[e.MessageDeduplicationID]; dup {
+			res.MessageID = d.msgID
+			res.SequenceNumber = "0"
+			return res, nil
+		}
+	}
+	s.seq++
+	m := &Message{
+		MessageID: fmt.Sprintf("00000000-0000-4000-8000-%012d", s.seq),
+		Body:      e.MessageBody, GroupID: e.MessageGroupID, DedupID: e.MessageDeduplicationID,
+		Seq: s.seq, Sent: now, Attributes: map[string]string{},
+	}
+	for k, v := range e.MessageAttributes {
+		m.Attributes[k] = v.StringValue
+	}
+	q.msgs = append(q.msgs, m)
+	if q.fifo {
+		q.dedup[e.MessageDeduplicationID] = dedupEntry{msgID: m.MessageID, at: now}
+		q.order = append(q.order, e.MessageDeduplicationID)
+		res.SequenceNumber = strconv.FormatInt(s.seq, 10)
+	}
+	res.MessageID = m.MessageID
+	s.cond.Broadcast()
+	return res, nil
+}
+
+// validChars reports whether SQS takes v: #x9 | #xA | #xD | #x20 to
+// #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF.
+func validChars(v string) bool {
+	if !utf8.ValidString(v) {
+		return false
+	}
+	for _, r := range v {
+		if !(r == 0x9 || r == 0xA || r == 0xD || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF) {
+			return false
+		}
+	}
+	return true
+}
+
+// Start returns a stand-in listening on a free loopback port, closed when
+// the test ends.
+func Start(t interface {
+	Helper()
+	Fatal(...any)
+	Cleanup(func())
+}) *Server {
+	t.Helper()
+	s := New()
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Outage stops the stand-in until the returned function starts it again
+// (sinktest.Target.Outage).
+func (s *Server) Outage(t interface {
+	Helper()
+	Fatal(...any)
+}) (restore func()) {
+	s.Stop()
+	return func() {
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Count returns how many messages queue holds (not deleted), without
+// copying them.
+func (s *Server) Count(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[name]
+	if q == nil {
+		return 0
+	}
+	n := 0
+	for _, m := range q.msgs {
+		if !m.deleted {
+			n++
+		}
+	}
+	return n
+}

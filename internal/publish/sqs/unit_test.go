@@ -1,0 +1,46 @@
+package sqs
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/walpost/walpost/internal/publish/sinktest"
+)
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"", "queue: empty"},
+		{"queue: a.b", "only a FIFO queue's"},
+		{"queue: \"{type}.fifo\"\nmax_message_bytes: 10", "max_message_bytes: 10 is outside"},
+		{"queue: q\nendpoint: localhost:9324", "endpoint:"},
+		{"queue: https://sqs.eu-central-1.amazonaws.com/1/{type}", "cannot be a template"},
+		{"queue: q\nmax_retries: 99", "max_retries: 99"},
+		{"queue: q\nsource: /x", "source: only used with format: cloudevents"},
+		{"queue: q\nbogus: 1", "bogus"},
+	} {
+		_, err := New(sinktest.SinkConfig(t, "name: s\nkind: sqs\n"+c.doc), testLogger(t))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want an error naming %q", c.doc, err, c.want)
+		}
+	}
+}
+
+func TestGroupIDKeepsLegalKeysAndHashesOthers(t *testing.T) {
+	if got := GroupID("order-1/x:y"); got != "order-1/x:y" {
+		t.Errorf("GroupID of a legal key = %q", got)
+	}
+	for _, k := range []string{"kunde äöü", "a b", strings.Repeat("x", 129), "", "sha256:abc"} {
+		got := GroupID(k)
+		if !strings.HasPrefix(got, "sha256:") || len(got) != 7+64 || got != GroupID(k) {
+			t.Errorf("GroupID(%q) = %q", k, got)
+		}
+	}
+}
+
+func TestValidBody(t *testing.T) {
+	for s, want := range map[string]bool{"{}": true, "ä\t\n": true, "\x00": false, "\xff": false, "\uFFFE": false, "\U0001F600": true} {
+		if validBody([]byte(s)) != want {
+			t.Errorf("validBody(%q) != %v", s, want)
+		}
+	}
+}
