@@ -315,7 +315,7 @@ func (s *suite) outage(t *testing.T) {
 		r := Retry{AttemptTimeout: time.Second, OnError: func(int, error) { failures.Add(1) }}
 		done <- r.Publish(ctx, tg.Sink, during)
 	}()
-	pgtest.Await(t, 20*time.Second, "two failed attempts of the retry loop during the outage", func() bool { return failures.Load() >= 2 })
+	pgtest.Await(t, 45*time.Second, "two failed attempts of the retry loop during the outage", func() bool { return failures.Load() >= 2 })
 	select {
 	case err := <-done:
 		t.Fatalf("the retry loop ended during the outage: %v", err)
