@@ -8,10 +8,11 @@ import (
 	"strings"
 	"time"
 
-	kafka "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"github.com/xdg-go/stringprep"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
@@ -33,15 +34,14 @@ type kafkaConfig struct {
 	// BatchBytes is the most bytes one produce request carries (default
 	// 1048576). It must not exceed the topics' max.message.bytes.
 	BatchBytes int64 `yaml:"batch_bytes"`
-	// BatchSize is the most messages one produce request carries (default
-	// 1000, the relay's default batch).
+	// BatchSize is the most messages Publish buffers and then sends
+	// together (default 1000, the relay's default batch); a group's
+	// requests carry at most batch_bytes each.
 	BatchSize int `yaml:"batch_size"`
-	// Linger is how long a produce request waits for more messages
-	// (default 0: send at once). The relay hands a sink whole batches,
-	// and kafka-go adds a call's messages of one partition to one request
-	// under one lock, so waiting never makes requests bigger: it only
-	// adds latency (BENCHMARKS.md, "What each optimisation bought", the
-	// Kafka sink latency table). Kept for configurations that set it.
+	// Linger is accepted and validated for configurations that set it,
+	// and has no effect: Publish buffers a group of records and flushes
+	// it at once (the relay hands a sink whole batches, so waiting never
+	// made requests bigger, only slower).
 	Linger *config.Duration `yaml:"linger"`
 	// Compression is none (default), gzip, snappy, lz4 or zstd.
 	Compression string `yaml:"compression"`
@@ -168,32 +168,32 @@ func (c *kafkaConfig) Validate() error {
 	return c.Settings.Validate()
 }
 
-func requiredAcks(s string) (kafka.RequiredAcks, error) {
+func requiredAcks(s string) (kgo.Acks, error) {
 	switch s {
 	case "all":
-		return kafka.RequireAll, nil
+		return kgo.AllISRAcks(), nil
 	case "leader":
-		return kafka.RequireOne, nil
+		return kgo.LeaderAck(), nil
 	case "none":
-		return kafka.RequireNone, nil
+		return kgo.NoAck(), nil
 	}
-	return 0, fmt.Errorf("acks: %q is not all, leader or none", s)
+	return kgo.Acks{}, fmt.Errorf("acks: %q is not all, leader or none", s)
 }
 
-func compression(s string) (kafka.Compression, error) {
+func compression(s string) (kgo.CompressionCodec, error) {
 	switch s {
 	case "none":
-		return 0, nil
+		return kgo.NoCompression(), nil
 	case "gzip":
-		return kafka.Gzip, nil
+		return kgo.GzipCompression(), nil
 	case "snappy":
-		return kafka.Snappy, nil
+		return kgo.SnappyCompression(), nil
 	case "lz4":
-		return kafka.Lz4, nil
+		return kgo.Lz4Compression(), nil
 	case "zstd":
-		return kafka.Zstd, nil
+		return kgo.ZstdCompression(), nil
 	}
-	return 0, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
+	return kgo.CompressionCodec{}, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
 }
 
 func (s *saslConfig) validate() error {
@@ -223,22 +223,23 @@ func (s *saslConfig) mechanism() (sasl.Mechanism, error) {
 	}
 	switch s.Mechanism {
 	case "PLAIN":
-		return plain.Mechanism{Username: s.Username, Password: s.Password}, nil
+		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism(), nil
 	case "SCRAM-SHA-256", "SCRAM-SHA-512":
-		algo := scram.SHA256
-		if s.Mechanism == "SCRAM-SHA-512" {
-			algo = scram.SHA512
+		// SCRAM sends the SASLprep'd (RFC 4013) name and password; a
+		// string SASLprep refuses cannot authenticate. The stringprep
+		// error quotes the string it could not prepare: say which,
+		// without either.
+		if _, err := stringprep.SASLprep.Prepare(s.Username); err != nil {
+			return nil, errors.New("sasl.username: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?)")
 		}
-		m, err := scram.Mechanism(algo, s.Username, s.Password)
-		if err != nil {
-			// The SCRAM library's error quotes the username or password
-			// it could not prepare: say which, without either.
-			if _, uerr := scram.Mechanism(algo, s.Username, "password"); uerr != nil {
-				return nil, errors.New("sasl.username: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?)")
-			}
+		if _, err := stringprep.SASLprep.Prepare(s.Password); err != nil {
 			return nil, errors.New("sasl.password: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?); the password is not repeated here")
 		}
-		return m, nil
+		a := scram.Auth{User: s.Username, Pass: s.Password}
+		if s.Mechanism == "SCRAM-SHA-512" {
+			return a.AsSha512Mechanism(), nil
+		}
+		return a.AsSha256Mechanism(), nil
 	}
 	return nil, fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 }

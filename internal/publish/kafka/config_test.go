@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	kafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/sinktest"
@@ -73,33 +73,32 @@ func TestRegistryPrefixesTheSink(t *testing.T) {
 
 func TestDefaultsTuneForLatencyAndSafety(t *testing.T) {
 	s := newSink(t, []string{"127.0.0.1:9"}, "outbox.{type}")
-	w := s.writer
-	if w.RequiredAcks != kafka.RequireAll {
-		t.Errorf("acks %v, want all", w.RequiredAcks)
+	cl := s.client
+	if a := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); a != kgo.AllISRAcks() {
+		t.Errorf("acks %v, want all", a)
 	}
-	if w.MaxAttempts != 1 {
-		t.Errorf("MaxAttempts %d, want 1: the relay retries whole batches", w.MaxAttempts)
+	if cl.OptValue(kgo.DisableIdempotentWrite).(bool) {
+		t.Error("the idempotent producer is off with acks: all")
 	}
-	if w.BatchTimeout != time.Nanosecond || w.BatchSize != 1000 || w.BatchBytes != 1<<20 {
-		t.Errorf("BatchTimeout %s, BatchSize %d, BatchBytes %d; want 1ns (no linger), 1000, 1MiB", w.BatchTimeout, w.BatchSize, w.BatchBytes)
+	if m, b, n := cl.OptValue(kgo.ManualFlushing).(bool), cl.OptValue(kgo.ProducerBatchMaxBytes).(int32), cl.OptValue(kgo.MaxBufferedRecords).(int64); !m || b != 1<<20 || n != 1000 {
+		t.Errorf("manual flushing %v, batch bytes %d, buffered records %d; want true (Publish flushes), 1MiB, 1000", m, b, n)
 	}
-	if b, ok := w.Balancer.(keyBalancer); !ok || !b.murmur.Consistent {
-		t.Errorf("balancer %#v, want a consistent Murmur2Balancer", w.Balancer)
+	if cl.OptValue(kgo.AllowAutoTopicCreation).(bool) || cl.OptValue(kgo.ClientID).(string) != "walpost" {
+		t.Errorf("auto-create %v, client id %q", cl.OptValue(kgo.AllowAutoTopicCreation), cl.OptValue(kgo.ClientID))
 	}
-	if p := w.Balancer.Balance(kafka.Message{Key: []byte("k")}); p != 0 {
-		t.Errorf("no partitions gave partition %d, want 0 (and no panic)", p)
+	if d := cl.OptValue(kgo.ProduceRequestTimeout).(time.Duration); d != 5*time.Second || s.timeout != 5*time.Second { // newSink sets timeout: 5s
+		t.Errorf("produce request timeout %s, call timeout %s, want the configured 5s", d, s.timeout)
 	}
-	if w.AllowAutoTopicCreation || w.Compression != 0 || s.transport.ClientID != "walpost" || s.transport.TLS != nil || s.transport.SASL != nil {
-		t.Errorf("unexpected writer %+v / transport %+v", w, s.transport)
-	}
-	if w.WriteTimeout != 5*time.Second { // newSink sets timeout: 5s
-		t.Errorf("WriteTimeout %s, want the configured 5s", w.WriteTimeout)
+	if d := cl.OptValue(kgo.RecordDeliveryTimeout).(time.Duration); d != 0 {
+		t.Errorf("record delivery timeout %s, want none (kgo counts it from the record's timestamp, the commit time)", d)
 	}
 
 	s = newSink(t, []string{"127.0.0.1:9"}, "t", "acks: leader", "linger: 0s", "compression: zstd", "client_id: me", "auto_create_topics: true")
-	if s.writer.RequiredAcks != kafka.RequireOne || s.writer.BatchTimeout != time.Nanosecond ||
-		s.writer.Compression != kafka.Zstd || s.transport.ClientID != "me" || !s.writer.AllowAutoTopicCreation {
-		t.Errorf("settings not applied: writer %+v", s.writer)
+	cl = s.client
+	if cl.OptValue(kgo.RequiredAcks).(kgo.Acks) != kgo.LeaderAck() || !cl.OptValue(kgo.DisableIdempotentWrite).(bool) ||
+		cl.OptValue(kgo.ClientID).(string) != "me" || !cl.OptValue(kgo.AllowAutoTopicCreation).(bool) {
+		t.Errorf("settings not applied: acks %v, idempotency off %v, client id %v, auto-create %v", cl.OptValue(kgo.RequiredAcks),
+			cl.OptValue(kgo.DisableIdempotentWrite), cl.OptValue(kgo.ClientID), cl.OptValue(kgo.AllowAutoTopicCreation))
 	}
 }
 
