@@ -16,6 +16,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/nametmpl"
 	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
@@ -55,6 +56,17 @@ type kafkaConfig struct {
 	TLS tlsconf.Switch `yaml:"tls"`
 	// SASL configures authentication; nil means none.
 	SASL *saslConfig `yaml:"sasl"`
+	// ExactlyOnce makes each batch one Kafka transaction that also writes
+	// the sink's progress to ProgressTopic, under a transactional id
+	// derived from the slot and the sink's name, and lets the relay
+	// resume the sink from that progress (docs/sinks/kafka.md, "Exactly
+	// once"). It needs acks: all. Receivers must read with
+	// isolation.level=read_committed.
+	ExactlyOnce bool `yaml:"exactly_once"`
+	// ProgressTopic is the compacted topic of the sinks' progress with
+	// exactly_once (default walpost.progress); the sink creates it when
+	// it is missing. Only with exactly_once.
+	ProgressTopic string `yaml:"progress_topic"`
 	// Timeout bounds one write attempt: dialing, a metadata request, a
 	// produce request and its acknowledgement (default 10s).
 	Timeout config.Duration `yaml:"timeout"`
@@ -72,6 +84,8 @@ const (
 	defaultLinger     = 0
 	defaultTimeout    = 10 * time.Second
 	defaultClientID   = "walpost"
+	// defaultProgressTopic holds the sinks' progress with exactly_once.
+	defaultProgressTopic = "walpost.progress"
 )
 
 // limits is the table of allowed ranges, checked by validate.
@@ -115,6 +129,9 @@ func (c *kafkaConfig) SetDefaults() {
 	}
 	if c.SASL != nil {
 		c.SASL.Mechanism = strings.ToUpper(c.SASL.Mechanism)
+	}
+	if c.ExactlyOnce && c.ProgressTopic == "" {
+		c.ProgressTopic = defaultProgressTopic
 	}
 }
 
@@ -164,6 +181,9 @@ func (c *kafkaConfig) Validate() error {
 		if err := c.SASL.validate(); err != nil {
 			return err
 		}
+	}
+	if err := c.validateExactlyOnce(); err != nil {
+		return err
 	}
 	return c.Settings.Validate()
 }
@@ -242,4 +262,24 @@ func (s *saslConfig) mechanism() (sasl.Mechanism, error) {
 		return a.AsSha256Mechanism(), nil
 	}
 	return nil, fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+}
+
+func (c *kafkaConfig) validateExactlyOnce() error {
+	if !c.ExactlyOnce {
+		if c.ProgressTopic != "" {
+			return errors.New("progress_topic: only with exactly_once: true")
+		}
+		return nil
+	}
+	if c.Acks != "all" {
+		return fmt.Errorf("exactly_once: needs acks: all (Kafka's transactions need the idempotent producer), not %s", c.Acks)
+	}
+	t, err := nametmpl.Parse("progress_topic", c.ProgressTopic, topicRules)
+	if err != nil {
+		return err
+	}
+	if !t.Fixed() {
+		return fmt.Errorf("progress_topic: %q: a fixed name, not a template", c.ProgressTopic)
+	}
+	return nil
 }

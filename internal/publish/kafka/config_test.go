@@ -52,6 +52,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`brokers: ["h:9092"], topic: t, format: cloudevents, source: "%zz"`, `source: "%zz" is not a URI reference`},
 		{`brokers: ["h:9092"], topic: t, format: cloudevents`, ""},
 		{`brokers: ["h:9092"], topic: t, format: cloudevents, source: urn:example:orders`, ""},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true`, ""},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: my.progress`, ""},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, acks: leader`, "exactly_once: needs acks: all"},
+		{`brokers: ["h:9092"], topic: t, progress_topic: p`, "progress_topic: only with exactly_once: true"},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: "p/q"`, "progress_topic: \"p/q\": kafka: illegal topic name"},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: "p.{type}"`, "progress_topic: \"p.{type}\": a fixed name"},
 	} {
 		doc := "{name: events, kind: kafka, " + tc.yaml + "}"
 		_, err := New(sinktest.SinkConfig(t, doc), zerolog.Nop())

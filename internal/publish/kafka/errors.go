@@ -47,7 +47,13 @@ var permanentCodes = map[*kerr.Error]string{
 	kerr.InvalidTimestamp:                   "the record timestamp (the commit time) is outside the topic's message.timestamp.difference.max.ms",
 	kerr.PolicyViolation:                    "a broker policy rejects the request",
 	kerr.TransactionalIDAuthorizationFailed: "the principal lacks a transactional id permission: grant it WRITE and DESCRIBE on the transactional id",
+	kerr.ProducerFenced:                     fenced,
+	kerr.InvalidProducerEpoch:               fenced,
 }
+
+// fenced is the hint for a transactional producer that another took over.
+const fenced = "another instance took over this sink's transactional id (exactly_once: the same slot and sink name; a standby, a fleet member " +
+	"or a second process on the same configuration): this one stops, its open transaction is aborted, and the other goes on from the committed progress"
 
 // classify decides whether err, from writing to Kafka, is worth retrying.
 // It looks only at error types and codes, never at the text:

@@ -62,8 +62,13 @@ type Sink struct {
 
 	client *kgo.Client
 	conns  *connErrs // the producer's last failed connection
+	opts   []kgo.Opt // client's options, for the transactional producer and the progress reader
 
-	mu sync.Mutex // serializes Publish
+	exactlyOnce   bool
+	progressTopic string
+	txn           *txnState // nil until Resume (exactly_once only); guarded by mu
+
+	mu sync.Mutex // serializes Publish and Resume
 
 	closeOnce sync.Once
 }
@@ -121,6 +126,10 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		timeout:    kc.Timeout.D(),
 		client:     client,
 		conns:      conns,
+		opts:       opts,
+
+		exactlyOnce:   kc.ExactlyOnce,
+		progressTopic: kc.ProgressTopic,
 	}
 	switch kc.Acks {
 	case "none":
@@ -278,6 +287,36 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err != nil {
 		return err
 	}
+	if s.txn != nil {
+		return s.publishTxn(ctx, msgs, recs)
+	}
+	c, err := s.produce(ctx, s.client, recs)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctx.Err()), acked(recs, c.outcome()))
+	}
+	errs := c.outcome()
+	done := acked(recs, errs)
+	notAcked := 0
+	for _, d := range done {
+		if !d {
+			notAcked++
+		}
+	}
+	return publish.Partial(s.failed(ctx, s.client, c, msgs, recs, errs, notAcked, len(msgs)), done)
+}
+
+// errNotAcked is produce's error when a record failed or is unanswered.
+var errNotAcked = errors.New("kafka: not every record acknowledged")
+
+// produce sends recs with cl in groups of batch_size, each once the one
+// before it has every outcome, and returns the call's outcome: a nil
+// error when every record was acknowledged, errNotAcked when a record
+// failed or was not answered within timeout (the groups after it are not
+// sent), or ctx's error when ctx ended first.
+func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (*call, error) {
 	// The records' context: one not yet sent when it ends is failed by
 	// the producer (one sent and not answered is not: the producer waits
 	// for its answer, so that its sequence numbers stay right).
@@ -287,9 +326,9 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	c.start = time.Now()
 	for start := 0; start < len(recs); start += s.batchSize {
 		end := min(start+s.batchSize, len(recs))
-		if err := s.send(rctx, c, recs, start, end); err != nil {
+		if err := s.send(rctx, cl, c, recs, start, end); err != nil {
 			if err := ctx.Err(); err != nil {
-				return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), err), acked(recs, c.outcome()))
+				return c, err
 			}
 			break // not acknowledged within timeout: a broker cut off the network
 		}
@@ -298,28 +337,28 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 		}
 	}
 	if !c.anyFailed() && c.allAcked() {
-		return nil
+		return c, nil
 	}
-	return s.failed(ctx, c, msgs, recs, c.outcome())
+	return c, errNotAcked
 }
 
-// send hands recs[start:end] to the producer, sends them, and waits until
-// each has its outcome or ctx ends. The producer flushes by hand: a
-// group's records are all buffered before any is sent, so that a record
-// failing fails every later record of its partition in the group (the
-// producer's gapless ordering) and none is stored after it. Records
-// still buffered from an earlier call (its context ended before their
-// answer came) are flushed first, for the same reason.
-func (s *Sink) send(ctx context.Context, c *call, recs []kgo.Record, start, end int) error {
-	if s.client.BufferedProduceRecords() > 0 {
-		if err := s.client.Flush(ctx); err != nil {
+// send hands recs[start:end] to cl, sends them, and waits until each has
+// its outcome or ctx ends. The producer flushes by hand: a group's
+// records are all buffered before any is sent, so that a record failing
+// fails every later record of its partition in the group (the producer's
+// gapless ordering) and none is stored after it. Records still buffered
+// from an earlier call (its context ended before their answer came) are
+// flushed first, for the same reason.
+func (s *Sink) send(ctx context.Context, cl *kgo.Client, c *call, recs []kgo.Record, start, end int) error {
+	if cl.BufferedProduceRecords() > 0 {
+		if err := cl.Flush(ctx); err != nil {
 			return err
 		}
 	}
 	for i := start; i < end; i++ {
-		s.client.Produce(ctx, &recs[i], c.promise(i))
+		cl.Produce(ctx, &recs[i], c.promise(i))
 	}
-	if err := s.client.Flush(ctx); err != nil {
+	if err := cl.Flush(ctx); err != nil {
 		return err
 	}
 	return c.wait(ctx, end-start)
@@ -542,20 +581,16 @@ func wireBound(r *kgo.Record) int64 {
 }
 
 // failed turns the outcome of a call with failed records (errs[i] is the
-// error of recs[i], the record of msgs[i]) into the error Publish
-// returns: it names the message the error concerns (the first failed one,
-// or the first whose error is permanent), marks it Permanent or Rejected
-// when classify says so, and reports with publish.Partial what Kafka
-// acknowledged. After a transient error it asks for fresh metadata.
-func (s *Sink) failed(ctx context.Context, c *call, msgs []*message.Message, recs []kgo.Record, errs []error) error {
-	done := acked(recs, errs)
+// error of recs[i], the record of msgs[i]; notAcked of the call's total
+// messages are not acknowledged) into the error Publish returns: it names
+// the message the error concerns (the first failed one, or the first
+// whose error is permanent) and marks it Permanent or Rejected when
+// classify says so; the caller adds publish.Partial. After a transient
+// error it asks cl for fresh metadata.
+func (s *Sink) failed(ctx context.Context, cl *kgo.Client, c *call, msgs []*message.Message, recs []kgo.Record, errs []error, notAcked, total int) error {
 	idx := -1
 	var v verdict
-	notAcked := 0
 	for i, e := range errs {
-		if !done[i] {
-			notAcked++
-		}
 		if e == nil {
 			continue
 		}
@@ -583,7 +618,7 @@ func (s *Sink) failed(ctx context.Context, c *call, msgs []*message.Message, rec
 		}
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(cause, ctxErr) {
-		return publish.Partial(fmt.Errorf("kafka: publishing %s to topic %q: %w", publish.DescribeCall(msgs), recs[idx].Topic, cause), done)
+		return fmt.Errorf("kafka: publishing %s to topic %q: %w", publish.DescribeCall(msgs), recs[idx].Topic, cause)
 	}
 	if v.permanent && !s.topic.Fixed() && refusesTopic(cause) {
 		// A topic the message's type or key chose: other messages may go
@@ -593,8 +628,8 @@ func (s *Sink) failed(ctx context.Context, c *call, msgs []*message.Message, rec
 		v.hint += fmt.Sprintf("; the topic comes from the message's type or key (topic %q): or park the message with relay.on_refused: dead_letter", s.topic.Text())
 	}
 	msg := fmt.Sprintf("kafka: %s to topic %q", publish.Describe(msgs[idx]), recs[idx].Topic)
-	if len(msgs) > 1 {
-		msg += fmt.Sprintf(" (%d of the call's %d messages not acknowledged)", notAcked, len(msgs))
+	if total > 1 {
+		msg += fmt.Sprintf(" (%d of the call's %d messages not acknowledged)", notAcked, total)
 	}
 	var err error
 	if v.hint != "" {
@@ -610,9 +645,9 @@ func (s *Sink) failed(ctx context.Context, c *call, msgs []*message.Message, rec
 	default:
 		// The retry starts from fresh metadata: a moved leader, a
 		// restarted broker or a new topic is found at once.
-		s.client.ForceMetadataRefresh()
+		cl.ForceMetadataRefresh()
 	}
-	return publish.Partial(err, done)
+	return err
 }
 
 // connErrs is a kgo hook that keeps the producer's last failed attempt to
@@ -650,6 +685,13 @@ func (h *connErrs) since(t time.Time) error {
 // relay sends them again) and closes the connections. It is safe to call
 // more than once.
 func (s *Sink) Close() error {
-	s.closeOnce.Do(s.client.Close)
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		if s.txn != nil && s.txn.client != nil {
+			s.txn.client.Close()
+		}
+		s.mu.Unlock()
+		s.client.Close()
+	})
 	return nil
 }
