@@ -334,14 +334,14 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 	}
 	t.broken = true // until committed
 	all := append(recs[:len(recs):len(recs)], s.progressRecord(msgs[len(msgs)-1]))
-	c, err := s.produce(ctx, t.client, all)
+	c, errs, err := s.produce(ctx, t.client, all)
 	if err != nil {
 		s.abort(ctx, t)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctxErr), done)
 		}
 		named := append(msgs[:len(msgs):len(msgs)], msgs[len(msgs)-1]) // the progress record is named after the last message
-		return publish.Partial(s.failed(ctx, t.client, c, named, all, c.outcome(), len(msgs), total), done)
+		return publish.Partial(s.failed(ctx, t.client, c, named, all, errs, len(msgs), total), done)
 	}
 	// Not canceled with ctx: a commit cut short leaves its outcome
 	// unknown (the next call then reads the progress).

@@ -290,14 +290,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if s.txn != nil {
 		return s.publishTxn(ctx, msgs, recs)
 	}
-	c, err := s.produce(ctx, s.client, recs)
+	c, errs, err := s.produce(ctx, s.client, recs)
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctx.Err()), acked(recs, c.outcome()))
+		return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctx.Err()), acked(recs, errs))
 	}
-	errs := c.outcome()
 	done := acked(recs, errs)
 	notAcked := 0
 	for _, d := range done {
@@ -312,11 +311,12 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 var errNotAcked = errors.New("kafka: not every record acknowledged")
 
 // produce sends recs with cl in groups of batch_size, each once the one
-// before it has every outcome, and returns the call's outcome: a nil
-// error when every record was acknowledged, errNotAcked when a record
-// failed or was not answered within timeout (the groups after it are not
-// sent), or ctx's error when ctx ended first.
-func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (*call, error) {
+// before it has every outcome, and returns the call's outcome: each
+// record's (call.outcome, taken once), and a nil error when every record
+// was acknowledged, errNotAcked when a record failed or was not answered
+// within timeout (the groups after it are not sent), or ctx's error when
+// ctx ended first.
+func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (*call, []error, error) {
 	// The records' context: one not yet sent when it ends is failed by
 	// the producer (one sent and not answered is not: the producer waits
 	// for its answer, so that its sequence numbers stay right).
@@ -328,7 +328,7 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (
 		end := min(start+s.batchSize, len(recs))
 		if err := s.send(rctx, cl, c, recs, start, end); err != nil {
 			if err := ctx.Err(); err != nil {
-				return c, err
+				return c, c.outcome(), err
 			}
 			break // not acknowledged within timeout: a broker cut off the network
 		}
@@ -336,10 +336,13 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (
 			break // the groups after a failed one are not sent
 		}
 	}
-	if !c.anyFailed() && c.allAcked() {
-		return c, nil
+	// One snapshot: a late answer must not change the outcome between
+	// deciding on it and describing it.
+	errs := c.outcome()
+	if slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return c, errs, errNotAcked
 	}
-	return c, errNotAcked
+	return c, errs, nil
 }
 
 // send hands recs[start:end] to cl, sends them, and waits until each has
@@ -432,13 +435,6 @@ func (c *call) anyFailed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.ContainsFunc(c.errs, func(err error) bool { return err != nil })
-}
-
-// allAcked reports whether every record was acknowledged.
-func (c *call) allAcked() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !slices.Contains(c.ok, false)
 }
 
 // outcome returns each record's outcome so far: nil when acknowledged,
@@ -606,6 +602,9 @@ func (s *Sink) failed(ctx context.Context, cl *kgo.Client, c *call, msgs []*mess
 			errs[idx] == errUnanswered && e != errUnanswered {
 			idx, v = i, iv
 		}
+	}
+	if idx < 0 { // cannot happen: produce returns errNotAcked only with an error in errs
+		idx, errs = 0, append([]error{errNotAcked}, errs[1:]...)
 	}
 	cause := errs[idx]
 	if errors.Is(cause, kerr.MessageTooLarge) {
