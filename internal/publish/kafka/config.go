@@ -9,10 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
-	"github.com/xdg-go/stringprep"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
@@ -70,12 +66,6 @@ type kafkaConfig struct {
 	// Timeout bounds one write attempt: dialing, a metadata request, a
 	// produce request and its acknowledgement (default 10s).
 	Timeout config.Duration `yaml:"timeout"`
-}
-
-type saslConfig struct {
-	Mechanism string `yaml:"mechanism"` // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
-	Username  string `yaml:"username"`
-	Password  string `yaml:"password"`
 }
 
 const (
@@ -178,7 +168,7 @@ func (c *kafkaConfig) Validate() error {
 		return err
 	}
 	if c.SASL != nil {
-		if err := c.SASL.validate(); err != nil {
+		if err := c.SASL.validate(c.TLS.Enabled); err != nil {
 			return err
 		}
 	}
@@ -214,54 +204,6 @@ func compression(s string) (kgo.CompressionCodec, error) {
 		return kgo.ZstdCompression(), nil
 	}
 	return kgo.CompressionCodec{}, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
-}
-
-func (s *saslConfig) validate() error {
-	switch s.Mechanism {
-	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-	case "":
-		return errors.New("sasl.mechanism: empty (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
-	default:
-		return fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
-	}
-	if s.Username == "" {
-		return errors.New("sasl.username: empty")
-	}
-	if s.Password == "" {
-		return errors.New("sasl.password: empty (use ${VAR} to take it from the environment)")
-	}
-	if _, err := s.mechanism(); err != nil {
-		return err
-	}
-	return nil
-}
-
-// mechanism returns the SASL mechanism, or nil when SASL is off.
-func (s *saslConfig) mechanism() (sasl.Mechanism, error) {
-	if s == nil {
-		return nil, nil
-	}
-	switch s.Mechanism {
-	case "PLAIN":
-		return plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism(), nil
-	case "SCRAM-SHA-256", "SCRAM-SHA-512":
-		// SCRAM sends the SASLprep'd (RFC 4013) name and password; a
-		// string SASLprep refuses cannot authenticate. The stringprep
-		// error quotes the string it could not prepare: say which,
-		// without either.
-		if _, err := stringprep.SASLprep.Prepare(s.Username); err != nil {
-			return nil, errors.New("sasl.username: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?)")
-		}
-		if _, err := stringprep.SASLprep.Prepare(s.Password); err != nil {
-			return nil, errors.New("sasl.password: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?); the password is not repeated here")
-		}
-		a := scram.Auth{User: s.Username, Pass: s.Password}
-		if s.Mechanism == "SCRAM-SHA-512" {
-			return a.AsSha512Mechanism(), nil
-		}
-		return a.AsSha256Mechanism(), nil
-	}
-	return nil, fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 }
 
 func (c *kafkaConfig) validateExactlyOnce() error {

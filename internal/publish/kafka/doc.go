@@ -22,7 +22,12 @@
 //     auto_create_topics: false    # let brokers create missing topics (default false)
 //     tls: {enabled: true, ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false, server_name: ""}
 //     sasl: {mechanism: SCRAM-SHA-512, username: walpost, password: "${KAFKA_PASSWORD}"}
-//     timeout: 10s                 # bounds one write attempt: dial, metadata, produce and ack
+//     # or PLAIN; OAUTHBEARER with token or token_file;
+//     # AWS_MSK_IAM with access_key_id, secret_access_key,
+//     # session_token, or the AWS_* environment (sasl.go)
+//     exactly_once: false          # each batch one transaction with the progress (exactlyonce.go)
+//     progress_topic: walpost.progress # with exactly_once
+//     timeout: 10s                 # bounds one publish attempt's wait for acknowledgements
 //     format: raw                  # raw (default) | cloudevents (see "Mapping")
 //     source: /orders-service      # CloudEvents source, only with format: cloudevents (default walpost)
 //

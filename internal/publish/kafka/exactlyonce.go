@@ -88,7 +88,7 @@ func (s *Sink) restartTxn(ctx context.Context) (publish.Position, bool, error) {
 		t.client = nil
 	}
 	t.broken = true
-	opts := append(append([]kgo.Opt{}, s.opts...), kgo.TransactionalID(t.id))
+	opts := append(append([]kgo.Opt{}, s.opts...), kgo.TransactionalID(t.id), kgo.MaxBufferedRecords(s.batchSize+1))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return publish.Position{}, false, fmt.Errorf("kafka: sink %s: %w", s.name, err)
@@ -334,7 +334,9 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 	}
 	t.broken = true // until committed
 	all := append(recs[:len(recs):len(recs)], s.progressRecord(msgs[len(msgs)-1]))
-	c, errs, err := s.produce(ctx, t.client, all)
+	// Groups of batch_size messages and, in the last, the progress record
+	// (the producer buffers one record more: restartTxn).
+	c, errs, err := s.produce(ctx, t.client, all, s.batchSize+1)
 	if err != nil {
 		s.abort(ctx, t)
 		if ctxErr := ctx.Err(); ctxErr != nil {

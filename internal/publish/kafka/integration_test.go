@@ -508,3 +508,26 @@ func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
 		sinktest.RequirePermanent(t, err, m.ID, "sasl.mechanism")
 	})
 }
+
+// TestIntegrationTopicCreatedWhileRunningIsFound: a message to a topic
+// from the template that does not exist is refused; once the topic is
+// created, the same sink delivers to it at the next attempt (the producer
+// looks up a topic it does not know again; kafka-go's Writer kept the
+// answer until its metadata refresh).
+func TestIntegrationTopicCreatedWhileRunningIsFound(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "late.known"))
+	s := newSink(t, fk.addrs, "late.{type}")
+	g := sinktest.NewGen(73)
+	m := g.Message("k")
+	m.Type = "created"
+	err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
+	if !publish.IsRejected(err) {
+		t.Fatalf("a missing topic from the template gave %v, want Rejected", err)
+	}
+	if err := fk.CreateTopic("late.created", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m}); err != nil {
+		t.Fatalf("after the topic was created: %v", err)
+	}
+}

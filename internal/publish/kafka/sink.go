@@ -141,8 +141,11 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		log.Warn().Msg("kafka sink with tls.insecure_skip_verify: the brokers' certificates are not verified, " +
 			"so a man-in-the-middle can read and alter messages (and credentials); set tls.ca_file instead")
 	}
-	if kc.SASL != nil && kc.SASL.Mechanism == "PLAIN" && tc == nil {
+	if kc.SASL != nil && kc.SASL.Mechanism == mechPlain && tc == nil {
 		log.Warn().Msg("kafka sink with SASL PLAIN but without TLS: the password crosses the network in clear text")
+	}
+	if kc.SASL != nil && kc.SASL.Mechanism == mechOAuthBearer && tc == nil {
+		log.Warn().Msg("kafka sink with SASL OAUTHBEARER but without TLS: the token crosses the network in clear text")
 	}
 	if kc.AutoCreateTopics && strings.HasPrefix(kc.Topic, "{") {
 		log.Warn().Str("topic", kc.Topic).Msg("kafka sink with auto_create_topics: true and a topic template that starts with a placeholder: " +
@@ -151,9 +154,17 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 	}
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
 		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).
-		Bool("idempotent", kc.Acks == "all").Msg("kafka sink configured")
+		Bool("idempotent", kc.Acks == "all").Bool("exactly_once", kc.ExactlyOnce).Str("sasl", saslName(kc.SASL)).Msg("kafka sink configured")
 	rawnet.Setting().Log(log, "raw system calls on the Kafka brokers' sockets (internal/rawnet)")
 	return s, nil
+}
+
+// saslName is the SASL mechanism for the log, "none" without SASL.
+func saslName(s *saslConfig) string {
+	if s == nil {
+		return "none"
+	}
+	return s.Mechanism
 }
 
 // clientOpts maps validated settings to the producer's options; it also
@@ -290,7 +301,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if s.txn != nil {
 		return s.publishTxn(ctx, msgs, recs)
 	}
-	c, errs, err := s.produce(ctx, s.client, recs)
+	c, errs, err := s.produce(ctx, s.client, recs, s.batchSize)
 	switch {
 	case err == nil:
 		return nil
@@ -310,13 +321,13 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 // errNotAcked is produce's error when a record failed or is unanswered.
 var errNotAcked = errors.New("kafka: not every record acknowledged")
 
-// produce sends recs with cl in groups of batch_size, each once the one
+// produce sends recs with cl in groups of group records, each once the one
 // before it has every outcome, and returns the call's outcome: each
 // record's (call.outcome, taken once), and a nil error when every record
 // was acknowledged, errNotAcked when a record failed or was not answered
 // within timeout (the groups after it are not sent), or ctx's error when
 // ctx ended first.
-func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (*call, []error, error) {
+func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record, group int) (*call, []error, error) {
 	// The records' context: one not yet sent when it ends is failed by
 	// the producer (one sent and not answered is not: the producer waits
 	// for its answer, so that its sequence numbers stay right).
@@ -324,8 +335,8 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record) (
 	defer cancel()
 	c := newCall(len(recs))
 	c.start = time.Now()
-	for start := 0; start < len(recs); start += s.batchSize {
-		end := min(start+s.batchSize, len(recs))
+	for start := 0; start < len(recs); start += group {
+		end := min(start+group, len(recs))
 		if err := s.send(rctx, cl, c, recs, start, end); err != nil {
 			if err := ctx.Err(); err != nil {
 				return c, c.outcome(), err
