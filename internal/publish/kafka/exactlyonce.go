@@ -181,9 +181,10 @@ func (s *Sink) progressPartitions(ctx context.Context) (int, error) {
 }
 
 // readProgress reads the sink's last committed progress record: it lists
-// the partition's last stable offset, then reads the partition from its
-// start with isolation level read_committed up to it (control records
-// kept, so that the offset before the last stable one is always seen).
+// the partition's offsets (progressOffsets), then reads the partition from
+// its start with isolation level read_committed up to the end (control
+// records kept, so that the record before the last stable offset, which is
+// never of an aborted transaction, is always seen).
 func (s *Sink) readProgress(ctx context.Context) (publish.Position, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*s.timeout)
 	defer cancel()
@@ -258,13 +259,19 @@ func (v *progressValue) position() (publish.Position, error) {
 	return publish.Position{CommitLSN: c, LSN: l, Seq: v.Seq}, nil
 }
 
-// progressOffsets returns the log start offset and the last stable offset
-// (read_committed's end) of partition part of the progress topic.
+// progressOffsets returns the log start offset of partition part of the
+// progress topic and an end to read it to: a last stable offset (where
+// read_committed ends) at or past the high watermark of when it was
+// called. Waiting for that covers every transaction begun before, the
+// sink's own included (its new producer aborted any it left open), also
+// when another sink's transaction on the partition was open (the last
+// stable offset stops at it, and a progress record of this sink after
+// it would be missed). It waits while ctx lasts.
 func (s *Sink) progressOffsets(ctx context.Context, part int32) (start, end int64, err error) {
-	list := func(ts int64) (int64, error) {
+	list := func(ts int64, isolation int8) (int64, error) {
 		req := kmsg.NewPtrListOffsetsRequest()
 		req.ReplicaID = -1
-		req.IsolationLevel = 1 // read_committed: the latest is the last stable offset
+		req.IsolationLevel = isolation // 1, read_committed: the latest is the last stable offset
 		rt := kmsg.NewListOffsetsRequestTopic()
 		rt.Topic = s.progressTopic
 		rp := kmsg.NewListOffsetsRequestTopicPartition()
@@ -287,13 +294,29 @@ func (s *Sink) progressOffsets(ctx context.Context, part int32) (start, end int6
 		}
 		return 0, fmt.Errorf("no answer for partition %d", part)
 	}
-	if start, err = list(-2); err == nil {
-		end, err = list(-1)
+	wrap := func(err error) error {
+		return fmt.Errorf("kafka: listing the offsets of the progress topic %q: %w", s.progressTopic, err)
 	}
+	if start, err = list(-2, 0); err != nil {
+		return 0, 0, wrap(err)
+	}
+	hw, err := list(-1, 0)
 	if err != nil {
-		return 0, 0, fmt.Errorf("kafka: listing the offsets of the progress topic %q: %w", s.progressTopic, err)
+		return 0, 0, wrap(err)
 	}
-	return start, end, nil
+	for {
+		if end, err = list(-1, 1); err != nil {
+			return 0, 0, wrap(err)
+		}
+		if end >= hw {
+			return start, end, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, wrap(fmt.Errorf("a transaction is still open before offset %d (another sink's on the same partition?): %w", hw, ctx.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // progressRecord returns the progress record for a transaction whose last

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/internal/message"
@@ -230,4 +231,46 @@ func TestIntegrationConformanceExactlyOnce(t *testing.T) {
 			MaxPayload:    1 << 20,
 		},
 	})
+}
+
+// TestIntegrationExactlyOnceResumeWaitsForAnOpenTransaction: another
+// producer's transaction open on the progress topic's partition holds its
+// last stable offset back, before this sink's last progress; Resume waits
+// for it to end instead of returning the older progress (which would send
+// the last batch again).
+func TestIntegrationExactlyOnceResumeWaitsForAnOpenTransaction(t *testing.T) {
+	topic := uniqueTopic("open")
+	fk := startKafka(t, kfake.SeedTopics(1, topic))
+	s := newSink(t, fk.addrs, topic, "exactly_once: true")
+	resume(t, s, "slot")
+	g := sinktest.NewGen(64)
+	first, second := g.Interleave(10, "k"), g.Interleave(10, "k")
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), first); err != nil {
+		t.Fatal(err)
+	}
+	other, err := kgo.NewClient(kgo.SeedBrokers(fk.addrs...), kgo.TransactionalID("walpost.other.sink"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := sinktest.Context(t, 10*time.Second)
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	r := &kgo.Record{Topic: defaultProgressTopic, Key: []byte("other/sink"), Value: []byte(`{}`)}
+	if err := other.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), second); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(500*time.Millisecond, func() { other.EndTransaction(context.Background(), kgo.TryCommit) })
+	start := time.Now()
+	pos, ok := resume(t, newSink(t, fk.addrs, topic, "exactly_once: true"), "slot")
+	if want := publish.PositionOf(second[len(second)-1]); !ok || pos != want {
+		t.Fatalf("resumed at %+v (found %v), want the last batch's %+v", pos, ok, want)
+	}
+	if waited := time.Since(start); waited < 400*time.Millisecond {
+		t.Errorf("Resume returned after %s, before the other transaction ended", waited)
+	}
 }
