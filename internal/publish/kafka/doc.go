@@ -179,8 +179,9 @@
 // attempt that made progress.
 //
 // TLS and SASL failures reach the sink through a connection hook
-// (connErrs): the producer retries connecting itself, so a record only
-// times out; the error then names the last failed connection, and
-// classify decides by it (a certificate that does not verify, SASL
-// credentials the brokers reject: Permanent).
+// (connErrs): the producer retries connecting itself, so its records would
+// only time out. A failure classify calls permanent (a certificate that
+// does not verify, SASL credentials or a mechanism the brokers reject)
+// ends the waiting call at once, and the error names it: Permanent. A
+// transient one (refused, reset) is named by the call's timeout error.
 package kafka

@@ -331,8 +331,11 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record, g
 	// The records' context: one not yet sent when it ends is failed by
 	// the producer (one sent and not answered is not: the producer waits
 	// for its answer, so that its sequence numbers stay right).
-	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	rctx, abort := context.WithCancelCause(tctx)
+	defer abort(nil)
+	defer s.conns.watch(abort)()
 	c := newCall(len(recs))
 	c.start = time.Now()
 	for start := 0; start < len(recs); start += group {
@@ -601,7 +604,7 @@ func (s *Sink) failed(ctx context.Context, cl *kgo.Client, c *call, msgs []*mess
 		if e == nil {
 			continue
 		}
-		if e == errUnanswered || errors.Is(e, context.DeadlineExceeded) {
+		if e == errUnanswered || errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled) {
 			// The producer is still trying (or was when time ran out):
 			// when it cannot connect, that says why.
 			if ce := s.conns.since(c.start); ce != nil {
@@ -664,7 +667,12 @@ func (s *Sink) failed(ctx context.Context, cl *kgo.Client, c *call, msgs []*mess
 // connect to a broker (dial, TLS handshake, SASL): the producer retries
 // those itself, and a record that times out waiting for one carries only
 // the timeout. Safe for concurrent use.
-type connErrs struct{ last atomic.Pointer[connErr] }
+type connErrs struct {
+	last atomic.Pointer[connErr]
+
+	mu    sync.Mutex
+	abort context.CancelCauseFunc // ends the waiting call's records' context; nil when none waits
+}
 
 type connErr struct {
 	err error
@@ -674,13 +682,36 @@ type connErr struct {
 var _ kgo.HookBrokerConnect = (*connErrs)(nil)
 
 // OnBrokerConnect implements kgo.HookBrokerConnect: it keeps a failure and
-// forgets it on the next connection that succeeds.
+// forgets it on the next connection that succeeds. A failure no retry
+// fixes (classify: a certificate that does not verify, credentials the
+// brokers reject) also ends the waiting call at once, instead of at its
+// timeout.
 func (h *connErrs) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err == nil {
 		h.last.Store(nil)
 		return
 	}
 	h.last.Store(&connErr{err: err, at: time.Now()})
+	if classify(err, false).permanent {
+		h.mu.Lock()
+		if h.abort != nil {
+			h.abort(err)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// watch makes abort the function a permanent connection failure calls,
+// until the returned stop.
+func (h *connErrs) watch(abort context.CancelCauseFunc) (stop func()) {
+	h.mu.Lock()
+	h.abort = abort
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		h.abort = nil
+		h.mu.Unlock()
+	}
 }
 
 // since returns the last connection failure if it came after t, else nil.
