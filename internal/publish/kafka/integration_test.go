@@ -531,3 +531,39 @@ func TestIntegrationTopicCreatedWhileRunningIsFound(t *testing.T) {
 		t.Fatalf("after the topic was created: %v", err)
 	}
 }
+
+// TestIntegrationAcksLeaderAndNoneDeliver: without acks: all the producer
+// is not idempotent (Kafka requires acks=all for it); it still delivers,
+// in order.
+func TestIntegrationAcksLeaderAndNoneDeliver(t *testing.T) {
+	for _, acks := range []string{"leader", "none"} {
+		t.Run(acks, func(t *testing.T) {
+			topic := uniqueTopic("acks")
+			fk := startKafka(t, kfake.SeedTopics(2, topic))
+			s := newSink(t, fk.addrs, topic, "acks: "+acks)
+			msgs := sinktest.NewGen(74).Interleave(60, sinktest.Keys(4)...)
+			for _, b := range sinktest.Chunks(msgs, 20) {
+				if err := s.Publish(sinktest.Context(t, 10*time.Second), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []*message.Message
+			deadline := time.Now().Add(10 * time.Second)
+			for len(got) < len(msgs) && time.Now().Before(deadline) {
+				got = got[:0]
+				var n int64
+				for _, pi := range fk.PartitionInfos(topic) {
+					n += pi.HighWatermark
+				}
+				if n < int64(len(msgs)) {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				for _, r := range fk.readAll(t, topic) {
+					got = append(got, asMessage(r))
+				}
+			}
+			sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, msgs, got, nil)
+		})
+	}
+}
