@@ -379,16 +379,24 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 	return nil
 }
 
+// abortWait bounds abort: what it does not finish in that time (records
+// still in flight to a broker cut off), the next producer does.
+const abortWait = time.Second
+
 // abort ends a failed transaction while ctx lasts, so that read_committed
-// consumers need not wait for it; whatever is left open, the next
-// producer aborts when it starts (t stays broken).
+// consumers need not wait for it and the next call needs no new producer
+// (t is no longer broken once the abort went through); whatever is left
+// open, the next producer aborts when it starts (t stays broken).
 func (s *Sink) abort(ctx context.Context, t *txnState) {
 	if ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, min(s.timeout, abortWait))
 	defer cancel()
-	if err := t.client.AbortBufferedRecords(ctx); err == nil {
-		_ = t.client.EndTransaction(ctx, kgo.TryAbort)
+	if err := t.client.AbortBufferedRecords(ctx); err != nil {
+		return
+	}
+	if err := t.client.EndTransaction(ctx, kgo.TryAbort); err == nil {
+		t.broken = false
 	}
 }

@@ -274,3 +274,38 @@ func TestIntegrationExactlyOnceResumeWaitsForAnOpenTransaction(t *testing.T) {
 		t.Errorf("Resume returned after %s, before the other transaction ended", waited)
 	}
 }
+
+// TestIntegrationExactlyOnceRefusedMessageAbortsItsBatch: a message to a
+// topic from the template that does not exist makes its batch's
+// transaction abort: the error is Rejected (relay.on_refused then
+// publishes the messages one at a time and parks the refused one),
+// nothing of the batch is visible, and the others go through after.
+func TestIntegrationExactlyOnceRefusedMessageAbortsItsBatch(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(2, "eo.ok"))
+	s := newSink(t, fk.addrs, "eo.{type}", "exactly_once: true")
+	resume(t, s, "slot")
+	g := sinktest.NewGen(65)
+	batch := g.Interleave(20, sinktest.Keys(3)...)
+	for _, m := range batch {
+		m.Type = "ok"
+	}
+	batch[7].Type = "missing"
+	err := s.Publish(sinktest.Context(t, 10*time.Second), batch)
+	if !publish.IsRejected(err) || !strings.Contains(err.Error(), batch[7].ID) {
+		t.Fatalf("got %v, want Rejected naming %s", err, batch[7].ID)
+	}
+	if _, ok := publish.DoneOf(err); ok {
+		t.Errorf("an aborted transaction reported messages durable: %v", err)
+	}
+	rest := append(append([]*message.Message{}, batch[:7]...), batch[8:]...)
+	for _, m := range rest { // as the runner does with on_refused: one at a time
+		if err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readCommitted(t, fk, "eo.ok")
+	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, rest, got, nil)
+	if len(got) != len(rest) {
+		t.Errorf("read_committed sees %d records for %d messages", len(got), len(rest))
+	}
+}
