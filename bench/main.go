@@ -294,6 +294,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.kafkaMem, "kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
 	flag.StringVar(&o.root, "root", "", "repository root, where ./cmd/cdc is (default: found from the working directory up, by its go.mod)")
 	flag.StringVar(&o.cdcPkg, "cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
+	flag.StringVar(&kafkaSinkExtra, "kafka-sink-extra", "", "keys added to the kafka sink's settings of walpost's runs, e.g. 'exactly_once: true', to compare settings")
 	flag.StringVar(&o.receiveBuffer, "receive-buffer", "", "postgres.receive_buffer of walpost's runs (auto, kernel or bytes; default: not set, i.e. the relay's default, auto), to compare settings")
 	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run (relative to the repository root unless absolute; http.pprof; read them with go tool pprof)")
 	flag.Parse()

@@ -78,13 +78,21 @@ type cdcProc struct {
 	waitErr error
 }
 
+// kafkaSinkExtra is added to the kafka sink's YAML mapping (the
+// -kafka-sink-extra flag, e.g. "exactly_once: true"); "" adds nothing.
+var kafkaSinkExtra string
+
 // sinkYAML returns the sinks: entry for the system's sink kind.
 func sinkYAML(kind, dir string, d sinkDest) (name, y string) {
 	switch kind {
 	case "file":
 		return "file", fmt.Sprintf("  - {name: file, kind: file, path: %s}", filepath.Join(dir, "out.jsonl"))
 	case "kafka":
-		return "kafka", fmt.Sprintf("  - {name: kafka, kind: kafka, brokers: [%q], topic: %s}", d.KafkaAddr, kafkaTopic)
+		extra := ""
+		if kafkaSinkExtra != "" {
+			extra = ", " + kafkaSinkExtra
+		}
+		return "kafka", fmt.Sprintf("  - {name: kafka, kind: kafka, brokers: [%q], topic: %s%s}", d.KafkaAddr, kafkaTopic, extra)
 	case "nats":
 		return "nats", fmt.Sprintf("  - {name: nats, kind: nats, servers: [%q], subject: %q, stream: {name: %s}}", natsURL, d.NATSSubject, d.NATSStream)
 	case "rabbitmq":

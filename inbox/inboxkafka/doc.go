@@ -26,6 +26,15 @@
 //     name the field.
 //   - Hooks (OnError, OnPoison, OnCommitted) run on the loop's goroutine.
 //
+// # Topics written with exactly_once
+//
+// A walpost kafka sink with exactly_once: true writes each batch as one
+// Kafka transaction. Read such topics with isolation.level=read_committed
+// through NewFranzReader (a franz-go consumer-group client with
+// kgo.FetchIsolationLevel(kgo.ReadCommitted())) and Options.ReadCommitted:
+// kafka-go's Reader hands transaction markers and the records of aborted
+// transactions to Loop as messages, so Loop refuses it then.
+//
 // # Guarantees
 //
 // With the inbox, the effect commits once per message id however often

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/inbox"
 	"github.com/walpost/walpost/inbox/inboxkafka"
@@ -89,4 +90,43 @@ func ExampleOptions_poison() {
 		return err
 	}, opts)
 	log.Print(err)
+}
+
+// Consume a topic that walpost's kafka sink writes with exactly_once:
+// true. Its batches are Kafka transactions: read them with
+// isolation.level=read_committed through franz-go (kafka-go's Reader
+// would hand Loop transaction markers and aborted records), and the
+// effect runs once per message without even a Duplicate to skip.
+func ExampleNewFranzReader() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, "postgres://app@127.0.0.1:5432/billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	ib, err := inbox.New(pool, inbox.Options{Table: "public.billing_inbox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers("127.0.0.1:9092"),
+		kgo.ConsumerGroup("billing"),
+		kgo.ConsumeTopics("outbox.order.placed"),
+		kgo.DisableAutoCommit(), // the loop commits each offset after its effect
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+
+	err = inboxkafka.Loop(ctx, inboxkafka.NewFranzReader(cl), ib, func(ctx context.Context, tx pgx.Tx, m kafka.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO invoices (order_id, body) VALUES ($1, $2)`, string(m.Key), m.Value)
+		return err
+	}, inboxkafka.Options{ReadCommitted: true})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Fatal(err)
+	}
 }

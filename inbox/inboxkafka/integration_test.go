@@ -424,3 +424,58 @@ func TestIntegrationPanickingEffectIsRetriedLikeAFailingOne(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationReadCommittedSeesAnAbortedBatchNot: records of an
+// aborted transaction (a batch of a walpost kafka sink with exactly_once
+// that the relay then sent again) and transaction markers are not read by
+// a FranzReader that reads committed: each message is processed once,
+// with no Duplicate, and the offset is committed past the last marker.
+func TestIntegrationReadCommittedSeesAnAbortedBatchNot(t *testing.T) {
+	v := inboxtest.Drivers[0]
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, v, inbox.Options{}, 2)
+	k := newKafkaFixture(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.kc.Addrs()...), kgo.DefaultProduceTopic(k.topic), kgo.TransactionalID(pgtest.Name(t, "txn")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	txn := func(commit kgo.TransactionEndTry, ids ...string) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			r := &kgo.Record{Key: []byte("k"), Value: []byte(`{}`), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}}}
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(kgo.TryCommit, "m1", "m2")
+	txn(kgo.TryAbort, "m3", "m4")  // the batch whose commit failed
+	txn(kgo.TryCommit, "m3", "m4") // sent again
+
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(k.kc.Addrs()...), kgo.ConsumerGroup(k.group), kgo.ConsumeTopics(k.topic),
+		kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewFranzReader(consumer)
+	var res results
+	l := startLoop(r, ib, func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+		return f.Increment(exec)
+	}, Options{ReadCommitted: true, OnCommitted: res.add})
+	if !pgtest.WaitFor(integrationWait, func() bool { return res.get(inbox.Processed) == 4 }) {
+		t.Fatalf("messages not processed within %v (loop error: %v)", integrationWait, l.stop(t))
+	}
+	l.stop(t)
+	consumer.Close()
+	if res.get(inbox.Duplicate) != 0 || f.Effects(t) != 4 {
+		t.Fatalf("duplicates %d, effects %d; want 0 and 4", res.get(inbox.Duplicate), f.Effects(t))
+	}
+}

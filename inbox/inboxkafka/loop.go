@@ -90,6 +90,17 @@ func Loop[Tx any](ctx context.Context, r Reader, p inbox.Processor[Tx], effect f
 	if kr, ok := r.(*kafka.Reader); ok && (kr == nil || kr.Config().GroupID == "") {
 		return fmt.Errorf("%w: the kafka.Reader has no GroupID: without a consumer group there are no offsets to commit", inbox.ErrInvalidOptions)
 	}
+	if opts.ReadCommitted {
+		switch rr := r.(type) {
+		case *kafka.Reader:
+			return fmt.Errorf("%w: ReadCommitted: kafka-go's Reader hands transaction markers and records of aborted transactions to Loop as messages; "+
+				"use NewFranzReader with kgo.FetchIsolationLevel(kgo.ReadCommitted())", inbox.ErrInvalidOptions)
+		case *FranzReader:
+			if !rr.readsCommitted() {
+				return fmt.Errorf("%w: ReadCommitted: the franz-go client reads uncommitted records; give it kgo.FetchIsolationLevel(kgo.ReadCommitted())", inbox.ErrInvalidOptions)
+			}
+		}
+	}
 	l := &loop[Tx]{r: r, p: p, effect: effect, opts: opts}
 	for {
 		m, err := r.FetchMessage(ctx)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/inbox"
 	kafkasink "github.com/walpost/walpost/internal/publish/kafka"
@@ -329,6 +330,16 @@ func TestLoopCommitsWhatItProcessedWhenStopped(t *testing.T) {
 	}
 }
 
+func mustKgo(t *testing.T, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 func TestLoopRejectsInvalidArguments(t *testing.T) {
 	p := &fakeProcessor{}
 	ctx := context.Background()
@@ -341,6 +352,9 @@ func TestLoopRejectsInvalidArguments(t *testing.T) {
 		{"negative attempts", &fakeReader{}, Options{MaxAttempts: -1}},
 		{"no reader", nil, Options{}},
 		{"reader without group", kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t"}), Options{}},
+		{"kafka-go reader with ReadCommitted", kafka.NewReader(kafka.ReaderConfig{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", Topic: "t",
+			IsolationLevel: kafka.ReadCommitted}), Options{ReadCommitted: true}},
+		{"read_uncommitted franz-go reader with ReadCommitted", NewFranzReader(mustKgo(t, kgo.SeedBrokers("127.0.0.1:1"))), Options{ReadCommitted: true}},
 	} {
 		if err := Loop(ctx, tc.r, p, noEffect, tc.opts); !errors.Is(err, inbox.ErrInvalidOptions) {
 			t.Errorf("%s: error = %v, want inbox.ErrInvalidOptions", tc.name, err)

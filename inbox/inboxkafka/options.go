@@ -38,6 +38,16 @@ type Options struct {
 	// (connecting, beginning, committing) is retried until ctx ends,
 	// since no message is to blame for it. It must not be negative.
 	MaxAttempts int
+	// ReadCommitted says that the topics come from a walpost kafka sink
+	// with exactly_once: true, whose batches are Kafka transactions, so
+	// that the reader must read with isolation.level=read_committed and
+	// leave out transaction markers and the records of aborted
+	// transactions (a batch the relay then sent again). Loop then refuses
+	// a kafka-go *kafka.Reader, which does neither, and a *FranzReader
+	// whose client does not read committed, with an error wrapping
+	// inbox.ErrInvalidOptions. Readers of other types are taken as they
+	// are.
+	ReadCommitted bool
 	// OnError, when set, is called with every failed attempt before the
 	// loop waits and retries it: an effect or database error (msgID is
 	// the message's id), or an offset commit error. It is called from the

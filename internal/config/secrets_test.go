@@ -172,3 +172,52 @@ func TestValidURLsWithSpecialPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretsOfTheKafkaSASLMechanisms: the Event Hubs connection string
+// (and its SharedAccessKey), an OAUTHBEARER token and the AWS_MSK_IAM
+// secret key and session token are secrets; the access key id, the token
+// file's path and $ConnectionString are not.
+func TestSecretsOfTheKafkaSASLMechanisms(t *testing.T) {
+	y := `
+postgres:
+  url: postgres://app@h/db
+sinks:
+  - name: hubs
+    kind: kafka
+    brokers: [ns.servicebus.windows.net:9093]
+    topic: t
+    tls: {enabled: true}
+    sasl: {mechanism: PLAIN, username: $ConnectionString, password: "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=ehKEY456="}
+  - name: oauth
+    kind: kafka
+    brokers: [h:9092]
+    topic: t
+    sasl: {mechanism: OAUTHBEARER, token: eyJtoken789}
+  - name: oauthfile
+    kind: kafka
+    brokers: [h:9092]
+    topic: t
+    sasl: {mechanism: OAUTHBEARER, token_file: /run/token}
+  - name: msk
+    kind: kafka
+    brokers: [h:9098]
+    topic: t
+    tls: {enabled: true}
+    sasl: {mechanism: AWS_MSK_IAM, access_key_id: AKIAID, secret_access_key: awsSECRET, session_token: awsSESSION}
+`
+	c, err := Parse([]byte(y), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Secrets()
+	for _, want := range []string{"ehKEY456=", "eyJtoken789", "awsSECRET", "awsSESSION"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("Secrets() = %q, want %q among them", got, want)
+		}
+	}
+	for _, not := range []string{"$ConnectionString", "/run/token", "AKIAID"} {
+		if slices.Contains(got, not) {
+			t.Errorf("Secrets() = %q holds %q, which is not a secret", got, not)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/walpost/walpost/internal/message"
 )
 
@@ -133,4 +135,48 @@ func DoneOf(err error) (done []bool, ok bool) {
 		return p.done, true
 	}
 	return nil, false
+}
+
+// Position is a point in the stream, as the relay orders messages: by
+// commit LSN, then LSN, then Seq (message.Message). The zero value is
+// before every message.
+type Position struct {
+	CommitLSN, LSN pglogrepl.LSN
+	Seq            uint32
+}
+
+// PositionOf returns the position of m.
+func PositionOf(m *message.Message) Position {
+	return Position{CommitLSN: m.CommitLSN, LSN: m.LSN, Seq: m.Seq}
+}
+
+// Covers reports whether m is at or before p.
+func (p Position) Covers(m *message.Message) bool {
+	switch {
+	case m.CommitLSN != p.CommitLSN:
+		return m.CommitLSN < p.CommitLSN
+	case m.LSN != p.LSN:
+		return m.LSN < p.LSN
+	}
+	return m.Seq <= p.Seq
+}
+
+// Resumer is an optional ability of a Sink: it keeps its own progress at
+// the destination, written atomically with the messages (the kafka sink
+// with exactly_once: each batch is one Kafka transaction that also writes
+// the position of its last message). The relay checks for it by type
+// assertion and calls Resume once per cycle, after opening the sink and
+// before its first Publish; the sink then resumes from the later of that
+// position and the progress table's, so that a message the destination
+// already holds from this sink is not sent to it again.
+type Resumer interface {
+	// Resume takes over the destination for the sink on slot: it fences
+	// any other instance writing there for the same slot and sink (a
+	// stale one's next write fails, Permanent), and returns the position
+	// of the last message the destination durably holds from this sink,
+	// with ok false when it holds none or the sink keeps no progress
+	// (its configuration does not ask for it). An error marked with
+	// Permanent stops the relay; others start a new cycle. From Resume
+	// on, Publish writes each batch together with its progress.
+	Resume(ctx context.Context, slot string) (pos Position, ok bool, err error)
 }

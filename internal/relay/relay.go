@@ -17,8 +17,9 @@
 // A run is a sequence of cycles. A cycle checks the server (read-only:
 // `cdc run` creates nothing), acquires the slot (a standby waits here, with
 // no sink open), and only then reads what it needs to know of the slot's
-// state (its confirmed position, each sink's progress), opens the sinks
-// and streams. A cycle ends, and the next one starts after a backoff,
+// state (its confirmed position, each sink's progress), opens the sinks,
+// moves the progress of a sink that keeps its own at the destination
+// (publish.Resumer) to where the destination says it is, and streams. A cycle ends, and the next one starts after a backoff,
 // when the server cannot be reached at start, when another process took
 // the slot while the stream reconnected (the sinks are closed before the
 // relay waits for the slot again), or on a protocol error (malformed
@@ -52,6 +53,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/pipeline"
@@ -242,6 +244,13 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer r.closeSinks(sinks)
+	if err := r.resumeSinks(ctx, sinks, &st); err != nil {
+		stream.Release()
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, err
+	}
 	r.adopted = st.adopted
 	r.held = st.held
 	return true, r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
@@ -423,6 +432,45 @@ func (r *Relay) openSinks(ctx context.Context) ([]publish.Sink, error) {
 		sinks = append(sinks, s)
 	}
 	return sinks, nil
+}
+
+// resumeSinks asks each sink that keeps its own progress at the
+// destination (publish.Resumer: the kafka sink with exactly_once) where
+// it is, and moves the sink's loaded position there when that is later
+// than the progress table's: a message the destination holds from the
+// sink is not sent to it again. A Permanent error stops the relay; any
+// other starts a new cycle.
+func (r *Relay) resumeSinks(ctx context.Context, sinks []publish.Sink, st *slotState) error {
+	ctx, cancel := context.WithTimeout(ctx, sinkOpenTimeout)
+	defer cancel()
+	for _, s := range sinks {
+		rs, ok := s.(publish.Resumer)
+		if !ok {
+			continue
+		}
+		pos, found, err := rs.Resume(ctx, r.target.Slot)
+		if err != nil {
+			err = fmt.Errorf("resuming sink %s from its progress at the destination: %w", s.Name(), err)
+			if publish.IsPermanent(err) {
+				return err
+			}
+			return restart{err}
+		}
+		if !found {
+			continue
+		}
+		at := &message.Message{CommitLSN: pos.CommitLSN, LSN: pos.LSN, Seq: pos.Seq}
+		if cur, ok := st.progress[s.Name()]; ok && cur.Covers(at) {
+			continue
+		}
+		if st.progress == nil {
+			st.progress = map[string]store.Position{}
+		}
+		st.progress[s.Name()] = store.Position{CommitLSN: pos.CommitLSN, LSN: pos.LSN, Seq: pos.Seq}
+		r.log.Info().Str("sink", s.Name()).Str("commit_lsn", pos.CommitLSN.String()).Str("lsn", pos.LSN.String()).Uint32("seq", pos.Seq).
+			Msg("sink progress loaded from the destination (exactly_once); messages up to it are not sent to this sink again")
+	}
+	return nil
 }
 
 // closeSinks closes sinks in reverse order, logging failures.

@@ -58,8 +58,8 @@ func TestCloudEventsRecordCarriesTheBindingHeaders(t *testing.T) {
 		t.Errorf("headers\n%s\nwant\n%s", got, strings.Join(want, " "))
 	}
 	raw := record(m, "t")
-	if string(r.Key) != "order-1" || !bytes.Equal(r.Value, m.Payload) || !r.Time.Equal(raw.Time) || r.Topic != "t" {
-		t.Errorf("key %q value %q time %s topic %q differ from raw's", r.Key, r.Value, r.Time, r.Topic)
+	if string(r.Key) != "order-1" || !bytes.Equal(r.Value, m.Payload) || !r.Timestamp.Equal(raw.Timestamp) || r.Topic != "t" {
+		t.Errorf("key %q value %q time %s topic %q differ from raw's", r.Key, r.Value, r.Timestamp, r.Topic)
 	}
 
 	n := g.NullKeyMessage()

@@ -8,13 +8,11 @@ import (
 	"strings"
 	"time"
 
-	kafka "github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/nametmpl"
 	"github.com/walpost/walpost/internal/publish/tlsconf"
 )
 
@@ -33,15 +31,14 @@ type kafkaConfig struct {
 	// BatchBytes is the most bytes one produce request carries (default
 	// 1048576). It must not exceed the topics' max.message.bytes.
 	BatchBytes int64 `yaml:"batch_bytes"`
-	// BatchSize is the most messages one produce request carries (default
-	// 1000, the relay's default batch).
+	// BatchSize is the most messages Publish buffers and then sends
+	// together (default 1000, the relay's default batch); a group's
+	// requests carry at most batch_bytes each.
 	BatchSize int `yaml:"batch_size"`
-	// Linger is how long a produce request waits for more messages
-	// (default 0: send at once). The relay hands a sink whole batches,
-	// and kafka-go adds a call's messages of one partition to one request
-	// under one lock, so waiting never makes requests bigger: it only
-	// adds latency (BENCHMARKS.md, "What each optimisation bought", the
-	// Kafka sink latency table). Kept for configurations that set it.
+	// Linger is accepted and validated for configurations that set it,
+	// and has no effect: Publish buffers a group of records and flushes
+	// it at once (the relay hands a sink whole batches, so waiting never
+	// made requests bigger, only slower).
 	Linger *config.Duration `yaml:"linger"`
 	// Compression is none (default), gzip, snappy, lz4 or zstd.
 	Compression string `yaml:"compression"`
@@ -55,15 +52,20 @@ type kafkaConfig struct {
 	TLS tlsconf.Switch `yaml:"tls"`
 	// SASL configures authentication; nil means none.
 	SASL *saslConfig `yaml:"sasl"`
+	// ExactlyOnce makes each batch one Kafka transaction that also writes
+	// the sink's progress to ProgressTopic, under a transactional id
+	// derived from the slot and the sink's name, and lets the relay
+	// resume the sink from that progress (docs/sinks/kafka.md, "Exactly
+	// once"). It needs acks: all. Receivers must read with
+	// isolation.level=read_committed.
+	ExactlyOnce bool `yaml:"exactly_once"`
+	// ProgressTopic is the compacted topic of the sinks' progress with
+	// exactly_once (default walpost.progress); the sink creates it when
+	// it is missing. Only with exactly_once.
+	ProgressTopic string `yaml:"progress_topic"`
 	// Timeout bounds one write attempt: dialing, a metadata request, a
 	// produce request and its acknowledgement (default 10s).
 	Timeout config.Duration `yaml:"timeout"`
-}
-
-type saslConfig struct {
-	Mechanism string `yaml:"mechanism"` // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
-	Username  string `yaml:"username"`
-	Password  string `yaml:"password"`
 }
 
 const (
@@ -72,6 +74,8 @@ const (
 	defaultLinger     = 0
 	defaultTimeout    = 10 * time.Second
 	defaultClientID   = "walpost"
+	// defaultProgressTopic holds the sinks' progress with exactly_once.
+	defaultProgressTopic = "walpost.progress"
 )
 
 // limits is the table of allowed ranges, checked by validate.
@@ -115,6 +119,9 @@ func (c *kafkaConfig) SetDefaults() {
 	}
 	if c.SASL != nil {
 		c.SASL.Mechanism = strings.ToUpper(c.SASL.Mechanism)
+	}
+	if c.ExactlyOnce && c.ProgressTopic == "" {
+		c.ProgressTopic = defaultProgressTopic
 	}
 }
 
@@ -161,84 +168,60 @@ func (c *kafkaConfig) Validate() error {
 		return err
 	}
 	if c.SASL != nil {
-		if err := c.SASL.validate(); err != nil {
+		if err := c.SASL.validate(c.TLS.Enabled); err != nil {
 			return err
 		}
+	}
+	if err := c.validateExactlyOnce(); err != nil {
+		return err
 	}
 	return c.Settings.Validate()
 }
 
-func requiredAcks(s string) (kafka.RequiredAcks, error) {
+func requiredAcks(s string) (kgo.Acks, error) {
 	switch s {
 	case "all":
-		return kafka.RequireAll, nil
+		return kgo.AllISRAcks(), nil
 	case "leader":
-		return kafka.RequireOne, nil
+		return kgo.LeaderAck(), nil
 	case "none":
-		return kafka.RequireNone, nil
+		return kgo.NoAck(), nil
 	}
-	return 0, fmt.Errorf("acks: %q is not all, leader or none", s)
+	return kgo.Acks{}, fmt.Errorf("acks: %q is not all, leader or none", s)
 }
 
-func compression(s string) (kafka.Compression, error) {
+func compression(s string) (kgo.CompressionCodec, error) {
 	switch s {
 	case "none":
-		return 0, nil
+		return kgo.NoCompression(), nil
 	case "gzip":
-		return kafka.Gzip, nil
+		return kgo.GzipCompression(), nil
 	case "snappy":
-		return kafka.Snappy, nil
+		return kgo.SnappyCompression(), nil
 	case "lz4":
-		return kafka.Lz4, nil
+		return kgo.Lz4Compression(), nil
 	case "zstd":
-		return kafka.Zstd, nil
+		return kgo.ZstdCompression(), nil
 	}
-	return 0, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
+	return kgo.CompressionCodec{}, fmt.Errorf("compression: %q is not none, gzip, snappy, lz4 or zstd", s)
 }
 
-func (s *saslConfig) validate() error {
-	switch s.Mechanism {
-	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-	case "":
-		return errors.New("sasl.mechanism: empty (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
-	default:
-		return fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
+func (c *kafkaConfig) validateExactlyOnce() error {
+	if !c.ExactlyOnce {
+		if c.ProgressTopic != "" {
+			return errors.New("progress_topic: only with exactly_once: true")
+		}
+		return nil
 	}
-	if s.Username == "" {
-		return errors.New("sasl.username: empty")
+	if c.Acks != "all" {
+		return fmt.Errorf("exactly_once: needs acks: all (Kafka's transactions need the idempotent producer), not %s", c.Acks)
 	}
-	if s.Password == "" {
-		return errors.New("sasl.password: empty (use ${VAR} to take it from the environment)")
-	}
-	if _, err := s.mechanism(); err != nil {
+	t, err := nametmpl.Parse("progress_topic", c.ProgressTopic, topicRules)
+	if err != nil {
 		return err
 	}
+	if !t.Fixed() {
+		return fmt.Errorf("progress_topic: %q: a fixed name, not a template", c.ProgressTopic)
+	}
 	return nil
-}
-
-// mechanism returns the SASL mechanism, or nil when SASL is off.
-func (s *saslConfig) mechanism() (sasl.Mechanism, error) {
-	if s == nil {
-		return nil, nil
-	}
-	switch s.Mechanism {
-	case "PLAIN":
-		return plain.Mechanism{Username: s.Username, Password: s.Password}, nil
-	case "SCRAM-SHA-256", "SCRAM-SHA-512":
-		algo := scram.SHA256
-		if s.Mechanism == "SCRAM-SHA-512" {
-			algo = scram.SHA512
-		}
-		m, err := scram.Mechanism(algo, s.Username, s.Password)
-		if err != nil {
-			// The SCRAM library's error quotes the username or password
-			// it could not prepare: say which, without either.
-			if _, uerr := scram.Mechanism(algo, s.Username, "password"); uerr != nil {
-				return nil, errors.New("sasl.username: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?)")
-			}
-			return nil, errors.New("sasl.password: not valid for SCRAM (SASLprep, RFC 4013, refuses it: a control character or an unassigned code point?); the password is not repeated here")
-		}
-		return m, nil
-	}
-	return nil, fmt.Errorf("sasl.mechanism: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s.Mechanism)
 }

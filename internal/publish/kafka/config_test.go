@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	kafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/sinktest"
@@ -42,7 +42,19 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`brokers: ["h:9092"], topic: t, tls: {enabled: true, ca_file: /does/not/exist.pem}`, "tls.ca_file: open /does/not/exist.pem"},
 		{`brokers: ["h:9092"], topic: t, tls: {enabled: true, cafile: x}`, `unknown key "cafile"`},
 		{`brokers: ["h:9092"], topic: t, sasl: {username: u, password: p}`, "sasl.mechanism: empty"},
-		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: GSSAPI, username: u, password: p}`, `sasl.mechanism: "GSSAPI" is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: GSSAPI, username: u, password: p}`, `sasl.mechanism: "GSSAPI" is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM`},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: plain, username: u, password: p, token: x}`, "sasl.token: not used with sasl.mechanism PLAIN"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: oauthbearer, token: eyJ}`, ""},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: OAUTHBEARER}`, "sasl.token: give sasl.token"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: OAUTHBEARER, token: a, token_file: /x}`, "sasl.token: give sasl.token"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: OAUTHBEARER, token_file: /does/not/exist}`, "sasl.token_file: open /does/not/exist"},
+		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: OAUTHBEARER, username: u, token: a}`, "sasl.username: not used with sasl.mechanism OAUTHBEARER"},
+		{`brokers: ["h:9098"], topic: t, sasl: {mechanism: aws_msk_iam}`, "sasl.mechanism: AWS_MSK_IAM needs tls.enabled: true"},
+		{`brokers: ["h:9098"], topic: t, tls: {enabled: true}, sasl: {mechanism: aws_msk_iam}`, ""},
+		{`brokers: ["h:9098"], topic: t, tls: {enabled: true}, sasl: {mechanism: AWS_MSK_IAM, access_key_id: AKIA, secret_access_key: s, session_token: t}`, ""},
+		{`brokers: ["h:9098"], topic: t, tls: {enabled: true}, sasl: {mechanism: AWS_MSK_IAM, access_key_id: AKIA}`, "sasl.secret_access_key: give sasl.access_key_id and sasl.secret_access_key together"},
+		{`brokers: ["h:9098"], topic: t, tls: {enabled: true}, sasl: {mechanism: AWS_MSK_IAM, session_token: t}`, "sasl.session_token: only with sasl.access_key_id"},
+		{`brokers: ["h:9098"], topic: t, tls: {enabled: true}, sasl: {mechanism: AWS_MSK_IAM, username: u}`, "sasl.username: not used with sasl.mechanism AWS_MSK_IAM"},
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: plain, password: p}`, "sasl.username: empty"},
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-256, username: u}`, "sasl.password: empty"},
 		{`brokers: ["h:9092"], topic: t, sasl: {mechanism: scram-sha-512, username: u, password: p}`, ""},
@@ -52,6 +64,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`brokers: ["h:9092"], topic: t, format: cloudevents, source: "%zz"`, `source: "%zz" is not a URI reference`},
 		{`brokers: ["h:9092"], topic: t, format: cloudevents`, ""},
 		{`brokers: ["h:9092"], topic: t, format: cloudevents, source: urn:example:orders`, ""},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true`, ""},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: my.progress`, ""},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, acks: leader`, "exactly_once: needs acks: all"},
+		{`brokers: ["h:9092"], topic: t, progress_topic: p`, "progress_topic: only with exactly_once: true"},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: "p/q"`, "progress_topic: \"p/q\": kafka: illegal topic name"},
+		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: "p.{type}"`, "progress_topic: \"p.{type}\": a fixed name"},
 	} {
 		doc := "{name: events, kind: kafka, " + tc.yaml + "}"
 		_, err := New(sinktest.SinkConfig(t, doc), zerolog.Nop())
@@ -73,33 +91,32 @@ func TestRegistryPrefixesTheSink(t *testing.T) {
 
 func TestDefaultsTuneForLatencyAndSafety(t *testing.T) {
 	s := newSink(t, []string{"127.0.0.1:9"}, "outbox.{type}")
-	w := s.writer
-	if w.RequiredAcks != kafka.RequireAll {
-		t.Errorf("acks %v, want all", w.RequiredAcks)
+	cl := s.client
+	if a := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); a != kgo.AllISRAcks() {
+		t.Errorf("acks %v, want all", a)
 	}
-	if w.MaxAttempts != 1 {
-		t.Errorf("MaxAttempts %d, want 1: the relay retries whole batches", w.MaxAttempts)
+	if cl.OptValue(kgo.DisableIdempotentWrite).(bool) {
+		t.Error("the idempotent producer is off with acks: all")
 	}
-	if w.BatchTimeout != time.Nanosecond || w.BatchSize != 1000 || w.BatchBytes != 1<<20 {
-		t.Errorf("BatchTimeout %s, BatchSize %d, BatchBytes %d; want 1ns (no linger), 1000, 1MiB", w.BatchTimeout, w.BatchSize, w.BatchBytes)
+	if m, b, n := cl.OptValue(kgo.ManualFlushing).(bool), cl.OptValue(kgo.ProducerBatchMaxBytes).(int32), cl.OptValue(kgo.MaxBufferedRecords).(int64); !m || b != 1<<20 || n != 1000 {
+		t.Errorf("manual flushing %v, batch bytes %d, buffered records %d; want true (Publish flushes), 1MiB, 1000", m, b, n)
 	}
-	if b, ok := w.Balancer.(keyBalancer); !ok || !b.murmur.Consistent {
-		t.Errorf("balancer %#v, want a consistent Murmur2Balancer", w.Balancer)
+	if cl.OptValue(kgo.AllowAutoTopicCreation).(bool) || cl.OptValue(kgo.ClientID).(string) != "walpost" {
+		t.Errorf("auto-create %v, client id %q", cl.OptValue(kgo.AllowAutoTopicCreation), cl.OptValue(kgo.ClientID))
 	}
-	if p := w.Balancer.Balance(kafka.Message{Key: []byte("k")}); p != 0 {
-		t.Errorf("no partitions gave partition %d, want 0 (and no panic)", p)
+	if d := cl.OptValue(kgo.ProduceRequestTimeout).(time.Duration); d != 5*time.Second || s.timeout != 5*time.Second { // newSink sets timeout: 5s
+		t.Errorf("produce request timeout %s, call timeout %s, want the configured 5s", d, s.timeout)
 	}
-	if w.AllowAutoTopicCreation || w.Compression != 0 || s.transport.ClientID != "walpost" || s.transport.TLS != nil || s.transport.SASL != nil {
-		t.Errorf("unexpected writer %+v / transport %+v", w, s.transport)
-	}
-	if w.WriteTimeout != 5*time.Second { // newSink sets timeout: 5s
-		t.Errorf("WriteTimeout %s, want the configured 5s", w.WriteTimeout)
+	if d := cl.OptValue(kgo.RecordDeliveryTimeout).(time.Duration); d != 0 {
+		t.Errorf("record delivery timeout %s, want none (kgo counts it from the record's timestamp, the commit time)", d)
 	}
 
 	s = newSink(t, []string{"127.0.0.1:9"}, "t", "acks: leader", "linger: 0s", "compression: zstd", "client_id: me", "auto_create_topics: true")
-	if s.writer.RequiredAcks != kafka.RequireOne || s.writer.BatchTimeout != time.Nanosecond ||
-		s.writer.Compression != kafka.Zstd || s.transport.ClientID != "me" || !s.writer.AllowAutoTopicCreation {
-		t.Errorf("settings not applied: writer %+v", s.writer)
+	cl = s.client
+	if cl.OptValue(kgo.RequiredAcks).(kgo.Acks) != kgo.LeaderAck() || !cl.OptValue(kgo.DisableIdempotentWrite).(bool) ||
+		cl.OptValue(kgo.ClientID).(string) != "me" || !cl.OptValue(kgo.AllowAutoTopicCreation).(bool) {
+		t.Errorf("settings not applied: acks %v, idempotency off %v, client id %v, auto-create %v", cl.OptValue(kgo.RequiredAcks),
+			cl.OptValue(kgo.DisableIdempotentWrite), cl.OptValue(kgo.ClientID), cl.OptValue(kgo.AllowAutoTopicCreation))
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package kafka is walpost's Kafka sink: it publishes outbox messages with
-// github.com/segmentio/kafka-go and reports a batch as delivered only once
-// Kafka acknowledged every message of it. Importing the package registers
+// franz-go's producer (github.com/twmb/franz-go/pkg/kgo), idempotent with
+// acks: all, and reports a batch as delivered only once Kafka
+// acknowledged every message of it. Importing the package registers
 // the sink kind "kafka" with the publish registry.
 //
 // # Configuration
@@ -14,14 +15,19 @@
 //     topic: "outbox.{type}"       # a topic, or a template: {type} and {key} are replaced; required
 //     acks: all                    # all (default) | leader | none
 //     batch_bytes: 1048576         # most bytes in one produce request (default 1 MiB)
-//     batch_size: 1000             # most messages in one produce request (default 1000)
-//     linger: 0s                   # wait for more messages before a request (default 0s: send at once)
+//     batch_size: 1000             # most messages buffered, then sent together (default 1000)
+//     linger: 0s                   # accepted for old configurations; no effect (Publish flushes)
 //     compression: none            # none (default) | gzip | snappy | lz4 | zstd
 //     client_id: walpost           # default walpost
 //     auto_create_topics: false    # let brokers create missing topics (default false)
 //     tls: {enabled: true, ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false, server_name: ""}
 //     sasl: {mechanism: SCRAM-SHA-512, username: walpost, password: "${KAFKA_PASSWORD}"}
-//     timeout: 10s                 # bounds one write attempt: dial, metadata, produce and ack
+//     # or PLAIN; OAUTHBEARER with token or token_file;
+//     # AWS_MSK_IAM with access_key_id, secret_access_key,
+//     # session_token, or the AWS_* environment (sasl.go)
+//     exactly_once: false          # each batch one transaction with the progress (exactlyonce.go)
+//     progress_topic: walpost.progress # with exactly_once
+//     timeout: 10s                 # bounds one publish attempt's wait for acknowledgements
 //     format: raw                  # raw (default) | cloudevents (see "Mapping")
 //     source: /orders-service      # CloudEvents source, only with format: cloudevents (default walpost)
 //
@@ -58,9 +64,10 @@
 //   - Record key: the outbox key; the message id when the key is NULL
 //     (message.Message.OrderingKey), so that every message has a key and
 //     lands on a partition chosen by its key.
-//   - Partition: murmur2 of the key (kafka.Murmur2Balancer with Consistent
-//     set), the Java client's default partitioner, so a key lands on the
-//     same partition as a Java producer would put it.
+//   - Partition: murmur2 of the key (kgo.StickyKeyPartitioner with its
+//     default hasher, over all partitions), the Java client's default
+//     partitioner, so a key lands on the same partition as a Java
+//     producer would put it.
 //   - Value: the payload bytes as stored (an empty payload is an empty
 //     value, never a tombstone).
 //   - Headers, format: raw: "id", "type", then every entry of the headers
@@ -83,59 +90,63 @@
 //     anything of the batch is sent. Topics per {key} create a topic per
 //     aggregate: rarely what one wants.
 //
-// # Ordering
+// # Ordering and duplicates
 //
-// Within a partition, Kafka stores records in the order it receives them,
-// and kafka-go sends the requests of one partition one at a time. The sink
-// keeps WAL order per key — duplicates possible, reordering not — because:
+// With acks: all the producer is idempotent (Kafka's producer id and
+// per-partition sequence numbers, KIP-98): the broker appends a batch only
+// after the one before it of the same producer and partition, and drops
+// one it already has. So the producer may keep several requests in flight
+// per partition (up to five) and retry any of them, after a lost answer,
+// a reset connection, a leader change or a retriable error code, without
+// a second copy and without reordering. The sink keeps WAL order per key
+// and adds no duplicate of its own while one sink instance runs:
 //
 //  1. The relay makes one Publish call at a time per sink, with the
 //     messages in WAL order, and the messages of a failed batch that were
 //     not acknowledged are retried, in their order, before anything after
 //     the batch is sent (the sink also serializes Publish itself).
-//  2. Within a call, the messages go out in groups, one WriteMessages call
-//     per group, each group only after the one before was acknowledged. A
-//     group is cut small enough (batch_size messages; batch_bytes in all,
-//     counting record overhead) that kafka-go puts each partition's share
-//     of it into a single produce request, and a produce request is
-//     appended whole or not at all. So no request of a partition can
-//     succeed after an earlier request of the same partition failed.
-//  3. kafka-go's own retries are off (MaxAttempts 1): they would resend a
-//     failed request after a later one of the same call had succeeded.
-//  4. When a group fails, Publish reports with publish.Partial what Kafka
-//     acknowledged: every earlier group, and the messages of the failed
-//     group whose partition's request succeeded (kafka-go's WriteErrors
-//     holds nil for them). Per partition that is a prefix of the call's
-//     messages for it: where a partition's request of the group failed,
-//     none of its messages in the group was appended (by 2) and none in
-//     a later group was sent. The relay sends only the rest again, in
-//     order, so each partition gets its remainder after its acknowledged
-//     prefix.
+//  2. Within a call, the messages go out in groups of at most batch_size.
+//     The producer flushes by hand: a group's records are all buffered
+//     before any is sent, and the next group only once every record of
+//     the one before has its outcome. When the producer gives up on a
+//     record (timeout, or an error no retry fixes) it fails every record
+//     buffered after it in its partition (its "gapless ordering"), so no
+//     record of a group is stored after an earlier one of its partition
+//     that failed.
+//  3. When records fail, Publish reports with publish.Partial what Kafka
+//     acknowledged: per topic, the records before the first that failed
+//     or is still unanswered. By 2 that is, per partition, a prefix of
+//     the call's messages for it; the relay sends only the rest again.
 //
-// Hence within a partition the sequence of first successful writes is WAL
-// order. A retry re-sends only messages whose request failed or whose
-// answer was lost (a timeout, a connection reset); the latter may have
-// been stored, so receivers can see duplicates (the inbox drops them),
-// never a message before one that preceded it in the WAL. One caveat is
-// Kafka's own: adding partitions to a topic moves keys to other
-// partitions.
+// Duplicates remain possible where the producer id changes: the relay
+// re-sends what a crashed or restarted process had sent and not seen
+// acknowledged (a new process is a new producer), and a Publish that
+// returns with records still in flight (its context ended, or timeout
+// passed while a broker was cut off: the producer does not give up on a
+// record it sent until it gets an answer, so that its sequence numbers
+// stay right) is sent again by the relay as new records behind them.
+// Receivers dedupe by id (the inbox does). One caveat is Kafka's own:
+// adding partitions to a topic moves keys to other partitions.
 //
-// When the context of a Publish ends, Publish returns at once, but a
-// produce request already sent may still complete. A retry queues behind
-// it on the same partition, so it too can only duplicate.
+// acks: leader and none turn the idempotent producer off (Kafka requires
+// acks=all for it): the producer then keeps one request in flight per
+// broker, so order holds, and a retry can store a record twice.
 //
 // # Errors
 //
 // Publish decides by error type and Kafka error code, never by text
 // (classify):
 //
+//   - Retried by the producer itself, with the same sequence numbers,
+//     until the call's timeout: retriable Kafka codes
+//     (NotLeaderForPartition, LeaderNotAvailable, NotEnoughReplicas,
+//     RequestTimedOut, ...) and network errors (refused, reset). What
+//     is still not acknowledged at timeout fails the call transiently.
 //   - Transient, returned so that the relay retries what Kafka did not
-//     acknowledge, with backoff: retriable Kafka codes (NotLeaderForPartition,
-//     LeaderNotAvailable, NotEnoughReplicas, RequestTimedOut, ...),
-//     network errors (refused, reset, timeouts), an ended context, and
-//     anything not known to be permanent. After a transient error the
-//     cached cluster metadata is dropped so that the retry finds moved
-//     leaders and restarted brokers at once.
+//     acknowledge, with backoff: the call's timeout (naming the last
+//     failed connection to a broker, when there is one), an ended
+//     context, and anything not known to be permanent. After a transient
+//     error the sink asks for fresh cluster metadata.
 //   - Permanent, marked with publish.Permanent so that the relay stops
 //     instead of retrying: MessageSizeTooLarge (from the broker, or a
 //     message over batch_bytes), RecordListTooLarge, InvalidTopic and an
@@ -163,8 +174,14 @@
 // acknowledged some of the call's messages, transient or not, so that
 // the relay confirms those and sends only the others again.
 //
-// The sink keeps no backoff of its own: kafka-go's (WriteBackoffMin and
-// WriteBackoffMax) applies between the attempts of one write, and there
-// is one. The relay's backoff starts again at its minimum after any
+// The producer's own backoff applies between its retries within a call;
+// the relay's between calls, starting again at its minimum after any
 // attempt that made progress.
+//
+// TLS and SASL failures reach the sink through a connection hook
+// (connErrs): the producer retries connecting itself, so its records would
+// only time out. A failure classify calls permanent (a certificate that
+// does not verify, SASL credentials or a mechanism the brokers reject)
+// ends the waiting call at once, and the error names it: Permanent. A
+// transient one (refused, reset) is named by the call's timeout error.
 package kafka

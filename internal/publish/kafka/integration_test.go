@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	kafka "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -214,9 +212,8 @@ func TestIntegrationMessageTooLargeIsPermanentAndNamesIt(t *testing.T) {
 	if !publish.IsRejected(err) {
 		t.Errorf("error %v is not Rejected", err)
 	}
-	var code kafka.Error
-	if !errors.As(err, &code) || code != kafka.MessageSizeTooLarge {
-		t.Errorf("error %v does not wrap kafka.MessageSizeTooLarge", err)
+	if !errors.Is(err, kerr.MessageTooLarge) {
+		t.Errorf("error %v does not wrap kerr.MessageTooLarge", err)
 	}
 
 	small := newSink(t, fk.addrs, "big", "batch_bytes: 2048")
@@ -267,13 +264,14 @@ func TestIntegrationAutoCreateCreatesMissingTopic(t *testing.T) {
 	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, msgs, got, nil)
 }
 
-// TestIntegrationPartialFailureResendsOnlyTheFailedPartition: one
-// partition answers NOT_LEADER_FOR_PARTITION twice while the others store
-// their share. The error is transient, says how much was not
-// acknowledged and reports (publish.Partial) the other partitions'
-// messages as durable; the retry sends only the failed partition's, so
-// nothing is stored twice, and per key the order is publish order.
-func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
+// TestIntegrationRetriableErrorIsRetriedByTheProducer: one partition
+// answers NOT_LEADER_FOR_PARTITION twice while the others store their
+// share. The idempotent producer retries that partition's request itself,
+// with the same producer id and sequence numbers, so the call succeeds,
+// nothing is stored twice, and per key the order is publish order. (With
+// kafka-go's Writer the call failed, reported the other partitions with
+// publish.Partial, and the relay re-sent the failed partition's share.)
+func TestIntegrationRetriableErrorIsRetriedByTheProducer(t *testing.T) {
 	const topic = "partial"
 	fk := startKafka(t, kfake.SeedTopics(4, topic))
 	s := newSink(t, fk.addrs, topic)
@@ -286,33 +284,8 @@ func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 	fault := fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{2},
 		Err: kerr.NotLeaderForPartition, Count: 2})
 	batch := g.Interleave(200, sinktest.Keys(8)...)
-	err := s.Publish(sinktest.Context(t, 10*time.Second), batch)
-	sinktest.RequireTransient(t, err)
-	var code kafka.Error
-	if !errors.As(err, &code) || code != kafka.NotLeaderForPartition {
-		t.Errorf("error %v does not wrap kafka.NotLeaderForPartition", err)
-	}
-	if !strings.Contains(err.Error(), "of the call's 200 messages not acknowledged") {
-		t.Errorf("error %q does not say how many messages were not acknowledged", err)
-	}
-	t.Logf("first attempt: %v", err)
-	done, ok := publish.DoneOf(err)
-	if !ok || len(done) != len(batch) {
-		t.Fatalf("DoneOf(%v) = %d entries, %v; want one per message of the call", err, len(done), ok)
-	}
-	var rest []*message.Message
-	for i, m := range batch {
-		if !done[i] {
-			rest = append(rest, m)
-		}
-	}
-	if len(rest) == 0 || len(rest) == len(batch) {
-		t.Fatalf("%d of %d messages not durable: the test did not exercise a partial write", len(rest), len(batch))
-	}
-
-	// The runner's retry: only what is not durable, until it all is.
-	if err := sinktest.PublishWithRetry(sinktest.Context(t, 20*time.Second), s, rest); err != nil {
-		t.Fatal(err)
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), batch); err != nil {
+		t.Fatalf("the producer did not retry the retriable error itself: %v", err)
 	}
 	if fault.Hits() != 2 {
 		t.Errorf("the fault answered %d requests, want 2", fault.Hits())
@@ -328,8 +301,9 @@ func TestIntegrationPartialFailureResendsOnlyTheFailedPartition(t *testing.T) {
 	}
 	want := append(append(append([]*message.Message{}, before...), batch...), after...)
 	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, nil)
-	t.Logf("%d messages of the 200 re-sent after the partition failed; a whole-batch retry would have re-sent 200 (%d duplicates)",
-		len(rest), len(batch)-len(rest))
+	if len(got) != len(want) {
+		t.Errorf("%d records for %d messages, want each once", len(got), len(want))
+	}
 }
 
 // failNthProduce makes the broker answer the nth produce request (from
@@ -357,84 +331,47 @@ func failNthProduce(fk *fakeKafka, n int32) {
 	})
 }
 
-// wholeRetry hides the sink's publish.Partial reports, as the runner
-// before them did: every retry sends the whole batch.
-type wholeRetry struct{ publish.Sink }
-
-func (w wholeRetry) Publish(ctx context.Context, msgs []*message.Message) error {
-	if err := w.Sink.Publish(ctx, msgs); err != nil {
-		return fmt.Errorf("%s", err) // transient; the report is gone
-	}
-	return nil
-}
-
-// TestIntegrationRetryResendsOnlyTheRequestsThatFailed: a call of 50
-// messages goes out as five produce requests of 10, one after another;
-// the third fails once. The relay's runner acknowledges the first 20 at
-// once and re-sends only the 30 from the failed request on, so the
-// partition holds each message once. Without the report (the runner
-// retrying the whole batch) it held 20 duplicates.
-func TestIntegrationRetryResendsOnlyTheRequestsThatFailed(t *testing.T) {
+// TestIntegrationFailedRequestIsRetriedInOrderAndOnce: a call of 50
+// messages to one partition goes out in requests of at most 10 (batch_size
+// bounds the records in flight); the third request fails once. The
+// producer retries it, and the requests after it, in order, so the
+// relay's runner acknowledges all 50 at once and the partition holds each
+// message once, in publish order. (With kafka-go's Writer the runner
+// acknowledged the first 20 and re-sent the other 30; without partial
+// acknowledgements it stored 20 duplicates.)
+func TestIntegrationFailedRequestIsRetriedInOrderAndOnce(t *testing.T) {
 	g := sinktest.NewGen(33)
-	run := func(t *testing.T, whole bool) (stored int) {
-		topic := uniqueTopic("requests")
-		fk := startKafka(t, kfake.SeedTopics(1, topic))
-		var s publish.Sink = newSink(t, fk.addrs, topic, "batch_size: 10")
-		if whole {
-			s = wholeRetry{s}
-		}
-		msgs := g.Interleave(50, sinktest.Keys(3)...)
-		failNthProduce(fk, 3)
-		in := make(chan []publish.Delivery, 1)
-		ds := make([]publish.Delivery, len(msgs))
-		for i, m := range msgs {
-			ds[i] = publish.Delivery{Msg: m}
-		}
-		in <- ds
-		close(in)
-		var acks [][]publish.Delivery
-		r := publish.NewRunner(s, in, publish.RunnerOptions{
-			BatchSize: len(msgs),
-			Ack:       func(b []publish.Delivery) { acks = append(acks, b) },
-			Log:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-		})
-		ctx := sinktest.Context(t, 20*time.Second)
-		if err := r.Run(ctx); err != nil {
-			t.Fatal(err)
-		}
-		next := 0
-		for _, b := range acks {
-			for _, d := range b {
-				if d.Msg != msgs[next] {
-					t.Fatalf("ack of %s, want %s", d.Msg.ID, msgs[next].ID)
-				}
-				next++
-			}
-		}
-		if next != len(msgs) {
-			t.Fatalf("%d of %d acked", next, len(msgs))
-		}
-		if !whole && (len(acks) != 2 || len(acks[0]) != 20) {
-			t.Errorf("acks of %d batches (first of %d), want the 20 acknowledged before the failure at once, then the rest", len(acks), len(acks[0]))
-		}
-		var got []*message.Message
-		for _, r := range fk.readAll(t, topic) {
-			got = append(got, asMessage(r))
-		}
-		dupOK := map[string]bool{}
-		if whole {
-			for _, m := range msgs {
-				dupOK[m.ID] = true
-			}
-		}
-		sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, CommitTime: time.Millisecond}, msgs, got, dupOK)
-		return len(got)
+	topic := uniqueTopic("requests")
+	fk := startKafka(t, kfake.SeedTopics(1, topic))
+	s := newSink(t, fk.addrs, topic, "batch_size: 10")
+	msgs := g.Interleave(50, sinktest.Keys(3)...)
+	failNthProduce(fk, 3)
+	in := make(chan []publish.Delivery, 1)
+	ds := make([]publish.Delivery, len(msgs))
+	for i, m := range msgs {
+		ds[i] = publish.Delivery{Msg: m}
 	}
-	if n := run(t, false); n != 50 {
-		t.Errorf("the partition holds %d records for 50 messages, want each once", n)
+	in <- ds
+	close(in)
+	var acks [][]publish.Delivery
+	r := publish.NewRunner(s, in, publish.RunnerOptions{
+		BatchSize: len(msgs),
+		Ack:       func(b []publish.Delivery) { acks = append(acks, b) },
+		Log:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+	})
+	if err := r.Run(sinktest.Context(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
 	}
-	if n := run(t, true); n != 70 {
-		t.Errorf("retrying the whole batch stored %d records, want 70 (the 20 acknowledged ones again): the fault did not hit the third request", n)
+	if len(acks) != 1 || len(acks[0]) != len(msgs) {
+		t.Errorf("%d acks, want one of all 50", len(acks))
+	}
+	var got []*message.Message
+	for _, r := range fk.readAll(t, topic) {
+		got = append(got, asMessage(r))
+	}
+	sinktest.CheckDelivered(t, sinktest.Features{GlobalOrder: true, CommitTime: time.Millisecond}, msgs, got, nil)
+	if len(got) != 50 {
+		t.Errorf("the partition holds %d records for 50 messages, want each once", len(got))
 	}
 }
 
@@ -489,14 +426,35 @@ func TestIntegrationTopicAuthorizationFailureIsPermanent(t *testing.T) {
 	sinktest.RequirePermanent(t, s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m}), m.ID, `"secret"`, "WRITE")
 }
 
-func TestIntegrationNotEnoughReplicasIsTransient(t *testing.T) {
+// TestIntegrationNotEnoughReplicasIsRetriedThenTransient: a retriable
+// code is retried by the producer (once: the call succeeds, each message
+// stored once); one that lasts past timeout fails the call with an error
+// that is not Permanent, and the relay's retry then delivers.
+func TestIntegrationNotEnoughReplicasIsRetriedThenTransient(t *testing.T) {
 	fk := startKafka(t, kfake.SeedTopics(1, "replicas"))
-	fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: 1})
+	fault := fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: 1})
 	s := newSink(t, fk.addrs, "replicas")
-	msgs := sinktest.NewGen(29).Interleave(10, "k")
-	sinktest.RequireTransient(t, s.Publish(sinktest.Context(t, 10*time.Second), msgs))
+	g := sinktest.NewGen(29)
+	msgs := g.Interleave(10, "k")
 	if err := s.Publish(sinktest.Context(t, 10*time.Second), msgs); err != nil {
+		t.Fatalf("the producer did not retry NOT_ENOUGH_REPLICAS itself: %v", err)
+	}
+	if fault.Hits() != 1 {
+		t.Errorf("the fault answered %d requests, want 1", fault.Hits())
+	}
+
+	lasting := fk.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
+	more := g.Interleave(10, "k")
+	start := time.Now()
+	err := s.Publish(sinktest.Context(t, 20*time.Second), more)
+	sinktest.RequireTransient(t, err)
+	t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	lasting.Remove()
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), more); err != nil {
 		t.Fatalf("the retry failed: %v", err)
+	}
+	if n := len(fk.readAll(t, "replicas")); n != 20 {
+		t.Errorf("%d records for 20 messages, want each once", n)
 	}
 }
 
@@ -549,4 +507,63 @@ func TestIntegrationSASLFailureIsPermanent(t *testing.T) {
 		err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
 		sinktest.RequirePermanent(t, err, m.ID, "sasl.mechanism")
 	})
+}
+
+// TestIntegrationTopicCreatedWhileRunningIsFound: a message to a topic
+// from the template that does not exist is refused; once the topic is
+// created, the same sink delivers to it at the next attempt (the producer
+// looks up a topic it does not know again; kafka-go's Writer kept the
+// answer until its metadata refresh).
+func TestIntegrationTopicCreatedWhileRunningIsFound(t *testing.T) {
+	fk := startKafka(t, kfake.SeedTopics(1, "late.known"))
+	s := newSink(t, fk.addrs, "late.{type}")
+	g := sinktest.NewGen(73)
+	m := g.Message("k")
+	m.Type = "created"
+	err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m})
+	if !publish.IsRejected(err) {
+		t.Fatalf("a missing topic from the template gave %v, want Rejected", err)
+	}
+	if err := fk.CreateTopic("late.created", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), []*message.Message{m}); err != nil {
+		t.Fatalf("after the topic was created: %v", err)
+	}
+}
+
+// TestIntegrationAcksLeaderAndNoneDeliver: without acks: all the producer
+// is not idempotent (Kafka requires acks=all for it); it still delivers,
+// in order.
+func TestIntegrationAcksLeaderAndNoneDeliver(t *testing.T) {
+	for _, acks := range []string{"leader", "none"} {
+		t.Run(acks, func(t *testing.T) {
+			topic := uniqueTopic("acks")
+			fk := startKafka(t, kfake.SeedTopics(2, topic))
+			s := newSink(t, fk.addrs, topic, "acks: "+acks)
+			msgs := sinktest.NewGen(74).Interleave(60, sinktest.Keys(4)...)
+			for _, b := range sinktest.Chunks(msgs, 20) {
+				if err := s.Publish(sinktest.Context(t, 10*time.Second), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []*message.Message
+			deadline := time.Now().Add(10 * time.Second)
+			for len(got) < len(msgs) && time.Now().Before(deadline) {
+				got = got[:0]
+				var n int64
+				for _, pi := range fk.PartitionInfos(topic) {
+					n += pi.HighWatermark
+				}
+				if n < int64(len(msgs)) {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				for _, r := range fk.readAll(t, topic) {
+					got = append(got, asMessage(r))
+				}
+			}
+			sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, msgs, got, nil)
+		})
+	}
 }

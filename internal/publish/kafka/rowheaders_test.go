@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	kafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/publish/envelope"
 	"github.com/walpost/walpost/internal/publish/sinktest"
@@ -27,7 +27,7 @@ func TestRowHeadersCannotSetCredentials(t *testing.T) {
 	}
 }
 
-func keys(hs []kafka.Header) []string {
+func keys(hs []kgo.RecordHeader) []string {
 	var out []string
 	for _, h := range hs {
 		out = append(out, h.Key)

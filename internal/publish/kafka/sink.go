@@ -2,16 +2,19 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
-	kafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
@@ -54,18 +57,20 @@ type Sink struct {
 	env        envelope.Settings // format: raw or cloudevents
 	autoCreate bool
 	batchBytes int64
-	batchSize  int
-	timeout    time.Duration
+	batchSize  int           // records per group: buffered, then sent together
+	timeout    time.Duration // bounds one Publish call's wait for acknowledgements
 
-	transport *kafka.Transport
-	meta      *metaCache // the writer's transport: tr, with metadata kept per Publish call
-	writer    *kafka.Writer
+	client *kgo.Client
+	conns  *connErrs // the producer's last failed connection
+	opts   []kgo.Opt // client's options, for the transactional producer and the progress reader
 
-	mu  sync.Mutex      // serializes Publish; guards topic's cache and buf
-	buf []kafka.Message // reused between calls (kafka-go copies the values)
+	exactlyOnce   bool
+	progressTopic string
+	txn           *txnState // nil until Resume (exactly_once only); guarded by mu
+
+	mu sync.Mutex // serializes Publish and Resume
 
 	closeOnce sync.Once
-	closeErr  error
 }
 
 var _ publish.Sink = (*Sink)(nil)
@@ -83,70 +88,32 @@ func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 	return open(cfg.Name, kc, log)
 }
 
+// Settings of the producer that are not configuration keys.
+const (
+	// metadataMinAge is the shortest time between two metadata requests:
+	// a moved leader or a new topic is found this soon after an error
+	// (kgo's default, 5s, would make a missing topic take ~20s to fail).
+	metadataMinAge = 250 * time.Millisecond
+	// unknownTopicRetries is how often a topic may be reported unknown
+	// before its records fail, without auto_create_topics.
+	unknownTopicRetries = 2
+)
+
 // open builds the sink from validated settings.
 func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
+	opts, tc, err := clientOpts(kc)
+	if err != nil {
+		return nil, err
+	}
 	topic, err := parseTopic(kc.Topic)
 	if err != nil {
 		return nil, err
 	}
-	acks, err := requiredAcks(kc.Acks)
+	conns := &connErrs{}
+	opts = append(opts, kgo.WithHooks(conns))
+	client, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, err
-	}
-	comp, err := compression(kc.Compression)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := kc.TLS.Build()
-	if err != nil {
-		return nil, err
-	}
-	mech, err := kc.SASL.mechanism()
-	if err != nil {
-		return nil, err
-	}
-	timeout := kc.Timeout.D()
-	dialer := &net.Dialer{Timeout: timeout}
-	tr := &kafka.Transport{
-		// Raw system calls on the broker's sockets: no wake-up of the
-		// runtime's sysmon thread per request at low rates (see rawnet;
-		// WALPOST_RAWNET=off leaves the connection as dialed).
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return rawnet.Wrap(c), nil
-		},
-		DialTimeout: timeout,
-		ClientID:    kc.ClientID,
-		TLS:         tc,
-		SASL:        mech,
-	}
-	linger := kc.Linger.D()
-	if linger <= 0 {
-		// kafka-go reads 0 as its default of 1s. A partition's messages of
-		// one call are added under one lock, so the shortest timer still
-		// sends them as one request.
-		linger = time.Nanosecond
-	}
-	meta := newMetaCache(tr)
-	w := &kafka.Writer{
-		Addr:     kafka.TCP(kc.Brokers...),
-		Balancer: keyBalancer{kafka.Murmur2Balancer{Consistent: true}},
-		// One attempt: the relay retries the whole batch, so that a retry
-		// never sends a later request of a partition before an earlier
-		// one that failed (see the package doc).
-		MaxAttempts:            1,
-		BatchSize:              kc.BatchSize,
-		BatchBytes:             kc.BatchBytes,
-		BatchTimeout:           linger,
-		ReadTimeout:            timeout,
-		WriteTimeout:           timeout,
-		RequiredAcks:           acks,
-		Compression:            comp,
-		Transport:              meta,
-		AllowAutoTopicCreation: kc.AutoCreateTopics,
+		return nil, fmt.Errorf("kafka: sink %s: %w", name, err)
 	}
 	s := &Sink{
 		name:       name,
@@ -156,20 +123,29 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 		autoCreate: kc.AutoCreateTopics,
 		batchBytes: kc.BatchBytes,
 		batchSize:  kc.BatchSize,
-		timeout:    timeout,
-		transport:  tr,
-		meta:       meta,
-		writer:     w,
+		timeout:    kc.Timeout.D(),
+		client:     client,
+		conns:      conns,
+		opts:       opts,
+
+		exactlyOnce:   kc.ExactlyOnce,
+		progressTopic: kc.ProgressTopic,
 	}
-	if acks == kafka.RequireNone {
+	switch kc.Acks {
+	case "none":
 		log.Warn().Msg("kafka sink with acks: none: Publish cannot know that Kafka stored a message, so a broker failure can lose messages the slot has already confirmed")
+	case "leader":
+		log.Warn().Msg("kafka sink with acks: leader: the idempotent producer needs acks: all, so it is off, and a retry can store a message twice")
 	}
 	if tc != nil && tc.InsecureSkipVerify {
 		log.Warn().Msg("kafka sink with tls.insecure_skip_verify: the brokers' certificates are not verified, " +
 			"so a man-in-the-middle can read and alter messages (and credentials); set tls.ca_file instead")
 	}
-	if kc.SASL != nil && kc.SASL.Mechanism == "PLAIN" && tc == nil {
+	if kc.SASL != nil && kc.SASL.Mechanism == mechPlain && tc == nil {
 		log.Warn().Msg("kafka sink with SASL PLAIN but without TLS: the password crosses the network in clear text")
+	}
+	if kc.SASL != nil && kc.SASL.Mechanism == mechOAuthBearer && tc == nil {
+		log.Warn().Msg("kafka sink with SASL OAUTHBEARER but without TLS: the token crosses the network in clear text")
 	}
 	if kc.AutoCreateTopics && strings.HasPrefix(kc.Topic, "{") {
 		log.Warn().Str("topic", kc.Topic).Msg("kafka sink with auto_create_topics: true and a topic template that starts with a placeholder: " +
@@ -177,24 +153,114 @@ func open(name string, kc kafkaConfig, log zerolog.Logger) (*Sink, error) {
 			"or leave auto_create_topics off (docs/security.md)")
 	}
 	log.Info().Strs("brokers", kc.Brokers).Str("topic", kc.Topic).Str("acks", kc.Acks).
-		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).Msg("kafka sink configured")
+		Str("compression", kc.Compression).Str("format", kc.Format).Bool("tls", tc != nil).
+		Bool("idempotent", kc.Acks == "all").Bool("exactly_once", kc.ExactlyOnce).Str("sasl", saslName(kc.SASL)).Msg("kafka sink configured")
 	rawnet.Setting().Log(log, "raw system calls on the Kafka brokers' sockets (internal/rawnet)")
 	return s, nil
 }
 
-// keyBalancer picks a record's partition from its key with murmur2, like
-// the Java client's default partitioner. It guards against an empty
-// partition list, which kafka-go would pass for a topic whose metadata
-// lists no partitions yet (while being created) and which would make the
-// murmur2 balancer divide by zero: partition 0 is chosen and the produce
-// request then fails with a retriable error.
-type keyBalancer struct{ murmur kafka.Murmur2Balancer }
-
-func (b keyBalancer) Balance(msg kafka.Message, partitions ...int) int {
-	if len(partitions) == 0 {
-		return 0
+// saslName is the SASL mechanism for the log, "none" without SASL.
+func saslName(s *saslConfig) string {
+	if s == nil {
+		return "none"
 	}
-	return b.murmur.Balance(msg, partitions...)
+	return s.Mechanism
+}
+
+// clientOpts maps validated settings to the producer's options; it also
+// returns the TLS configuration (nil without TLS).
+func clientOpts(kc kafkaConfig) ([]kgo.Opt, *tls.Config, error) {
+	acks, err := requiredAcks(kc.Acks)
+	if err != nil {
+		return nil, nil, err
+	}
+	comp, err := compression(kc.Compression)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := kc.TLS.Build()
+	if err != nil {
+		return nil, nil, err
+	}
+	mech, err := kc.SASL.mechanism()
+	if err != nil {
+		return nil, nil, err
+	}
+	timeout := kc.Timeout.D()
+	writeMax := int32(100 << 20) // kgo's default
+	if int32(kc.BatchBytes) > writeMax-(1<<20) {
+		writeMax = int32(kc.BatchBytes) + 1<<20
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(kc.Brokers...),
+		kgo.ClientID(kc.ClientID),
+		kgo.Dialer(dialer(timeout, tc)),
+		kgo.RequiredAcks(acks),
+		kgo.ProducerBatchCompression(comp),
+		kgo.ProducerBatchMaxBytes(int32(kc.BatchBytes)),
+		kgo.BrokerMaxWriteBytes(writeMax),
+		// Publish buffers a group of batch_size records, then flushes
+		// (see send); linger has nothing to wait for.
+		kgo.ManualFlushing(),
+		kgo.MaxBufferedRecords(kc.BatchSize),
+		// murmur2 of the key, as the Java client's default partitioner.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		// No kgo.RecordDeliveryTimeout: kgo measures it from the
+		// record's timestamp, which is the commit time (a backlog's
+		// records would time out at once). Publish bounds each call by
+		// timeout instead, through the records' context.
+		kgo.ProduceRequestTimeout(timeout),
+		kgo.MetadataMinAge(metadataMinAge),
+	}
+	if kc.Acks != "all" {
+		// Kafka's idempotent producer needs acks=all. Without it one
+		// request at a time per broker (kgo's default) keeps the order.
+		opts = append(opts, kgo.DisableIdempotentWrite())
+	}
+	if kc.AutoCreateTopics {
+		opts = append(opts, kgo.AllowAutoTopicCreation(), kgo.UnknownTopicRetries(-1))
+	} else {
+		opts = append(opts, kgo.UnknownTopicRetries(unknownTopicRetries))
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+	}
+	return opts, tc, nil
+}
+
+// dialer returns the producer's dial function: TCP with raw system calls
+// on the socket (no wake-up of the runtime's sysmon thread per request at
+// low rates, see rawnet; WALPOST_RAWNET=off leaves the connection as
+// dialed), under TLS when tc is not nil, its server name the broker's
+// host unless tls.server_name gives one.
+func dialer(timeout time.Duration, tc *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c = rawnet.Wrap(c)
+		if tc == nil {
+			return c, nil
+		}
+		cfg := tc.Clone()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			cfg.ServerName = host
+		}
+		tlsConn := tls.Client(c, cfg)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := tlsConn.HandshakeContext(hctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tlsConn, nil
+	}
 }
 
 // Name returns the sink's configured name.
@@ -203,19 +269,20 @@ func (s *Sink) Name() string { return s.name }
 // Publish sends msgs, in order, and returns nil only when Kafka has
 // acknowledged every one of them with the configured acks.
 //
-// A message whose topic (from the template) is not a legal Kafka name
-// fails the whole call before anything is sent, with a publish.Rejected
-// error naming it (relay.on_refused applies). The messages are sent in as few produce requests as
-// batch_size and batch_bytes allow, one request per partition at a time:
-// a later group of requests only once every request of the group before
-// it was acknowledged. On the first failure Publish returns; Permanent
-// (see classify) when no retry can help; and marked with publish.Partial
-// to report the messages Kafka acknowledged (the groups before the failed
-// one, and the messages of partitions whose request in it succeeded), so
-// that the retry sends only the others. After a transient failure the
-// cached cluster metadata is dropped, so that the retry finds moved
-// leaders. When ctx ends Publish returns at once with an error wrapping
-// ctx.Err(); a request already sent may still complete.
+// A message whose topic (from the template) is not a legal Kafka name,
+// or that alone is over batch_bytes, fails the whole call before anything
+// is sent, with a publish.Rejected error naming it (relay.on_refused
+// applies). The others are handed to the producer in order, which sends
+// them in as few requests as batch_bytes allows, several in flight per
+// partition, and retries what fails with the same producer id and
+// sequence numbers, so that Kafka stores each record once and in order
+// (see the package doc). A record the producer gives up on (timeout, or
+// an error no retry helps) fails the call: Publish returns then,
+// Permanent (see classify) when no retry can help, and marked with
+// publish.Partial to report the messages Kafka acknowledged (of each
+// topic, those before its first failed message), so that the retry
+// sends only the others. When ctx ends Publish returns at once with an
+// error wrapping ctx.Err(); a request already sent may still complete.
 //
 // Every error names the message (id and LSN) and topic it concerns.
 func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
@@ -227,64 +294,203 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
-	km := s.buf[:0]
-	defer func() {
-		clear(km) // drop references to payloads
-		s.buf = km[:0]
-	}()
-	for _, m := range msgs {
-		topic, err := s.topic.Expand(m)
-		if err != nil {
-			return publish.Rejected(fmt.Errorf("kafka: %w", publish.NameError(m, "topic", topic, s.topic.Text(), err)))
-		}
-		if s.env.IsCloudEvents() {
-			km = append(km, cloudEventsRecord(m, topic, &s.env))
-		} else {
-			km = append(km, record(m, topic))
+	recs, err := s.records(msgs)
+	if err != nil {
+		return err
+	}
+	if s.txn != nil {
+		return s.publishTxn(ctx, msgs, recs)
+	}
+	c, errs, err := s.produce(ctx, s.client, recs, s.batchSize)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctx.Err()), acked(recs, errs))
+	}
+	done := acked(recs, errs)
+	notAcked := 0
+	for _, d := range done {
+		if !d {
+			notAcked++
 		}
 	}
-	for start := 0; start < len(km); {
-		end, err := s.chunkEnd(msgs, km, start)
-		if err != nil {
-			// The groups before this one were acknowledged.
-			return publish.Partial(err, acked(len(msgs), start, nil))
-		}
-		// kafka-go gives every partition's batch room for BatchSize
-		// messages up front (about 150 bytes each), whatever the call
-		// holds: with the configured 1,000 that is ~150 KB per partition
-		// per call, which at low rates made garbage collection a large
-		// part of the relay's CPU. The group is at most batch_size
-		// messages, so a BatchSize of exactly its length still puts each
-		// partition's share into one request, and a partition that gets
-		// the whole group is sent at once. Publish calls are serialized
-		// (s.mu) and kafka-go reads BatchSize only inside WriteMessages,
-		// in this goroutine.
-		s.writer.BatchSize = end - start
-		s.meta.reset() // metadata looked up once per topic in this call (see metaCache)
-		if err := s.writer.WriteMessages(ctx, km[start:end]...); err != nil {
-			// The groups before this one were acknowledged, and of this
-			// one the partitions whose request succeeded.
-			var werrs kafka.WriteErrors
-			if !errors.As(err, &werrs) || len(werrs) != end-start {
-				werrs = nil
+	return publish.Partial(s.failed(ctx, s.client, c, msgs, recs, errs, notAcked, len(msgs)), done)
+}
+
+// errNotAcked is produce's error when a record failed or is unanswered.
+var errNotAcked = errors.New("kafka: not every record acknowledged")
+
+// produce sends recs with cl in groups of group records, each once the one
+// before it has every outcome, and returns the call's outcome: each
+// record's (call.outcome, taken once), and a nil error when every record
+// was acknowledged, errNotAcked when a record failed or was not answered
+// within timeout (the groups after it are not sent), or ctx's error when
+// ctx ended first.
+func (s *Sink) produce(ctx context.Context, cl *kgo.Client, recs []kgo.Record, group int) (*call, []error, error) {
+	// The records' context: one not yet sent when it ends is failed by
+	// the producer (one sent and not answered is not: the producer waits
+	// for its answer, so that its sequence numbers stay right).
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rctx, abort := context.WithCancelCause(tctx)
+	defer abort(nil)
+	defer s.conns.watch(abort)()
+	c := newCall(len(recs))
+	c.start = time.Now()
+	for start := 0; start < len(recs); start += group {
+		end := min(start+group, len(recs))
+		if err := s.send(rctx, cl, c, recs, start, end); err != nil {
+			if err := ctx.Err(); err != nil {
+				return c, c.outcome(), err
 			}
-			return publish.Partial(s.failed(ctx, err, msgs[start:end], km[start:end], start, len(msgs)),
-				acked(len(msgs), start, werrs))
+			break // not acknowledged within timeout: a broker cut off the network
 		}
-		start = end
+		if c.anyFailed() {
+			break // the groups after a failed one are not sent
+		}
+	}
+	// One snapshot: a late answer must not change the outcome between
+	// deciding on it and describing it.
+	errs := c.outcome()
+	if slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return c, errs, errNotAcked
+	}
+	return c, errs, nil
+}
+
+// send hands recs[start:end] to cl, sends them, and waits until each has
+// its outcome or ctx ends. The producer flushes by hand: a group's
+// records are all buffered before any is sent, so that a record failing
+// fails every later record of its partition in the group (the producer's
+// gapless ordering) and none is stored after it. Records still buffered
+// from an earlier call (its context ended before their answer came) are
+// flushed first, for the same reason.
+func (s *Sink) send(ctx context.Context, cl *kgo.Client, c *call, recs []kgo.Record, start, end int) error {
+	if cl.BufferedProduceRecords() > 0 {
+		if err := cl.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	for i := start; i < end; i++ {
+		cl.Produce(ctx, &recs[i], c.promise(i))
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	return c.wait(ctx, end-start)
+}
+
+// records maps msgs to their records. The records of one call are one
+// allocation; the producer keeps pointers into it until it calls their
+// promises, so it is never reused.
+func (s *Sink) records(msgs []*message.Message) ([]kgo.Record, error) {
+	recs := make([]kgo.Record, len(msgs))
+	for i, m := range msgs {
+		topic, err := s.topic.Expand(m)
+		if err != nil {
+			return nil, publish.Rejected(fmt.Errorf("kafka: %w", publish.NameError(m, "topic", topic, s.topic.Text(), err)))
+		}
+		if s.env.IsCloudEvents() {
+			recs[i] = cloudEventsRecord(m, topic, &s.env)
+		} else {
+			recs[i] = record(m, topic)
+		}
+		if n := wireBound(&recs[i]) + recordBatchOverhead; n > s.batchBytes {
+			return nil, publish.Rejected(fmt.Errorf("kafka: %s to topic %q: %d bytes with key and headers, over batch_bytes %d: %w (%w)",
+				publish.Describe(m), topic, n, s.batchBytes, kerr.MessageTooLarge, errOverBatchBytes))
+		}
+	}
+	return recs, nil
+}
+
+// call collects the outcome of one Publish call's records. Its promises
+// may run on the producer's goroutines after Publish returned.
+type call struct {
+	start    time.Time
+	mu       sync.Mutex
+	errs     []error       // errs[i]: record i failed
+	ok       []bool        // ok[i]: record i acknowledged
+	answered chan struct{} // one token per record with its outcome
+}
+
+func newCall(n int) *call {
+	return &call{errs: make([]error, n), ok: make([]bool, n), answered: make(chan struct{}, n)}
+}
+
+// promise returns the producer's callback for record i.
+func (c *call) promise(i int) func(*kgo.Record, error) {
+	return func(_ *kgo.Record, err error) {
+		c.mu.Lock()
+		if err != nil {
+			c.errs[i] = err
+		} else {
+			c.ok[i] = true
+		}
+		c.mu.Unlock()
+		c.answered <- struct{}{} // never blocks: one slot per record
+	}
+}
+
+// wait waits for n more outcomes, or until ctx ends.
+func (c *call) wait(ctx context.Context, n int) error {
+	for range n {
+		select {
+		case <-c.answered:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return nil
 }
 
-// acked returns which of a call's n messages Kafka acknowledged when the
-// group starting at start failed: every message before start, and each of
-// the group's for which werrs (the group's WriteErrors, or nil) holds nil.
-// kafka-go sets a message's entry to its produce request's error, so nil
-// means the request holding it succeeded.
-func acked(n, start int, werrs kafka.WriteErrors) []bool {
-	done := publish.DonePrefix(n, start)
-	for i, e := range werrs {
-		done[start+i] = e == nil
+// anyFailed reports whether a record failed.
+func (c *call) anyFailed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.errs, func(err error) bool { return err != nil })
+}
+
+// outcome returns each record's outcome so far: nil when acknowledged,
+// its error when failed, errUnanswered when still waiting.
+func (c *call) outcome() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]error, len(c.errs))
+	for i, err := range c.errs {
+		switch {
+		case err != nil:
+			out[i] = err
+		case !c.ok[i]:
+			out[i] = errUnanswered
+		}
+	}
+	return out
+}
+
+// errUnanswered is the outcome of a record the producer has sent, or
+// could not send, and that Kafka has not acknowledged within timeout.
+var errUnanswered = fmt.Errorf("kafka: not acknowledged within the sink's timeout: %w", context.DeadlineExceeded)
+
+// acked returns which of a call's records Kafka acknowledged, as
+// publish.Partial reports them: a record acknowledged (errs[i] nil),
+// unless a record before it in the call to the same topic is not. The
+// producer fails every record buffered for a partition after one it
+// gives up on, so per partition the successes before the first failure
+// are a prefix; going by topic (a failed record may not have a partition
+// yet) reports less, never more.
+func acked(recs []kgo.Record, errs []error) []bool {
+	done := make([]bool, len(recs))
+	var failedTopics map[string]bool
+	for i := range recs {
+		if errs[i] != nil {
+			if failedTopics == nil {
+				failedTopics = map[string]bool{}
+			}
+			failedTopics[recs[i].Topic] = true
+			continue
+		}
+		done[i] = !failedTopics[recs[i].Topic]
 	}
 	return done
 }
@@ -293,9 +499,9 @@ func acked(n, start int, werrs kafka.WriteErrors) []bool {
 // ordering key, value = payload as stored, headers id, type and then
 // msg.Headers in key order (entries named id or type are left out: the
 // message's own id and type win), timestamp = commit time.
-func record(m *message.Message, topic string) kafka.Message {
-	hs := make([]kafka.Header, 0, 2+len(m.Headers))
-	hs = append(hs, kafka.Header{Key: HeaderID, Value: []byte(m.ID)}, kafka.Header{Key: HeaderType, Value: []byte(m.Type)})
+func record(m *message.Message, topic string) kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, 2+len(m.Headers))
+	hs = append(hs, kgo.RecordHeader{Key: HeaderID, Value: []byte(m.ID)}, kgo.RecordHeader{Key: HeaderType, Value: []byte(m.Type)})
 	hs = appendHeaders(hs, m.Headers, func(k string) bool { return k == HeaderID || k == HeaderType })
 	return bare(m, topic, hs)
 }
@@ -309,15 +515,15 @@ func record(m *message.Message, topic string) kafka.Message {
 // CloudEvents attributes (a name starting with ce_ in any case) or as the
 // content type: the message's own attributes win. The raw id and type
 // headers are not written: a sink writes one form.
-func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings) kafka.Message {
+func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings) kgo.Record {
 	attrs := env.Attributes(m)
-	hs := make([]kafka.Header, 0, len(attrs)+2+len(m.Headers))
+	hs := make([]kgo.RecordHeader, 0, len(attrs)+2+len(m.Headers))
 	for _, a := range attrs {
-		hs = append(hs, kafka.Header{Key: PrefixCloudEvents + a.Name, Value: []byte(a.Value)})
+		hs = append(hs, kgo.RecordHeader{Key: PrefixCloudEvents + a.Name, Value: []byte(a.Value)})
 	}
-	hs = append(hs, kafka.Header{Key: HeaderContentType, Value: []byte(envelope.ContentType(m))})
+	hs = append(hs, kgo.RecordHeader{Key: HeaderContentType, Value: []byte(envelope.ContentType(m))})
 	if m.HasKey {
-		hs = append(hs, kafka.Header{Key: HeaderPartitionKey, Value: []byte(m.Key)})
+		hs = append(hs, kgo.RecordHeader{Key: HeaderPartitionKey, Value: []byte(m.Key)})
 	}
 	hs = appendHeaders(hs, m.Headers, reservedCloudEvents)
 	return bare(m, topic, hs)
@@ -331,7 +537,7 @@ func reservedCloudEvents(k string) bool {
 
 // appendHeaders appends the entries of the headers column in key order,
 // leaving out those skip reports.
-func appendHeaders(hs []kafka.Header, headers map[string]string, skip func(string) bool) []kafka.Header {
+func appendHeaders(hs []kgo.RecordHeader, headers map[string]string, skip func(string) bool) []kgo.RecordHeader {
 	if len(headers) == 0 {
 		return hs
 	}
@@ -343,7 +549,7 @@ func appendHeaders(hs []kafka.Header, headers map[string]string, skip func(strin
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		hs = append(hs, kafka.Header{Key: k, Value: []byte(headers[k])})
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(headers[k])})
 	}
 	return hs
 }
@@ -353,7 +559,7 @@ func appendHeaders(hs []kafka.Header, headers map[string]string, skip func(strin
 // message's time (columns.time when mapped, else the commit time; now when
 // unknown). Keys and header values are converted with []byte(s), which
 // is never nil, not even for "" (nil would be sent as null, not empty).
-func bare(m *message.Message, topic string, hs []kafka.Header) kafka.Message {
+func bare(m *message.Message, topic string, hs []kgo.RecordHeader) kgo.Record {
 	value := m.Payload
 	if value == nil {
 		value = []byte{} // nil would be a tombstone
@@ -362,122 +568,70 @@ func bare(m *message.Message, topic string, hs []kafka.Header) kafka.Message {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	return kafka.Message{
-		Topic:   topic,
-		Key:     []byte(m.OrderingKey()),
-		Value:   value,
-		Headers: hs,
-		Time:    ts,
+	return kgo.Record{
+		Topic:     topic,
+		Key:       []byte(m.OrderingKey()),
+		Value:     value,
+		Headers:   hs,
+		Timestamp: ts,
 	}
 }
 
 // recordBatchOverhead is the size of a v2 record batch's header.
 const recordBatchOverhead = 61
 
-// kgoSize is kafka-go's own estimate of a message (Message.totalSize in
-// kafka-go v0.4.51), which it compares with BatchBytes.
-func kgoSize(m *kafka.Message) int64 {
-	n := int64(4 + 1 + 1 + 4 + len(m.Key) + 4 + len(m.Value) + 8)
-	n += int64(varintLen(len(m.Headers)))
-	for _, h := range m.Headers {
-		n += int64(varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value))
-	}
-	return n
-}
-
-// wireBound bounds the bytes m takes in a v2 record batch: every varint of
+// wireBound bounds the bytes r takes in a v2 record batch: every varint of
 // the record at its longest.
-func wireBound(m *kafka.Message) int64 {
-	n := int64(5 + 1 + 10 + 5 + 5 + len(m.Key) + 5 + len(m.Value) + 5)
-	for _, h := range m.Headers {
+func wireBound(r *kgo.Record) int64 {
+	n := int64(5 + 1 + 10 + 5 + 5 + len(r.Key) + 5 + len(r.Value) + 5)
+	for _, h := range r.Headers {
 		n += int64(5 + len(h.Key) + 5 + len(h.Value))
 	}
 	return n
 }
 
-func varintLen(x int) int {
-	u := uint64(int64(x)<<1) ^ uint64(int64(x)>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
-}
-
-// chunkEnd returns the end of the group of messages starting at start that
-// goes out in one WriteMessages call. A group is small enough that
-// kafka-go puts each partition's share of it into a single produce
-// request (at most batch_size messages, and with the record batch
-// overhead at most batch_bytes in all), so that no request of a partition
-// can succeed after an earlier one of the same partition failed. A single
-// message over batch_bytes by kafka-go's own measure is a Permanent error
-// naming it.
-func (s *Sink) chunkEnd(msgs []*message.Message, km []kafka.Message, start int) (int, error) {
-	size := int64(recordBatchOverhead)
-	end := start
-	for end < len(km) && end-start < s.batchSize {
-		m := &km[end]
-		if n := kgoSize(m); n > s.batchBytes {
-			return 0, publish.Rejected(fmt.Errorf("kafka: %s to topic %q: %d bytes with key and headers, over batch_bytes %d: %w",
-				publish.Describe(msgs[end]), m.Topic, n, s.batchBytes, kafka.MessageSizeTooLarge))
+// failed turns the outcome of a call with failed records (errs[i] is the
+// error of recs[i], the record of msgs[i]; notAcked of the call's total
+// messages are not acknowledged) into the error Publish returns: it names
+// the message the error concerns (the first failed one, or the first
+// whose error is permanent) and marks it Permanent or Rejected when
+// classify says so; the caller adds publish.Partial. After a transient
+// error it asks cl for fresh metadata.
+func (s *Sink) failed(ctx context.Context, cl *kgo.Client, c *call, msgs []*message.Message, recs []kgo.Record, errs []error, notAcked, total int) error {
+	idx := -1
+	var v verdict
+	for i, e := range errs {
+		if e == nil {
+			continue
 		}
-		size += wireBound(m)
-		if size > s.batchBytes && end > start {
-			break
-		}
-		end++
-	}
-	return end, nil
-}
-
-// failed turns an error of WriteMessages for the group msgs (km[i] is the
-// record of msgs[i]) into the error Publish returns: it names the message
-// the error concerns, marks it Permanent when classify says so, and after
-// a transient error drops the cached metadata. acked messages of the call
-// (those before msgs) were acknowledged; total is the call's size.
-func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, km []kafka.Message, acked, total int) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		return fmt.Errorf("kafka: publishing %s to topic %q: %w", publish.DescribeCall(msgs), km[0].Topic, err)
-	}
-	var (
-		idx    int
-		cause  = err
-		v      verdict
-		failed = len(msgs)
-	)
-	var werrs kafka.WriteErrors
-	if errors.As(err, &werrs) && len(werrs) == len(msgs) {
-		idx, failed = -1, 0
-		for i, e := range werrs {
-			if e == nil {
-				continue
-			}
-			failed++
-			if iv := classify(e, s.autoCreate); idx < 0 || iv.permanent && !v.permanent {
-				idx, cause, v = i, e, iv
+		if e == errUnanswered || errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled) {
+			// The producer is still trying (or was when time ran out):
+			// when it cannot connect, that says why.
+			if ce := s.conns.since(c.start); ce != nil {
+				e = fmt.Errorf("%w; connecting to the brokers: %w", e, ce)
+				errs[i] = e
 			}
 		}
-		if idx < 0 { // cannot happen: kafka-go returns WriteErrors only with an error in it
-			idx, v = 0, classify(err, s.autoCreate)
+		if iv := classify(e, s.autoCreate); idx < 0 || iv.permanent && !v.permanent ||
+			errs[idx] == errUnanswered && e != errUnanswered {
+			idx, v = i, iv
 		}
+	}
+	if idx < 0 { // cannot happen: produce returns errNotAcked only with an error in errs
+		idx, errs = 0, append([]error{errNotAcked}, errs[1:]...)
+	}
+	cause := errs[idx]
+	if errors.Is(cause, kerr.MessageTooLarge) {
 		// The broker refuses a whole request as too large: name its
 		// largest message, the likely culprit.
-		if errors.Is(cause, kafka.MessageSizeTooLarge) {
-			for i, e := range werrs {
-				if e != nil && errors.Is(e, kafka.MessageSizeTooLarge) && kgoSize(&km[i]) > kgoSize(&km[idx]) {
-					idx, cause = i, e
-				}
+		for i, e := range errs {
+			if e != nil && errors.Is(e, kerr.MessageTooLarge) && wireBound(&recs[i]) > wireBound(&recs[idx]) {
+				idx, cause = i, e
 			}
 		}
-	} else {
-		v = classify(err, s.autoCreate)
-		if v.permanent {
-			// A metadata error (unknown topic, not authorized) comes
-			// before anything is sent, for the first message whose topic
-			// fails.
-			idx = s.culprit(ctx, km)
-		}
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(cause, ctxErr) {
+		return fmt.Errorf("kafka: publishing %s to topic %q: %w", publish.DescribeCall(msgs), recs[idx].Topic, cause)
 	}
 	if v.permanent && !s.topic.Fixed() && refusesTopic(cause) {
 		// A topic the message's type or key chose: other messages may go
@@ -486,72 +640,99 @@ func (s *Sink) failed(ctx context.Context, err error, msgs []*message.Message, k
 		v.rejected = true
 		v.hint += fmt.Sprintf("; the topic comes from the message's type or key (topic %q): or park the message with relay.on_refused: dead_letter", s.topic.Text())
 	}
-	m := msgs[idx]
-	msg := fmt.Sprintf("kafka: %s to topic %q", publish.Describe(m), km[idx].Topic)
+	msg := fmt.Sprintf("kafka: %s to topic %q", publish.Describe(msgs[idx]), recs[idx].Topic)
 	if total > 1 {
-		// Earlier groups were acknowledged, later ones not sent.
-		notAcked := total - acked - (len(msgs) - failed)
 		msg += fmt.Sprintf(" (%d of the call's %d messages not acknowledged)", notAcked, total)
 	}
+	var err error
 	if v.hint != "" {
 		err = fmt.Errorf("%s: %w; %s", msg, cause, v.hint)
 	} else {
 		err = fmt.Errorf("%s: %w", msg, cause)
 	}
-	if v.rejected {
-		return publish.Rejected(err)
+	switch {
+	case v.rejected:
+		err = publish.Rejected(err)
+	case v.permanent:
+		err = publish.Permanent(err)
+	default:
+		// The retry starts from fresh metadata: a moved leader, a
+		// restarted broker or a new topic is found at once.
+		cl.ForceMetadataRefresh()
 	}
-	if v.permanent {
-		return publish.Permanent(err)
-	}
-	// The retry starts from fresh metadata: a moved leader, a restarted
-	// broker or a new topic is found at once instead of after the
-	// metadata TTL.
-	s.transport.CloseIdleConnections()
 	return err
 }
 
-// culprit returns the index of the first record whose topic's metadata
-// carries an error, or 0 when that cannot be told. It reads the metadata
-// kafka-go cached, the same that failed the write.
-func (s *Sink) culprit(ctx context.Context, km []kafka.Message) int {
-	topics := map[string]bool{}
-	var order []int
-	for i := range km {
-		if !topics[km[i].Topic] {
-			topics[km[i].Topic] = true
-			order = append(order, i)
-		}
-	}
-	if len(order) == 1 {
-		return 0
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	client := &kafka.Client{Addr: s.writer.Addr, Transport: s.transport, Timeout: s.timeout}
-	for _, i := range order {
-		res, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{km[i].Topic}})
-		if err != nil {
-			return 0
-		}
-		for _, t := range res.Topics {
-			if t.Name == km[i].Topic && t.Error != nil {
-				return i
-			}
-		}
-	}
-	return 0
+// connErrs is a kgo hook that keeps the producer's last failed attempt to
+// connect to a broker (dial, TLS handshake, SASL): the producer retries
+// those itself, and a record that times out waiting for one carries only
+// the timeout. Safe for concurrent use.
+type connErrs struct {
+	last atomic.Pointer[connErr]
+
+	mu    sync.Mutex
+	abort context.CancelCauseFunc // ends the waiting call's records' context; nil when none waits
 }
 
-// Close flushes nothing new (Publish is synchronous), waits for requests
-// still in flight after a canceled Publish, and closes the connections.
-// It is safe to call more than once; later calls return the first result.
+type connErr struct {
+	err error
+	at  time.Time
+}
+
+var _ kgo.HookBrokerConnect = (*connErrs)(nil)
+
+// OnBrokerConnect implements kgo.HookBrokerConnect: it keeps a failure and
+// forgets it on the next connection that succeeds. A failure no retry
+// fixes (classify: a certificate that does not verify, credentials the
+// brokers reject) also ends the waiting call at once, instead of at its
+// timeout.
+func (h *connErrs) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		h.last.Store(nil)
+		return
+	}
+	h.last.Store(&connErr{err: err, at: time.Now()})
+	if classify(err, false).permanent {
+		h.mu.Lock()
+		if h.abort != nil {
+			h.abort(err)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// watch makes abort the function a permanent connection failure calls,
+// until the returned stop.
+func (h *connErrs) watch(abort context.CancelCauseFunc) (stop func()) {
+	h.mu.Lock()
+	h.abort = abort
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		h.abort = nil
+		h.mu.Unlock()
+	}
+}
+
+// since returns the last connection failure if it came after t, else nil.
+func (h *connErrs) since(t time.Time) error {
+	if ce := h.last.Load(); ce != nil && !ce.at.Before(t) {
+		return ce.err
+	}
+	return nil
+}
+
+// Close fails the records still buffered after a canceled Publish (the
+// relay sends them again) and closes the connections. It is safe to call
+// more than once.
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
-		if err := s.writer.Close(); err != nil {
-			s.closeErr = fmt.Errorf("kafka: closing sink %s: %w", s.name, err)
+		s.mu.Lock()
+		if s.txn != nil && s.txn.client != nil {
+			s.txn.client.Close()
 		}
-		s.transport.CloseIdleConnections()
+		s.mu.Unlock()
+		s.client.Close()
 	})
-	return s.closeErr
+	return nil
 }

@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	kafka "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
@@ -84,13 +85,13 @@ func TestTopicTemplateRejectsBadTemplates(t *testing.T) {
 // Rejected (relay.on_refused may park the message); the topic, the
 // credentials and the settings stay plain Permanent.
 func TestClassifyRejectsOnlyWhatOneMessageCauses(t *testing.T) {
-	for _, err := range []error{kafka.MessageSizeTooLarge, kafka.MessageTooLargeError{}, fmt.Errorf("w: %w", kafka.MessageSizeTooLarge)} {
+	for _, err := range []error{kerr.MessageTooLarge, fmt.Errorf("w: %w (%w)", kerr.MessageTooLarge, errOverBatchBytes), fmt.Errorf("w: %w", kerr.MessageTooLarge)} {
 		if v := classify(err, false); !v.permanent || !v.rejected {
 			t.Errorf("%v: %+v, want permanent and rejected", err, v)
 		}
 	}
-	for _, err := range []error{kafka.TopicAuthorizationFailed, kafka.UnknownTopicOrPartition, kafka.RecordListTooLarge,
-		kafka.InvalidRequiredAcks, kafka.SASLAuthenticationFailed, kafka.InvalidTimestamp} {
+	for _, err := range []error{kerr.TopicAuthorizationFailed, kerr.UnknownTopicOrPartition, kerr.RecordListTooLarge,
+		kerr.InvalidRequiredAcks, kerr.SaslAuthenticationFailed, kerr.InvalidTimestamp} {
 		if v := classify(err, false); !v.permanent || v.rejected {
 			t.Errorf("%v: %+v, want permanent, not rejected", err, v)
 		}
@@ -104,28 +105,29 @@ func TestClassifyDecidesByErrorKindNotText(t *testing.T) {
 		autoCreate bool
 		permanent  bool
 	}{
-		{"broker: message too large", kafka.MessageSizeTooLarge, false, true},
-		{"client: message over batch_bytes", kafka.MessageTooLargeError{}, false, true},
-		{"wrapped code with broker message", fmt.Errorf("%w: %s", kafka.TopicAuthorizationFailed, "denied"), false, true},
-		{"in a WriteErrors entry", fmt.Errorf("x: %w", kafka.WriteErrors{nil, kafka.InvalidTopic}[1]), false, true},
-		{"cluster authorization", kafka.ClusterAuthorizationFailed, false, true},
-		{"SASL failed", kafka.SASLAuthenticationFailed, false, true},
-		{"SASL mechanism", kafka.UnsupportedSASLMechanism, false, true},
-		{"unknown topic without auto-create", kafka.UnknownTopicOrPartition, false, true},
-		{"unknown topic with auto-create", kafka.UnknownTopicOrPartition, true, false},
-		{"record list too large", kafka.RecordListTooLarge, false, true},
-		{"leader moved", kafka.NotLeaderForPartition, false, false},
-		{"leader not available", kafka.LeaderNotAvailable, false, false},
-		{"not enough replicas", kafka.NotEnoughReplicas, false, false},
-		{"not enough replicas after append", kafka.NotEnoughReplicasAfterAppend, false, false},
-		{"request timed out", kafka.RequestTimedOut, false, false},
-		{"unknown server error", kafka.Unknown, false, false},
+		{"broker: message too large", kerr.MessageTooLarge, false, true},
+		{"client: message over batch_bytes", fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), false, true},
+		{"wrapped code with broker message", fmt.Errorf("%w: %s", kerr.TopicAuthorizationFailed, "denied"), false, true},
+		{"invalid topic", fmt.Errorf("x: %w", kerr.InvalidTopicException), false, true},
+		{"cluster authorization", kerr.ClusterAuthorizationFailed, false, true},
+		{"SASL failed", kerr.SaslAuthenticationFailed, false, true},
+		{"SASL mechanism", kerr.UnsupportedSaslMechanism, false, true},
+		{"unknown topic without auto-create", kerr.UnknownTopicOrPartition, false, true},
+		{"unknown topic with auto-create", kerr.UnknownTopicOrPartition, true, false},
+		{"record list too large", kerr.RecordListTooLarge, false, true},
+		{"leader moved", kerr.NotLeaderForPartition, false, false},
+		{"leader not available", kerr.LeaderNotAvailable, false, false},
+		{"not enough replicas", kerr.NotEnoughReplicas, false, false},
+		{"not enough replicas after append", kerr.NotEnoughReplicasAfterAppend, false, false},
+		{"request timed out", kerr.RequestTimedOut, false, false},
+		{"unknown server error", kerr.UnknownServerError, false, false},
+		{"record timeout", fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotLeaderForPartition), false, false},
 		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false, false},
 		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false, false},
 		{"unexpected EOF", io.ErrUnexpectedEOF, false, false},
 		{"deadline", context.DeadlineExceeded, false, false},
 		{"canceled", fmt.Errorf("x: %w", context.Canceled), false, false},
-		{"text that looks permanent", errors.New("[10] Message Size Too Large"), false, false},
+		{"text that looks permanent", errors.New("MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept"), false, false},
 		{"unknown CA", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false, true},
 		{"wrong host", x509.HostnameError{Host: "kafka"}, false, true},
 		{"client certificate refused", fmt.Errorf("remote error: %w", tls.AlertError(42)), false, true},
@@ -159,81 +161,50 @@ func TestRecordMapsKeyValueHeadersAndTime(t *testing.T) {
 	if got, want := strings.Join(hs, " "), "id="+m.ID+" type="+m.Type+" a=1 b=2"; got != want {
 		t.Errorf("headers %q, want %q", got, want)
 	}
-	if !r.Time.Equal(m.CommitTime) || r.Topic != "t" {
-		t.Errorf("time %s topic %q", r.Time, r.Topic)
+	if !r.Timestamp.Equal(m.CommitTime) || r.Topic != "t" {
+		t.Errorf("time %s topic %q", r.Timestamp, r.Topic)
 	}
 	m.Time = time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC) // columns.time mapped
-	if r := record(m, "t"); !r.Time.Equal(m.Time) {
-		t.Errorf("time %s, want the time column's %s", r.Time, m.Time)
+	if r := record(m, "t"); !r.Timestamp.Equal(m.Time) {
+		t.Errorf("time %s, want the time column's %s", r.Timestamp, m.Time)
 	}
 	m.Time, m.CommitTime = time.Time{}, time.Time{}
-	if r := record(m, "t"); time.Since(r.Time) > time.Minute {
-		t.Errorf("a zero commit time gave timestamp %s, want now", r.Time)
+	if r := record(m, "t"); time.Since(r.Timestamp) > time.Minute {
+		t.Errorf("a zero commit time gave timestamp %s, want now", r.Timestamp)
 	}
 }
 
-// TestGroupsFitOneRequestPerPartition checks the cut of a call into
-// WriteMessages groups: at most batch_size messages, within batch_bytes
-// with record overhead (so kafka-go never splits a partition's share into
-// two requests), and a message over batch_bytes alone is Permanent.
-func TestGroupsFitOneRequestPerPartition(t *testing.T) {
+// TestMessageOverBatchBytesIsRejectedBeforeSending: a message that alone
+// is over batch_bytes (with key, headers and record overhead) fails the
+// call before anything is handed to the producer, Rejected and naming it.
+func TestMessageOverBatchBytesIsRejectedBeforeSending(t *testing.T) {
 	g := sinktest.NewGen(41)
-	var msgs []*message.Message
-	for i := range 300 {
-		msgs = append(msgs, g.SizedMessage(fmt.Sprint("k", i%7), 200+(i*37)%1500))
+	tmpl, err := parseTopic("t")
+	if err != nil {
+		t.Fatal(err)
 	}
-	s := &Sink{batchBytes: 16 << 10, batchSize: 25}
-	km := make([]kafka.Message, len(msgs))
-	for i, m := range msgs {
-		km[i] = record(m, "t")
-	}
-	groups := 0
-	for start := 0; start < len(km); groups++ {
-		end, err := s.chunkEnd(msgs, km, start)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if end <= start || end-start > s.batchSize {
-			t.Fatalf("group [%d,%d) has a bad size", start, end)
-		}
-		var wire, kgo int64 = recordBatchOverhead, 0
-		for i := start; i < end; i++ {
-			wire += wireBound(&km[i])
-			kgo += kgoSize(&km[i])
-		}
-		if end-start > 1 && (wire > s.batchBytes || kgo > s.batchBytes) {
-			t.Fatalf("group [%d,%d) holds %d bytes on the wire (%d by kafka-go's count), over batch_bytes %d", start, end, wire, kgo, s.batchBytes)
-		}
-		if end < len(km) && end-start < s.batchSize && wire+wireBound(&km[end]) <= s.batchBytes {
-			t.Fatalf("group [%d,%d) stopped although message %d fits", start, end, end)
-		}
-		start = end
-	}
-	t.Logf("%d messages in %d groups", len(msgs), groups)
-
+	s := &Sink{batchBytes: 16 << 10, topic: tmpl}
+	small := g.SizedMessage("k", 1000)
 	big := g.SizedMessage("k", 20<<10)
-	_, err := s.chunkEnd([]*message.Message{big}, []kafka.Message{record(big, "t")}, 0)
-	if !publish.IsRejected(err) || !strings.Contains(err.Error(), big.ID) || !errors.Is(err, kafka.MessageSizeTooLarge) {
-		t.Fatalf("a message over batch_bytes gave %v, want a Rejected MessageSizeTooLarge naming %s", err, big.ID)
+	_, err = s.records([]*message.Message{small, big})
+	if !publish.IsRejected(err) || !strings.Contains(err.Error(), big.ID) || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("a message over batch_bytes gave %v, want a Rejected MessageTooLarge naming %s", err, big.ID)
+	}
+	if recs, err := s.records([]*message.Message{small}); err != nil || len(recs) != 1 {
+		t.Fatalf("a message under batch_bytes: %v", err)
 	}
 }
 
-// TestKgoSizeMatchesKafkaGo: chunkEnd relies on kgoSize being exactly
-// kafka-go's measure; kafka-go refuses a message one byte over BatchBytes
-// with MessageTooLargeError before sending and accepts one at the limit.
-func TestKgoSizeMatchesKafkaGo(t *testing.T) {
-	m := record(sinktest.NewGen(42).SizedMessage("k", 3000), "t")
-	n := kgoSize(&m)
-	for _, limit := range []int64{n - 1, n} {
-		w := &kafka.Writer{Addr: kafka.TCP("127.0.0.1:1"), BatchBytes: limit, Transport: &kafka.Transport{DialTimeout: 50 * time.Millisecond}}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := w.WriteMessages(ctx, m)
-		cancel()
-		w.Close()
-		var tooLarge kafka.MessageTooLargeError
-		if got := errors.As(err, &tooLarge); got != (limit < n) {
-			t.Errorf("BatchBytes %d for a message of %d by kgoSize: too large %v (%v)", limit, n, got, err)
-		}
+// TestAckedIsAPrefixPerTopic: Partial reports a record acknowledged only
+// when no earlier record of the call to its topic failed, so that what
+// the relay confirms is a prefix of each partition's share.
+func TestAckedIsAPrefixPerTopic(t *testing.T) {
+	recs := []kgo.Record{{Topic: "a"}, {Topic: "b"}, {Topic: "a"}, {Topic: "b"}, {Topic: "a"}, {Topic: "c"}}
+	boom := errors.New("boom")
+	errs := []error{nil, nil, boom, nil, nil, boom}
+	got := fmt.Sprint(acked(recs, errs))
+	if want := fmt.Sprint([]bool{true, true, false, true, false, false}); got != want {
+		t.Errorf("acked = %s, want %s", got, want)
 	}
 }
 
@@ -277,14 +248,14 @@ func TestInsecureSkipVerifyWarnsAtOpen(t *testing.T) {
 }
 
 // TestEmptyKeysAndHeaderValuesAreEmptyNotNull: a key or header value
-// that is "" goes out empty, never nil (kafka-go writes nil as null), in
+// that is "" goes out empty, never nil (nil is sent as null), in
 // both formats.
 func TestEmptyKeysAndHeaderValuesAreEmptyNotNull(t *testing.T) {
 	m := sinktest.NewGen(43).Message("")
 	m.Type = ""
 	m.Headers = map[string]string{"empty": "", "n": "1"}
 	env := envelope.Settings{Format: envelope.CloudEvents, Source: "/orders"}
-	for _, r := range []kafka.Message{record(m, "t"), cloudEventsRecord(m, "t", &env)} {
+	for _, r := range []kgo.Record{record(m, "t"), cloudEventsRecord(m, "t", &env)} {
 		if r.Key == nil {
 			t.Errorf("nil key for the ordering key %q", m.OrderingKey())
 		}

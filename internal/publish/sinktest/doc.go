@@ -24,6 +24,9 @@
 //     caller-level retry of the whole batch succeeds after the destination
 //     is back; nothing is lost, per-key order holds, and only the retried
 //     batch may be duplicated.
+//   - With Features.ExactlyOnce, the last two allow no duplicate at all:
+//     the retries after a canceled call or an outage store nothing twice
+//     (as Read reads it: the kafka sink with exactly_once, read_committed).
 //   - LargeBatchesAllDelivered: 5,000 messages in batches of 1,000, and one
 //     payload of Features.MaxPayload bytes when set.
 //

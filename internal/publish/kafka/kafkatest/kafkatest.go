@@ -253,3 +253,71 @@ func (fk *Cluster) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	}
 	return out
 }
+
+// ReadCommitted reads what a consumer with isolation.level=read_committed
+// sees of topic: every record of a committed transaction or written
+// outside one, up to each partition's last stable offset, partition by
+// partition, in offset order. Records of aborted transactions, and
+// transaction markers, are left out. Call it when no transaction is open
+// (or only what is before the open one is read).
+func (fk *Cluster) ReadCommitted(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	infos := fk.PartitionInfos(topic)
+	if infos == nil {
+		t.Fatalf("topic %q does not exist", topic)
+	}
+	end := map[int32]int64{}
+	offsets := map[int32]kgo.Offset{}
+	for _, pi := range infos {
+		if pi.LastStableOffset > 0 {
+			end[pi.Partition] = pi.LastStableOffset
+			offsets[pi.Partition] = kgo.NewOffset().At(0)
+		}
+	}
+	if len(end) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fk.addrs...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(50*time.Millisecond), kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(64<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	per := map[int32][]*kgo.Record{}
+	left := len(end)
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d partitions of %q not read to their last stable offset before the deadline", left, topic)
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.Fatalf("fetching %s[%d]: %v", topic, p, err)
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			e, ok := end[r.Partition]
+			if !ok || r.Offset >= e {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				per[r.Partition] = append(per[r.Partition], r)
+			}
+			if r.Offset == e-1 {
+				left--
+			}
+		})
+	}
+	var parts []int32
+	for p := range per {
+		parts = append(parts, p)
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+	var out []*kgo.Record
+	for _, p := range parts {
+		out = append(out, per[p]...)
+	}
+	return out
+}

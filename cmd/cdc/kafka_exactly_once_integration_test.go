@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// TestIntegrationKafkaExactlyOnceUnderFaults: a producer commits keyed
+// sequences while two `cdc run` processes share one config (one streams,
+// the other waits for the slot: a second instance on the same config),
+// with two Kafka sinks on one broker: "plain" (the idempotent producer)
+// and "eos" (exactly_once). Faults come at random: kill -9 of the active
+// relay, usually in the middle of a batch (a new standby replaces it, so
+// each is also a takeover), and the broker off the network (every
+// connection reset, new ones refused) for up to 3 s. Then: every committed
+// message is in both topics, in per-key order, and a read_committed
+// consumer of the exactly_once topic sees each message once. The plain
+// sink's duplicates are reported for comparison.
+func TestIntegrationKafkaExactlyOnceUnderFaults(t *testing.T) {
+	t.Parallel()
+	duration := 15 * time.Second
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	t.Logf("seed %d, %v of faults", seed, duration)
+
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	kc := kafkatest.Start(t, kfake.SeedTopics(3, "plain", "eos"))
+	brokers := strings.Join(kc.Addrs(), ", ")
+	sinks := fmt.Sprintf("  - {name: plain, kind: kafka, brokers: [%s], topic: plain, timeout: 2s}\n"+
+		"  - {name: eos, kind: kafka, brokers: [%s], topic: eos, timeout: 2s, exactly_once: true, progress_topic: walpost.progress}",
+		brokers, brokers)
+	cfg := ob.Config(t, sinks, "relay: {batch_size: 100, shutdown_timeout: 10s, retry_backoff: 1s}")
+	cdcInit(t, cfg)
+
+	type relay struct {
+		p      *proc
+		listen string
+	}
+	var relays []*relay
+	start := func() {
+		port, _ := pgtest.FreePort()
+		listen := fmt.Sprintf("127.0.0.1:%d", port)
+		relays = append(relays, &relay{startCDCEnv(t, []string{"CDC_HTTP_LISTEN=" + listen}, "run", "--config", cfg), listen})
+	}
+	logs := func() string {
+		var b strings.Builder
+		for _, r := range relays {
+			b.WriteString(r.p.Stderr.String())
+		}
+		return b.String()
+	}
+	active := func() *relay {
+		var a *relay
+		pgtest.WaitFor(60*time.Second, func() bool {
+			for _, r := range relays {
+				if !r.p.Exited() && readyz(r.listen) == http.StatusOK {
+					a = r
+					return true
+				}
+			}
+			return false
+		})
+		if a == nil {
+			t.Fatalf("no relay streams\n%s", logs())
+		}
+		return a
+	}
+	start()
+	start()
+	prod := ob.StartProducer(t, 16, 2*time.Millisecond)
+
+	counts := map[string]int{}
+	for end := time.Now().Add(duration); time.Now().Before(end); {
+		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+		a := active()
+		switch kind := []string{"kill -9", "kafka outage"}[rng.IntN(2)]; kind {
+		case "kill -9":
+			counts[kind]++
+			a.p.Kill9(t)
+			for i, r := range relays {
+				if r == a {
+					relays = append(relays[:i], relays[i+1:]...)
+					break
+				}
+			}
+			start()
+		case "kafka outage":
+			counts[kind]++
+			restore := kc.Outage(t)
+			time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
+			restore()
+		}
+	}
+	prod.Stop()
+	conn := pgtest.Connect(t, url)
+	committed := prod.Committed(t, conn)
+
+	lines := func(read func(testing.TB, string) []*kgo.Record, topic string) []relaytest.Line {
+		var out []relaytest.Line
+		for _, r := range read(t, topic) {
+			out = append(out, relaytest.Line{ID: recordHeader(r, "id"), Type: recordHeader(r, "type")})
+		}
+		return out
+	}
+	if !pgtest.WaitFor(120*time.Second, func() bool {
+		return relaytest.AllDelivered(committed, lines(kc.ReadAll, "plain")) &&
+			relaytest.AllDelivered(committed, lines(kc.ReadCommitted, "eos"))
+	}) {
+		t.Logf("relays:\n%s", logs())
+	}
+	plain := relaytest.CheckDelivered(t, "plain", committed, lines(kc.ReadAll, "plain"))
+	eos := relaytest.CheckDelivered(t, "eos", committed, lines(kc.ReadCommitted, "eos"))
+	if eos.Duplicates != 0 {
+		t.Errorf("exactly_once: a read_committed consumer saw %d duplicates", eos.Duplicates)
+	}
+	t.Logf("%d messages committed; faults: kill -9 ×%d, kafka outage ×%d; duplicates: plain (idempotent producer) %d, exactly_once (read_committed) %d",
+		len(committed), counts["kill -9"], counts["kafka outage"], plain.Duplicates, eos.Duplicates)
+}

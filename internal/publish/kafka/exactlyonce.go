@@ -1,0 +1,402 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
+)
+
+// exactly_once (docs/sinks/kafka.md, "Exactly once"): after Resume, each
+// Publish call is one Kafka transaction holding the call's records and,
+// last, a progress record: the position of the call's last message,
+// keyed by slot and sink, on the compacted progress topic. The
+// transactional id is derived from the slot and the sink's name, so that
+// a second instance on the same configuration (a standby taking over, a
+// fleet member, a stray process) fences the first when it resumes: the
+// first's next commit fails with PRODUCER_FENCED, a Permanent error.
+// Receivers reading with isolation.level=read_committed see a batch
+// whole or not at all, and the relay resumes the sink from the committed
+// progress (publish.Resumer), so no batch is written twice.
+
+var _ publish.Resumer = (*Sink)(nil)
+
+// txnState is a sink's transactional producer after Resume.
+type txnState struct {
+	slot   string
+	id     string // the transactional id
+	key    []byte // the progress record's key
+	client *kgo.Client
+	// broken: the last transaction's outcome is not known (an error after
+	// BeginTransaction). The next Publish starts a new producer, which
+	// aborts whatever is still open, and reads the committed progress
+	// to leave out what the last transaction did commit.
+	broken bool
+}
+
+// progressValue is the progress record's value (JSON).
+type progressValue struct {
+	Slot      string `json:"slot"`
+	Sink      string `json:"sink"`
+	CommitLSN string `json:"commit_lsn"`
+	LSN       string `json:"lsn"`
+	Seq       uint32 `json:"seq"`
+}
+
+// TransactionalID returns the transactional id of the sink name on slot
+// with exactly_once.
+func TransactionalID(slot, sink string) string { return "walpost." + slot + "." + sink }
+
+// Resume implements publish.Resumer. Without exactly_once it does nothing
+// (ok false). With it, it makes sure the progress topic exists (creating
+// it compacted, one partition, when missing), starts the transactional
+// producer (which fences any other producer with the same transactional
+// id and aborts its open transaction) and reads the committed progress of
+// the sink on slot.
+func (s *Sink) Resume(ctx context.Context, slot string) (publish.Position, bool, error) {
+	if !s.exactlyOnce {
+		return publish.Position{}, false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.txn != nil {
+		s.txn.client.Close()
+	}
+	s.txn = &txnState{slot: slot, id: TransactionalID(slot, s.name), key: []byte(slot + "/" + s.name)}
+	if err := s.ensureProgressTopic(ctx); err != nil {
+		s.txn.broken = true
+		return publish.Position{}, false, err
+	}
+	return s.restartTxn(ctx)
+}
+
+// restartTxn starts a new transactional producer and reads the committed
+// progress.
+func (s *Sink) restartTxn(ctx context.Context) (publish.Position, bool, error) {
+	t := s.txn
+	if t.client != nil {
+		t.client.Close()
+		t.client = nil
+	}
+	t.broken = true
+	opts := append(append([]kgo.Opt{}, s.opts...), kgo.TransactionalID(t.id), kgo.MaxBufferedRecords(s.batchSize+1))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return publish.Position{}, false, fmt.Errorf("kafka: sink %s: %w", s.name, err)
+	}
+	t.client = cl
+	ictx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, _, err := cl.ProducerID(ictx); err != nil {
+		return publish.Position{}, false, s.txnError(fmt.Sprintf("starting the transactional producer %q", t.id), err)
+	}
+	pos, ok, err := s.readProgress(ctx)
+	if err != nil {
+		return publish.Position{}, false, err
+	}
+	t.broken = false
+	s.log.Info().Str("transactional_id", t.id).Str("progress_topic", s.progressTopic).Bool("found", ok).
+		Str("commit_lsn", pos.CommitLSN.String()).Str("lsn", pos.LSN.String()).Uint32("seq", pos.Seq).
+		Msg("kafka sink with exactly_once: transactional producer started, other instances with this id fenced")
+	return pos, ok, nil
+}
+
+// txnError wraps err from a transactional step: Permanent when Kafka says
+// another producer took over the transactional id or the principal may
+// not use it, transient otherwise.
+func (s *Sink) txnError(what string, err error) error {
+	err = fmt.Errorf("kafka: %s: %w", what, err)
+	switch v := classify(err, s.autoCreate); {
+	case v.permanent && v.hint != "":
+		return publish.Permanent(fmt.Errorf("%w; %s", err, v.hint))
+	case v.permanent:
+		return publish.Permanent(err)
+	}
+	return err
+}
+
+// ensureProgressTopic creates the progress topic, compacted with one
+// partition, unless it exists.
+func (s *Sink) ensureProgressTopic(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if n, err := s.progressPartitions(ctx); err != nil || n > 0 {
+		return err
+	}
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = int32(s.timeout / time.Millisecond)
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = s.progressTopic, 1, -1
+	c := kmsg.NewCreateTopicsRequestTopicConfig()
+	c.Name, c.Value = "cleanup.policy", kmsg.StringPtr("compact")
+	rt.Configs = append(rt.Configs, c)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, s.client)
+	if err == nil && len(resp.Topics) == 1 {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		err = fmt.Errorf("kafka: creating the progress topic %q: %w", s.progressTopic, err)
+		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return publish.Permanent(fmt.Errorf("%w; create it (cleanup.policy=compact, 1 partition) or grant the principal CREATE on it", err))
+		}
+		return err
+	}
+	return nil
+}
+
+// progressPartitions returns the number of partitions of the progress
+// topic, 0 when it does not exist.
+func (s *Sink) progressPartitions(ctx context.Context) (int, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(s.progressTopic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, s.client)
+	if err != nil {
+		return 0, fmt.Errorf("kafka: looking up the progress topic %q: %w", s.progressTopic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != s.progressTopic {
+			continue
+		}
+		switch err := kerr.ErrorForCode(t.ErrorCode); {
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+			return 0, nil
+		case err != nil:
+			return 0, s.txnError(fmt.Sprintf("looking up the progress topic %q", s.progressTopic), err)
+		}
+		return len(t.Partitions), nil
+	}
+	return 0, nil
+}
+
+// readProgress reads the sink's last committed progress record: it lists
+// the partition's offsets (progressOffsets), then reads the partition from
+// its start with isolation level read_committed up to the end (control
+// records kept, so that the record before the last stable offset, which is
+// never of an aborted transaction, is always seen).
+func (s *Sink) readProgress(ctx context.Context) (publish.Position, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*s.timeout)
+	defer cancel()
+	n, err := s.progressPartitions(ctx)
+	if err != nil || n == 0 {
+		return publish.Position{}, false, err
+	}
+	t := s.txn
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(s.progressTopic).Partition(&kgo.Record{Key: t.key}, n)
+	start, end, err := s.progressOffsets(ctx, int32(part))
+	if err != nil || end <= start {
+		return publish.Position{}, false, err
+	}
+	opts := append(append([]kgo.Opt{}, s.opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.progressTopic: {int32(part): kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return publish.Position{}, false, fmt.Errorf("kafka: sink %s: %w", s.name, err)
+	}
+	defer cl.Close()
+	var (
+		last  *progressValue
+		found bool
+	)
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return publish.Position{}, false, fmt.Errorf("kafka: reading the progress topic %q up to offset %d: %w", s.progressTopic, end, err)
+		}
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.Canceled) {
+				return publish.Position{}, false, s.txnError(fmt.Sprintf("reading the progress topic %q", s.progressTopic), fe.Err)
+			}
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end-1 {
+				done = true
+			}
+			if r.Attrs.IsControl() || string(r.Key) != string(t.key) {
+				return
+			}
+			var v progressValue
+			if json.Unmarshal(r.Value, &v) == nil {
+				last, found = &v, true
+			}
+		})
+		if done {
+			break
+		}
+	}
+	if !found {
+		return publish.Position{}, false, nil
+	}
+	pos, err := last.position()
+	if err != nil {
+		return publish.Position{}, false, fmt.Errorf("kafka: the progress topic %q holds a record for %s that cannot be read: %w", s.progressTopic, t.key, err)
+	}
+	return pos, true, nil
+}
+
+func (v *progressValue) position() (publish.Position, error) {
+	c, err := pglogrepl.ParseLSN(v.CommitLSN)
+	if err != nil {
+		return publish.Position{}, err
+	}
+	l, err := pglogrepl.ParseLSN(v.LSN)
+	if err != nil {
+		return publish.Position{}, err
+	}
+	return publish.Position{CommitLSN: c, LSN: l, Seq: v.Seq}, nil
+}
+
+// progressOffsets returns the log start offset of partition part of the
+// progress topic and an end to read it to: a last stable offset (where
+// read_committed ends) at or past the high watermark of when it was
+// called. Waiting for that covers every transaction begun before, the
+// sink's own included (its new producer aborted any it left open), also
+// when another sink's transaction on the partition was open (the last
+// stable offset stops at it, and a progress record of this sink after
+// it would be missed). It waits while ctx lasts.
+func (s *Sink) progressOffsets(ctx context.Context, part int32) (start, end int64, err error) {
+	list := func(ts int64, isolation int8) (int64, error) {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		req.IsolationLevel = isolation // 1, read_committed: the latest is the last stable offset
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = s.progressTopic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = part, ts
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, s.client)
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.Partition == part {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						return 0, err
+					}
+					return p.Offset, nil
+				}
+			}
+		}
+		return 0, fmt.Errorf("no answer for partition %d", part)
+	}
+	wrap := func(err error) error {
+		return fmt.Errorf("kafka: listing the offsets of the progress topic %q: %w", s.progressTopic, err)
+	}
+	if start, err = list(-2, 0); err != nil {
+		return 0, 0, wrap(err)
+	}
+	hw, err := list(-1, 0)
+	if err != nil {
+		return 0, 0, wrap(err)
+	}
+	for {
+		if end, err = list(-1, 1); err != nil {
+			return 0, 0, wrap(err)
+		}
+		if end >= hw {
+			return start, end, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, wrap(fmt.Errorf("a transaction is still open before offset %d (another sink's on the same partition?): %w", hw, ctx.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// progressRecord returns the progress record for a transaction whose last
+// message is m.
+func (s *Sink) progressRecord(m *message.Message) kgo.Record {
+	v, _ := json.Marshal(progressValue{Slot: s.txn.slot, Sink: s.name,
+		CommitLSN: m.CommitLSN.String(), LSN: m.LSN.String(), Seq: m.Seq})
+	return kgo.Record{Topic: s.progressTopic, Key: s.txn.key, Value: v, Timestamp: time.Now()}
+}
+
+// publishTxn publishes msgs (recs[i] is the record of msgs[i]) as one
+// transaction with their progress. It returns nil once Kafka committed
+// it. On an error nothing of the transaction is durable, except what an
+// earlier transaction of unknown outcome turns out to have committed
+// (reported with publish.Partial): the next call starts a new producer
+// and reads the progress first.
+func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []kgo.Record) error {
+	t := s.txn
+	skip := 0
+	if t.broken {
+		pos, ok, err := s.restartTxn(ctx)
+		if err != nil {
+			return fmt.Errorf("kafka: publishing %s: restarting the transactional producer after an earlier failure: %w", publish.DescribeCall(msgs), err)
+		}
+		for ok && skip < len(msgs) && pos.Covers(msgs[skip]) {
+			skip++
+		}
+		if skip == len(msgs) {
+			return nil // the transaction whose outcome was not known committed
+		}
+	}
+	total := len(msgs)
+	done := publish.DonePrefix(total, skip)
+	msgs, recs = msgs[skip:], recs[skip:]
+	if err := t.client.BeginTransaction(); err != nil {
+		t.broken = true
+		return publish.Partial(fmt.Errorf("kafka: publishing %s: beginning a transaction: %w", publish.DescribeCall(msgs), err), done)
+	}
+	t.broken = true // until committed
+	all := append(recs[:len(recs):len(recs)], s.progressRecord(msgs[len(msgs)-1]))
+	// Groups of batch_size messages and, in the last, the progress record
+	// (the producer buffers one record more: restartTxn).
+	c, errs, err := s.produce(ctx, t.client, all, s.batchSize+1)
+	if err != nil {
+		s.abort(ctx, t)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctxErr), done)
+		}
+		named := append(msgs[:len(msgs):len(msgs)], msgs[len(msgs)-1]) // the progress record is named after the last message
+		return publish.Partial(s.failed(ctx, t.client, c, named, all, errs, len(msgs), total), done)
+	}
+	// Not canceled with ctx: a commit cut short leaves its outcome
+	// unknown (the next call then reads the progress).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	if err := t.client.EndTransaction(cctx, kgo.TryCommit); err != nil {
+		return publish.Partial(s.txnError(fmt.Sprintf("committing the transaction of %s", publish.DescribeCall(msgs)), err), done)
+	}
+	t.broken = false
+	return nil
+}
+
+// abortWait bounds abort: what it does not finish in that time (records
+// still in flight to a broker cut off), the next producer does.
+const abortWait = time.Second
+
+// abort ends a failed transaction while ctx lasts, so that read_committed
+// consumers need not wait for it and the next call needs no new producer
+// (t is no longer broken once the abort went through); whatever is left
+// open, the next producer aborts when it starts (t stays broken).
+func (s *Sink) abort(ctx context.Context, t *txnState) {
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(s.timeout, abortWait))
+	defer cancel()
+	if err := t.client.AbortBufferedRecords(ctx); err != nil {
+		return
+	}
+	if err := t.client.EndTransaction(ctx, kgo.TryAbort); err == nil {
+		t.broken = false
+	}
+}
