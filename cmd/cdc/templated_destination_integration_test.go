@@ -370,15 +370,6 @@ func TestIntegrationTemplatedDestinationMissingIsParked(t *testing.T) {
 			if code != 0 || !strings.HasPrefix(stdout, "resent  "+refused.ID) {
 				t.Fatalf("resend once %s exists: exit %d, want 0 and the row resent\n%s%s", b.missing, code, stdout, stderr)
 			}
-			if tb.kind == "kafka" {
-				// Known limit (README, "Known limits"): kafka-go's writer
-				// keeps a topic it found missing unknown until its
-				// metadata refresh, so the running relay refuses the next
-				// row to it for a while; the resend above, a new writer,
-				// is what this test can hold it to.
-				p.Stop(t)
-				return
-			}
 			next := relaytest.NewMsg(typeMissing, "k3", 5)
 			ob.InsertTx(t, conn, next)
 			if !pgtest.WaitFor(60*time.Second, func() bool {
