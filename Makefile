@@ -10,9 +10,14 @@ GO ?= go
 # Machines that set GOTOOLCHAIN=local would otherwise ignore go.mod's line.
 export GOTOOLCHAIN := go1.27.3
 
-# Packages whose tests also run under the race detector (the pipeline's
-# concurrent stages); the others run once without it.
-RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish/... ./internal/pipeline/... ./internal/fleet/...
+# Packages whose tests run under the race detector (the pipeline's
+# concurrent stages, and the sinks with concurrency of their own: Kafka's
+# producer, the webhook's lanes, NATS's async publishes); the others run
+# once without it, beside cmd/cdc's long run (RACE_RE excludes these from
+# that run).
+RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish ./internal/publish/kafka/... \
+	./internal/publish/webhook/... ./internal/publish/natsjs/... ./internal/pipeline/... ./internal/fleet/...
+RACE_RE := /internal/(relay|replication|checkpoint|pipeline|fleet)(/|$$)|/internal/publish$$|/internal/publish/(kafka|webhook|natsjs)(/|$$)
 # package:target of every fuzz target; `make test` runs each for FUZZTIME.
 FUZZ_TARGETS := internal/config:FuzzLoad internal/decoder:FuzzDecode internal/decoder:FuzzDecodeEnvelope internal/publish/file:FuzzFileTailRepair internal/publish:FuzzJSONLine internal/replication:FuzzCutReader
 FUZZTIME ?= 5s
@@ -32,7 +37,7 @@ vet:
 	$(GO) vet ./...
 
 test: vet
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '/internal/(relay|replication|checkpoint|publish|pipeline|fleet)(/|$$)')
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -E '$(RACE_RE)')
 	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) race fuzz bench-test
 

@@ -137,7 +137,7 @@ func TestIntegrationPubSubLosesNothingThroughKill9ThrottlingAndACut(t *testing.T
 	waitMore("after throttling", 200)
 
 	proxy.Cut()
-	held := count()
+	held := settledCount(count)
 	time.Sleep(1500 * time.Millisecond)
 	if got := count(); got != held {
 		t.Errorf("the topic took %d messages while its proxy was cut", got-held)

@@ -152,7 +152,7 @@ func TestIntegrationSQSLosesNothingThroughKill9RestartThrottlingAndACut(t *testi
 	waitMore("after throttling", fifo, 200)
 
 	proxy.Cut()
-	held := count(fifo)
+	held := settledCount(func() int { return count(fifo) })
 	time.Sleep(1500 * time.Millisecond)
 	if got := count(fifo); got != held {
 		t.Errorf("the FIFO queue took %d messages while its proxy was cut", got-held)
@@ -243,4 +243,20 @@ func TestIntegrationSQSQuickStartDelivers(t *testing.T) {
 		m.Attributes[sqs.AttrKey] != "order-1" || m.DedupID != m.Attributes[sqs.AttrID] {
 		t.Fatalf("want one message of group order-1 with the README's payload, got %d: %+v", len(msgs), msgs)
 	}
+}
+
+// settledCount returns count once it stopped changing for 300 ms (at most
+// 5 s): right after a proxy cut, a request the broker took before the cut
+// may still complete.
+func settledCount(count func() int) int {
+	held := count()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(300 * time.Millisecond)
+		n := count()
+		if n == held {
+			break
+		}
+		held = n
+	}
+	return held
 }

@@ -211,36 +211,23 @@ func (s *Sink) settle(g *group, start, end int, out *snsapi.PublishBatchOutput, 
 	for _, r := range out.Successful {
 		ok[aws.ToString(r.Id)] = true
 	}
-	failed := map[string]types.BatchResultErrorEntry{}
+	i := sqs.SettleBatch(g.msgs, g.idx, g.fifo, start, end, ok, done)
+	if i < 0 {
+		return nil
+	}
+	code, text := "NoResult", "SNS reported the entry neither published nor failed"
+	var senderFault bool
 	for _, f := range out.Failed {
-		failed[aws.ToString(f.Id)] = f
+		if aws.ToString(f.Id) == strconv.Itoa(i-start) {
+			code, text, senderFault = aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault
+		}
 	}
-	var first error
-	broken := map[string]bool{}
-	for i := start; i < end; i++ {
-		id := strconv.Itoa(i - start)
-		m := g.msgs[i]
-		if ok[id] && (!g.fifo || !broken[m.OrderingKey()]) {
-			done[g.idx[i]] = true
-			continue
-		}
-		broken[m.OrderingKey()] = true
-		if ok[id] || first != nil {
-			continue
-		}
-		f, known := failed[id]
-		code, text := aws.ToString(f.Code), aws.ToString(f.Message)
-		if !known {
-			code, text = "NoResult", "SNS reported the entry neither published nor failed"
-		}
-		v := classifyCode(code, f.SenderFault)
-		err := fmt.Errorf("sns: %s to topic %q: refused by SNS (%s: %s)", publish.Describe(m), g.arn, code, text)
-		if v.hint != "" {
-			err = fmt.Errorf("%w; %s", err, v.hint)
-		}
-		first = mark(err, v)
+	v := classifyCode(code, senderFault)
+	err := fmt.Errorf("sns: %s to topic %q: refused by SNS (%s: %s)", publish.Describe(g.msgs[i]), g.arn, code, text)
+	if v.hint != "" {
+		err = fmt.Errorf("%w; %s", err, v.hint)
 	}
-	return first
+	return mark(err, v)
 }
 
 func mark(err error, v verdict) error {

@@ -309,39 +309,51 @@ func (s *Sink) settle(g *group, start, end int, out *sqsapi.SendMessageBatchOutp
 	for _, r := range out.Successful {
 		ok[aws.ToString(r.Id)] = true
 	}
-	failed := make(map[string]types.BatchResultErrorEntry, len(out.Failed))
-	for _, f := range out.Failed {
-		failed[aws.ToString(f.Id)] = f
+	i := SettleBatch(g.msgs, g.idx, g.fifo, start, end, ok, done)
+	if i < 0 {
+		return nil
 	}
-	var first error
-	var brokenGroups map[string]bool
+	code, text := "NoResult", "SQS reported the entry neither stored nor failed"
+	var senderFault bool
+	for _, f := range out.Failed {
+		if aws.ToString(f.Id) == strconv.Itoa(i-start) {
+			code, text, senderFault = aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault
+		}
+	}
+	v := classifyCode(code, senderFault)
+	err := fmt.Errorf("sqs: %s to queue %q: refused by SQS (%s: %s)", publish.Describe(g.msgs[i]), showQueue(g.queue), code, text)
+	if v.hint != "" {
+		err = fmt.Errorf("%w; %s", err, v.hint)
+	}
+	return s.mark(err, v)
+}
+
+// SettleBatch marks in done (at idx[i]) the entries of msgs[start:end]
+// whose entry id in their batch request (strconv.Itoa(i-start)) is in
+// ok, the answer's stored entries; of a FIFO destination, per group
+// (OrderingKey) only those before the group's first entry not stored
+// (the rest are sent again, in order). It returns the index in msgs of
+// the first entry not stored, -1 when all were. The sns sink settles
+// PublishBatch's answers with it too.
+func SettleBatch(msgs []*message.Message, idx []int, fifo bool, start, end int, ok map[string]bool, done []bool) int {
+	first := -1
+	var broken map[string]bool
 	for i := start; i < end; i++ {
-		id := strconv.Itoa(i - start)
-		m := g.msgs[i]
-		if ok[id] && (!g.fifo || !brokenGroups[m.OrderingKey()]) {
-			done[g.idx[i]] = true
+		m := msgs[i]
+		stored := ok[strconv.Itoa(i-start)]
+		if stored && (!fifo || !broken[m.OrderingKey()]) {
+			done[idx[i]] = true
 			continue
 		}
-		if g.fifo {
-			if brokenGroups == nil {
-				brokenGroups = map[string]bool{}
+		if fifo {
+			if broken == nil {
+				broken = map[string]bool{}
 			}
-			brokenGroups[m.OrderingKey()] = true
+			broken[m.OrderingKey()] = true
 		}
-		if ok[id] || first != nil {
-			continue
+		if !stored && first < 0 {
+			first = i
 		}
-		f, known := failed[id]
-		code, text := aws.ToString(f.Code), aws.ToString(f.Message)
-		if !known {
-			code, text = "NoResult", "SQS reported the entry neither stored nor failed"
-		}
-		v := classifyCode(code, f.SenderFault)
-		err := fmt.Errorf("sqs: %s to queue %q: refused by SQS (%s: %s)", publish.Describe(m), showQueue(g.queue), code, text)
-		if v.hint != "" {
-			err = fmt.Errorf("%w; %s", err, v.hint)
-		}
-		first = s.mark(err, v)
 	}
 	return first
 }
