@@ -226,6 +226,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	st, err := r.readState(ctx)
 	if err != nil {
 		stream.Release()
+		if ctx.Err() != nil {
+			return false, nil // SIGINT/SIGTERM while reading it: a clean stop
+		}
 		return false, err
 	}
 	tracker.Progress(st.confirmed)
