@@ -21,29 +21,29 @@ import (
 
 // ErrAdoptNeedsSentAt is returned by Setup with Adopt when columns.sent_at
 // is not mapped: it is what tells the rows a dispatcher has not sent.
-var ErrAdoptNeedsSentAt = errors.New("relay: --adopt needs columns.sent_at")
+var ErrAdoptNeedsSentAt = errors.New("admin: --adopt needs columns.sent_at")
 
 // ErrAdoptSlotExists is returned by Setup with Adopt when the slot exists
 // already: rows committed before it were either adopted then or are
 // streamed by it, and adopting them now would be guessing.
-var ErrAdoptSlotExists = errors.New("relay: --adopt needs a new slot")
+var ErrAdoptSlotExists = errors.New("admin: --adopt needs a new slot")
 
 // ErrAdoptNeedsPG14 is returned by Setup with Adopt on a server older
 // than PostgreSQL 14.
-var ErrAdoptNeedsPG14 = errors.New("relay: --adopt needs PostgreSQL 14")
+var ErrAdoptNeedsPG14 = errors.New("admin: --adopt needs PostgreSQL 14")
 
 // ErrAdoptTableLess is returned by Setup with Adopt for a table-less
 // outbox (postgres.source: messages): it has no rows to adopt.
-var ErrAdoptTableLess = errors.New("relay: --adopt needs an outbox table")
+var ErrAdoptTableLess = errors.New("admin: --adopt needs an outbox table")
 
 // ErrAdoptFailover: cdc init --adopt creates the slot on a replication
 // connection (CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT), without failover.
-var ErrAdoptFailover = errors.New("relay: cdc init --adopt does not create failover slots")
+var ErrAdoptFailover = errors.New("admin: cdc init --adopt does not create failover slots")
 
 // ErrAdoptStandby: cdc init --adopt with postgres.primary_url; the
 // slot's exported snapshot, on a standby, cannot be used to write the
 // adopt messages on the primary.
-var ErrAdoptStandby = errors.New("relay: cdc init --adopt does not create a slot on a standby")
+var ErrAdoptStandby = errors.New("admin: cdc init --adopt does not create a slot on a standby")
 
 // IsSetupConfigError reports whether err, returned by Setup, is a
 // configuration error that Setup found before it did anything (`cdc init`

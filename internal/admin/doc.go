@@ -18,9 +18,9 @@
 //
 // Each function opens the connections it needs and closes them before it
 // returns; none keeps state between calls. A command that must find the
-// slot free (skip, recover, resync) refuses a slot a process holds. The
-// sentinel errors keep the "relay:" of the package they were first in:
-// users see their text. With postgres.primary_url (the slot on a standby)
+// slot free (skip, recover, resync) refuses a slot a process holds. Its
+// sentinel errors say "admin:" (ErrSlotActive is the one error for a slot
+// a process holds). With postgres.primary_url (the slot on a standby)
 // init, recover and status open both servers (replication.OpenConns):
 // the slot is made, replaced and read on the standby, everything else on
 // the primary.

@@ -22,13 +22,11 @@ import (
 var (
 	// ErrRecoverHealthySlot: the slot can still stream; recover never
 	// drops it.
-	ErrRecoverHealthySlot = errors.New("relay: cdc recover refuses a slot the server has not invalidated")
-	// ErrRecoverSlotActive: a process (a relay) holds the slot.
-	ErrRecoverSlotActive = errors.New("relay: cdc recover refuses a slot in use")
+	ErrRecoverHealthySlot = errors.New("admin: cdc recover refuses a slot the server has not invalidated")
 	// ErrRecoverNoBound: nothing tells which rows were delivered.
-	ErrRecoverNoBound = errors.New("relay: cdc recover cannot tell which rows were delivered")
+	ErrRecoverNoBound = errors.New("admin: cdc recover cannot tell which rows were delivered")
 	// ErrRecoverTableLess: a table-less outbox keeps no rows to relay again.
-	ErrRecoverTableLess = errors.New("relay: cdc recover needs an outbox table")
+	ErrRecoverTableLess = errors.New("admin: cdc recover needs an outbox table")
 )
 
 // RecoverOptions are cdc recover's options.
@@ -94,7 +92,7 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 		return fmt.Errorf("%w: slot %q is usable (wal_status %s, confirmed %s): cdc run streams everything from it. cdc recover only replaces a slot the server invalidated (wal_status lost); it never drops a usable one",
 			ErrRecoverHealthySlot, t.Slot, old.WALStatus, old.ConfirmedFlush)
 	case old.Exists && old.Active:
-		return fmt.Errorf("%w: slot %q is held by process %d (a relay?): stop every relay on the slot, then run cdc recover again", ErrRecoverSlotActive, t.Slot, old.ActivePID)
+		return fmt.Errorf("%w: slot %q is held by process %d (a relay?): stop every relay on the slot, then run cdc recover again", ErrSlotActive, t.Slot, old.ActivePID)
 	}
 	// What proves delivery is read before the slot is dropped: its
 	// confirmed position goes with it.

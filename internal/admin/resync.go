@@ -37,11 +37,10 @@ type ResyncResult struct {
 
 // Errors of Resync.
 var (
-	ErrResyncSlotActive = errors.New("relay: the slot is in use")
 	// ErrResyncStandby: cdc resync with the slot on a standby
 	// (postgres.primary_url).
-	ErrResyncStandby  = errors.New("relay: cdc resync does not support a slot on a standby")
-	ErrResyncNoRecord = errors.New("relay: no record of when the slot's confirmed position was written")
+	ErrResyncStandby  = errors.New("admin: cdc resync does not support a slot on a standby")
+	ErrResyncNoRecord = errors.New("admin: no record of when the slot's confirmed position was written")
 )
 
 // Resync is cdc resync: the way out when the stream cannot go on from the
@@ -79,7 +78,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 		return res, err
 	}
 	if info.Active {
-		return res, fmt.Errorf("%w: slot %q is held by a running relay (pid %d); stop every relay on the slot first", ErrResyncSlotActive, cfg.Postgres.Slot, info.ActivePID)
+		return res, fmt.Errorf("%w: slot %q is held by a running relay (pid %d); stop every relay on the slot first", ErrSlotActive, cfg.Postgres.Slot, info.ActivePID)
 	}
 	res.Slot = info.ConfirmedFlush
 	t := outboxdb.Target(cfg)
@@ -114,7 +113,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 			ErrResyncNoRecord, cfg.Postgres.CoverageTable, cfg.Postgres.Slot, info.ConfirmedFlush)
 	}
 	if shape.TimeColumn == "" {
-		return res, fmt.Errorf("relay: table %s has no time column (columns.time, or created_at): resync cannot tell which rows were committed since the slot's confirmed position; use cdc replay --from-id, then move the slot by hand", t.Outbox)
+		return res, fmt.Errorf("admin: table %s has no time column (columns.time, or created_at): resync cannot tell which rows were committed since the slot's confirmed position; use cdc replay --from-id, then move the slot by hand", t.Outbox)
 	}
 	current, err := outboxdb.ReadCoverage(ctx, conn, t) // its time before its WAL position
 	if err != nil {

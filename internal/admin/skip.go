@@ -21,9 +21,8 @@ import (
 
 // Errors of Skip.
 var (
-	ErrSkipActive   = errors.New("relay: the slot is in use")
-	ErrSkipNotFound = errors.New("relay: no message to skip")
-	ErrSkipOther    = errors.New("relay: the relay does not stop at that LSN")
+	ErrSkipNotFound = errors.New("admin: no message to skip")
+	ErrSkipOther    = errors.New("admin: the relay does not stop at that LSN")
 )
 
 // Skipped is the message Skip parked.
@@ -65,7 +64,7 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, seq int64)
 		return Skipped{}, err
 	}
 	if info.Active {
-		return Skipped{}, fmt.Errorf("%w: slot %s is held by process %d (a running relay); stop every relay on it first, then run cdc skip again", ErrSkipActive, cfg.Postgres.Slot, info.ActivePID)
+		return Skipped{}, fmt.Errorf("%w: slot %s is held by process %d (a running relay); stop every relay on it first, then run cdc skip again", ErrSlotActive, cfg.Postgres.Slot, info.ActivePID)
 	}
 	dead := store.NewDeadLetter(cfg.Postgres.StateURL(), store.TablesOf(cfg)) // the primary when the slot is on a standby
 	defer dead.Close()

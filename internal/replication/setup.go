@@ -32,14 +32,19 @@ func (t Target) name() string { return t.Outbox.String() }
 
 // Sentinel errors for the checks; errors returned wrap them with what to do.
 var (
-	ErrWALLevel        = errors.New("replication: wal_level is not logical")
-	ErrNoTable         = errors.New("replication: outbox table missing")
-	ErrNoColumn        = errors.New("replication: mapped column missing")
-	ErrColumnType      = errors.New("replication: mapped column of an unusable type")
-	ErrPrivileges      = errors.New("replication: insufficient privileges")
-	ErrSlotPlugin      = errors.New("replication: slot uses another plugin")
-	ErrSlotDatabase    = errors.New("replication: slot belongs to another database")
-	ErrPublicationMiss = errors.New("replication: publication does not cover the outbox")
+	ErrWALLevel     = errors.New("replication: wal_level is not logical")
+	ErrNoTable      = errors.New("replication: outbox table missing")
+	ErrNoColumn     = errors.New("replication: mapped column missing")
+	ErrColumnType   = errors.New("replication: mapped column of an unusable type")
+	ErrPrivileges   = errors.New("replication: insufficient privileges")
+	ErrSlotPlugin   = errors.New("replication: slot uses another plugin")
+	ErrSlotDatabase = errors.New("replication: slot belongs to another database")
+	// ErrPublicationMissing: the publication does not exist (cdc init
+	// creates it).
+	ErrPublicationMissing = errors.New("replication: publication missing")
+	// ErrPublicationUncovered: the publication exists but does not publish
+	// the outbox table's inserts (cdc init does not change it).
+	ErrPublicationUncovered = errors.New("replication: publication does not cover the outbox")
 )
 
 // CheckServer checks, on an ordinary connection, what the relay needs from
@@ -133,10 +138,6 @@ func checkOrder(ctx context.Context, conn *pgx.Conn, t Target, set map[string]bo
 	return nil
 }
 
-// ErrPublicationMissing is wrapped by CheckPublication's error for a
-// publication that does not exist.
-var ErrPublicationMissing = errors.New("replication: publication missing")
-
 // CheckPublication checks that the publication exists and publishes the
 // table's inserts. It creates nothing (`cdc run`).
 func CheckPublication(ctx context.Context, conn *pgx.Conn, t Target) error {
@@ -158,7 +159,7 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, t Target) error {
 	}
 	if !covered || !pubinsert {
 		return fmt.Errorf("%w: publication %q exists but does not publish inserts of %s; run ALTER PUBLICATION %s ADD TABLE %s and make sure publish includes 'insert', or choose another postgres.publication",
-			ErrPublicationMiss, t.Publication, t.name(), pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
+			ErrPublicationUncovered, t.Publication, t.name(), pgx.Identifier{t.Publication}.Sanitize(), t.QualifiedTable())
 	}
 	return nil
 }
