@@ -437,7 +437,7 @@ func TestCDCConfigCarriesTheReceiveBuffer(t *testing.T) {
 	for _, tc := range []struct {
 		flag string
 		want int
-	}{{"", 0}, {"auto", 0}, {"kernel", -1}, {"131072", 131072}} {
+	}{{"", 0}, {"auto", 0}, {"kernel", 0}, {"131072", 131072}} {
 		dir := t.TempDir()
 		_, sinks := sinksYAML("discard", dir, sinkDest{})
 		p, err := writeCDCConfig(dir, "postgres://u@127.0.0.1:5432/db", newNames("wp", "t"), sinks, 9999, false, tc.flag)

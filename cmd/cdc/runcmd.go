@@ -125,6 +125,7 @@ func runCmd(e *cmdEnv) error {
 	start.Int("procs", runtime.GOMAXPROCS(0)).Str("version", b.version).Str("revision", b.revisionLabel()).
 		Str("slot", cfg.Postgres.Slot).Int("sinks", len(cfg.Sinks)).Msg("starting")
 	warnInsecure(cfg, log)
+	warnDeprecated(cfg, log)
 	e.relay.ConfigPath = e.opts.config
 	err := e.relay.Run(e.ctx)
 	if errors.Is(err, relay.ErrDrainCut) {
@@ -138,6 +139,14 @@ func runCmd(e *cmdEnv) error {
 // deliveries in flight are sent again by the next run (docs/design.md,
 // "Shutdown").
 const drainCutExit = 3
+
+// warnDeprecated logs, at start, each deprecated key the config sets,
+// saying what to do instead (config.Config.Deprecations).
+func warnDeprecated(cfg *config.Config, log zerolog.Logger) {
+	for _, d := range cfg.Deprecations() {
+		log.Warn().Msg(d)
+	}
+}
 
 // warnInsecure logs, at start, settings that expose the relay's traffic or
 // internals: Postgres TLS that does not verify the server to a remote

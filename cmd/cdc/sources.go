@@ -132,6 +132,7 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 			c.HTTP = shared.HTTP // once: the process's listener
 		}
 		warnInsecure(&c, log.With().Str("source", s.Name).Logger())
+		warnDeprecated(&c, log.With().Str("source", s.Name).Logger())
 	}
 	err = f.Run(ctx)
 	switch {

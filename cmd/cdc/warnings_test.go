@@ -46,3 +46,28 @@ func TestRunWarnsAboutInsecureSettings(t *testing.T) {
 		t.Errorf("pprof behind http.auth: a warning, or no auth:\n%s", logs)
 	}
 }
+
+// TestRunWarnsThatReceiveBufferIsDeprecated: a config that sets
+// postgres.receive_buffer still starts, and cdc run's log warns that the
+// key is deprecated and what to do; without the key, no such warning.
+func TestRunWarnsThatReceiveBufferIsDeprecated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func(name, extra string) string {
+		p := filepath.Join(dir, name)
+		writeFile(t, p, "postgres: {url: 'postgres://u@127.0.0.1:1/app?sslmode=disable&connect_timeout=1'"+extra+"}\nsinks: [{name: out, kind: discard}]\n")
+		c := startCDC(t, "run", "--config", p)
+		if !pgtest.WaitFor(20*time.Second, func() bool { return strings.Contains(c.Stderr.String(), `"message":"connecting"`) }) {
+			t.Fatalf("%s: cdc run did not start:\n%s", name, c.Stderr.String())
+		}
+		c.Kill9(t)
+		return c.Stderr.String()
+	}
+	logs := start("kernel.yaml", ", receive_buffer: kernel")
+	if !strings.Contains(logs, `"message":"postgres.receive_buffer is deprecated`) || !strings.Contains(logs, "remove the key") {
+		t.Errorf("no deprecation warning for receive_buffer: kernel:\n%s", logs)
+	}
+	if logs := start("none.yaml", ""); strings.Contains(logs, "receive_buffer is deprecated") {
+		t.Errorf("a deprecation warning without the key:\n%s", logs)
+	}
+}

@@ -125,13 +125,14 @@ type Postgres struct {
 	// keep a copy a promoted standby streams from; refused by cdc init and
 	// cdc run on older servers, and checked by cdc run (default false).
 	FailoverSlot bool `yaml:"failover_slot"`
-	// ReceiveBuffer sizes the replication socket's receive buffer
-	// (SO_RCVBUF): "auto" (default) and "kernel" leave it to the kernel's
+	// ReceiveBuffer is deprecated (issue 34; a warning at start when
+	// set): it sized the replication socket's receive buffer (SO_RCVBUF).
+	// "auto" (default) and "kernel" both leave it to the kernel's
 	// autotuning; a number of bytes (65536 to 67108864: a smaller window
-	// can stay under one TCP segment and stall the stream) sets that.
-	// (Until issue 24, auto set 64 KiB on links with a round trip of at
-	// most 250 µs; two full bench runs showed no gain from it, so auto is
-	// now the kernel's; docs/design.md, "Reading a backlog".)
+	// can stay under one TCP segment and stall the stream) is still
+	// honoured. (Until issue 24, auto set 64 KiB on links with a round
+	// trip of at most 250 µs; two full bench runs showed no gain from it;
+	// docs/design.md, "Reading a backlog".)
 	ReceiveBuffer string `yaml:"receive_buffer"`
 	// MaxMessageBytes is the largest change (a row's INSERT, a logical
 	// message) the relay reads into memory from the replication stream
@@ -145,21 +146,18 @@ type Postgres struct {
 }
 
 // ReceiveBufferBytes is postgres.receive_buffer as
-// replication.StreamOptions.ReceiveBuffer takes it: 0 for auto, -1 for
-// kernel (both the kernel's sizing), else the size. The config must be
-// valid.
+// replication.StreamOptions.ReceiveBuffer takes it: 0 (the kernel's
+// sizing) for auto and kernel, else the size. The config must be valid.
 func (p *Postgres) ReceiveBufferBytes() int {
-	switch p.ReceiveBuffer {
-	case "", ReceiveBufferAuto:
-		return 0
-	case ReceiveBufferKernel:
-		return -1
+	n, err := strconv.Atoi(p.ReceiveBuffer)
+	if err != nil {
+		return 0 // auto, kernel
 	}
-	n, _ := strconv.Atoi(p.ReceiveBuffer)
 	return n
 }
 
-// The words postgres.receive_buffer takes besides a size.
+// The words postgres.receive_buffer (deprecated) takes besides a size;
+// both mean the kernel's sizing.
 const (
 	ReceiveBufferAuto   = "auto"
 	ReceiveBufferKernel = "kernel"

@@ -13,7 +13,7 @@ func TestReceiveBufferIsAutoKernelOrASize(t *testing.T) {
 	if c.Postgres.ReceiveBuffer != "auto" || c.Postgres.ReceiveBufferBytes() != 0 {
 		t.Fatalf("default receive_buffer %q (%d), want auto (0)", c.Postgres.ReceiveBuffer, c.Postgres.ReceiveBufferBytes())
 	}
-	for v, want := range map[string]int{"auto": 0, "kernel": -1, "65536": 65536, `"131072"`: 131072, "67108864": 64 << 20} {
+	for v, want := range map[string]int{"auto": 0, "kernel": 0, "65536": 65536, `"131072"`: 131072, "67108864": 64 << 20} {
 		y := strings.Replace(minimal, "postgres:\n", "postgres:\n  receive_buffer: "+v+"\n", 1)
 		c, err := Parse([]byte(y), env(nil))
 		if err != nil {

@@ -14,8 +14,8 @@ type receiveBuffer struct {
 }
 
 // sizeReceiveBuffer sizes the receive buffer of c's socket (through TLS)
-// as want says: n > 0 sets n bytes (net.TCPConn.SetReadBuffer); 0 (auto)
-// and -1 (kernel) leave it to the kernel's autotuning. It also reads the
+// as want says: n > 0 sets n bytes (net.TCPConn.SetReadBuffer); 0 leaves
+// it to the kernel's autotuning. It also reads the
 // TCP round trip at connect, for the streaming log line.
 //
 // auto set 64 KiB on loopback-like links until issue 24: a small buffer
@@ -23,7 +23,8 @@ type receiveBuffer struct {
 // bytes into large segments instead of one per message. Two full bench
 // runs (2026-12-04) showed no end-to-end gain from it (BENCHMARKS.md,
 // "What each optimisation bought"), so auto now means the kernel's
-// sizing; an operator's explicit size is still honoured.
+// sizing; an operator's explicit size is still honoured while
+// postgres.receive_buffer, deprecated by issue 34, is accepted.
 func sizeReceiveBuffer(c net.Conn, want int) receiveBuffer {
 	tcp, ok := rawnet.Socket(c).(*net.TCPConn)
 	if !ok {

@@ -60,8 +60,7 @@ type StreamOptions struct {
 	// again, jittered by ±25% (default SlotPoll).
 	SlotPoll time.Duration
 	// ReceiveBuffer sizes the replication socket's receive buffer: n > 0
-	// n bytes; 0 (auto) and -1 (kernel) the kernel's autotuning (see
-	// sizeReceiveBuffer).
+	// n bytes; 0 the kernel's autotuning (see sizeReceiveBuffer).
 	ReceiveBuffer int
 	// MaxMessageBytes is the largest pgoutput message the stream reads
 	// into memory: a larger one is replaced by its stand-in as it is read
