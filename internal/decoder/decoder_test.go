@@ -1,7 +1,6 @@
 package decoder
 
 import (
-	"encoding/binary"
 	"errors"
 	"reflect"
 	"strings"
@@ -12,79 +11,17 @@ import (
 
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
-// Wire builders for pgoutput protocol v1 messages, written from the
-// protocol documentation ("Logical Replication Message Formats").
+// The pgoutput messages are built by internal/pgwiretest.
 
-type col struct {
-	name string
-	oid  uint32
-}
+type col = pgwiretest.Col
 
-func relationMsg(id uint32, ns, name string, cols ...col) []byte {
-	b := []byte{'R'}
-	b = binary.BigEndian.AppendUint32(b, id)
-	b = append(append(b, ns...), 0)
-	b = append(append(b, name...), 0)
-	b = append(b, 'd')
-	b = binary.BigEndian.AppendUint16(b, uint16(len(cols)))
-	for _, c := range cols {
-		b = append(b, 0)
-		b = append(append(b, c.name...), 0)
-		b = binary.BigEndian.AppendUint32(b, c.oid)
-		b = binary.BigEndian.AppendUint32(b, 0xFFFFFFFF)
-	}
-	return b
-}
-
-var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func beginMsg(final pglogrepl.LSN, at time.Time, xid uint32) []byte {
-	b := []byte{'B'}
-	b = binary.BigEndian.AppendUint64(b, uint64(final))
-	b = binary.BigEndian.AppendUint64(b, uint64(at.Sub(pgEpoch).Microseconds()))
-	return binary.BigEndian.AppendUint32(b, xid)
-}
-
-func commitMsg(commit, end pglogrepl.LSN, at time.Time) []byte {
-	b := []byte{'C', 0}
-	b = binary.BigEndian.AppendUint64(b, uint64(commit))
-	b = binary.BigEndian.AppendUint64(b, uint64(end))
-	return binary.BigEndian.AppendUint64(b, uint64(at.Sub(pgEpoch).Microseconds()))
-}
-
-// insertMsg takes values as strings; nil is NULL.
-func insertMsg(rel uint32, vals ...*string) []byte {
-	b := []byte{'I'}
-	b = binary.BigEndian.AppendUint32(b, rel)
-	b = append(b, 'N')
-	b = binary.BigEndian.AppendUint16(b, uint16(len(vals)))
-	for _, v := range vals {
-		if v == nil {
-			b = append(b, 'n')
-			continue
-		}
-		b = append(b, 't')
-		b = binary.BigEndian.AppendUint32(b, uint32(len(*v)))
-		b = append(b, *v...)
-	}
-	return b
-}
-
-func logicalMsg(lsn pglogrepl.LSN, transactional bool, prefix string) []byte {
-	b := []byte{'M', 0}
-	if transactional {
-		b[1] = 1
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
-	b = append(append(b, prefix...), 0)
-	return binary.BigEndian.AppendUint32(b, 0)
-}
-
-func s(v string) *string { return &v }
-
-var outboxCols = []col{{"id", oidUUID}, {"type", oidText}, {"key", oidText}, {"payload", oidJSONB}, {"headers", oidJSONB}, {"created_at", 1184}}
+var (
+	s          = pgwiretest.Str
+	outboxCols = pgwiretest.OutboxCols
+)
 
 func newDecoder() *Decoder {
 	return New(Mapping{Schema: "public", Name: "outbox", Columns: layout.Default})
@@ -104,14 +41,14 @@ const id1 = "0190f5c2-6a8e-7cc0-9a4e-0e7d6c1b2a31"
 func TestDecodeTransactionGivesRowsWithTheirLSNs(t *testing.T) {
 	d := newDecoder()
 	at := time.Date(2026, 12, 2, 10, 0, 0, 123000, time.UTC)
-	if ev := mustDecode(t, d, 0x100, relationMsg(16384, "public", "outbox", outboxCols...)); ev.Kind != Skip {
+	if ev := mustDecode(t, d, 0x100, pgwiretest.Relation(16384, "public", "outbox", outboxCols...)); ev.Kind != Skip {
 		t.Fatalf("relation: kind %v", ev.Kind)
 	}
-	ev := mustDecode(t, d, 0x100, beginMsg(0x1F0, at, 700))
+	ev := mustDecode(t, d, 0x100, pgwiretest.Begin(0x1F0, at, 700))
 	if ev.Kind != Begin || ev.CommitLSN != 0x1F0 || ev.Xid != 700 || !d.InTransaction() {
 		t.Fatalf("begin: %+v", ev)
 	}
-	ev = mustDecode(t, d, 0x120, insertMsg(16384, s(id1), s("order.created"), s("order-7"),
+	ev = mustDecode(t, d, 0x120, pgwiretest.Insert(16384, s(id1), s("order.created"), s("order-7"),
 		s(`{"total": 12}`), s(`{"traceparent": "00-abc-def-01", "n": 3}`), s("2026-12-02")))
 	want := &message.Message{ID: id1, Type: "order.created", Key: "order-7", HasKey: true,
 		Payload: []byte(`{"total": 12}`), PayloadJSON: true,
@@ -120,7 +57,7 @@ func TestDecodeTransactionGivesRowsWithTheirLSNs(t *testing.T) {
 	if ev.Kind != Row || !reflect.DeepEqual(ev.Msg, want) {
 		t.Fatalf("row:\n got %+v\nwant %+v", ev.Msg, want)
 	}
-	ev = mustDecode(t, d, 0x200, commitMsg(0x1F0, 0x200, at))
+	ev = mustDecode(t, d, 0x200, pgwiretest.Commit(0x1F0, 0x200, at))
 	if ev.Kind != Commit || ev.LSN != 0x200 || ev.CommitLSN != 0x1F0 || d.InTransaction() {
 		t.Fatalf("commit: %+v", ev)
 	}
@@ -128,9 +65,9 @@ func TestDecodeTransactionGivesRowsWithTheirLSNs(t *testing.T) {
 
 func TestDecodeNullKeyAndHeaders(t *testing.T) {
 	d := newDecoder()
-	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-	ev := mustDecode(t, d, 3, insertMsg(1, s(id1), s("t"), nil, s(`[1,2]`), nil, nil))
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+	ev := mustDecode(t, d, 3, pgwiretest.Insert(1, s(id1), s("t"), nil, s(`[1,2]`), nil, nil))
 	if ev.Msg.HasKey || ev.Msg.Headers != nil || ev.Msg.OrderingKey() != id1 {
 		t.Fatalf("got %+v", ev.Msg)
 	}
@@ -138,21 +75,21 @@ func TestDecodeNullKeyAndHeaders(t *testing.T) {
 
 func TestDecodeSkipsOtherTables(t *testing.T) {
 	d := newDecoder()
-	mustDecode(t, d, 1, relationMsg(2, "public", "orders", col{"id", 23}))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-	if ev := mustDecode(t, d, 3, insertMsg(2, s("1"))); ev.Kind != Skip {
+	mustDecode(t, d, 1, pgwiretest.Relation(2, "public", "orders", col{"id", 23}))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+	if ev := mustDecode(t, d, 3, pgwiretest.Insert(2, s("1"))); ev.Kind != Skip {
 		t.Fatalf("kind %v, want Skip", ev.Kind)
 	}
 }
 
 func TestDecodeRelationSentAgainReplacesTheCachedOne(t *testing.T) {
 	d := newDecoder()
-	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
 	// ALTER TABLE: a column added before payload moves the payload index.
 	cols := []col{{"id", oidUUID}, {"type", oidText}, {"extra", oidText}, {"key", oidText}, {"payload", oidJSONB}, {"headers", oidJSONB}}
-	mustDecode(t, d, 2, relationMsg(1, "public", "outbox", cols...))
-	mustDecode(t, d, 3, beginMsg(9, time.Now(), 1))
-	ev := mustDecode(t, d, 4, insertMsg(1, s(id1), s("t"), s("x"), s("k"), s(`{"a":1}`), nil))
+	mustDecode(t, d, 2, pgwiretest.Relation(1, "public", "outbox", cols...))
+	mustDecode(t, d, 3, pgwiretest.Begin(9, time.Now(), 1))
+	ev := mustDecode(t, d, 4, pgwiretest.Insert(1, s(id1), s("t"), s("x"), s("k"), s(`{"a":1}`), nil))
 	if string(ev.Msg.Payload) != `{"a":1}` || ev.Msg.Key != "k" {
 		t.Fatalf("got %+v", ev.Msg)
 	}
@@ -179,9 +116,9 @@ func TestDecodeBadRowsNameIDAndLSN(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := newDecoder()
-			mustDecode(t, d, 1, relationMsg(1, "public", "outbox", c.cols...))
-			mustDecode(t, d, 2, beginMsg(0x99, time.Now(), 1))
-			_, err := d.Decode(0x16B3748, insertMsg(1, c.vals...))
+			mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", c.cols...))
+			mustDecode(t, d, 2, pgwiretest.Begin(0x99, time.Now(), 1))
+			_, err := d.Decode(0x16B3748, pgwiretest.Insert(1, c.vals...))
 			var de *Error
 			if !errors.As(err, &de) {
 				t.Fatalf("err = %v, want *Error", err)
@@ -192,7 +129,7 @@ func TestDecodeBadRowsNameIDAndLSN(t *testing.T) {
 			if c.vals[0] != nil && *c.vals[0] == id1 && !strings.Contains(err.Error(), id1) {
 				t.Fatalf("err = %q does not name the id", err)
 			}
-			if de.CommitLSN != 0x99 || de.Row[c.cols[0].name] != *c.vals[0] {
+			if de.CommitLSN != 0x99 || de.Row[c.cols[0].Name] != *c.vals[0] {
 				t.Fatalf("error carries commit %s and row %v, want commit 0/99 and the row's columns", de.CommitLSN, de.Row)
 			}
 			// The table's shape, not the row, is at fault when a mapped
@@ -206,13 +143,13 @@ func TestDecodeBadRowsNameIDAndLSN(t *testing.T) {
 
 func TestDecodeByteaPayload(t *testing.T) {
 	d := New(Mapping{Schema: "public", Name: "outbox", Columns: layout.Columns{layout.ID: "id", layout.Type: "type", layout.Payload: "payload"}})
-	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"payload", oidBytea}))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-	ev := mustDecode(t, d, 3, insertMsg(1, s(id1), s("t"), s(`\x00ff`)))
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"payload", oidBytea}))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+	ev := mustDecode(t, d, 3, pgwiretest.Insert(1, s(id1), s("t"), s(`\x00ff`)))
 	if !reflect.DeepEqual(ev.Msg.Payload, []byte{0, 0xff}) || ev.Msg.PayloadJSON {
 		t.Fatalf("got %+v", ev.Msg)
 	}
-	ev = mustDecode(t, d, 4, insertMsg(1, s(id1), s("t"), s(`\x7b7d`)))
+	ev = mustDecode(t, d, 4, pgwiretest.Insert(1, s(id1), s("t"), s(`\x7b7d`)))
 	if string(ev.Msg.Payload) != "{}" || !ev.Msg.PayloadJSON {
 		t.Fatalf("got %+v", ev.Msg)
 	}
@@ -220,9 +157,9 @@ func TestDecodeByteaPayload(t *testing.T) {
 
 func TestDecodeTableWithoutKeyOrHeaders(t *testing.T) {
 	d := New(Mapping{Schema: "app", Name: "events", Columns: layout.Columns{layout.ID: "event_id", layout.Type: "aggregatetype", layout.Payload: "payload"}})
-	mustDecode(t, d, 1, relationMsg(5, "app", "events", col{"event_id", oidUUID}, col{"aggregatetype", oidText}, col{"payload", oidJSON}))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-	ev := mustDecode(t, d, 3, insertMsg(5, s(id1), s("Order"), s(`{"x":true}`)))
+	mustDecode(t, d, 1, pgwiretest.Relation(5, "app", "events", col{"event_id", oidUUID}, col{"aggregatetype", oidText}, col{"payload", oidJSON}))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+	ev := mustDecode(t, d, 3, pgwiretest.Insert(5, s(id1), s("Order"), s(`{"x":true}`)))
 	if ev.Msg.Type != "Order" || ev.Msg.HasKey || ev.Msg.Headers != nil {
 		t.Fatalf("got %+v", ev.Msg)
 	}
@@ -230,21 +167,21 @@ func TestDecodeTableWithoutKeyOrHeaders(t *testing.T) {
 
 func TestDecodeHeartbeatOutsideTransactionIsProgress(t *testing.T) {
 	d := newDecoder()
-	if ev := mustDecode(t, d, 0x500, logicalMsg(0x500, false, HeartbeatPrefix)); ev.Kind != Progress || ev.LSN != 0x500 {
+	if ev := mustDecode(t, d, 0x500, pgwiretest.Message(0x500, false, HeartbeatPrefix, "")); ev.Kind != Progress || ev.LSN != 0x500 {
 		t.Fatalf("got %+v", ev)
 	}
-	mustDecode(t, d, 0x600, beginMsg(0x700, time.Now(), 1))
-	if ev := mustDecode(t, d, 0x650, logicalMsg(0x650, true, "app")); ev.Kind != Skip {
+	mustDecode(t, d, 0x600, pgwiretest.Begin(0x700, time.Now(), 1))
+	if ev := mustDecode(t, d, 0x650, pgwiretest.Message(0x650, true, "app", "")); ev.Kind != Skip {
 		t.Fatalf("transactional message inside a transaction: %+v", ev)
 	}
 }
 
 func TestDecodeMalformedIsProtocolError(t *testing.T) {
 	d := newDecoder()
-	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-	full := insertMsg(1, s(id1), s("t"), nil, s("{}"), nil, nil)
-	for _, b := range [][]byte{full[:7], full[:len(full)-1], insertMsg(77, s(id1))} {
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+	full := pgwiretest.Insert(1, s(id1), s("t"), nil, s("{}"), nil, nil)
+	for _, b := range [][]byte{full[:7], full[:len(full)-1], pgwiretest.Insert(77, s(id1))} {
 		if _, err := d.Decode(3, b); !errors.Is(err, ErrProtocol) {
 			t.Fatalf("Decode(%x) err = %v, want ErrProtocol", b, err)
 		}
@@ -253,10 +190,10 @@ func TestDecodeMalformedIsProtocolError(t *testing.T) {
 
 func BenchmarkDecodeInsert(b *testing.B) {
 	d := newDecoder()
-	d.Decode(1, relationMsg(1, "public", "outbox", outboxCols...))
-	d.Decode(2, beginMsg(9, time.Now(), 1))
+	d.Decode(1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	d.Decode(2, pgwiretest.Begin(9, time.Now(), 1))
 	payload := `{"order_id":"o-123456","customer":"c-98765","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"currency":"EUR","note":"deliver between 9 and 5, ring twice, leave with the neighbour if absent"}`
-	msg := insertMsg(1, s(id1), s("order.created"), s("order-123456"), s(payload), nil, s("2026-12-02 10:00:00+00"))
+	msg := pgwiretest.Insert(1, s(id1), s("order.created"), s("order-123456"), s(payload), nil, s("2026-12-02 10:00:00+00"))
 	b.ReportAllocs()
 	b.SetBytes(int64(len(msg)))
 	for i := 0; i < b.N; i++ {

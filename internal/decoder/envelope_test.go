@@ -1,7 +1,6 @@
 package decoder
 
 import (
-	"encoding/binary"
 	"errors"
 	"reflect"
 	"strings"
@@ -9,23 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
-
-// emitMsg is a logical decoding Message as pg_logical_emit_message(
-// transactional, prefix, content) gives it.
-func emitMsg(lsn pglogrepl.LSN, transactional bool, prefix, content string) []byte {
-	b := []byte{'M', 0}
-	if transactional {
-		b[1] = 1
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
-	b = append(append(b, prefix...), 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
-	return append(b, content...)
-}
 
 func messagesDecoder() *Decoder {
 	d := newDecoder()
@@ -41,9 +26,9 @@ func messagesDecoder() *Decoder {
 func TestDecodeEnvelopeIsTheMessageItCarries(t *testing.T) {
 	commit := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	d := messagesDecoder()
-	mustDecode(t, d, 1, beginMsg(0x90, commit, 1))
+	mustDecode(t, d, 1, pgwiretest.Begin(0x90, commit, 1))
 	payload := `{ "z": 1,  "a": "\u00e9<&>", "n": [1.50, null] }`
-	ev := mustDecode(t, d, 0x50, emitMsg(0x50, true, "walpost",
+	ev := mustDecode(t, d, 0x50, pgwiretest.Message(0x50, true, "walpost",
 		`{"v":1,"id":"`+id1+`","type":"order.placed","key":"k1","headers":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tenant":"é"},"payload":`+payload+`}`))
 	want := &message.Message{ID: id1, Type: "order.placed", Key: "k1", HasKey: true, Payload: []byte(payload), PayloadJSON: true,
 		Headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "é"},
@@ -70,12 +55,12 @@ func TestDecodeEnvelopeIsTheMessageItCarries(t *testing.T) {
 			return string(m.Payload) == `{"a":1}` && m.PayloadJSON
 		},
 	} {
-		ev := mustDecode(t, d, 0x60, emitMsg(0x60, true, "walpost", content))
+		ev := mustDecode(t, d, 0x60, pgwiretest.Message(0x60, true, "walpost", content))
 		if ev.Kind != Row || ev.Msg.ID != id1 || !check(ev.Msg) {
 			t.Errorf("%s: got %+v", content, ev.Msg)
 		}
 	}
-	if ev := mustDecode(t, d, 0x70, commitMsg(0x90, 0xA0, commit)); ev.Kind != Commit || ev.LSN != 0xA0 {
+	if ev := mustDecode(t, d, 0x70, pgwiretest.Commit(0x90, 0xA0, commit)); ev.Kind != Commit || ev.LSN != 0xA0 {
 		t.Fatalf("commit: %+v", ev)
 	}
 }
@@ -89,21 +74,21 @@ func TestDecodeMessagesSourceIgnoresTableRowsAndOtherPrefixes(t *testing.T) {
 	d := messagesDecoder()
 	d.AcceptAdopted(AdoptPrefix("walpost_outbox")) // ignored too
 	env := `{"id":"` + id1 + `","type":"t","payload":{}}`
-	mustDecode(t, d, 1, relationMsg(16384, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 2, beginMsg(0x90, commit, 1))
+	mustDecode(t, d, 1, pgwiretest.Relation(16384, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(0x90, commit, 1))
 	for _, b := range [][]byte{
-		insertMsg(16384, s(id1), s("t"), nil, s(`{}`), nil, nil),
-		insertMsg(99, s("not even a known relation")),
-		emitMsg(0x40, true, "walpost2", env),
-		emitMsg(0x41, true, "walpos", env),
-		emitMsg(0x42, true, "walpost.adopt.walpost_outbox", `{"v":1}`),
+		pgwiretest.Insert(16384, s(id1), s("t"), nil, s(`{}`), nil, nil),
+		pgwiretest.Insert(99, s("not even a known relation")),
+		pgwiretest.Message(0x40, true, "walpost2", env),
+		pgwiretest.Message(0x41, true, "walpos", env),
+		pgwiretest.Message(0x42, true, "walpost.adopt.walpost_outbox", `{"v":1}`),
 	} {
 		if ev := mustDecode(t, d, 3, b); ev.Kind != Skip {
 			t.Fatalf("%q: kind %v, want Skip", b, ev.Kind)
 		}
 	}
-	mustDecode(t, d, 4, commitMsg(0x90, 0xA0, commit))
-	if ev := mustDecode(t, d, 0xB0, emitMsg(0xB0, false, HeartbeatPrefix, "")); ev.Kind != Progress || ev.LSN != 0xB0 {
+	mustDecode(t, d, 4, pgwiretest.Commit(0x90, 0xA0, commit))
+	if ev := mustDecode(t, d, 0xB0, pgwiretest.Message(0xB0, false, HeartbeatPrefix, "")); ev.Kind != Progress || ev.LSN != 0xB0 {
 		t.Fatalf("heartbeat: %+v", ev)
 	}
 }
@@ -143,8 +128,8 @@ func TestDecodeBadEnvelopeIsAnInvalidRow(t *testing.T) {
 		{`{"id":"` + id1 + `","type":"t","payload_base64":{}}`, id1, "payload_base64 is \"{}\", not a string"},
 	} {
 		d := messagesDecoder()
-		mustDecode(t, d, 1, beginMsg(0x90, commit, 1))
-		_, err := d.Decode(0x50, emitMsg(0x50, true, "walpost", c.content))
+		mustDecode(t, d, 1, pgwiretest.Begin(0x90, commit, 1))
+		_, err := d.Decode(0x50, pgwiretest.Message(0x50, true, "walpost", c.content))
 		var de *Error
 		if !errors.As(err, &de) || errors.Is(err, ErrProtocol) || de.Table {
 			t.Errorf("%s: %v, want an invalid row", c.content, err)
@@ -157,13 +142,13 @@ func TestDecodeBadEnvelopeIsAnInvalidRow(t *testing.T) {
 	}
 
 	d := messagesDecoder()
-	_, err := d.Decode(0x50, emitMsg(0x50, false, "walpost", `{"id":"`+id1+`",`+ok+`}`))
+	_, err := d.Decode(0x50, pgwiretest.Message(0x50, false, "walpost", `{"id":"`+id1+`",`+ok+`}`))
 	var de *Error
 	if !errors.As(err, &de) || de.ID != id1 || de.CommitLSN != 0 || !strings.Contains(err.Error(), "non-transactional") {
 		t.Fatalf("non-transactional message with the prefix: %v", err)
 	}
 	// A transactional message outside a transaction is not pgoutput.
-	if _, err := d.Decode(0x60, emitMsg(0x60, true, "walpost", `{}`)); !errors.Is(err, ErrProtocol) {
+	if _, err := d.Decode(0x60, pgwiretest.Message(0x60, true, "walpost", `{}`)); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("transactional message outside a transaction: %v", err)
 	}
 }
@@ -178,8 +163,8 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add("{\"id\":\"\xff\"}")
 	f.Fuzz(func(t *testing.T, content string) {
 		d := messagesDecoder()
-		mustDecode(t, d, 1, beginMsg(0x90, time.Unix(0, 0), 1))
-		ev, err := d.Decode(0x50, emitMsg(0x50, true, "walpost", content))
+		mustDecode(t, d, 1, pgwiretest.Begin(0x90, time.Unix(0, 0), 1))
+		ev, err := d.Decode(0x50, pgwiretest.Message(0x50, true, "walpost", content))
 		var de *Error
 		switch {
 		case err == nil:

@@ -1,15 +1,13 @@
 package decoder
 
 import (
-	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // efCoreCols is the EF Core outbox of examples/efcore/outbox.sql.
@@ -18,15 +16,6 @@ var efCoreCols = []col{{"Id", oidUUID}, {"Type", oidText}, {"Payload", oidText},
 func efCoreDecoder() *Decoder {
 	return New(Mapping{Schema: "public", Name: "OutboxMessages",
 		Columns: layout.Columns{"Id", "Type", "", "Payload", "", "CreatedOnUtc", "ProcessedOnUtc"}})
-}
-
-// logicalMsgWith is logicalMsg with content.
-func logicalMsgWith(lsn pglogrepl.LSN, prefix, content string) []byte {
-	b := []byte{'M', 1}
-	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
-	b = append(append(b, prefix...), 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
-	return append(b, content...)
 }
 
 // TestDecodeTimeColumnIsTheMessageTime: a mapped timestamp column is the
@@ -44,26 +33,26 @@ func TestDecodeTimeColumnIsTheMessageTime(t *testing.T) {
 		"1999-01-08 04:05:06.789012345+00": time.Date(1999, 1, 8, 4, 5, 6, 789012345, time.UTC),
 	} {
 		d := efCoreDecoder()
-		mustDecode(t, d, 1, relationMsg(7, "public", "OutboxMessages", efCoreCols...))
-		mustDecode(t, d, 2, beginMsg(0x90, commit, 1))
-		ev := mustDecode(t, d, 3, insertMsg(7, s(id1), s("OrderPlaced"), s(`{"n":1}`), s(in), nil, nil))
+		mustDecode(t, d, 1, pgwiretest.Relation(7, "public", "OutboxMessages", efCoreCols...))
+		mustDecode(t, d, 2, pgwiretest.Begin(0x90, commit, 1))
+		ev := mustDecode(t, d, 3, pgwiretest.Insert(7, s(id1), s("OrderPlaced"), s(`{"n":1}`), s(in), nil, nil))
 		if ev.Kind != Row || !ev.Msg.Time.Equal(want) || !ev.Msg.EventTime().Equal(want) || !ev.Msg.CommitTime.Equal(commit) || !ev.Msg.PayloadJSON {
 			t.Errorf("%s: time %v (event time %v), want %v", in, ev.Msg.Time, ev.Msg.EventTime(), want)
 		}
 	}
 	d := efCoreDecoder()
-	mustDecode(t, d, 1, relationMsg(7, "public", "OutboxMessages", efCoreCols...))
-	mustDecode(t, d, 2, beginMsg(0x90, commit, 1))
-	_, err := d.Decode(3, insertMsg(7, s(id1), s("OrderPlaced"), s(`{}`), s("infinity"), nil, nil))
+	mustDecode(t, d, 1, pgwiretest.Relation(7, "public", "OutboxMessages", efCoreCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(0x90, commit, 1))
+	_, err := d.Decode(3, pgwiretest.Insert(7, s(id1), s("OrderPlaced"), s(`{}`), s("infinity"), nil, nil))
 	var de *Error
 	if !errors.As(err, &de) || de.Table || !strings.Contains(err.Error(), `columns.time: column "CreatedOnUtc": "infinity" is not a timestamp`) {
 		t.Fatalf("err = %v", err)
 	}
 	// Unmapped: the commit time.
 	d = newDecoder()
-	mustDecode(t, d, 1, relationMsg(16384, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 2, beginMsg(0x90, commit, 1))
-	ev := mustDecode(t, d, 3, insertMsg(16384, s(id1), s("t"), nil, s(`{}`), nil, s("2001-01-01 00:00:00+00")))
+	mustDecode(t, d, 1, pgwiretest.Relation(16384, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(0x90, commit, 1))
+	ev := mustDecode(t, d, 3, pgwiretest.Insert(16384, s(id1), s("t"), nil, s(`{}`), nil, s("2001-01-01 00:00:00+00")))
 	if !ev.Msg.Time.IsZero() || !ev.Msg.EventTime().Equal(commit) {
 		t.Fatalf("unmapped time column: %v / %v", ev.Msg.Time, ev.Msg.EventTime())
 	}
@@ -77,28 +66,28 @@ func TestDecodeAdoptedRowIsTheRowItStandsFor(t *testing.T) {
 	commit := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	d := efCoreDecoder()
 	d.AcceptAdopted(AdoptPrefix("walpost_outbox"))
-	mustDecode(t, d, 1, beginMsg(0x90, commit, 1))
+	mustDecode(t, d, 1, pgwiretest.Begin(0x90, commit, 1))
 	adopt := `{"v": 1, "oids": [2950, 25, 0, 25, 0, 1184, 0], "values": ["` + id1 + `", "OrderPlaced", null, "{\"n\": 1}", null, "2026-12-01 08:30:15+00", null]}`
-	ev := mustDecode(t, d, 0x50, logicalMsgWith(0x50, "walpost.adopt.walpost_outbox", adopt))
+	ev := mustDecode(t, d, 0x50, pgwiretest.Message(0x50, true, "walpost.adopt.walpost_outbox", adopt))
 	m := ev.Msg
 	if ev.Kind != Row || m.ID != id1 || m.Type != "OrderPlaced" || m.HasKey || string(m.Payload) != `{"n": 1}` ||
 		!m.Time.Equal(time.Date(2026, 12, 1, 8, 30, 15, 0, time.UTC)) || m.LSN != 0x50 || m.CommitLSN != 0x90 || !m.CommitTime.Equal(commit) {
 		t.Fatalf("adopted row: %+v", m)
 	}
-	if ev := mustDecode(t, d, 0x60, logicalMsgWith(0x60, "walpost.adopt.other_slot", adopt)); ev.Kind != Skip {
+	if ev := mustDecode(t, d, 0x60, pgwiretest.Message(0x60, true, "walpost.adopt.other_slot", adopt)); ev.Kind != Skip {
 		t.Fatalf("another slot's adopt message: kind %v", ev.Kind)
 	}
-	_, err := d.Decode(0x70, logicalMsgWith(0x70, "walpost.adopt.walpost_outbox", `{"v": 2}`))
+	_, err := d.Decode(0x70, pgwiretest.Message(0x70, true, "walpost.adopt.walpost_outbox", `{"v": 2}`))
 	var de *Error
 	if !errors.As(err, &de) || errors.Is(err, ErrProtocol) || de.LSN != 0x70 || de.Row["adopt_message"] != `{"v": 2}` {
 		t.Fatalf("malformed adopt message: %v", err)
 	}
 	notUTF8 := strings.Replace(adopt, "OrderPlaced", "Order\xffPlaced", 1)
-	if _, err := d.Decode(0x78, logicalMsgWith(0x78, "walpost.adopt.walpost_outbox", notUTF8)); !errors.As(err, &de) || de.LSN != 0x78 {
+	if _, err := d.Decode(0x78, pgwiretest.Message(0x78, true, "walpost.adopt.walpost_outbox", notUTF8)); !errors.As(err, &de) || de.LSN != 0x78 {
 		t.Fatalf("adopted row that is not UTF-8: %v (it must not be published with U+FFFD)", err)
 	}
 	bad := strings.Replace(adopt, `"{\"n\": 1}"`, `"not json"`, 1)
-	if _, err := d.Decode(0x80, logicalMsgWith(0x80, "walpost.adopt.walpost_outbox", bad)); !errors.As(err, &de) || !strings.Contains(err.Error(), "payload is not valid JSON") {
+	if _, err := d.Decode(0x80, pgwiretest.Message(0x80, true, "walpost.adopt.walpost_outbox", bad)); !errors.As(err, &de) || !strings.Contains(err.Error(), "payload is not valid JSON") {
 		t.Fatalf("adopted row with a bad payload: %v", err)
 	}
 }

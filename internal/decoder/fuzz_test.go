@@ -22,6 +22,7 @@ import (
 
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // Fuzz input: one byte choosing the mapping (fuzzMappings), then frames of
@@ -187,21 +188,21 @@ var updateSeeds = flag.Bool("update-seeds", false, "rewrite testdata/fuzz/FuzzDe
 // fuzzSeeds are realistic sequences, and cut versions of them.
 func fuzzSeeds() map[string][]byte {
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	rel := relationMsg(16384, "public", "outbox", outboxCols...)
-	textRel := relationMsg(16384, "public", "outbox", col{"id", oidText}, col{"type", oidBPChar}, col{"key", oidVarchar},
+	rel := pgwiretest.Relation(16384, "public", "outbox", outboxCols...)
+	textRel := pgwiretest.Relation(16384, "public", "outbox", col{"id", oidText}, col{"type", oidBPChar}, col{"key", oidVarchar},
 		col{"payload", oidText}, col{"headers", oidJSON})
-	byteaRel := relationMsg(16384, "public", "outbox", col{"id", oidVarchar}, col{"type", oidVarchar}, col{"key", oidUUID},
+	byteaRel := pgwiretest.Relation(16384, "public", "outbox", col{"id", oidVarchar}, col{"type", oidVarchar}, col{"key", oidUUID},
 		col{"payload", oidBytea}, col{"headers", oidJSONB})
-	orders := relationMsg(16390, "public", "orders", col{"id", 23}, col{"note", oidText})
+	orders := pgwiretest.Relation(16390, "public", "orders", col{"id", 23}, col{"note", oidText})
 	row := func(typ, payload, headers string) []byte {
-		return insertMsg(16384, s(id1), s(typ), s("order-7"), s(payload), s(headers), s("2026-12-02 10:00:00+00"))
+		return pgwiretest.Insert(16384, s(id1), s(typ), s("order-7"), s(payload), s(headers), s("2026-12-02 10:00:00+00"))
 	}
 	tx := func(rows ...[]byte) []frame {
-		fs := []frame{{0x1000, beginMsg(0x1F00, at, 700)}}
+		fs := []frame{{0x1000, pgwiretest.Begin(0x1F00, at, 700)}}
 		for i, r := range rows {
 			fs = append(fs, frame{pglogrepl.LSN(0x1100 + i*0x40), r})
 		}
-		return append(fs, frame{0x1F30, commitMsg(0x1F00, 0x1F30, at)})
+		return append(fs, frame{0x1F30, pgwiretest.Commit(0x1F00, 0x1F30, at)})
 	}
 	seq := func(mapping byte, head []frame, rows ...[]byte) []byte {
 		return joinFrames(mapping, append(head, tx(rows...)...)...)
@@ -209,41 +210,41 @@ func fuzzSeeds() map[string][]byte {
 	seeds := map[string][]byte{
 		"outbox-transaction": seq(0, []frame{{0xF00, rel}},
 			row("order.created", `{"total": 12, "lines": [{"sku": "A-1"}]}`, `{"traceparent": "00-abc-def-01", "n": 3}`),
-			insertMsg(16384, s(id1), s("order.paid"), nil, s(`[1,2]`), nil, nil)),
+			pgwiretest.Insert(16384, s(id1), s("order.paid"), nil, s(`[1,2]`), nil, nil)),
 		"outbox-text-columns": seq(0, []frame{{0xF00, textRel}},
-			insertMsg(16384, s(id1), s("order.created   "), s("k"), s(`{"a": "é"}`), s(`{"h": "\ud83d\ude00"}`))),
+			pgwiretest.Insert(16384, s(id1), s("order.created   "), s("k"), s(`{"a": "é"}`), s(`{"h": "\ud83d\ude00"}`))),
 		"outbox-bytea-payload": seq(0, []frame{{0xF00, byteaRel}},
-			insertMsg(16384, s(id1), s("blob"), s(id1), s(`\x00ff22`), nil),
-			insertMsg(16384, s(id1), s("json"), nil, s(`\x7b7d`), s(`{}`))),
+			pgwiretest.Insert(16384, s(id1), s("blob"), s(id1), s(`\x00ff22`), nil),
+			pgwiretest.Insert(16384, s(id1), s("json"), nil, s(`\x7b7d`), s(`{}`))),
 		"other-table": seq(0, []frame{{0xE00, orders}, {0xF00, rel}},
-			insertMsg(16390, s("42"), s("hello")),
+			pgwiretest.Insert(16390, s("42"), s("hello")),
 			row("order.created", `{}`, `{}`)),
-		"logical-messages": joinFrames(0, append([]frame{{0xF00, logicalMsg(0xF00, false, HeartbeatPrefix)}, {0xF00, rel}},
-			tx(logicalMsg(0x1100, true, "app"), row("t", `{}`, `{}`))...)...),
+		"logical-messages": joinFrames(0, append([]frame{{0xF00, pgwiretest.Message(0xF00, false, HeartbeatPrefix, "")}, {0xF00, rel}},
+			tx(pgwiretest.Message(0x1100, true, "app", ""), row("t", `{}`, `{}`))...)...),
 		"relation-resent": seq(0, []frame{{0xF00, rel}, {0xF10, textRel}, {0xF20, rel}}, row("t", `{}`, `{}`)),
 		"invalid-rows": seq(0, []frame{{0xF00, textRel}},
-			insertMsg(16384, s("42"), s("t"), nil, s(`{}`), nil),
-			insertMsg(16384, s(id1), s("bad\xff"), nil, s(`{}`), nil),
-			insertMsg(16384, s(id1), s("t"), nil, s(`{"a": "\xc3"}`), s(`{"h": "\ud800"}`)),
-			insertMsg(16384, s(id1), s("t"), nil, s(`not json`), s(`[1]`))),
-		"events-mapping": joinFrames(1, append([]frame{{0xF00, relationMsg(5, "app", "events",
+			pgwiretest.Insert(16384, s("42"), s("t"), nil, s(`{}`), nil),
+			pgwiretest.Insert(16384, s(id1), s("bad\xff"), nil, s(`{}`), nil),
+			pgwiretest.Insert(16384, s(id1), s("t"), nil, s(`{"a": "\xc3"}`), s(`{"h": "\ud800"}`)),
+			pgwiretest.Insert(16384, s(id1), s("t"), nil, s(`not json`), s(`[1]`))),
+		"events-mapping": joinFrames(1, append([]frame{{0xF00, pgwiretest.Relation(5, "app", "events",
 			col{"event_id", oidUUID}, col{"aggregatetype", oidText}, col{"payload", oidJSON})}},
-			tx(insertMsg(5, s(id1), s("Order"), s(`{"x": true}`)))...)...),
-		"missing-column": joinFrames(1, append([]frame{{0xF00, relationMsg(5, "app", "events",
+			tx(pgwiretest.Insert(5, s(id1), s("Order"), s(`{"x": true}`)))...)...),
+		"missing-column": joinFrames(1, append([]frame{{0xF00, pgwiretest.Relation(5, "app", "events",
 			col{"event_id", oidUUID}, col{"kind", oidText}, col{"payload", oidJSON})}},
-			tx(insertMsg(5, s(id1), s("Order"), s(`{}`)))...)...),
-		"unusable-type": seq(0, []frame{{0xF00, relationMsg(16384, "public", "outbox", col{"id", oidUUID}, col{"type", oidText},
+			tx(pgwiretest.Insert(5, s(id1), s("Order"), s(`{}`)))...)...),
+		"unusable-type": seq(0, []frame{{0xF00, pgwiretest.Relation(16384, "public", "outbox", col{"id", oidUUID}, col{"type", oidText},
 			col{"key", oidText}, col{"payload", 23}, col{"headers", oidJSONB})}},
-			insertMsg(16384, s(id1), s("t"), nil, s("1"), nil)),
+			pgwiretest.Insert(16384, s(id1), s("t"), nil, s("1"), nil)),
 	}
 	// Each kind of message cut short, after a good start.
 	for kind, m := range map[string][]byte{
-		"relation": rel, "begin": beginMsg(0x1F00, at, 700), "commit": commitMsg(0x1F00, 0x1F30, at),
-		"message": logicalMsg(0x1100, false, HeartbeatPrefix), "insert": row("t", `{"a": 1}`, `{"h": "v"}`),
+		"relation": rel, "begin": pgwiretest.Begin(0x1F00, at, 700), "commit": pgwiretest.Commit(0x1F00, 0x1F30, at),
+		"message": pgwiretest.Message(0x1100, false, HeartbeatPrefix, ""), "insert": row("t", `{"a": 1}`, `{"h": "v"}`),
 	} {
 		for _, n := range []int{1, len(m) / 2, len(m) - 1} {
 			seeds[fmt.Sprintf("truncated-%s-%d", kind, n)] = joinFrames(0,
-				frame{0xF00, rel}, frame{0x1000, beginMsg(0x1F00, at, 700)}, frame{0x1100, m[:n]})
+				frame{0xF00, rel}, frame{0x1000, pgwiretest.Begin(0x1F00, at, 700)}, frame{0x1100, m[:n]})
 		}
 	}
 	return seeds

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/walpost/walpost/internal/layout"
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // TestDecodeInvalidUTF8IsAnInvalidRow: text that is not valid UTF-8 (a
@@ -62,9 +63,9 @@ func TestDecodeInvalidUTF8IsAnInvalidRow(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := newDecoder()
-			mustDecode(t, d, 1, relationMsg(1, "public", "outbox", c.cols...))
-			mustDecode(t, d, 2, beginMsg(0x99, time.Now(), 1))
-			ev, err := d.Decode(0x120, insertMsg(1, c.vals...))
+			mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", c.cols...))
+			mustDecode(t, d, 2, pgwiretest.Begin(0x99, time.Now(), 1))
+			ev, err := d.Decode(0x120, pgwiretest.Insert(1, c.vals...))
 			var de *Error
 			if !errors.As(err, &de) {
 				t.Fatalf("Decode = %+v, %v; want *Error", ev.Msg, err)
@@ -96,8 +97,8 @@ func TestDecodeInvalidUTF8IsAnInvalidRow(t *testing.T) {
 				t.Fatalf("row JSON %s: %s is %v, want %v", b, c.col, row[c.col], bad)
 			}
 			for i, cl := range c.cols {
-				if cl.name != c.col && row[cl.name] != *c.vals[i] {
-					t.Fatalf("row JSON %s: %s is %v, want %q", b, cl.name, row[cl.name], *c.vals[i])
+				if cl.Name != c.col && row[cl.Name] != *c.vals[i] {
+					t.Fatalf("row JSON %s: %s is %v, want %q", b, cl.Name, row[cl.Name], *c.vals[i])
 				}
 			}
 		})
@@ -106,14 +107,14 @@ func TestDecodeInvalidUTF8IsAnInvalidRow(t *testing.T) {
 
 func TestDecodeByteaPayloadThatIsNotUTF8IsBytesNotJSON(t *testing.T) {
 	d := New(Mapping{Schema: "public", Name: "outbox", Columns: layout.Columns{layout.ID: "id", layout.Type: "type", layout.Payload: "payload"}})
-	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"payload", oidBytea}))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"payload", oidBytea}))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
 	// "\xff" with its quotes: encoding/json's json.Valid accepts it.
-	ev := mustDecode(t, d, 3, insertMsg(1, s(id1), s("t"), s(`\x22ff22`)))
+	ev := mustDecode(t, d, 3, pgwiretest.Insert(1, s(id1), s("t"), s(`\x22ff22`)))
 	if string(ev.Msg.Payload) != "\"\xff\"" || ev.Msg.PayloadJSON {
 		t.Fatalf("got payload %q, PayloadJSON %v; want the bytes, not JSON", ev.Msg.Payload, ev.Msg.PayloadJSON)
 	}
-	ev = mustDecode(t, d, 4, insertMsg(1, s(id1), s("t"), s(`\x22c3a922`)))
+	ev = mustDecode(t, d, 4, pgwiretest.Insert(1, s(id1), s("t"), s(`\x22c3a922`)))
 	if string(ev.Msg.Payload) != `"é"` || !ev.Msg.PayloadJSON {
 		t.Fatalf("got payload %q, PayloadJSON %v; want JSON", ev.Msg.Payload, ev.Msg.PayloadJSON)
 	}
@@ -130,9 +131,9 @@ func TestDecodeHeadersWithUnpairedSurrogateAreInvalid(t *testing.T) {
 		{`{"h": "\ud83d\ude00", "\\ud800": "\u00e9"}`, ""},
 	} {
 		d := newDecoder()
-		mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-		mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-		ev, err := d.Decode(3, insertMsg(1, s(id1), s("t"), nil, s("{}"), s(c.headers), nil))
+		mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+		mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+		ev, err := d.Decode(3, pgwiretest.Insert(1, s(id1), s("t"), nil, s("{}"), s(c.headers), nil))
 		if c.want == "" {
 			want := map[string]string{"h": "😀", `\ud800`: "é"}
 			if err != nil || !reflect.DeepEqual(ev.Msg.Headers, want) {
@@ -172,17 +173,17 @@ func TestRowValuesMarshalJSONKeepsEveryByte(t *testing.T) {
 func TestDecodeMalformedNeverPanics(t *testing.T) {
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	msgs := map[string][]byte{
-		"Relation":                 relationMsg(1, "public", "outbox", outboxCols...),
-		"Begin":                    beginMsg(0x1F0, at, 7),
-		"Commit":                   commitMsg(0x1F0, 0x200, at),
-		"logical decoding Message": logicalMsg(0x500, false, HeartbeatPrefix),
-		"Insert":                   insertMsg(1, s(id1), s("t"), s("k"), s("{}"), nil, nil),
+		"Relation":                 pgwiretest.Relation(1, "public", "outbox", outboxCols...),
+		"Begin":                    pgwiretest.Begin(0x1F0, at, 7),
+		"Commit":                   pgwiretest.Commit(0x1F0, 0x200, at),
+		"logical decoding Message": pgwiretest.Message(0x500, false, HeartbeatPrefix, ""),
+		"Insert":                   pgwiretest.Insert(1, s(id1), s("t"), s("k"), s("{}"), nil, nil),
 	}
 	for kind, full := range msgs {
 		for n := 1; n < len(full); n++ {
 			d := newDecoder()
-			mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-			mustDecode(t, d, 2, beginMsg(9, at, 1))
+			mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+			mustDecode(t, d, 2, pgwiretest.Begin(9, at, 1))
 			ev, err := d.Decode(0x16B3748, full[:n])
 			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("%s cut to %d of %d bytes: got %+v, %v; want ErrProtocol", kind, n, len(full), ev, err)
@@ -192,18 +193,18 @@ func TestDecodeMalformedNeverPanics(t *testing.T) {
 			}
 		}
 		d := newDecoder()
-		mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-		mustDecode(t, d, 2, beginMsg(9, at, 1))
+		mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+		mustDecode(t, d, 2, pgwiretest.Begin(9, at, 1))
 		mustDecode(t, d, 3, full)
 	}
 }
 
 func TestDecodeInsertWithOtherColumnCountThanItsRelationIsProtocolError(t *testing.T) {
 	d := newDecoder()
-	mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
 	for _, vals := range [][]*string{{s(id1), s("t"), nil, s("{}"), nil}, {s(id1), s("t"), nil, s("{}"), nil, nil, nil}} {
-		if _, err := d.Decode(3, insertMsg(1, vals...)); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "columns, its Relation message 6") {
+		if _, err := d.Decode(3, pgwiretest.Insert(1, vals...)); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "columns, its Relation message 6") {
 			t.Fatalf("%d columns: err = %v, want ErrProtocol", len(vals), err)
 		}
 	}

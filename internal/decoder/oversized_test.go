@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/internal/envsig"
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // cutInChunks runs msg through a Cut fed chunk bytes at a time, as the
@@ -29,7 +30,7 @@ func cutInChunks(msg []byte, chunk int) []byte {
 // size is bounded.
 func TestCutKeepsTheHeadAndSmallColumnsWhateverTheChunks(t *testing.T) {
 	big := strings.Repeat("x", 3<<20)
-	msg := insertMsg(1, s(id1), s("big.type"), s("k1"), s(`{"pad":"`+big+`"}`), nil, s("2026-12-05 12:00:00+00"))
+	msg := pgwiretest.Insert(1, s(id1), s("big.type"), s("k1"), s(`{"pad":"`+big+`"}`), nil, s("2026-12-05 12:00:00+00"))
 	want := cutInChunks(msg, len(msg))
 	if len(want) > maxCutKept+1024 {
 		t.Fatalf("stand-in of %d bytes", len(want))
@@ -41,8 +42,8 @@ func TestCutKeepsTheHeadAndSmallColumnsWhateverTheChunks(t *testing.T) {
 	}
 
 	d := newDecoder()
-	mustDecode(t, d, 0x10, relationMsg(1, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 0x20, beginMsg(0x90, time.Now(), 7))
+	mustDecode(t, d, 0x10, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 0x20, pgwiretest.Begin(0x90, time.Now(), 7))
 	_, err := d.Decode(0x30, want)
 	var e *Error
 	if !errors.As(err, &e) {
@@ -68,10 +69,10 @@ func TestCutKeepsTheHeadAndSmallColumnsWhateverTheChunks(t *testing.T) {
 // TestCutOfABigKeyLeavesTheKeyUnknown: a key too large to keep is not
 // taken for a NULL key (which would be the id).
 func TestCutOfABigKeyLeavesTheKeyUnknown(t *testing.T) {
-	msg := insertMsg(1, s(id1), s("t"), s(strings.Repeat("k", 2*maxCutValue)), s(`{"pad":"`+strings.Repeat("x", 2<<20)+`"}`), nil, nil)
+	msg := pgwiretest.Insert(1, s(id1), s("t"), s(strings.Repeat("k", 2*maxCutValue)), s(`{"pad":"`+strings.Repeat("x", 2<<20)+`"}`), nil, nil)
 	d := newDecoder()
-	mustDecode(t, d, 0x10, relationMsg(1, "public", "outbox", outboxCols...))
-	mustDecode(t, d, 0x20, beginMsg(0x90, time.Now(), 7))
+	mustDecode(t, d, 0x10, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 0x20, pgwiretest.Begin(0x90, time.Now(), 7))
 	_, err := d.Decode(0x30, CutHead(msg, int64(len(msg))))
 	var e *Error
 	if !errors.As(err, &e) || e.KeyKnown || e.ID != id1 {
@@ -89,15 +90,15 @@ func TestCutOfOtherTablesAndPrefixesIsWhatTheMessageWouldBe(t *testing.T) {
 	cut := func(b []byte) []byte { return CutHead(b, int64(len(b))) }
 
 	d := newDecoder()
-	mustDecode(t, d, 0x10, relationMsg(2, "public", "other", outboxCols...))
-	if ev := mustDecode(t, d, 0x11, cut(emitMsg(0x11, false, "attacker", content))); ev.Kind != Progress || ev.LSN != 0x11 {
+	mustDecode(t, d, 0x10, pgwiretest.Relation(2, "public", "other", outboxCols...))
+	if ev := mustDecode(t, d, 0x11, cut(pgwiretest.Message(0x11, false, "attacker", content))); ev.Kind != Progress || ev.LSN != 0x11 {
 		t.Fatalf("non-transactional foreign message: %+v, want Progress at its LSN", ev)
 	}
-	mustDecode(t, d, 0x20, beginMsg(0x90, time.Now(), 7))
-	if ev := mustDecode(t, d, 0x21, cut(insertMsg(2, s(id1), s("t"), nil, s(`"`+content+`"`), nil, nil))); ev.Kind != Skip {
+	mustDecode(t, d, 0x20, pgwiretest.Begin(0x90, time.Now(), 7))
+	if ev := mustDecode(t, d, 0x21, cut(pgwiretest.Insert(2, s(id1), s("t"), nil, s(`"`+content+`"`), nil, nil))); ev.Kind != Skip {
 		t.Fatalf("other table's row: %+v, want Skip", ev)
 	}
-	if ev := mustDecode(t, d, 0x22, cut(emitMsg(0x22, true, strings.Repeat("p", 5000), content))); ev.Kind != Skip {
+	if ev := mustDecode(t, d, 0x22, cut(pgwiretest.Message(0x22, true, strings.Repeat("p", 5000), content))); ev.Kind != Skip {
 		t.Fatalf("a long foreign prefix: %+v, want Skip", ev)
 	}
 
@@ -106,12 +107,12 @@ func TestCutOfOtherTablesAndPrefixesIsWhatTheMessageWouldBe(t *testing.T) {
 		if keys != nil {
 			d.RequireSignature(keys)
 		}
-		mustDecode(t, d, 0x20, beginMsg(0x90, time.Now(), 7))
+		mustDecode(t, d, 0x20, pgwiretest.Begin(0x90, time.Now(), 7))
 		env := `{"id":"` + id1 + `","type":"t","payload":"` + content + `"}`
 		if keys != nil {
 			env = string(envsig.Sign(keys[0], "walpost", []byte(env)))
 		}
-		_, err := d.Decode(0x23, cut(emitMsg(0x23, true, "walpost", env)))
+		_, err := d.Decode(0x23, cut(pgwiretest.Message(0x23, true, "walpost", env)))
 		var e *Error
 		if !errors.As(err, &e) || e.Forged != (keys != nil) || e.LSN != 0x23 || e.CommitLSN != 0x90 || !strings.Contains(e.Error(), OversizedText) {
 			t.Fatalf("keys %v: %v (%+v), want an invalid row, forged only under keys", keys != nil, err, e)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // within reports whether b's bytes lie inside buf's.
@@ -26,9 +28,9 @@ func within(b, buf []byte) bool {
 func ownedDecoder(t *testing.T, oid uint32) *Decoder {
 	t.Helper()
 	d := newDecoder()
-	mustDecode(t, d, 1, relationMsg(16384, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"key", oidText},
+	mustDecode(t, d, 1, pgwiretest.Relation(16384, "public", "outbox", col{"id", oidUUID}, col{"type", oidText}, col{"key", oidText},
 		col{"payload", oid}, col{"headers", oidJSONB}, col{"created_at", 1184}))
-	mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
 	return d
 }
 
@@ -52,7 +54,7 @@ func TestDecodeOwnedKeepsALargePayloadInPlace(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			data := insertMsg(16384, s(id1), s("t"), nil, s(c.value), nil, nil)
+			data := pgwiretest.Insert(16384, s(id1), s("t"), nil, s(c.value), nil, nil)
 			want := mustDecode(t, ownedDecoder(t, c.oid), 3, bytes.Clone(data))
 			d := ownedDecoder(t, c.oid)
 			var before, after runtime.MemStats
@@ -86,7 +88,7 @@ func TestDecodeOwnedKeepsALargePayloadInPlace(t *testing.T) {
 // invalid one (headers that are not an object) holds the values as sent.
 func TestDecodeOwnedLeavesAnInvalidRowAsSent(t *testing.T) {
 	value := `\x` + strings.Repeat("7b", aliasMin)
-	data := insertMsg(16384, s(id1), s("t"), nil, s(value), s(`[1]`), nil)
+	data := pgwiretest.Insert(16384, s(id1), s("t"), nil, s(value), s(`[1]`), nil)
 	_, err := ownedDecoder(t, oidBytea).DecodeOwned(3, data)
 	var de *Error
 	if !errors.As(err, &de) {
@@ -95,7 +97,7 @@ func TestDecodeOwnedLeavesAnInvalidRowAsSent(t *testing.T) {
 	if de.Row["payload"] != value || de.Row["headers"] != `[1]` {
 		t.Fatalf("row payload %.40q… (%d bytes), headers %q: not as sent", de.Row["payload"], len(de.Row["payload"]), de.Row["headers"])
 	}
-	bad := insertMsg(16384, s(id1), s("t"), nil, s(value+"zz"), nil, nil)
+	bad := pgwiretest.Insert(16384, s(id1), s("t"), nil, s(value+"zz"), nil, nil)
 	_, err = ownedDecoder(t, oidBytea).DecodeOwned(3, bad)
 	if !errors.As(err, &de) || !strings.Contains(err.Error(), "invalid byte") || de.Row["payload"] != value+"zz" {
 		t.Fatalf("bad hex: error %v", err)

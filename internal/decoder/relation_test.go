@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // The outbox is known by its OID as well as by its name (docs/design.md,
@@ -21,16 +23,16 @@ func TestDecodeOutboxIsKnownByOIDAndByName(t *testing.T) {
 		{11, "public", "outbox", RelationNote{OID: 11, Name: "public.outbox", Recreated: true}},
 		{12, "public", "orders", RelationNote{OID: 12, Name: "public.orders", Foreign: true}},
 	} {
-		ev := mustDecode(t, d, 1, relationMsg(c.oid, c.ns, c.rel, outboxCols...))
+		ev := mustDecode(t, d, 1, pgwiretest.Relation(c.oid, c.ns, c.rel, outboxCols...))
 		if ev.Kind != Skip || ev.Rel == nil || *ev.Rel != c.want {
 			t.Fatalf("%s (oid %d): got %+v %+v, want %+v", c.rel, c.oid, ev, ev.Rel, c.want)
 		}
-		mustDecode(t, d, 2, beginMsg(9, time.Now(), 1))
-		ev = mustDecode(t, d, 3, insertMsg(c.oid, s(id1), s("t"), nil, s(`{}`), nil, nil))
+		mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+		ev = mustDecode(t, d, 3, pgwiretest.Insert(c.oid, s(id1), s("t"), nil, s(`{}`), nil, nil))
 		if want := map[bool]Kind{false: Row, true: Skip}[c.want.Foreign]; ev.Kind != want {
 			t.Fatalf("%s (oid %d): insert kind %v, want %v", c.rel, c.oid, ev.Kind, want)
 		}
-		mustDecode(t, d, 4, commitMsg(9, 10, time.Now()))
+		mustDecode(t, d, 4, pgwiretest.Commit(9, 10, time.Now()))
 	}
 }
 
@@ -46,19 +48,19 @@ func TestDecodeRenamedColumnMapsByPosition(t *testing.T) {
 			// The relay's start: the catalog's columns, before any Relation.
 			var cols []Column
 			for _, c := range outboxCols {
-				cols = append(cols, Column{c.name, c.oid})
+				cols = append(cols, Column{c.Name, c.OID})
 			}
 			d.SetOutbox(1, cols)
 		} else {
-			mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
+			mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
 			d.Reset() // a reconnect keeps what mapped before
 		}
-		ev := mustDecode(t, d, 2, relationMsg(1, "public", "outbox", renamed...))
+		ev := mustDecode(t, d, 2, pgwiretest.Relation(1, "public", "outbox", renamed...))
 		if ev.Rel == nil || !ev.Rel.Positional || ev.Rel.Columns != `"kind" as "type"` {
 			t.Fatalf("seed %v: note %+v", seed, ev.Rel)
 		}
-		mustDecode(t, d, 3, beginMsg(9, time.Now(), 1))
-		ev = mustDecode(t, d, 4, insertMsg(1, s(id1), s("order.created"), nil, s(`{}`), nil, nil))
+		mustDecode(t, d, 3, pgwiretest.Begin(9, time.Now(), 1))
+		ev = mustDecode(t, d, 4, pgwiretest.Insert(1, s(id1), s("order.created"), nil, s(`{}`), nil, nil))
 		if ev.Kind != Row || ev.Msg.Type != "order.created" {
 			t.Fatalf("seed %v: got %+v", seed, ev)
 		}
@@ -70,13 +72,13 @@ func TestDecodeRenamedColumnMapsByPosition(t *testing.T) {
 	retyped[1] = col{"kind", oidVarchar}
 	for name, d := range map[string]*Decoder{"no earlier relation": newDecoder(), "type changed": newDecoder()} {
 		if name == "type changed" {
-			mustDecode(t, d, 1, relationMsg(1, "public", "outbox", outboxCols...))
-			mustDecode(t, d, 2, relationMsg(1, "public", "outbox", retyped...))
+			mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+			mustDecode(t, d, 2, pgwiretest.Relation(1, "public", "outbox", retyped...))
 		} else {
-			mustDecode(t, d, 2, relationMsg(1, "public", "outbox", renamed...))
+			mustDecode(t, d, 2, pgwiretest.Relation(1, "public", "outbox", renamed...))
 		}
-		mustDecode(t, d, 3, beginMsg(9, time.Now(), 1))
-		_, err := d.Decode(4, insertMsg(1, s(id1), s("order.created"), nil, s(`{}`), nil, nil))
+		mustDecode(t, d, 3, pgwiretest.Begin(9, time.Now(), 1))
+		_, err := d.Decode(4, pgwiretest.Insert(1, s(id1), s("order.created"), nil, s(`{}`), nil, nil))
 		var de *Error
 		if !errors.As(err, &de) || !de.Table {
 			t.Fatalf("%s: got %v, want a table error", name, err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // TestDecodeRowsSharingAnLSNGetTheirOrdinal: rows of one multi-insert WAL
@@ -17,7 +19,7 @@ func TestDecodeRowsSharingAnLSNGetTheirOrdinal(t *testing.T) {
 	d := newDecoder()
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	row := func(typ string) []byte {
-		return insertMsg(16384, s(id1), s(typ), nil, s(`{}`), nil, s("2026-12-03"))
+		return pgwiretest.Insert(16384, s(id1), s(typ), nil, s(`{}`), nil, s("2026-12-03"))
 	}
 	type got struct {
 		lsn pglogrepl.LSN
@@ -25,8 +27,8 @@ func TestDecodeRowsSharingAnLSNGetTheirOrdinal(t *testing.T) {
 		bad bool
 	}
 	read := func() []got {
-		mustDecode(t, d, 0x100, relationMsg(16384, "public", "outbox", outboxCols...))
-		mustDecode(t, d, 0x100, beginMsg(0x500, at, 7))
+		mustDecode(t, d, 0x100, pgwiretest.Relation(16384, "public", "outbox", outboxCols...))
+		mustDecode(t, d, 0x100, pgwiretest.Begin(0x500, at, 7))
 		var out []got
 		for _, r := range []struct {
 			lsn pglogrepl.LSN
@@ -43,7 +45,7 @@ func TestDecodeRowsSharingAnLSNGetTheirOrdinal(t *testing.T) {
 				out = append(out, got{ev.Msg.LSN, ev.Msg.Seq, false})
 			}
 		}
-		mustDecode(t, d, 0x500, commitMsg(0x500, 0x510, at))
+		mustDecode(t, d, 0x500, pgwiretest.Commit(0x500, 0x510, at))
 		return out
 	}
 	want := []got{{0x200, 0, false}, {0x200, 1, false}, {0x200, 2, true}, {0x200, 3, false}, {0x300, 0, false}, {0x400, 0, false}, {0x400, 1, false}}
@@ -54,7 +56,7 @@ func TestDecodeRowsSharingAnLSNGetTheirOrdinal(t *testing.T) {
 		}
 	}
 	// The stream breaks mid-transaction and the server sends it again.
-	mustDecode(t, d, 0x100, beginMsg(0x500, at, 7))
+	mustDecode(t, d, 0x100, pgwiretest.Begin(0x500, at, 7))
 	mustDecode(t, d, 0x200, row("a"))
 	d.Reset()
 	again := read()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgwiretest"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -47,11 +48,11 @@ func (f *fakeHolds) Hold(ctx context.Context, sink string, m *message.Message) (
 // keyedTxn is a transaction like txn's whose rows have keys: rows[i] is
 // {n, typ} and keys[i] its key.
 func keyedTxn(xid uint32, base, commit pglogrepl.LSN, keys []string, rows ...row) []replication.Event {
-	evs := []replication.Event{data(base, beginMsg(commit, commitTime, xid))}
+	evs := []replication.Event{data(base, pgwiretest.Begin(commit, commitTime, xid))}
 	for i, r := range rows {
-		evs = append(evs, data(rowLSN(base, i), insertMsg(outboxOID, s(uuid(r.n)), s(r.typ), s(keys[i]), s(`{"n": 1}`), nil, s("2026-12-02 10:00:00+00"))))
+		evs = append(evs, data(rowLSN(base, i), pgwiretest.Insert(outboxOID, s(uuid(r.n)), s(r.typ), s(keys[i]), s(`{"n": 1}`), nil, s("2026-12-02 10:00:00+00"))))
 	}
-	return append(evs, data(commit+8, commitMsg(commit, commit+8, commitTime)))
+	return append(evs, data(commit+8, pgwiretest.Commit(commit, commit+8, commitTime)))
 }
 
 // TestHoldKeyHoldsTheKeyOfABadRow: under relay.on_invalid: hold_key a bad

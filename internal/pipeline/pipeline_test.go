@@ -11,6 +11,7 @@ import (
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/pgwiretest"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/store"
 )
@@ -213,7 +214,7 @@ func TestABadRowGoesByOnInvalid(t *testing.T) {
 	t.Run("a table that does not fit stops", func(t *testing.T) {
 		h := start(t, Options{ParkInvalid: true})
 		noType := []col{{"id", oidUUID}, {"kind", oidText}, {"key", oidText}, {"payload", oidJSONB}, {"headers", oidJSONB}, {"created_at", 1184}}
-		h.give(batch(data(0x100, relationMsg(outboxOID, "public", "outbox", noType...)), txn(7, 0x100, 0x1F0, row{1, "t"})))
+		h.give(batch(data(0x100, pgwiretest.Relation(outboxOID, "public", "outbox", noType...)), txn(7, 0x100, 0x1F0, row{1, "t"})))
 		var stop *StopAtRow
 		if err := h.wait(); !errors.As(err, &stop) || !stop.Err.Table {
 			t.Fatalf("Run returned %v, want a *StopAtRow for the table", err)
@@ -236,8 +237,8 @@ func TestForgedMessagesAreNeverPublished(t *testing.T) {
 		dec.AcceptMessages("walpost")
 		dec.RequireSignature([][]byte{[]byte("key")})
 		h := start(t, Options{Decoder: dec, TableLess: true})
-		h.send(batch(data(0x100, beginMsg(0x1F0, commitTime, 7)), data(0x110, emitMsg(0x110, true, "walpost", envelope(1))),
-			data(0x1F8, commitMsg(0x1F0, 0x1F8, commitTime))))
+		h.send(batch(data(0x100, pgwiretest.Begin(0x1F0, commitTime, 7)), data(0x110, pgwiretest.Message(0x110, true, "walpost", envelope(1))),
+			data(0x1F8, pgwiretest.Commit(0x1F0, 0x1F8, commitTime))))
 		h.nothing(0)
 		want(t, "parked", h.dead.parkedAt(), []string{store.FormatAt(0x110, 0)})
 		if h.metrics.forgedEnvelopes.count() != 1 || h.metrics.deadLettered.count() != 0 {
@@ -252,9 +253,9 @@ func TestForgedMessagesAreNeverPublished(t *testing.T) {
 		dec.AcceptAdopted(decoder.AdoptPrefix("slot"))
 		dec.AdoptFrom([]uint32{}) // no transaction of cdc init --adopt
 		h := start(t, Options{Decoder: dec, ParkInvalid: true})
-		h.send(batch(relation(0x100), data(0x100, beginMsg(0x1F0, commitTime, 7)),
-			data(0x110, emitMsg(0x110, true, decoder.AdoptPrefix("slot"), `{"v":1}`)), insert(0x120, row{2, "t"}),
-			data(0x1F8, commitMsg(0x1F0, 0x1F8, commitTime))))
+		h.send(batch(relation(0x100), data(0x100, pgwiretest.Begin(0x1F0, commitTime, 7)),
+			data(0x110, pgwiretest.Message(0x110, true, decoder.AdoptPrefix("slot"), `{"v":1}`)), insert(0x120, row{2, "t"}),
+			data(0x1F8, pgwiretest.Commit(0x1F0, 0x1F8, commitTime))))
 		want(t, "delivered", ids(h.recv(0)), []string{"2"})
 		if h.metrics.forgedAdopts.count() != 1 || len(h.dead.parks) != 0 {
 			t.Fatalf("forged adopts counted %d, parked %d; want 1, 0", h.metrics.forgedAdopts.count(), len(h.dead.parks))
