@@ -28,21 +28,22 @@ type DeadLetters interface {
 	Parked(ctx context.Context, lsn pglogrepl.LSN, seq uint32) (bool, error)
 }
 
-// KeyHolds parks by ordering key (relay.on_invalid or on_refused:
-// hold_key; store.DeadLetter, "Held keys" in docs/design.md). The
-// pipeline's is used from its goroutine only, each settler's from its
-// sink runner's.
-type KeyHolds interface {
+// HoldStore parks by ordering key (Policy.Hold: relay.on_invalid or
+// on_refused: hold_key; store.DeadLetter, "Held keys" in
+// docs/design.md): the head that holds a key, and each later message of
+// the key behind it. The pipeline's is used from its goroutine only, each
+// settler's from its sink runner's.
+type HoldStore interface {
 	// ParkHead parks a row that cannot be mapped, for every sink, as the
 	// head of its key (e.Key): its key is held from then on.
 	ParkHead(ctx context.Context, e *decoder.Error) error
 	// ParkRefusedHead parks a message sink refused for good as the head of
 	// its key for that sink.
 	ParkRefusedHead(ctx context.Context, sink string, m *message.Message, cause error) error
-	// Hold parks m behind its key's head for sink ("" every sink) and
-	// reports true, or reports false when the key was released meanwhile
-	// (m is then published as usual).
-	Hold(ctx context.Context, sink string, m *message.Message) (bool, error)
+	// ParkBehind parks m behind its key's head for sink ("" every sink)
+	// and reports true, or reports false when the key was released
+	// meanwhile (m is then published as usual).
+	ParkBehind(ctx context.Context, sink string, m *message.Message) (bool, error)
 }
 
 // Refusals parks the messages a sink refuses for good (store.DeadLetter;

@@ -16,9 +16,9 @@ import (
 type heldKeys struct {
 	sink   string
 	keys   map[string]store.Hold
-	parker KeyHolds // nil while no key can be held
-	held   Counter  // messages parked behind a held key
-	gauge  Gauge    // len(keys)
+	parker HoldStore // nil while no key can be held
+	held   Counter   // messages parked behind a held key
+	gauge  Gauge     // len(keys)
 	log    zerolog.Logger
 	// behind names a head in the log: "bad row (relay.on_invalid:
 	// hold_key)" or "refused message (relay.on_refused: hold_key)".
@@ -26,7 +26,7 @@ type heldKeys struct {
 }
 
 // newHeldKeys returns the keys of from held for sink.
-func newHeldKeys(sink string, from []store.Hold, parker KeyHolds, held Counter, gauge Gauge, log zerolog.Logger, behind string) *heldKeys {
+func newHeldKeys(sink string, from []store.Hold, parker HoldStore, held Counter, gauge Gauge, log zerolog.Logger, behind string) *heldKeys {
 	h := &heldKeys{sink: sink, keys: map[string]store.Hold{}, parker: parker, held: held, gauge: gauge, log: log, behind: behind}
 	for _, k := range from {
 		if k.Sink == sink {
@@ -61,7 +61,7 @@ func (h *heldKeys) holds(m *message.Message, force bool) bool {
 // on as usual.
 func (h *heldKeys) hold(ctx context.Context, m *message.Message) (bool, error) {
 	key := m.OrderingKey()
-	held, err := h.parker.Hold(ctx, h.sink, m)
+	held, err := h.parker.ParkBehind(ctx, h.sink, m)
 	if err != nil {
 		return false, err
 	}

@@ -40,18 +40,17 @@ type Options struct {
 	// DeadLetters parks the rows the pipeline may not publish and answers
 	// whether `cdc skip` parked one.
 	DeadLetters DeadLetters
-	// ParkInvalid is relay.on_invalid: dead_letter or hold_key (park a bad
-	// row and go on); otherwise Run stops at it with a *StopAtRow.
-	ParkInvalid bool
-	// HoldInvalid is relay.on_invalid: hold_key (with ParkInvalid): a bad
-	// row is parked as the head of its ordering key, and every later
-	// message of the key is parked behind it (Holds) until the key is
-	// released. Holds is then required.
-	HoldInvalid bool
-	Holds       KeyHolds
-	// Held are the keys held for every sink when the run starts
-	// (store.ListHolds, sink "").
-	Held []store.Hold
+	// Invalid is relay.on_invalid: without Invalid.Park, Run stops at a
+	// bad row with a *StopAtRow; with Park it parks the row and goes on;
+	// with Park and Hold the row is parked as the head of its ordering
+	// key, and every later message of the key is parked behind it
+	// (HoldStore) until the key is released.
+	Invalid Policy
+	// HoldStore parks by key: required with Invalid.Hold or Holds.
+	HoldStore HoldStore
+	// Holds are the keys held for every sink when the run starts
+	// (store.ListHolds, sink ""), held whatever Invalid is.
+	Holds []store.Hold
 	// TableLess is postgres.source: messages: a forged envelope is parked;
 	// of an outbox table, a forged adopt message is ignored.
 	TableLess bool
@@ -68,21 +67,20 @@ type Options struct {
 // sinks' channels. Run is called once, from one goroutine; Fill and
 // Handled from any.
 type Pipeline struct {
-	dec     *decoder.Decoder
-	tracker *checkpoint.Tracker
-	window  *Window
-	sinks   []chan []publish.Delivery
-	out     [][]publish.Delivery // per sink: deliveries of this input batch, not sent yet
-	routes  []config.Route
-	skip    []store.Position // per sink: what it acknowledged before a restart
-	dead    DeadLetters
-	park    bool
-	hold    bool      // relay.on_invalid: hold_key
-	holds   KeyHolds  // with hold
-	held    *heldKeys // keys held for every sink
-	marker  Marker
-	metrics Metrics
-	log     zerolog.Logger
+	dec       *decoder.Decoder
+	tracker   *checkpoint.Tracker
+	window    *Window
+	sinks     []chan []publish.Delivery
+	out       [][]publish.Delivery // per sink: deliveries of this input batch, not sent yet
+	routes    []config.Route
+	skip      []store.Position // per sink: what it acknowledged before a restart
+	dead      DeadLetters
+	onInvalid Policy    // relay.on_invalid
+	holds     HoldStore // with onInvalid.Hold
+	held      *heldKeys // keys held for every sink
+	marker    Marker
+	metrics   Metrics
+	log       zerolog.Logger
 	// tableLess: postgres.source: messages (a forged envelope is parked;
 	// a forged adopt message, of an outbox table, ignored).
 	tableLess bool
@@ -104,10 +102,9 @@ type Pipeline struct {
 // New returns a pipeline with one output channel per route.
 func New(o Options) *Pipeline {
 	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
-		dead: o.DeadLetters, park: o.ParkInvalid, tableLess: o.TableLess, marker: o.Marker,
-		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill),
-		hold: o.HoldInvalid, holds: o.Holds}
-	p.held = newHeldKeys("", o.Held, o.Holds, p.metrics.Held, p.metrics.HeldKeys, o.Log, "bad row (relay.on_invalid: hold_key)")
+		dead: o.DeadLetters, onInvalid: o.Invalid, tableLess: o.TableLess, marker: o.Marker,
+		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill), holds: o.HoldStore}
+	p.held = newHeldKeys("", o.Holds, o.HoldStore, p.metrics.Held, p.metrics.HeldKeys, o.Log, "bad row (relay.on_invalid: hold_key)")
 	p.sinks = make([]chan []publish.Delivery, len(o.Routes))
 	for i := range p.sinks {
 		p.sinks[i] = make(chan []publish.Delivery, sinkBuffer)
@@ -339,12 +336,12 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error, fromFill bool
 		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
 			Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
 		return nil
-	case !p.park && fromFill:
+	case !p.onInvalid.Park && fromFill:
 		return &StopAtRow{Err: de, Fill: true}
-	case !p.park:
+	case !p.onInvalid.Park:
 		return p.stopUnlessSkipped(ctx, &StopAtRow{Err: de})
 	}
-	if p.hold {
+	if p.onInvalid.holds() {
 		if fromFill && !de.KeyKnown {
 			return &StopAtRow{Err: de, NoKey: true, Fill: true}
 		}

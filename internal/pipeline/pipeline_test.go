@@ -150,7 +150,7 @@ func TestABadRowGoesByOnInvalid(t *testing.T) {
 	badAt := store.FormatAt(rowLSN(0x100, 1), 0)
 
 	t.Run("dead_letter parks it and goes on", func(t *testing.T) {
-		h := start(t, Options{ParkInvalid: true})
+		h := start(t, Options{Invalid: Policy{Park: true}})
 		h.send(bad)
 		ds := h.recv(0)
 		want(t, "delivered", ids(ds), []string{"1", "3"})
@@ -163,21 +163,27 @@ func TestABadRowGoesByOnInvalid(t *testing.T) {
 			t.Fatalf("confirmed %s, want the commit's end", c)
 		}
 	})
-	t.Run("stop stops at it", func(t *testing.T) {
-		h := start(t, Options{})
-		h.give(bad)
-		err := h.wait()
-		var stop *StopAtRow
-		if !errors.As(err, &stop) || store.FormatAt(stop.Err.LSN, stop.Err.Seq) != badAt {
-			t.Fatalf("Run returned %v, want a *StopAtRow at %s", err, badAt)
-		}
-		want(t, "handed on before the bad row", ids(h.recv(0)), []string{"1"})
-		h.closed(0)
-		want(t, "looked up", h.dead.lookups, []string{badAt})
-		if len(h.dead.parks) != 0 {
-			t.Fatalf("parked %v under on_invalid: stop", h.dead.parkedAt())
-		}
-	})
+	// Hold without Park (no config word) parks nothing: no head to hold
+	// behind, so it stops as stop does.
+	holdOnly := &fakeHolds{released: map[string]bool{}}
+	for name, o := range map[string]Options{"stop stops at it": {},
+		"hold without park stops at it": {Invalid: Policy{Hold: true}, HoldStore: holdOnly}} {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, o)
+			h.give(bad)
+			err := h.wait()
+			var stop *StopAtRow
+			if !errors.As(err, &stop) || store.FormatAt(stop.Err.LSN, stop.Err.Seq) != badAt {
+				t.Fatalf("Run returned %v, want a *StopAtRow at %s", err, badAt)
+			}
+			want(t, "handed on before the bad row", ids(h.recv(0)), []string{"1"})
+			h.closed(0)
+			want(t, "looked up", h.dead.lookups, []string{badAt})
+			if len(h.dead.parks) != 0 || len(holdOnly.heads) != 0 {
+				t.Fatalf("parked %v (heads %v) under %+v", h.dead.parkedAt(), holdOnly.heads, o.Invalid)
+			}
+		})
+	}
 	t.Run("stop goes past a row cdc skip parked", func(t *testing.T) {
 		h := start(t, Options{})
 		h.dead.parked[badAt] = true
@@ -203,7 +209,7 @@ func TestABadRowGoesByOnInvalid(t *testing.T) {
 		}
 	})
 	t.Run("a failed park stops", func(t *testing.T) {
-		h := start(t, Options{ParkInvalid: true})
+		h := start(t, Options{Invalid: Policy{Park: true}})
 		h.dead.parkErr = errBroken
 		h.give(bad)
 		if err := h.wait(); !errors.Is(err, errBroken) {
@@ -212,7 +218,7 @@ func TestABadRowGoesByOnInvalid(t *testing.T) {
 		want(t, "handed on before the bad row", ids(h.recv(0)), []string{"1"})
 	})
 	t.Run("a table that does not fit stops", func(t *testing.T) {
-		h := start(t, Options{ParkInvalid: true})
+		h := start(t, Options{Invalid: Policy{Park: true}})
 		noType := []col{{"id", oidUUID}, {"kind", oidText}, {"key", oidText}, {"payload", oidJSONB}, {"headers", oidJSONB}, {"created_at", 1184}}
 		h.give(batch(data(0x100, pgwiretest.Relation(outboxOID, "public", "outbox", noType...)), txn(7, 0x100, 0x1F0, row{1, "t"})))
 		var stop *StopAtRow
@@ -252,7 +258,7 @@ func TestForgedMessagesAreNeverPublished(t *testing.T) {
 		dec := decoder.New(decoder.Mapping{Schema: "public", Name: "outbox", Columns: layout.Default})
 		dec.AcceptAdopted(decoder.AdoptPrefix("slot"))
 		dec.AdoptFrom([]uint32{}) // no transaction of cdc init --adopt
-		h := start(t, Options{Decoder: dec, ParkInvalid: true})
+		h := start(t, Options{Decoder: dec, Invalid: Policy{Park: true}})
 		h.send(batch(relation(0x100), data(0x100, pgwiretest.Begin(0x1F0, commitTime, 7)),
 			data(0x110, pgwiretest.Message(0x110, true, decoder.AdoptPrefix("slot"), `{"v":1}`)), insert(0x120, row{2, "t"}),
 			data(0x1F8, pgwiretest.Commit(0x1F0, 0x1F8, commitTime))))

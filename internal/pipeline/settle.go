@@ -23,16 +23,18 @@ type SettlerOptions struct {
 	// Refusals, when set, parks what the sink refuses for good
 	// (relay.on_refused: dead_letter; Settler.Refused).
 	Refusals Refusals
-	// HoldRefused makes a refusal hold the message's key for the sink
-	// (relay.on_refused: hold_key): the refused message is parked as the
-	// key's head and every later message of the key behind it
-	// (Settler.Holds, Settler.Hold) until the key is released. Holds is
-	// then required; it is also what holds the keys in Held.
-	HoldRefused bool
-	Holds       KeyHolds
-	// Held are the keys held for the sink when the run starts
-	// (store.ListHolds); those of other sinks are left out.
-	Held    []store.Hold
+	// Refused is relay.on_refused. Refused (with Refusals) parks a refused
+	// message; with Refused.Hold too, as the head of its key for the sink:
+	// every later message of the key is parked behind it (Settler.Holds,
+	// Settler.Hold) until the key is released. Without Refused.Park the
+	// runner is given no Refused and stops at a refusal.
+	Refused Policy
+	// HoldStore parks by key: required with Refused.Hold or Holds.
+	HoldStore HoldStore
+	// Holds are the keys held for the sink when the run starts
+	// (store.ListHolds), held whatever Refused is; those of other sinks
+	// are left out.
+	Holds   []store.Hold
 	Metrics SinkMetrics
 	Log     zerolog.Logger // with the sink's name
 }
@@ -44,13 +46,13 @@ type SettlerOptions struct {
 type Settler struct {
 	o    SettlerOptions
 	txns []*checkpoint.Txn // Ack's, reused from one batch to the next
-	held *heldKeys         // keys held for the sink (SettlerOptions.Holds)
+	held *heldKeys         // keys held for the sink (SettlerOptions.HoldStore)
 }
 
 // NewSettler returns the settler of one sink.
 func NewSettler(o SettlerOptions) *Settler {
 	o.Metrics = o.Metrics.orNop()
-	return &Settler{o: o, held: newHeldKeys(o.Sink, o.Held, o.Holds, o.Metrics.Held, o.Metrics.HeldKeys, o.Log,
+	return &Settler{o: o, held: newHeldKeys(o.Sink, o.Holds, o.HoldStore, o.Metrics.Held, o.Metrics.HeldKeys, o.Log,
 		"refused message (relay.on_refused: hold_key)")}
 }
 
@@ -63,7 +65,7 @@ func (s *Settler) Ack(batch []publish.Delivery) { s.settle(batch, true) }
 // with SettlerOptions.Refusals). An error to park it stops the runner:
 // d stays unacknowledged.
 func (s *Settler) Refused(ctx context.Context, d publish.Delivery, cause error) error {
-	if s.o.HoldRefused {
+	if s.o.Refused.holds() {
 		return s.refusedHead(ctx, d, cause)
 	}
 	if err := s.o.Refusals.ParkRefused(ctx, s.o.Sink, d.Msg, cause); err != nil {
@@ -104,7 +106,7 @@ func (s *Settler) settle(batch []publish.Delivery, sent bool) {
 // refusedHead parks d, refused with cause, as the head of its key for the
 // sink and settles it: the key is held from then on.
 func (s *Settler) refusedHead(ctx context.Context, d publish.Delivery, cause error) error {
-	if err := s.o.Holds.ParkRefusedHead(ctx, s.o.Sink, d.Msg, cause); err != nil {
+	if err := s.o.HoldStore.ParkRefusedHead(ctx, s.o.Sink, d.Msg, cause); err != nil {
 		return fmt.Errorf("%w; the refusal: %v", err, cause)
 	}
 	s.o.Metrics.Refused.Inc()

@@ -397,7 +397,7 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	}
 	held, err := store.ListHolds(ctx, conn, r.tables)
 	switch {
-	case err != nil && (r.cfg.Relay.OnInvalid == config.HoldKey || r.cfg.Relay.OnRefused == config.HoldKey):
+	case err != nil && (policyOf(r.cfg.Relay.OnInvalid).Hold || policyOf(r.cfg.Relay.OnRefused).Hold):
 		return slotState{}, restart{err}
 	case err != nil: // no hold_key policy: the role need not read the table
 		r.log.Warn().Err(err).Msg("reading the held keys failed; going on without (relay.on_invalid and on_refused are not hold_key)")
@@ -580,8 +580,8 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 		dec.SetOutbox(r.shape.oid, r.shape.cols)
 	}
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
-		ParkInvalid: cfg.Relay.OnInvalid.Parks(), HoldInvalid: cfg.Relay.OnInvalid == config.HoldKey, TableLess: cfg.Postgres.TableLess(),
-		Holds: parked, Held: r.held, // keys held before are held whatever the policy now
+		Invalid: policyOf(cfg.Relay.OnInvalid), TableLess: cfg.Postgres.TableLess(),
+		HoldStore: parked, Holds: r.held, // keys held before are held whatever the policy now
 		Metrics: r.metrics.pipelineMetrics(), Log: r.log}
 	if marker != nil { // a nil *Marker is not a nil Marker
 		o.Marker = marker
@@ -591,6 +591,13 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 		o.Acked = append(o.Acked, loaded[s.Name])
 	}
 	return pipeline.New(o)
+}
+
+// policyOf is relay.on_invalid's or on_refused's word as the pipeline
+// takes it: stop parks nothing, dead_letter parks, hold_key parks and
+// holds the key.
+func policyOf(p config.Policy) pipeline.Policy {
+	return pipeline.Policy{Park: p.Parks(), Hold: p == config.HoldKey}
 }
 
 // cycleError turns the error a cycle's stages ended with into Run's: what
@@ -620,15 +627,16 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	so := pipeline.SettlerOptions{Sink: sinkName, Tracker: tracker, Window: window, Progress: progress,
 		Metrics: r.metrics.sinkMetrics(sinkName), Log: sinkLog}
 	done = func() {}
-	hold := cfg.Relay.OnRefused == config.HoldKey
+	so.Refused = policyOf(cfg.Relay.OnRefused)
+	hold := so.Refused.Hold
 	for _, h := range r.held {
 		hold = hold || h.Sink == sinkName // held before: held whatever the policy now
 	}
-	if cfg.Relay.OnRefused.Parks() || hold {
+	if so.Refused.Park || hold {
 		dead := store.NewDeadLetter(r.stateURL, r.tables)
 		so.Refusals, done = dead, dead.Close
 		if hold {
-			so.Holds, so.Held, so.HoldRefused = dead, r.held, cfg.Relay.OnRefused == config.HoldKey
+			so.HoldStore, so.Holds = dead, r.held
 		}
 	}
 	settler := pipeline.NewSettler(so)
@@ -640,7 +648,7 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}
-	if cfg.Relay.OnRefused.Parks() {
+	if so.Refused.Park {
 		opt.Refused = settler.Refused
 	}
 	if hold {

@@ -115,18 +115,6 @@ func sortHolds(hs []Hold) {
 	})
 }
 
-// Holds returns the slot's held keys (ListHolds) on d's connection.
-func (d *DeadLetter) Holds(ctx context.Context) ([]Hold, error) {
-	if err := d.connect(ctx); err != nil {
-		return nil, err
-	}
-	hs, err := ListHolds(ctx, d.conn, d.t)
-	if err != nil {
-		d.reset()
-	}
-	return hs, err
-}
-
 // ParkHead parks a row that cannot be mapped, for every sink, as the head
 // of its key (e.Key; e.KeyKnown must be set): Park, with hold_key.
 func (d *DeadLetter) ParkHead(ctx context.Context, e *decoder.Error) error {
@@ -140,12 +128,12 @@ func (d *DeadLetter) ParkRefusedHead(ctx context.Context, sink string, m *messag
 	return d.parkRefused(ctx, sink, m, cause, &key)
 }
 
-// Hold parks m behind its key's head for sink ("" every sink) if the key
-// is still held, and reports whether it did; false: the key was released
+// ParkBehind parks m behind its key's head for sink ("" every sink) if
+// the key is still held, and reports whether it did; false: the key was released
 // (every row of it resent or dropped) and m is to be published as usual.
 // It takes the key's advisory lock, so a release that finishes
 // concurrently either sees m parked or is seen by it.
-func (d *DeadLetter) Hold(ctx context.Context, sink string, m *message.Message) (held bool, err error) {
+func (d *DeadLetter) ParkBehind(ctx context.Context, sink string, m *message.Message) (held bool, err error) {
 	if err := d.connect(ctx); err != nil {
 		return false, err
 	}
