@@ -87,12 +87,8 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 	if err != nil {
 		return err
 	}
-	switch {
-	case old.Exists && !old.Invalid():
-		return fmt.Errorf("%w: slot %q is usable (wal_status %s, confirmed %s): cdc run streams everything from it. cdc recover only replaces a slot the server invalidated (wal_status lost); it never drops a usable one",
-			ErrRecoverHealthySlot, t.Slot, old.WALStatus, old.ConfirmedFlush)
-	case old.Exists && old.Active:
-		return fmt.Errorf("%w: slot %q is held by process %d (a relay?): stop every relay on the slot, then run cdc recover again", ErrSlotActive, t.Slot, old.ActivePID)
+	if err := refuseSlot(t.Slot, old); err != nil {
+		return err
 	}
 	// What proves delivery is read before the slot is dropped: its
 	// confirmed position goes with it.
@@ -136,6 +132,20 @@ func Recover(ctx context.Context, cfg *config.Config, opts RecoverOptions, repor
 			return fmt.Errorf("%w; the new slot holds the rows, but relay.retention must not use the old slot's marks: run DELETE FROM %s WHERE slot = '%s' before cdc run",
 				err, s.Retention.MarksTable, t.Slot)
 		}
+	}
+	return nil
+}
+
+// refuseSlot is why cdc recover may not replace slot, as old tells it: a
+// usable slot, or one a process holds; nil for an invalidated or missing
+// slot.
+func refuseSlot(slot string, old replication.SlotInfo) error {
+	switch {
+	case old.Exists && !old.Invalid():
+		return fmt.Errorf("%w: slot %q is usable (wal_status %s, confirmed %s): cdc run streams everything from it. cdc recover only replaces a slot the server invalidated (wal_status lost); it never drops a usable one",
+			ErrRecoverHealthySlot, slot, old.WALStatus, old.ConfirmedFlush)
+	case old.Exists && old.Active:
+		return slotInUse("recover", slot, old.ActivePID)
 	}
 	return nil
 }
@@ -242,29 +252,67 @@ func progressBound(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (tim
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reading %s: %w", tables.ProgressName, err)
 	}
-	times := map[string]time.Time{}
-	for sink, p := range progress {
-		if !p.CommitTime.IsZero() {
-			times[sink] = p.CommitTime
-		}
-	}
-	var min time.Time
-	var missing []string
+	var sinks []string
 	for _, s := range cfg.Sinks {
-		at, ok := times[s.Name]
-		switch {
-		case !ok:
-			missing = append(missing, s.Name)
-		case min.IsZero() || at.Before(min):
-			min = at
-		}
+		sinks = append(sinks, s.Name)
 	}
+	min, missing := earliestAcked(sinks, progress)
 	if len(missing) > 0 {
-		slices.Sort(missing)
 		return time.Time{}, fmt.Errorf("%s records no commit time for sink(s) %s of slot %s (nothing acknowledged yet, or saved before walpost kept it)",
 			tables.ProgressName, strings.Join(missing, ", "), tables.Slot)
 	}
 	return min, nil
+}
+
+// earliestAcked returns the earliest commit time of the last message each
+// of sinks acknowledged (progress, by sink), and, sorted, the sinks with
+// no commit time recorded: the bound is then unknown (min is zero when
+// every sink is missing).
+func earliestAcked(sinks []string, progress map[string]store.Position) (min time.Time, missing []string) {
+	for _, s := range sinks {
+		at := progress[s].CommitTime
+		switch {
+		case at.IsZero():
+			missing = append(missing, s)
+		case min.IsZero() || at.Before(min):
+			min = at
+		}
+	}
+	slices.Sort(missing)
+	return min, missing
+}
+
+// timeCandidates are the columns that may give a row's time, in the order
+// timeColumn tries them: columns.time, relay.retention.column, created_at.
+func timeCandidates(cfg *config.Config) []string {
+	var out []string
+	for _, c := range []string{cfg.Outbox().Columns[layout.Time], retentionColumn(cfg), layout.DefaultTime} {
+		if c != "" && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// retentionColumn is relay.retention.column, "" without retention.
+func retentionColumn(cfg *config.Config) string {
+	if r := cfg.Relay.Retention; r != nil {
+		return r.Column
+	}
+	return ""
+}
+
+// timeBound is the SQL of the bound $2 (a timestamptz) compared with a
+// column of type typ (format_type's name), and false for a type that
+// gives no time.
+func timeBound(typ string) (string, bool) {
+	switch typ {
+	case "timestamp with time zone":
+		return "$2::timestamptz", true
+	case "timestamp without time zone":
+		return "($2::timestamptz AT TIME ZONE 'UTC')", true // as columns.time reads it
+	}
+	return "", false
 }
 
 // timeColumn returns the column that gives a row's time (columns.time,
@@ -272,15 +320,7 @@ func progressBound(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (tim
 // the default layout does) and the SQL of the bound $2 compared with it.
 func timeColumn(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (col, bound string, err error) {
 	t := cfg.Outbox()
-	candidates := []string{t.Columns[layout.Time]}
-	if r := cfg.Relay.Retention; r != nil {
-		candidates = append(candidates, r.Column)
-	}
-	candidates = append(candidates, layout.DefaultTime)
-	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
+	for _, c := range timeCandidates(cfg) {
 		var typ string
 		err := conn.QueryRow(ctx, "SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped",
 			t.Qualified(), c).Scan(&typ)
@@ -290,11 +330,8 @@ func timeColumn(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (col, b
 		if err != nil {
 			return "", "", fmt.Errorf("reading the columns of %s: %w", t, err)
 		}
-		switch typ {
-		case "timestamp with time zone":
-			return c, "$2::timestamptz", nil
-		case "timestamp without time zone":
-			return c, "($2::timestamptz AT TIME ZONE 'UTC')", nil // as columns.time reads it
+		if bound, ok := timeBound(typ); ok {
+			return c, bound, nil
 		}
 		return "", "", fmt.Errorf("%w: column %q of %s has type %s; selecting the rows by time needs a timestamptz or timestamp column: map columns.time to one",
 			ErrRecoverNoBound, c, t, typ)

@@ -78,7 +78,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 		return res, err
 	}
 	if info.Active {
-		return res, fmt.Errorf("%w: slot %q is held by a running relay (pid %d); stop every relay on the slot first", ErrSlotActive, cfg.Postgres.Slot, info.ActivePID)
+		return res, slotInUse("resync", cfg.Postgres.Slot, info.ActivePID)
 	}
 	res.Slot = info.ConfirmedFlush
 	t := outboxdb.Target(cfg)

@@ -64,7 +64,7 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, seq int64)
 		return Skipped{}, err
 	}
 	if info.Active {
-		return Skipped{}, fmt.Errorf("%w: slot %s is held by process %d (a running relay); stop every relay on it first, then run cdc skip again", ErrSlotActive, cfg.Postgres.Slot, info.ActivePID)
+		return Skipped{}, slotInUse("skip", cfg.Postgres.Slot, info.ActivePID)
 	}
 	dead := store.NewDeadLetter(cfg.Postgres.StateURL(), store.TablesOf(cfg)) // the primary when the slot is on a standby
 	defer dead.Close()
@@ -72,24 +72,35 @@ func Skip(ctx context.Context, cfg *config.Config, lsn pglogrepl.LSN, seq int64)
 	if err != nil {
 		return Skipped{}, err
 	}
+	if err := checkSkip(de, info.ConfirmedFlush, lsn, seq); err != nil {
+		return Skipped{}, err
+	}
+	if err := dead.Park(ctx, de, store.SkippedPrefix+de.Err.Error()); err != nil {
+		return Skipped{}, err
+	}
+	return Skipped{ID: de.ID, LSN: de.LSN, CommitLSN: de.CommitLSN, Seq: de.Seq, Err: de.Err}, nil
+}
+
+// checkSkip says whether cdc skip --lsn lsn (seq: -1 when not given)
+// may park de, the first message after the slot's confirmed position
+// that the relay cannot map (nil: none): only the message the relay stops
+// at, and never a row of a table that does not fit the mapping.
+func checkSkip(de *decoder.Error, confirmed, lsn pglogrepl.LSN, seq int64) error {
 	if de == nil {
-		return Skipped{}, fmt.Errorf("%w: every message after the slot's confirmed position %s maps; nothing to skip", ErrSkipNotFound, info.ConfirmedFlush)
+		return fmt.Errorf("%w: every message after the slot's confirmed position %s maps; nothing to skip", ErrSkipNotFound, confirmed)
 	}
 	if de.Table {
-		return Skipped{}, fmt.Errorf("%w: %v: the table does not fit the mapping, so every row would fail alike; fix columns: or the table instead (skipping one row cannot help)", ErrSkipOther, de)
+		return fmt.Errorf("%w: %v: the table does not fit the mapping, so every row would fail alike; fix columns: or the table instead (skipping one row cannot help)", ErrSkipOther, de)
 	}
 	if de.LSN != lsn || seq >= 0 && int64(de.Seq) != seq {
 		want := lsn.String()
 		if seq >= 0 {
 			want = store.FormatAt(lsn, uint32(seq))
 		}
-		return Skipped{}, fmt.Errorf("%w: the first message the relay cannot map is at --lsn %s (%v), not %s; cdc skip parks only the message the relay stops at",
+		return fmt.Errorf("%w: the first message the relay cannot map is at --lsn %s (%v), not %s; cdc skip parks only the message the relay stops at",
 			ErrSkipOther, store.FormatAt(de.LSN, de.Seq), de, want)
 	}
-	if err := dead.Park(ctx, de, store.SkippedPrefix+de.Err.Error()); err != nil {
-		return Skipped{}, err
-	}
-	return Skipped{ID: de.ID, LSN: de.LSN, CommitLSN: de.CommitLSN, Seq: de.Seq, Err: de.Err}, nil
+	return nil
 }
 
 // firstInvalid returns the first row after the slot's confirmed position
