@@ -49,7 +49,7 @@
 // Low-level mechanisms switched off (mechanisms.go; full runs, or
 // -mechanisms): the catch-up to discard and to Kafka and the 1,000 tx/s
 // run to discard again, with every mechanism on and with each switch
-// (WALPOST_RAWNET, WALPOST_COALESCE, WALPOST_RCVBUF) off in turn, taking
+// (WALPOST_RAWNET) off in turn, taking
 // turns round by round, and the gain of each mechanism.
 package main
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/walpost/walpost/internal/rawnet"
-	"github.com/walpost/walpost/internal/replication"
 )
 
 // mechanism is one of the relay's low-level mechanisms (below net.Conn or
@@ -24,12 +23,11 @@ type mechanism struct {
 
 // allMechanisms are the mechanisms the section switches off, in the order
 // it reports them. (The 64 KiB receive buffer, WALPOST_RCVBUF, was removed
-// by issue 24: no gain on two full runs.)
+// by issue 24 and coalesced reads, WALPOST_COALESCE, by issue 34: no clear
+// gain on two full runs.)
 var allMechanisms = []mechanism{
 	{Name: "rawnet", Env: rawnet.EnvRawSyscalls,
 		Label: "raw system calls on the replication and Kafka sockets (internal/rawnet)"},
-	{Name: "coalesce", Env: replication.EnvCoalesce,
-		Label: "coalesced reads while behind (SO_RCVLOWAT, internal/replication)"},
 }
 
 func mechanismNames() string {

@@ -948,8 +948,8 @@ func (r *report) writeMethod(p printer) {
 		"200,000 messages through a pipe against 2,500–6,500 to a file, at the same or a lower rate), which would make " +
 		"the ceiling measure the bench's reading rather than the stream (`-ceiling-pipe` measures it that way). " +
 		"It is the stream's speed as its own client reads it, not a hard limit: pg_recvlogical reads eagerly, and while " +
-		"it keeps up the WAL sender pays for waking it at every few messages; walpost coalesces its reads while it is " +
-		"behind (see the notes below) and can read a backlog faster than it.\n")
+		"it keeps up the WAL sender pays for waking it at every few messages, and so does walpost, which reads eagerly too " +
+		"(its coalesced reads were removed by issue 34: no clear gain in two full runs).\n")
 	p("- The polling relays run in a child process (the bench binary again) with plain pgx: *classic* selects the 20 " +
 		"oldest unsent rows by created_at on a timer and marks each sent in its own transaction; *tuned* claims up to " +
 		"1,000 rows with FOR UPDATE SKIP LOCKED, marks them with one UPDATE ... WHERE id = ANY($1) in the same " +

@@ -38,9 +38,10 @@ func streamingLine(t *testing.T, p *proc) map[string]any {
 // backlog with messages far larger than the buffer arrives whole and in
 // order. (Sizes under 64 KiB are refused by the config: at 4 KiB this
 // backlog crawled through the WAL sender's zero-window probes.) With
-// every low-level switch off (WALPOST_RAWNET, WALPOST_COALESCE), the
-// relay logs each switch at info, and the backlog still arrives whole and
-// in order through net.Conn alone.
+// the low-level switch off (WALPOST_RAWNET), the relay logs it at info,
+// and the backlog still arrives whole and in order through net.Conn
+// alone; WALPOST_COALESCE, whose mechanism issue 34 removed, draws a
+// warning that it is ignored.
 func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -87,6 +88,12 @@ func TestIntegrationReceiveBufferIsSizedAsConfiguredAndLosesNothing(t *testing.T
 			line := streamingLine(t, p)
 			for _, kv := range tc.env {
 				env, _, _ := strings.Cut(kv, "=")
+				if env == "WALPOST_COALESCE" {
+					if !strings.Contains(p.Stderr.String(), `"level":"warn","env":"WALPOST_COALESCE","value":"off"`) || !strings.Contains(p.Stderr.String(), "WALPOST_COALESCE is ignored") {
+						t.Errorf("no warning that WALPOST_COALESCE is ignored in the relay's log:\n%s", p.Stderr.String())
+					}
+					continue
+				}
 				if !strings.Contains(p.Stderr.String(), `"env":"`+env+`","value":"off"`) ||
 					!strings.Contains(p.Stderr.String(), "switched off by the environment") {
 					t.Errorf("no info line for %s in the relay's log:\n%s", kv, p.Stderr.String())

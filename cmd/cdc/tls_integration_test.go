@@ -86,7 +86,7 @@ func tailFile(path string, n int) string {
 // TestIntegrationStreamsOverTLS: with sslmode=require the replication
 // connection is TLS over the raw-system-call socket (rawnet under
 // crypto/tls): a backlog with a 1 MiB message arrives whole and in order
-// (coalesced reads; receive_buffer: 65536 finds the socket under TLS), then
+// (receive_buffer: 65536 finds the socket under TLS), then
 // messages committed while the relay keeps up (reads that poll with
 // pastDeadline through TLS) arrive too, and the server says the WAL
 // sender's connection is encrypted.

@@ -35,9 +35,8 @@
 // written through net.Conn, the ordinary Go path, and every read deadline
 // the replication stream sets is the socket's own. It is read once, when the process
 // starts (Setting); the replication stream and each Kafka sink log it at
-// info when it is set (Switch.Log). Switch is the type of this and of
-// internal/replication's switch (WALPOST_COALESCE), so
-// that every low-level switch reads and logs the same way.
+// info when it is set (Switch.Log). Switch is the type of every low-level
+// switch, so that each reads and logs the same way.
 package rawnet
 
 import (

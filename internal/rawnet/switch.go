@@ -21,8 +21,7 @@ func Setting() Switch { return rawSwitch }
 
 // Switch is an operator's switch for one of the relay's low-level
 // mechanisms: those below net.Conn or outside the ordinary Go path (raw
-// system calls here; coalesced reads and the receive buffer's size in
-// internal/replication). A mechanism is on unless its environment
+// system calls here). A mechanism is on unless its environment
 // variable turns it off, so that an operator can rule it out when
 // something hangs, without a config change. Each is read once, when the
 // process starts; what each buys is measured by the bench

@@ -38,11 +38,6 @@ type conn interface {
 	// errReadDeadline; a time in the past makes it return at once unless
 	// a message is buffered, the zero time waits without limit.
 	SetReadDeadline(t time.Time) error
-	// Coalesce turns coalesced reads on or off (see coalescer) and
-	// reports whether reads are coalesced now. Where the connection
-	// cannot coalesce, it reports false for on and changes nothing, then
-	// or later.
-	Coalesce(on bool) bool
 	// Close closes the connection.
 	Close()
 }
@@ -72,13 +67,12 @@ type pgConn struct {
 	pg  *pgconn.PgConn
 	net net.Conn
 	raw *rawnet.Conn // the socket under net; nil where it is read through net.Conn
-	co  *coalescer
 	rb  receiveBuffer
 }
 
 func newPgConn(pg *pgconn.PgConn) *pgConn {
 	nc := pg.Conn()
-	return &pgConn{pg: pg, net: nc, raw: rawnet.Of(nc), co: newCoalescer(nc)}
+	return &pgConn{pg: pg, net: nc, raw: rawnet.Of(nc)}
 }
 
 func (c *pgConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
@@ -111,11 +105,6 @@ func (c *pgConn) SetReadDeadline(t time.Time) error {
 		return nil
 	}
 	return c.raw.SetReadDeadlineOnce(t)
-}
-
-func (c *pgConn) Coalesce(on bool) bool {
-	c.co.set(on)
-	return c.co.on
 }
 
 func (c *pgConn) Close() { c.pg.Close(context.Background()) }

@@ -36,30 +36,25 @@
 // per call); a deadline that fires mid-message is harmless, pgproto3
 // resumes the partial message on the next read.
 //
-// Coalesced reads while behind. Read eagerly, a stream that keeps up with
-// the WAL sender empties the socket after every message, sleeps, and is
-// woken by the sender's next send: the wake-up is paid on the sender's CPU,
-// which in a catch-up is the bottleneck (what that costs, and what
-// coalescing buys, is measured: BENCHMARKS.md, "What each optimisation
-// bought"). So while the server sends a
-// transaction's messages 100 ms or more after it committed (the Begin
-// message's commit time against the send time in each XLogData header,
-// both the server's clock), the stream sets SO_RCVLOWAT on the socket: the
-// kernel wakes it only once 32 KiB are queued, and a read deadline 2 ms out
-// bounds the wait. A message sent less than 20 ms after its commit, or a
-// wait that ended by the deadline, turns it off again, so a relay that
-// keeps up reads each message as it comes and its latency is unchanged.
-// Reads go through a 64 KiB buffer. Linux only (elsewhere reads stay
-// eager); on a Unix-domain socket the kernel ignores the setting and
-// nothing changes. Decoding on a standby (PG 16+), commit times come from
-// the primary's clock: replay lag or clock skew over 100 ms keeps
-// coalescing on, which costs at most 2 ms after each quiet gap.
+// Behind. While the server sends a transaction's messages 100 ms or more
+// after it committed (the Begin message's commit time against the send
+// time in each XLogData header, both the server's clock), the stream is
+// behind: it is reading a backlog. A message sent less than 20 ms after
+// its commit, or a read that found nothing for 2 ms, ends it. Reads are
+// eager, each message as it comes, through a 64 KiB buffer. (Until issue
+// 34 the stream also set SO_RCVLOWAT while behind, so that the kernel woke
+// it only once 32 KiB were queued; over three full bench runs that never
+// showed a clear end-to-end gain, so it went: BENCHMARKS.md, "What each
+// optimisation bought". WALPOST_COALESCE is ignored, with a warning.)
+// Decoding on a standby (PG 16+), commit times come from the primary's
+// clock: replay lag or clock skew over 100 ms keeps the stream behind,
+// which costs status updates every 10 ms and a read deadline 2 ms out.
 //
 // Receive buffer. The kernel sizes the socket's receive buffer unless
 // postgres.receive_buffer names a size (StreamOptions.ReceiveBuffer); the
 // 64 KiB that "auto" set on fast links until issue 24 showed no gain in
 // two full bench runs and is gone (docs/design.md, "Reading a backlog").
-// While coalescing, and after it until a status update reported everything read
+// While behind, and after it until a status update reported everything read
 // as confirmed, status updates go every pollBehind (10 ms) instead of
 // pollPending (100 ms).
 //
@@ -69,15 +64,12 @@
 // deadline of pastDeadline is not set on the socket: rawnet.Conn.Expire
 // makes the next read take what is there without a timer.
 //
-// Switches. Each of the two mechanisms above that work below net.Conn
-// has an environment variable that turns it off, read once when the
-// process starts and logged at info by NewStream when set (off, false, no
-// or 0 turn a mechanism off; see rawnet.Switch), so that an operator can
-// rule it out when the stream hangs, without a config change:
+// Switches. The mechanism above that works below net.Conn has an
+// environment variable that turns it off, read once when the process
+// starts and logged at info by NewStream when set (off, false, no or 0
+// turn it off; see rawnet.Switch), so that an operator can rule it out
+// when the stream hangs, without a config change:
 //
-//   - WALPOST_COALESCE=off (EnvCoalesce): no SO_RCVLOWAT. The stream still
-//     notices it is behind (status updates every pollBehind, the short
-//     read deadline), but every read is eager, as through net.Conn alone.
 //   - WALPOST_RAWNET=off (rawnet.EnvRawSyscalls): the socket is read and
 //     written through net.Conn, and read deadlines are the socket's own.
 //     It also applies to the Kafka sink's broker sockets.
@@ -112,20 +104,20 @@
 //     fatal, back off); backoff.go: Backoff and Sleep.
 //   - conn.go: the protocol I/O seam. conn is what a session needs of a
 //     connection (ReceiveMessage with a read deadline, SendStatus,
-//     SetReadDeadline, Coalesce, Close); pgConn implements it over a
+//     SetReadDeadline, Close); pgConn implements it over a
 //     *pgconn.PgConn. Stream.dial (Stream.connect outside tests) connects,
 //     runs START_REPLICATION at the resume point and classifies its errors
-//     (startError). coalesce*.go hold the socket hook behind Coalesce.
+//     (startError). coalesce.go warns of the removed WALPOST_COALESCE.
 //   - state.go: sessionState, the pure state machine of one session: no
 //     I/O, no clock read (the loop passes now in). It batches events
 //     (maxBatch, maxBatchBytes, message bytes copied into 8 KiB slabs),
 //     keeps the resume point (moved only by batchSent, once the events
 //     before it went downstream), says when a status update is due
 //     (asking the Confirmer only when the time allows one), chooses the
-//     read deadline, and decides when reads are coalesced.
+//     read deadline, and decides when the stream is behind.
 //   - session.go: the loop of one connection. It asks the state what to
-//     do, does the I/O (receive, send status, set the deadline, switch
-//     coalescing, send a batch downstream) and feeds the result back; it
+//     do, does the I/O (receive, send status, set the deadline, send a
+//     batch downstream) and feeds the result back; it
 //     also sends the final status on shutdown.
 //
 // Tests play the server through the dial seam (fakeserver_test.go: a

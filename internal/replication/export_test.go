@@ -1,4 +1,5 @@
 package replication
 
-// CoalesceStarts reports how often the stream began coalescing reads.
-func (s *Stream) CoalesceStarts() int64 { return s.coalesceStarts.Load() }
+// BehindStarts reports how often the stream found itself behind the
+// server (reading a backlog).
+func (s *Stream) BehindStarts() int64 { return s.behindStarts.Load() }

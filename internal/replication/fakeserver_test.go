@@ -62,7 +62,7 @@ func (f *fakeServer) sleep(ctx context.Context, d time.Duration) bool {
 // accept answers the next dial with a new connection, which it returns;
 // the test queues the server's messages on it.
 func (f *fakeServer) accept() *fakeConn {
-	c := &fakeConn{wake: make(chan struct{}, 1), dialed: make(chan struct{}), closed: make(chan struct{}), canCoalesce: true}
+	c := &fakeConn{wake: make(chan struct{}, 1), dialed: make(chan struct{}), closed: make(chan struct{})}
 	f.answers <- dialAnswer{c: c}
 	return c
 }
@@ -89,20 +89,17 @@ func (f *fakeServer) waitsSoFar() []time.Duration {
 // status updates. Like a socket, a read takes what is queued, and else
 // waits for more or for the read deadline.
 type fakeConn struct {
-	wake        chan struct{} // a message was queued or the deadline changed
-	dialed      chan struct{} // closed when a dial returned the connection
-	closed      chan struct{} // closed by Close
-	canCoalesce bool
+	wake   chan struct{} // a message was queued or the deadline changed
+	dialed chan struct{} // closed when a dial returned the connection
+	closed chan struct{} // closed by Close
 
-	mu         sync.Mutex
-	resume     pglogrepl.LSN // where START_REPLICATION began
-	queue      []pgproto3.BackendMessage
-	err        error // once the queue is empty: the connection broke
-	deadline   time.Time
-	received   int // messages the client took
-	statuses   []sentStatus
-	coalescing bool
-	switches   []bool // Coalesce calls
+	mu       sync.Mutex
+	resume   pglogrepl.LSN // where START_REPLICATION began
+	queue    []pgproto3.BackendMessage
+	err      error // once the queue is empty: the connection broke
+	deadline time.Time
+	received int // messages the client took
+	statuses []sentStatus
 }
 
 // sentStatus is a standby status update the client sent: its position,
@@ -180,16 +177,6 @@ func (c *fakeConn) SetReadDeadline(t time.Time) error {
 	c.mu.Unlock()
 	c.notify()
 	return nil
-}
-
-func (c *fakeConn) Coalesce(on bool) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.switches = append(c.switches, on)
-	if c.canCoalesce {
-		c.coalescing = on
-	}
-	return c.coalescing
 }
 
 func (c *fakeConn) Close() { close(c.closed) }

@@ -109,8 +109,8 @@ func (ss *session) loop() error {
 
 // act does what a message the state took asks for.
 func (ss *session) act(r received) error {
-	if r.switchCoalescing && ss.st.coalesced(r.coalesce, ss.c.Coalesce(r.coalesce)) {
-		ss.s.coalesceStarts.Add(1)
+	if r.switchBehind && ss.st.setBehind(r.behind) {
+		ss.s.behindStarts.Add(1)
 	}
 	if r.keepalive {
 		ss.s.serverWAL.Store(uint64(r.serverWAL))
@@ -127,8 +127,8 @@ func (ss *session) deadlineReached() error {
 	switch ss.st.deadlineReached() {
 	case deadlineFlush:
 		return ss.flush()
-	case deadlineStopCoalescing:
-		ss.st.coalesced(false, ss.c.Coalesce(false))
+	case deadlineCaughtUp:
+		ss.st.setBehind(false)
 	}
 	return nil
 }

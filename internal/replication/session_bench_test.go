@@ -36,12 +36,11 @@ func (c *replayConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
 }
 func (c *replayConn) SendStatus(pglogrepl.LSN, time.Time) error { return nil }
 func (c *replayConn) SetReadDeadline(time.Time) error           { return nil }
-func (c *replayConn) Coalesce(on bool) bool                     { return on }
 func (c *replayConn) Close()                                    {}
 
 // BenchmarkSessionCatchUp measures the session's cost per message of a
 // catch-up (transactions of 10 rows of ~300 bytes, sent 1 s after their
-// commit so that reads are coalesced), downstream a consumer that drops
+// commit so that the stream is behind), downstream a consumer that drops
 // every batch. One op is one message.
 func BenchmarkSessionCatchUp(b *testing.B) {
 	msgs := catchUpMsgs()

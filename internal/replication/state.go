@@ -28,7 +28,7 @@ const (
 	// (BENCHMARKS.md, "What each optimisation bought").
 	pollPending = 100 * time.Millisecond
 	// pollBehind replaces pollPending while the stream is behind
-	// (coalescing) and after that until a status update reported
+	// and after that until a status update reported
 	// everything acknowledged: when a backlog is read, the slot is
 	// confirmed within 10 ms of the last acknowledgement, not 100 ms (a
 	// large share of a catch-up's time: BENCHMARKS.md, "What each
@@ -37,14 +37,14 @@ const (
 	pollBehind = 10 * time.Millisecond
 
 	// While the server sends transactions behindMicros or more after
-	// their commit, the stream is catching up and coalesces reads (see
-	// coalescer): the socket wakes it once coalesceBytes are queued, or
-	// after coalesceWait. Below caughtUpMicros it reads eagerly again, each
-	// message as it comes.
+	// their commit, the stream is behind (reading a backlog): status
+	// updates go every pollBehind, and a read that finds nothing for
+	// behindWait ends it. Below caughtUpMicros it has caught up. (Until
+	// issue 34 the stream also coalesced its reads while behind, with
+	// SO_RCVLOWAT; no clear gain in the bench, so reads are always eager.)
 	behindMicros   = 100_000
 	caughtUpMicros = 20_000
-	coalesceBytes  = 32 << 10
-	coalesceWait   = 2 * time.Millisecond
+	behindWait     = 2 * time.Millisecond
 )
 
 // pastDeadline makes reads return at once unless data is buffered.
@@ -53,7 +53,7 @@ var pastDeadline = time.Unix(1, 0)
 // sessionState is the pure state machine of one streaming session: it
 // decides and the session does the I/O. It batches events, tracks where a
 // new connection resumes, times standby status updates, chooses the read
-// deadline and decides when reads are coalesced. It reads no clock (the
+// deadline and decides when the stream is behind. It reads no clock (the
 // caller passes now) and touches no connection. Not safe for concurrent
 // use.
 type sessionState struct {
@@ -81,9 +81,8 @@ type sessionState struct {
 	polling  bool
 	deadline time.Time
 
-	coalescing bool // reads are coalesced now
-	noCoalesce bool // the connection cannot (or no longer) switch coalescing
-	// draining: coalescing ended, and no status update since reported
+	behind bool // the stream is reading a backlog
+	// draining: behind ended, and no status update since reported
 	// everything acknowledged (statuses go every pollBehind until one does).
 	draining bool
 }
@@ -97,7 +96,7 @@ func newSessionState(resume pglogrepl.LSN, statusInterval time.Duration) session
 // statusSent records a standby status update reporting lsn, sent at now.
 func (m *sessionState) statusSent(lsn pglogrepl.LSN, now time.Time) {
 	m.lastSent, m.lastStatus = lsn, now
-	if !m.coalescing && !m.inTx && lsn >= m.pending {
+	if !m.behind && !m.inTx && lsn >= m.pending {
 		m.draining = false // everything read is confirmed
 	}
 }
@@ -106,7 +105,7 @@ func (m *sessionState) statusSent(lsn pglogrepl.LSN, now time.Time) {
 // confirmed position: pollBehind while a backlog is read or its last
 // acknowledgements are awaited, pollPending otherwise.
 func (m *sessionState) poll() time.Duration {
-	if m.coalescing || m.draining {
+	if m.behind || m.draining {
 		return pollBehind
 	}
 	return pollPending
@@ -145,7 +144,7 @@ func (m *sessionState) batchSent() pglogrepl.LSN {
 // one while cp has something in flight or a position not yet reported (or
 // pollPending from now once that passed; the same deadline for every read
 // until the next update, so the runtime's timer is not reset per message),
-// within coalesceWait while coalescing.
+// within behindWait while behind.
 func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, bool) {
 	if len(m.batch) > 0 {
 		if m.polling {
@@ -162,8 +161,8 @@ func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, boo
 		}
 		next = minTime(next, poll)
 	}
-	if m.coalescing {
-		next = minTime(next, now.Add(coalesceWait))
+	if m.behind {
+		next = minTime(next, now.Add(behindWait))
 	}
 	if m.polling || m.deadline.IsZero() || !m.deadline.After(now) || next.Before(m.deadline) {
 		m.polling = false
@@ -180,10 +179,10 @@ const (
 	deadlineNothing deadlineAction = iota
 	// deadlineFlush: everything buffered was read; send the batch.
 	deadlineFlush
-	// deadlineStopCoalescing: fewer than coalesceBytes came within
-	// coalesceWait; read what is there, and eagerly until a transaction
-	// says the stream is behind again.
-	deadlineStopCoalescing
+	// deadlineCaughtUp: nothing came within behindWait while behind: the
+	// backlog is read, until a transaction says the stream is behind
+	// again.
+	deadlineCaughtUp
 )
 
 // deadlineReached returns what a read that reached its deadline calls for.
@@ -191,24 +190,20 @@ func (m *sessionState) deadlineReached() deadlineAction {
 	switch {
 	case m.polling:
 		return deadlineFlush
-	case m.coalescing && !m.noCoalesce:
-		return deadlineStopCoalescing
+	case m.behind:
+		return deadlineCaughtUp
 	}
 	return deadlineNothing
 }
 
-// coalesced records the outcome of switching coalescing to want: on is
-// whether reads are coalesced now. It reports whether coalescing began.
-// A connection that did not switch is not asked again.
-func (m *sessionState) coalesced(want, on bool) bool {
-	began := on && !m.coalescing
-	if m.coalescing && !on {
+// setBehind records whether the stream is behind now. It reports
+// whether being behind began.
+func (m *sessionState) setBehind(on bool) bool {
+	began := on && !m.behind
+	if m.behind && !on {
 		m.draining = true
 	}
-	m.coalescing = on
-	if on != want {
-		m.noCoalesce = true
-	}
+	m.behind = on
 	return began
 }
 
@@ -221,9 +216,10 @@ type received struct {
 	serverWAL pglogrepl.LSN
 	// reply: the server asks for a standby status update now.
 	reply bool
-	// switchCoalescing: set coalescing to coalesce (then call coalesced).
-	switchCoalescing bool
-	coalesce         bool
+	// switchBehind: the stream is behind, or caught up, as behind says
+	// (then call setBehind).
+	switchBehind bool
+	behind       bool
 }
 
 // copyData takes the payload of one CopyData message of the stream: an
@@ -255,7 +251,7 @@ func (m *sessionState) copyData(data []byte) (received, error) {
 	}
 	var r received
 	if m.inTx {
-		r.coalesce, r.switchCoalescing = m.observeLag(int64(binary.BigEndian.Uint64(data[17:25])) - m.commitTime)
+		r.behind, r.switchBehind = m.observeLag(int64(binary.BigEndian.Uint64(data[17:25])) - m.commitTime)
 	}
 	m.batch = append(m.batch, Event{Kind: Data, LSN: walStart, Data: m.keep(walData)})
 	m.batchBytes += len(walData)
@@ -279,8 +275,8 @@ func (m *sessionState) otherCopyData(data []byte) (received, error) {
 }
 
 // observeLag takes the lag of a message inside a transaction, in µs: how
-// long after the transaction committed the server sent it. It returns the
-// coalescing the lag asks for, and whether that is a switch.
+// long after the transaction committed the server sent it. It returns
+// whether the lag says the stream is behind, and whether that is a switch.
 func (m *sessionState) observeLag(lag int64) (want, change bool) {
 	switch {
 	case lag >= behindMicros:
@@ -288,9 +284,9 @@ func (m *sessionState) observeLag(lag int64) (want, change bool) {
 	case lag < caughtUpMicros:
 		want = false
 	default:
-		return m.coalescing, false
+		return m.behind, false
 	}
-	return want, want != m.coalescing && !m.noCoalesce
+	return want, want != m.behind
 }
 
 // keep copies a message's bytes for the batch: small ones into the

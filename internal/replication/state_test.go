@@ -137,7 +137,7 @@ func TestReadDeadlineIsInThePastWhileABatchIsOpenAndSetOnlyWhenItChanges(t *test
 	}
 }
 
-func TestReadDeadlineIsPollPendingAfterTheLastStatusWhileSomethingIsInFlightAndTwoMillisecondsWhileCoalescing(t *testing.T) {
+func TestReadDeadlineIsPollPendingAfterTheLastStatusWhileSomethingIsInFlightAndTwoMillisecondsWhileBehind(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	st := newSessionState(0, time.Second)
 	st.statusSent(0x10, t0)
@@ -159,60 +159,49 @@ func TestReadDeadlineIsPollPendingAfterTheLastStatusWhileSomethingIsInFlightAndT
 	if d, _ := st.readDeadline(later, cp); !d.Equal(later.Add(pollPending)) {
 		t.Errorf("deadline %v with a position not yet reported and the interval passed, want now+pollPending", d)
 	}
-	st.coalescing = true
+	st.behind = true
 	if d, _ := st.readDeadline(later.Add(time.Millisecond), cp); !d.Equal(later.Add(3 * time.Millisecond)) {
-		t.Errorf("deadline %v while coalescing, want now+coalesceWait", d)
+		t.Errorf("deadline %v while behind, want now+behindWait", d)
 	}
 }
 
-func TestCoalescingStartsWhenAMessageComes100msAfterItsCommitAndStopsUnder20ms(t *testing.T) {
+func TestBehindStartsWhenAMessageComes100msAfterItsCommitAndStopsUnder20ms(t *testing.T) {
 	var st sessionState
 	r := feed(t, &st, xLogData(0x100, behindMicros-1, beginMsg(0x1A0, 0)))
-	if r.switchCoalescing {
+	if r.switchBehind {
 		t.Fatalf("switch asked at a lag under 100 ms: %+v", r)
 	}
 	r = feed(t, &st, xLogData(0x101, behindMicros, insertMsg(10)))
-	if !r.switchCoalescing || !r.coalesce {
+	if !r.switchBehind || !r.behind {
 		t.Fatalf("no switch on at a lag of 100 ms: %+v", r)
 	}
-	if !st.coalesced(true, true) {
-		t.Fatal("coalesced(true, true) did not report a start")
+	if !st.setBehind(true) {
+		t.Fatal("setBehind(true) did not report a start")
 	}
-	if r = feed(t, &st, xLogData(0x102, caughtUpMicros, insertMsg(10))); r.switchCoalescing {
+	if r = feed(t, &st, xLogData(0x102, caughtUpMicros, insertMsg(10))); r.switchBehind {
 		t.Fatalf("switch asked at a lag of 20 ms (between the thresholds): %+v", r)
 	}
-	if r = feed(t, &st, xLogData(0x1A0, 0, commitMsg(0x1A0))); r.switchCoalescing {
+	if r = feed(t, &st, xLogData(0x1A0, 0, commitMsg(0x1A0))); r.switchBehind {
 		t.Fatalf("switch asked for a commit (outside the transaction): %+v", r)
 	}
 	r = feed(t, &st, xLogData(0x200, 1_000_000+caughtUpMicros-1, beginMsg(0x2A0, 1_000_000)))
-	if !r.switchCoalescing || r.coalesce {
+	if !r.switchBehind || r.behind {
 		t.Fatalf("no switch off at a lag under 20 ms: %+v", r)
 	}
 }
 
-func TestCoalescedWaitThatEndsByTheDeadlineStopsCoalescing(t *testing.T) {
+func TestAWaitWhileBehindThatEndsByTheDeadlineIsCaughtUp(t *testing.T) {
 	var st sessionState
 	if st.deadlineReached() != deadlineNothing {
 		t.Fatal("a deadline reached while reading eagerly calls for something")
 	}
-	st.coalesced(true, true)
-	if st.deadlineReached() != deadlineStopCoalescing {
-		t.Fatal("a coalesced wait that ended by the deadline does not stop coalescing")
+	st.setBehind(true)
+	if st.deadlineReached() != deadlineCaughtUp {
+		t.Fatal("a wait while behind that ended by the deadline is not caught up")
 	}
-	st.coalesced(false, false)
-	if st.coalescing {
-		t.Fatal("still coalescing after the switch off")
-	}
-}
-
-func TestAConnectionThatCannotCoalesceIsNotAskedAgain(t *testing.T) {
-	var st sessionState
-	r := feed(t, &st, xLogData(0x100, behindMicros, beginMsg(0x1A0, 0)))
-	if !r.switchCoalescing || st.coalesced(true, false) {
-		t.Fatalf("first switch %+v, or a start reported where the connection refused", r)
-	}
-	if r = feed(t, &st, xLogData(0x101, behindMicros, insertMsg(10))); r.switchCoalescing {
-		t.Fatal("asked again after the connection could not coalesce")
+	st.setBehind(false)
+	if st.behind {
+		t.Fatal("still behind after caught up")
 	}
 }
 
@@ -255,7 +244,7 @@ func TestTruncatedXLogDataIsAnError(t *testing.T) {
 	}
 }
 
-// While a backlog is read (coalescing) and until a status update reported
+// While a backlog is read (behind) and until a status update reported
 // everything read as confirmed, a moved position is reported every
 // pollBehind; then every pollPending again.
 func TestStatusGoesEveryPollBehindWhileABacklogIsReadAndUntilItIsConfirmed(t *testing.T) {
@@ -266,13 +255,13 @@ func TestStatusGoesEveryPollBehindWhileABacklogIsReadAndUntilItIsConfirmed(t *te
 	if st.statusDue(t0.Add(pollBehind), cp) {
 		t.Fatal("status due after pollBehind while keeping up")
 	}
-	st.coalesced(true, true)
+	st.setBehind(true)
 	if !st.statusDue(t0.Add(pollBehind), cp) {
-		t.Fatal("no status due after pollBehind while coalescing")
+		t.Fatal("no status due after pollBehind while behind")
 	}
 	feed(t, &st, txMsgs(0x100, 0x1A0, 2, 0, 0)...)
 	st.batchSent()
-	st.coalesced(false, false) // caught up: the last acks are still to come
+	st.setBehind(false) // caught up: the last acks are still to come
 	st.statusSent(0x20, t0)
 	cp.confirmed = 0x100
 	if !st.statusDue(t0.Add(pollBehind), cp) {

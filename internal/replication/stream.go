@@ -108,8 +108,9 @@ type Stream struct {
 	// it with a scripted server), sleep waits between attempts (backoff.Sleep).
 	dial  dialFunc
 	sleep func(context.Context, time.Duration) bool
-	// coalesceStarts counts how often the stream began coalescing reads.
-	coalesceStarts atomic.Int64
+	// behindStarts counts how often the stream found itself behind the
+	// server (reading a backlog).
+	behindStarts atomic.Int64
 	// entered: the stream holds what opt.Gate's last Enter gave (gate.go).
 	entered bool
 }

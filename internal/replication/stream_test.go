@@ -10,10 +10,10 @@ import (
 )
 
 // A stream that starts behind (a backlog committed well before it
-// connects) coalesces its reads while it catches up, delivers every row,
-// and reads eagerly once it has caught up: a row committed then arrives
-// at once, not after a coalescing wait or a status interval (10 s here).
-func TestIntegrationStreamCoalescesReadsWhileBehindAndReadsEagerlyOnceCaughtUp(t *testing.T) {
+// connects) knows it is behind while it catches up, delivers every row,
+// and once it has caught up a row committed then arrives at once, not
+// after a status interval (10 s here).
+func TestIntegrationStreamKnowsItIsBehindWhileCatchingUpAndDeliversAtOnceAfter(t *testing.T) {
 	s := newStreamed(t)
 	conn := pgtest.Connect(t, s.ob.URL)
 	var backlog []string
@@ -32,15 +32,15 @@ func TestIntegrationStreamCoalescesReadsWhileBehindAndReadsEagerlyOnceCaughtUp(t
 	for _, id := range backlog {
 		s.waitRow(t, id)
 	}
-	if n := s.stream.CoalesceStarts(); n == 0 {
-		t.Error("the stream never coalesced its reads while reading a 2,000-row backlog committed 300 ms before it started")
+	if n := s.stream.BehindStarts(); n == 0 {
+		t.Error("the stream never found itself behind while reading a 2,000-row backlog committed 300 ms before it started")
 	}
 	for range 5 {
 		start := time.Now()
 		id := s.insert(t, conn)
 		s.waitRow(t, id)
 		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("a row committed after the catch-up took %v to arrive; the stream still waits for bytes to pile up", d)
+			t.Errorf("a row committed after the catch-up took %v to arrive; the stream still acts as behind", d)
 		}
 	}
 }

@@ -11,5 +11,5 @@ import (
 // "Switches"); unset switches log nothing.
 func logSwitches(log zerolog.Logger) {
 	rawnet.Setting().Log(log, "raw system calls on the replication socket (internal/rawnet)")
-	coalesceSwitch.Log(log, "coalesced reads while behind (SO_RCVLOWAT)")
+	logIgnoredSwitches(log)
 }

@@ -36,28 +36,26 @@ func rcvbuf(t *testing.T, conn net.Conn) int {
 	return n
 }
 
-// With WALPOST_COALESCE=off the coalescer keeps the state the stream asks
-// for (so the stream still knows it is behind) but never sets
-// SO_RCVLOWAT: 100 queued bytes stay readable at once.
-func TestCoalescerSwitchedOffKeepsTheStateButLeavesTheSocketEager(t *testing.T) {
-	withSwitch(t, &coalesceSwitch, EnvCoalesce, "off")
-	client, server := tcpPair(t)
-	co := newCoalescer(server)
-	if !co.set(true) || !co.on {
-		t.Fatal("set(true) switched off: want the state on (the stream is behind)")
-	}
-	if co.set(true) {
-		t.Error("set(true) twice reported a change")
-	}
-	if _, err := client.Write(bytes.Repeat([]byte("x"), 100)); err != nil {
+// tcpPair returns both ends of a loopback TCP connection, closed when
+// the test ends.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !readable(t, server, 1000) {
-		t.Fatal("100 queued bytes not readable: SO_RCVLOWAT was set although WALPOST_COALESCE=off")
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !co.set(false) || co.on {
-		t.Fatal("set(false) did not turn the state off")
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
 }
 
 // 0 (postgres.receive_buffer auto and kernel, or left out) leaves the
@@ -78,27 +76,37 @@ func TestReceiveBufferIsTheKernelsUnlessASizeIsGiven(t *testing.T) {
 }
 
 // NewStream logs each switch that is set at info, and nothing for the
-// others.
+// others; WALPOST_COALESCE, removed by issue 34, draws a warning that it
+// is ignored, whatever its value.
 func TestNewStreamLogsTheSwitchesThatAreSet(t *testing.T) {
-	withSwitch(t, &coalesceSwitch, EnvCoalesce, "off")
+	for _, v := range []string{"off", "on"} {
+		withSwitch(t, &coalesceSwitch, EnvCoalesce, v)
+		var buf bytes.Buffer
+		NewStream(StreamOptions{Log: zerolog.New(&buf)}, nil)
+		var envs []string
+		for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+			var m map[string]any
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			msg, _ := m["message"].(string)
+			if m["env"] == EnvCoalesce && (m["level"] != "warn" || !strings.Contains(msg, "ignored")) {
+				t.Errorf("%s=%s: line %v, want a warning that it is ignored", EnvCoalesce, v, m)
+			}
+			envs = append(envs, m["env"].(string))
+		}
+		want := []string{EnvCoalesce}
+		if rawnet.Setting().Set() { // the test process was started with WALPOST_RAWNET set
+			want = []string{rawnet.EnvRawSyscalls, EnvCoalesce}
+		}
+		if strings.Join(envs, ",") != strings.Join(want, ",") {
+			t.Errorf("%s=%s: logged switches %v, want %v", EnvCoalesce, v, envs, want)
+		}
+	}
+	withSwitch(t, &coalesceSwitch, EnvCoalesce, "")
 	var buf bytes.Buffer
 	NewStream(StreamOptions{Log: zerolog.New(&buf)}, nil)
-	var envs []string
-	for _, l := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
-		var m map[string]any
-		if err := json.Unmarshal(l, &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		if m["level"] != "info" || m["env"] == EnvCoalesce && m["on"] != false {
-			t.Errorf("line %v: want info, with on false for %s", m, EnvCoalesce)
-		}
-		envs = append(envs, m["env"].(string))
-	}
-	want := []string{EnvCoalesce}
-	if rawnet.Setting().Set() { // the test process was started with WALPOST_RAWNET set
-		want = []string{rawnet.EnvRawSyscalls, EnvCoalesce}
-	}
-	if strings.Join(envs, ",") != strings.Join(want, ",") {
-		t.Errorf("logged switches %v, want %v", envs, want)
+	if strings.Contains(buf.String(), EnvCoalesce) {
+		t.Errorf("%s unset, but logged: %s", EnvCoalesce, buf.String())
 	}
 }

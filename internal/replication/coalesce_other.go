@@ -1,7 +1,0 @@
-//go:build !linux
-
-package replication
-
-import "errors"
-
-func setRcvLowat(uintptr, int) error { return errors.ErrUnsupported }
