@@ -13,9 +13,11 @@
 // (store.Position.Covers), and takes room in the Window for every
 // delivery before handing it on. Deliveries are gathered per input batch
 // and sent as one slice per sink. A row it cannot map goes by
-// relay.on_invalid: parked in the dead-letter table (DeadLetters) and
-// passed, or Run stops at it (*StopAtRow) unless `cdc skip` parked it; a
-// forged message is never published. It also relays the rows the relay's
+// relay.on_invalid, a Policy of two choices (Options.Invalid): parked in
+// the dead-letter table (DeadLetters) and passed, parked as the head of
+// its key, which is then held (HoldStore; "Held keys"), or Run stops at it
+// (*StopAtRow) unless `cdc skip` parked it; a forged message is never
+// published. It also relays the rows the relay's
 // coverage watcher reads from the table for a stretch the stream may not
 // have carried (Fill; "The publication or the table changing under the
 // relay").
@@ -23,7 +25,8 @@
 // A Settler, one per sink, is that sink's runner's Ack and Refused: it
 // acknowledges the batch in the tracker, frees its room in the window,
 // moves the sink's progress and counts it; a message the sink refuses for
-// good is parked (Refusals) before it is settled.
+// good is parked (Refusals; relay.on_refused, SettlerOptions.Refused)
+// before it is settled, and under hold_key its key is held for the sink.
 //
 // Invariants (docs/design.md, "Invariants and the tests that prove them"):
 //   - A delivery is counted in the tracker (Tracker.Add) before a sink can
@@ -49,7 +52,7 @@
 //     them ("Shutdown").
 //
 // What the pipeline needs of the rest of the relay it takes as small
-// interfaces (DeadLetters, Refusals, Marker, Progress, Counter, Observer),
+// interfaces (DeadLetters, HoldStore, Refusals, Marker, Progress, Counter, Observer),
 // which the relay fills with store.DeadLetter, sentat.Marker,
 // store.Progress and its Prometheus counters, and the tests with fakes.
 package pipeline

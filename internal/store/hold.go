@@ -156,7 +156,7 @@ func (d *DeadLetter) ParkBehind(ctx context.Context, sink string, m *message.Mes
 		held = true
 		return d.insert(ctx, tx, parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
 			errText: fmt.Sprintf("held: key %q waits for the row at %s (relay.on_%s: hold_key); cdc dead-letter resend or drop of that row releases the key in order",
-				key, head, policyOf(sink)),
+				key, head, holdingPolicy(sink)),
 			row: messageLine(m), holdKey: &key, heldBehind: &head})
 	})
 	if err != nil {
@@ -166,9 +166,9 @@ func (d *DeadLetter) ParkBehind(ctx context.Context, sink string, m *message.Mes
 	return held, nil
 }
 
-// policyOf names the policy that holds keys for sink: on_invalid for
+// holdingPolicy names the policy that holds keys for sink: on_invalid for
 // every sink (""), on_refused for one.
-func policyOf(sink string) string {
+func holdingPolicy(sink string) string {
 	if sink == "" {
 		return "invalid"
 	}
