@@ -58,6 +58,7 @@ import (
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/pipeline"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/sentat"
@@ -632,11 +633,18 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		}
 	}
 	settler := pipeline.NewSettler(so)
+	secrets := redact.NewSet(cfg.Secrets()...)
 	opt := publish.RunnerOptions{
 		BatchSize:       cfg.Relay.BatchSize,
 		MaxBackoff:      cfg.Relay.RetryBackoff.D(),
 		Ack:             settler.Ack,
-		Failing:         func(f bool) { r.metrics.setFailing(sinkName, f) },
+		Failing: func(f bool) {
+			r.metrics.setFailing(sinkName, f)
+			if !f {
+				progress.Failing(sinkName, "")
+			}
+		},
+		Failed:          func(err error) { progress.Failing(sinkName, sinkError(secrets, err)) },
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}
