@@ -28,7 +28,7 @@ type Status struct {
 	Warnings []string                  // why cdc run would refuse the slot
 	Cautions []string                  // what threatens the slot or the stream (wal_status unreserved, outboxdb.EmitRisk); not a refusal
 	Coverage []string                  // why rows may not reach the sinks (coverageWarnings)
-	Failing  map[string]store.Health    // by sink: the sinks a relay recorded failing (store.LoadHealth)
+	Failing  map[string]store.Health   // by sink: the sinks a relay recorded failing (store.LoadHealth)
 	// Topology is where the slot is read: on a standby with
 	// postgres.primary_url (replication.CheckTopology).
 	Topology replication.Topology

@@ -635,9 +635,9 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	settler := pipeline.NewSettler(so)
 	secrets := redact.NewSet(cfg.Secrets()...)
 	opt := publish.RunnerOptions{
-		BatchSize:       cfg.Relay.BatchSize,
-		MaxBackoff:      cfg.Relay.RetryBackoff.D(),
-		Ack:             settler.Ack,
+		BatchSize:  cfg.Relay.BatchSize,
+		MaxBackoff: cfg.Relay.RetryBackoff.D(),
+		Ack:        settler.Ack,
 		Failing: func(f bool) {
 			r.metrics.setFailing(sinkName, f)
 			if !f {
