@@ -24,7 +24,9 @@ func TestIntegrationATableNamedInAnotherCaseIsNamedNotCreated(t *testing.T) {
 	quoted := "Case" + pgtest.Name(t, "Outbox") // mixed case: created quoted
 	lower := strings.ToLower(quoted)
 	pgtest.Exec(t, url, fmt.Sprintf(`CREATE TABLE public.%q (LIKE %s INCLUDING ALL)`, quoted, ob.Table))
-	t.Cleanup(func() { pgtest.Exec(t, url, fmt.Sprintf(`DROP TABLE IF EXISTS public.%q; DROP TABLE IF EXISTS public.%s`, quoted, lower)) })
+	t.Cleanup(func() {
+		pgtest.Exec(t, url, fmt.Sprintf(`DROP TABLE IF EXISTS public.%q; DROP TABLE IF EXISTS public.%s`, quoted, lower))
+	})
 	cfg := ob.Config(t, "  - {name: out, kind: stdout}", "")
 	b, err := os.ReadFile(cfg)
 	if err != nil {
