@@ -356,7 +356,7 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		if progress > 0 {
 			ev = ev.Int("durable", progress)
 		}
-		ev.Str("first_msg_id", r.msgs[0].ID).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in", wait).
+		ev.Str("first_msg_id", r.msgs[0].ID).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in_ms", wait).
 			Msg("publish failed; retrying the messages not yet durable (the slot is not confirmed past them)")
 		if err := r.sleep(ctx, wait); err != nil {
 			return err

@@ -178,7 +178,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			wait = 0 // wait for the slot at once, as a standby
 			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
 		} else {
-			r.log.Warn().Err(err).Dur("retry_in", wait).Msg("relay restarting")
+			r.log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("relay restarting")
 		}
 		if !backoff.Sleep(ctx, wait) {
 			return nil
