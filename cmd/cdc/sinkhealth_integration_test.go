@@ -24,8 +24,9 @@ import (
 // RabbitMQ is cut once a first message went through. While the relay
 // retries, cdc status names each failing sink with the time it started
 // failing and its last error (no secret of the config in it), in text and
-// JSON, and exits 1; once both come back and the messages are delivered,
-// cdc status exits 0 again and shows no failing sink.
+// JSON, and exits 1; after a kill -9 of the relay it still does, saying
+// the record is the last relay's; once both sinks are back and a relay
+// runs again and delivers, cdc status exits 0 and shows no failing sink.
 func TestIntegrationStatusShowsAFailingSink(t *testing.T) {
 	t.Parallel()
 	rabbitURL := rabbittest.Start(t) // skips without RabbitMQ
@@ -119,10 +120,23 @@ func TestIntegrationStatusShowsAFailingSink(t *testing.T) {
 		t.Fatalf("cdc status --json: exit %d, sinks %s", code, b)
 	}
 
+	// Killed while the sinks fail: the record stays, and says so.
+	p.Kill9(t)
+	pgtest.Await(t, 30*time.Second, "the slot inactive", func() bool {
+		var active bool
+		conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", ob.Slot).Scan(&active)
+		return !active
+	})
+	code, stdout, stderr = cdc(t, nil, "status", "--config", cfg)
+	if code != 1 || !strings.Contains(stdout, "FAILING since") || !strings.Contains(stderr, "which is not running now") {
+		t.Fatalf("cdc status after the relay was killed with failing sinks: exit %d, want 1 saying the record is the last relay's\n%s\n%s", code, stdout, stderr)
+	}
+
 	hookProxy.Restore()
 	if err := rabbitProxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
+	p = startCDC(t, "run", "--config", cfg)
 	rabbittest.Await(t, rabbitURL, rabbit.Queue, 1, 60*time.Second)
 	pgtest.Await(t, 60*time.Second, "the failing state cleared", func() bool { return len(failing()) == 0 })
 	if hooked.Load() == 0 {

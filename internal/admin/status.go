@@ -118,8 +118,12 @@ func (st *Status) Err(configPath string) error {
 	}
 	for _, s := range st.cfg.Sinks {
 		if h, ok := st.Failing[s.Name]; ok {
-			return fmt.Errorf("sink %s is failing since %s (the relay retries; the slot does not advance past what it has not acknowledged): %s; "+
-				"check the broker and the sink's settings (its log lines say more)", s.Name, h.FailingSince.UTC().Format(time.RFC3339), h.LastError)
+			state := "the relay retries; the slot does not advance past what it has not acknowledged"
+			if !st.Slot.Active {
+				state = "as recorded by the last relay on the slot, which is not running now; a relay that starts clears it"
+			}
+			return fmt.Errorf("sink %s is failing since %s (%s): %s; check the broker and the sink's settings (the relay's log says more)",
+				s.Name, h.FailingSince.UTC().Format(time.RFC3339), state, h.LastError)
 		}
 	}
 	return nil
