@@ -18,7 +18,13 @@ import (
 // ADO.NET (Npgsql) connection string pointing at the test server makes
 // cdc run relay from it (the string is converted, not sent to a default
 // server as a startup parameter); a URL whose password holds an unescaped
-// '/' exits 2 saying to write %2F, without a piece of the password.
+// '/' exits 2 saying to write %2F, without a piece of the password. The
+// string carries Npgsql's Keepalive, Tcp Keepalive and Trust Server
+// Certificate, which become the connection's TCP keepalive (not run-time
+// parameters the server refuses) or mean what SSL Mode says already; with
+// SSL Mode=VerifyFull, Trust Server Certificate=true is refused naming the
+// key to drop, and a keepalives_idle that is no number is refused naming
+// it.
 func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -27,7 +33,7 @@ func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	ob := relaytest.NewOutbox(t, url)
-	ado := fmt.Sprintf("Host=%s;Port=%d;Database=%s;User ID=%s;Password='%s';SSL Mode=Disable;Pooling=true",
+	ado := fmt.Sprintf("Host=%s;Port=%d;Database=%s;User ID=%s;Password='%s';SSL Mode=Disable;Pooling=true;Keepalive=30;Tcp Keepalive=true;Trust Server Certificate=true",
 		pc.Host, pc.Port, pc.Database, pc.User, strings.ReplaceAll(pc.Password, "'", "''"))
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "")
@@ -53,5 +59,17 @@ func TestIntegrationADONETURLConnectsWhereItSays(t *testing.T) {
 	code, _, stderr := cdc(t, nil, "status", "--config", bad)
 	if code != 2 || !strings.Contains(stderr, "%2F") || strings.Contains(stderr, "secretpart") || strings.Contains(stderr, "1234") {
 		t.Errorf("a '/' in the password: exit %d, stderr %q; want 2 saying %%2F, without the password", code, stderr)
+	}
+	for _, c := range []struct{ url, want string }{
+		{"Host=db.example.com;Username=u;Password=pw-77a1;SSL Mode=VerifyFull;Trust Server Certificate=true", "drop Trust Server Certificate to keep verifying"},
+		{"postgres://u:pw-77a1@db.example.com/app?keepalives_idle=thirty", "keepalives_idle must be a whole number (seconds)"},
+	} {
+		if err := os.WriteFile(bad, []byte(fmt.Sprintf("postgres:\n  url: %q\nsinks: [{name: o, kind: stdout}]\n", c.url)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := cdc(t, nil, "run", "--config", bad)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "pw-77a1") {
+			t.Errorf("%s: exit %d, stderr %q; want 2 saying %q, without the password", c.url, code, stderr, c.want)
+		}
 	}
 }

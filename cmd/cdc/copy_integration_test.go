@@ -308,7 +308,8 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 		!strings.Contains(p.Stderr.String(), "run 'cdc init'") {
 		t.Fatalf("cdc run on an older walpost's tables, not their owner: exit %d, want 1 saying to run cdc init\n%s", code, p.Stderr.String())
 	}
-	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 1 || !strings.Contains(stdout+stderr, "made by an older walpost and lacks column seq") {
+	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 1 || !strings.Contains(stdout+stderr, "made by an older walpost and lacks column seq") ||
+		!strings.Contains(stdout, "lacks the columns in which the relay records a failing sink") {
 		t.Fatalf("cdc status on an older walpost's tables: exit %d, want 1 naming what they lack\n%s%s", code, stdout, stderr)
 	}
 	var initOut strings.Builder
@@ -326,7 +327,8 @@ func TestIntegrationStateTablesOfAnOlderWalpostAreUpgraded(t *testing.T) {
 		t.Fatalf("after the upgrade the dead-letter table holds %+v, want the older walpost's row", rows)
 	}
 
-	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 0 || strings.Contains(stdout+stderr, "older walpost") {
+	if code, stdout, stderr := cdc(t, nil, "status", "--config", adminCfg); code != 0 || strings.Contains(stdout+stderr, "older walpost") ||
+		strings.Contains(stdout, "records a failing sink") {
 		t.Fatalf("cdc status after cdc init: exit %d, want 0\n%s%s", code, stdout, stderr)
 	}
 	conn := pgtest.Connect(t, url)

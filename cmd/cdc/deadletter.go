@@ -59,8 +59,9 @@ LSN (0/16B3748) names every row at it, LSN:N the row N of a multi-row
 insert (COPY writes many rows at one LSN: 0/16B3748:2 is the third); list
 prints both. An id names every row of that message (one per sink that
 refused it); --sink narrows to one sink. A running relay is no
-obstacle: resend publishes on connections of its own (a file sink the
-relay holds is waited for, as with cdc replay). The table needs the
+obstacle: resend publishes on connections of its own; but a file sink's
+file is the relay's while it runs (its lock): resend to it fails at once,
+changing nothing, saying to stop the relay first. The table needs the
 current columns (resent_at, seq): cdc init adds them after an upgrade.
 With log.format: json set (in the file or CDC_LOG_FORMAT), its log and
 errors on stderr are JSON records; list, show and resend report on stdout.`

@@ -26,7 +26,7 @@ func startCluster(t *testing.T, settings ...string) *pgtest.Cluster {
 	return pgtest.StartCluster(t, pgtest.Options{Settings: settings})
 }
 
-// pollWaits returns the waits (retry_in) a standby logged between its
+// pollWaits returns the waits (retry_in_ms) a standby logged between its
 // tries of a held slot.
 func pollWaits(t *testing.T, stderr string) []time.Duration {
 	t.Helper()
@@ -36,7 +36,7 @@ func pollWaits(t *testing.T, stderr string) []time.Duration {
 	for sc.Scan() {
 		var l struct {
 			Msg     string  `json:"message"`
-			RetryIn float64 `json:"retry_in"` // zerolog: milliseconds
+			RetryIn float64 `json:"retry_in_ms"`
 		}
 		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "slot still held; polling it again" {
 			waits = append(waits, time.Duration(l.RetryIn*float64(time.Millisecond)))

@@ -51,7 +51,7 @@ func retryUnreachable(ctx context.Context, cfg *config.Config, wait time.Duratio
 			return err
 		}
 		d := min(retry.Next(), left)
-		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", d).Dur("wait_left", left.Round(time.Second)).
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in_ms", d).Dur("wait_left_ms", left.Round(time.Second)).
 			Msg("cannot connect to postgres; retrying (cdc init --wait)")
 		if !backoff.Sleep(ctx, d) {
 			return err

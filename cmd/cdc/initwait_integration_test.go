@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,14 @@ func TestIntegrationInitWaitsForAServerThatIsNotListeningYet(t *testing.T) {
 	if elapsed := time.Since(start); code != 1 || elapsed < 2*time.Second || elapsed > 20*time.Second ||
 		!strings.Contains(stderr, "gave up after --wait 2s") || !strings.Contains(stderr, initRetryLine) {
 		t.Fatalf("cdc init --wait 2s with nothing listening: exit %d after %v, want 1 after about 2 s, retrying, then saying it gave up:\n%s%s", code, elapsed, stdout, stderr)
+	}
+	// Each retry's log record gives its waits in whole milliseconds, in
+	// fields named with the unit (the console format here).
+	unit := regexp.MustCompile(` retry_in_ms=[1-9][0-9]* wait_left_ms=[0-9]+(\s|$)`)
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, initRetryLine) && !unit.MatchString(line) {
+			t.Errorf("retry record %s: want retry_in_ms and wait_left_ms, whole numbers of milliseconds", line)
+		}
 	}
 
 	// Waits (default --wait) until the server listens.

@@ -21,6 +21,11 @@ import (
 	"github.com/walpost/walpost/internal/relay"
 )
 
+// Durations in the log are whole milliseconds, in fields named with the
+// unit (retry_in_ms, waited_ms: TestDurationFieldsCarryTheirUnit);
+// zerolog's default is a float without a unit in sight (9220.41).
+func init() { zerolog.DurationFieldInteger = true }
+
 // newLogger returns the logger of c writing to w. The console format
 // colours its lines only when color is true: stderr
 // is a terminal and NO_COLOR is not set (colorful). A log written to a

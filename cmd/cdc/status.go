@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
@@ -65,6 +66,10 @@ func printStatus(w io.Writer, cfg *config.Config, st *admin.Status) {
 		fmt.Fprintf(w, "WAL status:    %s%s\n", info.WALStatus, safe)
 	}
 	for _, s := range cfg.Sinks {
+		if h, ok := st.Failing[s.Name]; ok {
+			fmt.Fprintf(w, "sink %-8s  FAILING since %s, last error at %s: %s\n", s.Name+":",
+				h.FailingSince.UTC().Format(time.RFC3339), h.LastErrorAt.UTC().Format(time.RFC3339), h.LastError)
+		}
 		p, ok := st.Progress[s.Name]
 		switch {
 		case !ok:
@@ -160,6 +165,12 @@ type statusJSON struct {
 type sinkJSON struct {
 	Name                  string  `json:"name"`
 	AcknowledgedCommitLSN *string `json:"acknowledged_commit_lsn"`
+	// Failing: a relay recorded the sink's publishes failing
+	// (FailingSince, LastError and LastErrorAt are null otherwise).
+	Failing      bool    `json:"failing"`
+	FailingSince *string `json:"failing_since"`
+	LastError    *string `json:"last_error"`
+	LastErrorAt  *string `json:"last_error_at"`
 }
 
 type deadLettersRep struct {
@@ -196,6 +207,11 @@ func statusReport(cfg *config.Config, st *admin.Status) statusJSON {
 		sj := sinkJSON{Name: s.Name}
 		if p, ok := st.Progress[s.Name]; ok {
 			sj.AcknowledgedCommitLSN = ptr(p.CommitLSN.String())
+		}
+		if h, ok := st.Failing[s.Name]; ok {
+			sj.Failing = true
+			sj.FailingSince, sj.LastError = ptr(h.FailingSince.UTC().Format(time.RFC3339)), ptr(h.LastError)
+			sj.LastErrorAt = ptr(h.LastErrorAt.UTC().Format(time.RFC3339))
 		}
 		r.Sinks = append(r.Sinks, sj)
 	}

@@ -254,6 +254,11 @@ func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t repl
 		report(fmt.Sprintf("table %s: exists", t.Outbox))
 		return nil
 	}
+	if v, err := replication.CaseVariants(ctx, conn, t); err != nil {
+		return err
+	} else if len(v) > 0 {
+		return errors.New(replication.CaseHint(t, v) + "; nothing was created")
+	}
 	if !cfg.Columns.Layout().DefaultTable() {
 		return errors.New("table " + t.Outbox.String() + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql, with or without columns: {time: created_at})")
 	}

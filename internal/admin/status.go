@@ -28,6 +28,7 @@ type Status struct {
 	Warnings []string                  // why cdc run would refuse the slot
 	Cautions []string                  // what threatens the slot or the stream (wal_status unreserved, outboxdb.EmitRisk); not a refusal
 	Coverage []string                  // why rows may not reach the sinks (coverageWarnings)
+	Failing  map[string]store.Health   // by sink: the sinks a relay recorded failing (store.LoadHealth)
 	// Topology is where the slot is read: on a standby with
 	// postgres.primary_url (replication.CheckTopology).
 	Topology replication.Topology
@@ -86,6 +87,15 @@ func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
 	if st.Held, err = store.ListHolds(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, err
 	}
+	if st.Failing, err = store.LoadHealth(ctx, conn, store.TablesOf(cfg)); err != nil {
+		return nil, err
+	}
+	if missing, err := store.MissingHealth(ctx, conn, store.TablesOf(cfg)); err != nil {
+		return nil, err
+	} else if missing {
+		st.Cautions = append(st.Cautions, fmt.Sprintf("table %s lacks the columns in which the relay records a failing sink (failing_since, last_error, last_error_at): "+
+			"this status cannot show one; run cdc init (as the table's owner) to add them", cfg.Postgres.ProgressTable))
+	}
 	return st, nil
 }
 
@@ -105,6 +115,16 @@ func (st *Status) Err(configPath string) error {
 		return fmt.Errorf("slot %q cannot be used by cdc run: %s", slot, st.Warnings[0])
 	case len(st.Coverage) > 0:
 		return fmt.Errorf("outbox rows may not reach the sinks: %s", st.Coverage[0])
+	}
+	for _, s := range st.cfg.Sinks {
+		if h, ok := st.Failing[s.Name]; ok {
+			state := "the relay retries; the slot does not advance past what it has not acknowledged"
+			if !st.Slot.Active {
+				state = "as recorded by the last relay on the slot, which is not running now; a relay that starts clears it"
+			}
+			return fmt.Errorf("sink %s is failing since %s (%s): %s; check the broker and the sink's settings (the relay's log says more)",
+				s.Name, h.FailingSince.UTC().Format(time.RFC3339), state, h.LastError)
+		}
 	}
 	return nil
 }

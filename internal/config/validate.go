@@ -194,6 +194,9 @@ func (c *Config) validateURLOf(field string, u0 *string) error {
 				return c.fail(field, "the host holds an '@' (write an '@' in the user name or password as %%40); the URL is not repeated here because it may hold a password")
 			}
 		}
+		if _, _, err := pgconnect.KeepAlive(pc.RuntimeParams); err != nil {
+			return c.fail(field, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), pgconnect.ErrURL.Error()), ": "))
+		}
 		return nil
 	}
 	form, hint := "connection URL", "check its %-escapes, host:port list, ?key=value parameters and sslmode"

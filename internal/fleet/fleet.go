@@ -278,6 +278,6 @@ func (s *source) fail(err error, wait time.Duration) {
 	s.mu.Unlock()
 	s.failedG.Set(1)
 	s.failures.Inc()
-	s.log.Error().Err(err).Dur("retry_in", wait).
+	s.log.Error().Err(err).Dur("retry_in_ms", wait).
 		Msg("source failed; the other sources go on; it is started again after the wait (walpost_source_failed)")
 }

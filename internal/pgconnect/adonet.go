@@ -32,8 +32,9 @@ var adoNetKeys = map[string]string{
 	"applicationname":           "application_name",
 	"targetsessionattributes":   "target_session_attrs",
 	"options":                   "options",
-	"keepalive":                 "keepalives_idle",
+	"keepalive":                 "keepalives_idle", // seconds; libpq's TCP keepalive (keepalive.go)
 	"tcpkeepalive":              "keepalives",
+	"trustservercertificate":    trustServerCertificate,
 	"kerberosservicename":       "krbsrvname",
 	"krbsrvname":                "krbsrvname",
 	"gssencmode":                "gssencmode",
@@ -68,6 +69,14 @@ var adoNetKeys = map[string]string{
 	"encoding":                  "",
 	"timezone":                  "",
 }
+
+// trustServerCertificate stands for Npgsql's Trust Server Certificate in
+// adoNetKeys: libpq has no such key. Its sslmode prefer and require (the
+// default is prefer) already encrypt without verifying the certificate,
+// which is what Trust Server Certificate=true asks, so it is left out
+// there; with verify-ca or verify-full it contradicts the SSL Mode and is
+// refused, naming the key to drop or the mode to use.
+const trustServerCertificate = "(trust server certificate)"
 
 // adoNetSSLModes maps Npgsql's SSL Mode values (lower case) to libpq's.
 var adoNetSSLModes = map[string]string{
@@ -153,7 +162,7 @@ func FromADONET(s string) (string, error) {
 	}
 	seen := map[string]string{}
 	var out []string
-	var hostVal, portVal, searchPath, options string
+	var hostVal, portVal, searchPath, options, sslMode, trust string
 	for _, p := range pairs {
 		kw, known := adoNetKeys[normKey(p.key)]
 		if !known {
@@ -169,6 +178,15 @@ func FromADONET(s string) (string, error) {
 		seen[kw] = strings.TrimSpace(p.key)
 		v := p.value
 		switch kw {
+		case trustServerCertificate:
+			switch strings.ToLower(strings.TrimSpace(v)) {
+			case "true", "yes":
+				trust = strings.TrimSpace(p.key)
+			case "false", "no":
+			default:
+				return "", fmt.Errorf("%w: its %s is not true or false", ErrADONET, strings.TrimSpace(p.key))
+			}
+			continue
 		case "host":
 			hostVal = v
 			continue
@@ -186,7 +204,7 @@ func FromADONET(s string) (string, error) {
 			if !ok {
 				return "", fmt.Errorf("%w: its SSL Mode is not one of Disable, Allow, Prefer, Require, VerifyCA, VerifyFull", ErrADONET)
 			}
-			v = m
+			v, sslMode = m, m
 		case "keepalives":
 			if strings.EqualFold(v, "true") {
 				v = "1"
@@ -195,6 +213,11 @@ func FromADONET(s string) (string, error) {
 			}
 		}
 		out = append(out, kw+"="+quoteKV(v))
+	}
+	if trust != "" && strings.HasPrefix(sslMode, "verify-") {
+		return "", fmt.Errorf("%w, and its %s=true contradicts its SSL Mode (%s verifies the server's certificate): "+
+			"drop %s to keep verifying (give Root Certificate=<the CA's file> if the server's CA is not trusted by the system), "+
+			"or set SSL Mode=Require to encrypt without verifying the certificate, as %s=true asks", ErrADONET, trust, sslMode, trust, trust)
 	}
 	var addr []string
 	if hostVal != "" {

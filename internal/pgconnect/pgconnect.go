@@ -44,6 +44,9 @@ func Config(url string) (*pgx.ConnConfig, error) {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
+	if err := applyKeepAlive(&c.Config); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -39,6 +39,9 @@ type RunnerOptions struct {
 	// the runner retries, and with false when a Publish call goes through
 	// again (for metrics and status). It is called on changes only.
 	Failing func(bool)
+	// Failed, if set, is called with the error of each Publish call that
+	// fails and is retried (cdc status shows the last one).
+	Failed func(error)
 	// Refused, if set, takes over a message the sink refuses for good
 	// (IsRejected). The runner then publishes the refused batch's messages
 	// that are not durable yet one at a time, acking each that goes
@@ -342,6 +345,9 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 			return err
 		}
 		r.setFailing(true)
+		if r.opt.Failed != nil {
+			r.opt.Failed(err)
+		}
 		if progress > 0 {
 			retry.Reset()
 		}
@@ -350,7 +356,7 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		if progress > 0 {
 			ev = ev.Int("durable", progress)
 		}
-		ev.Str("first_msg_id", r.msgs[0].ID).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in", wait).
+		ev.Str("first_msg_id", r.msgs[0].ID).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in_ms", wait).
 			Msg("publish failed; retrying the messages not yet durable (the slot is not confirmed past them)")
 		if err := r.sleep(ctx, wait); err != nil {
 			return err

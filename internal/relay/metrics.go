@@ -2,6 +2,7 @@ package relay
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/pipeline"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/replication"
 )
 
@@ -300,4 +302,15 @@ func (m *Metrics) slotStalled() float64 {
 		confirmed, wal = m.tracker.Confirmed(), m.stream.ServerWAL()
 	}
 	return m.stalled.observe(m.now(), confirmed, wal).Seconds()
+}
+
+// sinkError is err as the progress table records it for cdc status
+// (store.Progress.Failing): without the configuration's secrets, at most
+// 2000 bytes.
+func sinkError(secrets *redact.Set, err error) string {
+	msg := secrets.Redact(err.Error())
+	if len(msg) > 2000 {
+		msg = strings.ToValidUTF8(msg[:2000], "") + "…"
+	}
+	return msg
 }

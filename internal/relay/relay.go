@@ -58,6 +58,7 @@ import (
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/pipeline"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/sentat"
@@ -177,7 +178,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			wait = 0 // wait for the slot at once, as a standby
 			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
 		} else {
-			r.log.Warn().Err(err).Dur("retry_in", wait).Msg("relay restarting")
+			r.log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("relay restarting")
 		}
 		if !backoff.Sleep(ctx, wait) {
 			return nil
@@ -640,11 +641,18 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		}
 	}
 	settler := pipeline.NewSettler(so)
+	secrets := redact.NewSet(cfg.Secrets()...)
 	opt := publish.RunnerOptions{
-		BatchSize:       cfg.Relay.BatchSize,
-		MaxBackoff:      cfg.Relay.RetryBackoff.D(),
-		Ack:             settler.Ack,
-		Failing:         func(f bool) { r.metrics.setFailing(sinkName, f) },
+		BatchSize:  cfg.Relay.BatchSize,
+		MaxBackoff: cfg.Relay.RetryBackoff.D(),
+		Ack:        settler.Ack,
+		Failing: func(f bool) {
+			r.metrics.setFailing(sinkName, f)
+			if !f {
+				progress.Failing(sinkName, "")
+			}
+		},
+		Failed:          func(err error) { progress.Failing(sinkName, sinkError(secrets, err)) },
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}

@@ -73,6 +73,7 @@ const resendAttempts = 5
 // (the table's column types unreadable included) in its Outcome.Err;
 // Resend returns how many failed. It stops early only when ctx ends.
 func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
+	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
 	r, err := newResender(ctx, cfg, log)
 	if err != nil {
 		return 0, err
@@ -108,8 +109,18 @@ func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log 
 			failed++
 		}
 		report(out)
+		if errors.Is(out.Err, publish.ErrLocked) {
+			return failed, lockedError(out.Err)
+		}
 	}
 	return failed, nil
+}
+
+// lockedError is what a resend says when a file sink's file is held by
+// another process, a running relay: nothing more is resent.
+func lockedError(err error) error {
+	return fmt.Errorf("%w; a file sink cannot be written beside the relay that holds its file: stop that cdc run, run this command again, "+
+		"then start the relay (the messages not resent stay parked, a held key stays held, and the relay goes on with its other keys meanwhile)", err)
 }
 
 // Release drops head, the parked message a key is held behind (relay.on_invalid
@@ -117,6 +128,7 @@ func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log 
 // in order, which releases the key (release). report gets each resent
 // message's Outcome; Release returns how many failed.
 func Release(ctx context.Context, cfg *config.Config, head store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
+	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
 	r, err := newResender(ctx, cfg, log)
 	if err != nil {
 		return 0, err
@@ -226,6 +238,9 @@ func (r *resender) release(ctx context.Context, p store.Parked, drop bool, selec
 				left, out.Err = store.SettleHeld(ctx, r.conn, r.tables, &rows[i], false)
 			}
 			report(out)
+			if errors.Is(out.Err, publish.ErrLocked) {
+				return failed + 1, lockedError(out.Err)
+			}
 			if out.Err != nil {
 				return failed + 1, nil // the key stays held behind it
 			}

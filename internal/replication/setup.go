@@ -75,6 +75,11 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 		return fmt.Errorf("looking up table %s: %w", t.name(), err)
 	}
 	if !exists {
+		if v, err := CaseVariants(ctx, conn, t); err != nil {
+			return err
+		} else if len(v) > 0 {
+			return fmt.Errorf("%w: %s", ErrNoTable, CaseHint(t, v))
+		}
 		return fmt.Errorf("%w: table %s does not exist; create it with 'cdc init' (DDL in sql/outbox.sql) or point postgres.table at your outbox", ErrNoTable, t.name())
 	}
 	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, t.QualifiedTable())

@@ -196,12 +196,12 @@ func (s *Stream) Acquire(ctx context.Context) error {
 				s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).
 					Msg("slot is held by another process (another walpost instance?); waiting for it as a standby: no sink is opened until it is free")
 			}
-			s.opt.Log.Debug().Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("slot still held; polling it again")
+			s.opt.Log.Debug().Str("slot", s.opt.Slot).Dur("retry_in_ms", wait).Msg("slot still held; polling it again")
 			waiting = true
 			retry.Reset()
 		} else {
 			wait = retry.Next()
-			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("cannot start replication; retrying")
+			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in_ms", wait).Msg("cannot start replication; retrying")
 		}
 		if !s.sleep(ctx, wait) {
 			return ctx.Err()
@@ -263,7 +263,7 @@ func (s *Stream) Run(ctx, abort context.Context, out chan<- []Event) error {
 			wait = jitter(s.opt.SlotPoll)
 			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Msg("slot is held by another process (another walpost instance?); waiting for it")
 		default:
-			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
+			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in_ms", wait).Msg("replication connection lost; reconnecting")
 		}
 		if !s.sleep(ctx, wait) {
 			return nil

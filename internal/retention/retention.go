@@ -184,7 +184,7 @@ func (j *Job) Run(ctx context.Context) error {
 				}
 			}
 			wait = retry.Next()
-			j.log.Error().Err(err).Dur("retry_in", wait).
+			j.log.Error().Err(err).Dur("retry_in_ms", wait).
 				Msg("retention: deleting delivered rows failed; the outbox keeps them until it works (delivery is not affected)")
 		}
 	}

@@ -281,14 +281,14 @@ func (w *visWait) note(log zerolog.Logger, nv *NotVisibleError, now time.Time) {
 		return
 	}
 	w.logAt, w.logged = now.Add(visLogEvery), true
-	log.Warn().Uint32("xid", nv.Xid).Str("lsn", nv.End.String()).Int("rows", nv.Rows).Dur("waited", now.Sub(w.since)).
+	log.Warn().Uint32("xid", nv.Xid).Str("lsn", nv.End.String()).Int("rows", nv.Rows).Dur("waited_ms", now.Sub(w.since)).
 		Msg("columns.sent_at: a transaction every sink acknowledged is not visible to other sessions yet (its commit waits, e.g. for a synchronous standby); its rows are marked sent once it is, and the slot is not confirmed past it until then")
 }
 
 // done ends the wait (the round got past it).
 func (w *visWait) done(log zerolog.Logger, now time.Time) {
 	if w.logged {
-		log.Info().Uint32("xid", w.xid).Dur("waited", now.Sub(w.since)).Msg("columns.sent_at: the transaction is visible now; its rows are marked sent")
+		log.Info().Uint32("xid", w.xid).Dur("waited_ms", now.Sub(w.since)).Msg("columns.sent_at: the transaction is visible now; its rows are marked sent")
 	}
 	*w = visWait{}
 }
@@ -335,7 +335,7 @@ func (m *Marker) Run(ctx context.Context, interval time.Duration) error {
 			return fmt.Errorf("columns.sent_at: %w", err)
 		default:
 			d := retry.Next()
-			m.log.Warn().Err(err).Dur("retry_in", d).Int("transactions", m.Pending()).
+			m.log.Warn().Err(err).Dur("retry_in_ms", d).Int("transactions", m.Pending()).
 				Msg("columns.sent_at: marking rows sent failed; the slot is not confirmed past them until it works")
 			if !backoff.Sleep(ctx, d) {
 				return nil

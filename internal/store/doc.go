@@ -9,7 +9,8 @@
 //     relay does not send a sink what its row covers, so only sinks that
 //     were behind get duplicates. It is an optimisation for duplicates
 //     only: a position written late costs re-sends, never a loss, because
-//     it is only ever set to what the sink acknowledged.
+//     it is only ever set to what the sink acknowledged. The same row
+//     records a sink that is failing, for cdc status (health.go).
 //   - postgres.dead_letter_table (default public.walpost_dead_letter): rows
 //     that cannot be mapped to a message (relay.on_invalid: dead_letter,
 //     or one row parked by `cdc skip`), and messages a sink refused for

@@ -63,7 +63,8 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Pos
 	} else if len(todo) > 0 {
 		cols = "0::bigint, NULL::timestamptz" // an older walpost's table (cdc status reads it as it is)
 	}
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text, %s FROM %s WHERE slot = $1", cols, t.Progress), t.Slot)
+	// A row at 0/0 records only that its sink is failing (health.go).
+	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT sink, commit_lsn::text, lsn::text, %s FROM %s WHERE slot = $1 AND commit_lsn <> '0/0'", cols, t.Progress), t.Slot)
 	if err != nil {
 		return nil, fmt.Errorf("reading progress table %s: %w", t.Progress, err)
 	}
@@ -97,9 +98,14 @@ type Progress struct {
 	t   Tables
 	log zerolog.Logger
 
-	mu    sync.Mutex
-	pos   map[string]Position
-	dirty bool
+	mu     sync.Mutex
+	pos    map[string]Position
+	health map[string]*healthState // sinks this relay saw failing (health.go)
+	dirty  bool
+
+	// Run's goroutine only.
+	noHealth *bool // the table lacks the health columns; nil until looked up
+	cleared  bool  // the failing state a previous relay left was cleared
 }
 
 // NewProgress returns a store starting from loaded (LoadProgress's result).
@@ -139,15 +145,30 @@ func (s *Progress) Run(ctx context.Context, interval time.Duration, final <-chan
 			return
 		}
 		batch := maps.Clone(s.pos)
+		health := map[string]healthState{}
+		for sink, h := range s.health {
+			if h.dirty {
+				health[sink] = *h
+				h.dirty = false
+			}
+		}
 		s.dirty = false
 		s.mu.Unlock()
-		if err := s.write(ctx, &conn, batch); err != nil {
+		if err := s.write(ctx, &conn, batch, health); err != nil {
 			s.log.Warn().Err(err).Msg("saving per-sink progress failed; will retry (only duplicates are at stake)")
 			s.mu.Lock()
 			s.dirty = true
+			for sink, h := range health {
+				if cur := s.health[sink]; cur != nil && cur.failing == h.failing && cur.err == h.err {
+					cur.dirty = true
+				}
+			}
 			s.mu.Unlock()
 		}
 	}
+	s.mu.Lock()
+	s.dirty = true // the first flush clears what a previous relay recorded failing
+	s.mu.Unlock()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -164,13 +185,34 @@ func (s *Progress) Run(ctx context.Context, interval time.Duration, final <-chan
 	}
 }
 
-func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]Position) error {
+func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]Position, health map[string]healthState) error {
 	if *conn == nil {
 		c, err := pgconnect.Connect(ctx, s.url)
 		if err != nil {
 			return err
 		}
 		*conn = c
+	}
+	err := s.writePositions(ctx, *conn, batch)
+	if err == nil && !s.cleared {
+		err = s.clearHealth(ctx, *conn)
+	}
+	if err == nil {
+		err = s.writeHealth(ctx, *conn, health)
+	}
+	if err != nil {
+		(*conn).Close(context.Background())
+		*conn = nil
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+	}
+	return err
+}
+
+func (s *Progress) writePositions(ctx context.Context, conn *pgx.Conn, batch map[string]Position) error {
+	if len(batch) == 0 {
+		return nil
 	}
 	sinks := make([]string, 0, len(batch))
 	commits := make([]string, 0, len(batch))
@@ -191,17 +233,10 @@ func (s *Progress) write(ctx context.Context, conn **pgx.Conn, batch map[string]
 	// A position without a commit time keeps the one saved, older than
 	// the position's (an earlier bound for cdc recover). The relay's check
 	// made sure the table has seq and commit_time (checkUpgraded).
-	_, err := (*conn).Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (slot, sink, commit_lsn, lsn, seq, commit_time, updated_at)
+	_, err := conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (slot, sink, commit_lsn, lsn, seq, commit_time, updated_at)
 		SELECT $1, s, c::pg_lsn, l::pg_lsn, q, ct, now() FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[]) AS u(s, c, l, q, ct)
 		ON CONFLICT (slot, sink) DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, lsn = EXCLUDED.lsn, seq = EXCLUDED.seq,
 			commit_time = COALESCE(EXCLUDED.commit_time, p.commit_time), updated_at = now()`, s.t.Progress),
 		s.t.Slot, sinks, commits, lsns, seqs, times)
-	if err != nil {
-		(*conn).Close(context.Background())
-		*conn = nil
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-	}
 	return err
 }

@@ -79,6 +79,9 @@ const progressDDL = `CREATE TABLE IF NOT EXISTS %s (
     seq         bigint      NOT NULL DEFAULT 0,
     commit_time timestamptz,
     updated_at  timestamptz NOT NULL DEFAULT now(),
+    failing_since timestamptz,
+    last_error    text,
+    last_error_at timestamptz,
     PRIMARY KEY (slot, sink)
 )`
 

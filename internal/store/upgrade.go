@@ -33,6 +33,15 @@ var (
 		{"seq", "bigint NOT NULL DEFAULT 0"},
 		{"commit_time", "timestamptz"},
 	}
+	// healthColumns record a failing sink for cdc status (health.go).
+	// Optional: cdc init adds them to an older table, cdc run when its
+	// role owns the table; without them the relay records no failure and
+	// runs as before.
+	healthColumns = [][2]string{
+		{"failing_since", "timestamptz"},
+		{"last_error", "text"},
+		{"last_error_at", "timestamptz"},
+	}
 	deadLetterColumns = [][2]string{
 		{"resent_at", "timestamptz"},
 		{"seq", "bigint NOT NULL DEFAULT 0"},
@@ -97,12 +106,24 @@ func primaryKey(ctx context.Context, conn *pgx.Conn, table string) ([]string, st
 // no ownership, when the table is current.
 func upgrade(ctx context.Context, conn *pgx.Conn, table string, deadLetter bool) ([]string, error) {
 	todo, err := pending(ctx, conn, table, deadLetter)
-	if err != nil || len(todo) == 0 {
+	if err != nil {
 		return nil, err
 	}
 	cols := progressColumns
 	if deadLetter {
 		cols = deadLetterColumns
+	} else {
+		missing, err := missingColumns(ctx, conn, table, healthColumns)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range missing {
+			todo = append(todo, "column "+c)
+		}
+		cols = append(slices.Clone(cols), healthColumns...)
+	}
+	if len(todo) == 0 {
+		return nil, nil
 	}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, c := range cols {
@@ -143,8 +164,14 @@ func checkUpgraded(ctx context.Context, conn *pgx.Conn, table, name, field strin
 		return err
 	}
 	todo, err := pending(ctx, conn, table, deadLetter)
-	if err != nil || len(todo) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(todo) == 0 {
+		if !deadLetter {
+			addHealthColumns(ctx, conn, table)
+		}
+		return nil
 	}
 	if _, err := upgrade(ctx, conn, table, deadLetter); err != nil {
 		var pe *pgconn.PgError
@@ -185,4 +212,54 @@ func Outdated(ctx context.Context, conn *pgx.Conn, t Tables) (map[string][]strin
 		}
 	}
 	return out, nil
+}
+
+// missingColumns returns the names of cols that table (quoted, existing)
+// lacks.
+func missingColumns(ctx context.Context, conn *pgx.Conn, table string, cols [][2]string) ([]string, error) {
+	var have []string
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text), '{}') FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, table).Scan(&have)
+	if err != nil {
+		return nil, fmt.Errorf("reading the columns of %s: %w", table, err)
+	}
+	var out []string
+	for _, c := range cols {
+		if !slices.Contains(have, c[0]) {
+			out = append(out, c[0])
+		}
+	}
+	return out, nil
+}
+
+// addHealthColumns adds the optional health columns to a progress table
+// made before them, when the role may (its owner); otherwise the table
+// stays as it is and the relay records no sink failure there (cdc status
+// says to run cdc init).
+func addHealthColumns(ctx context.Context, conn *pgx.Conn, table string) {
+	missing, err := missingColumns(ctx, conn, table, healthColumns)
+	if err != nil || len(missing) == 0 {
+		return
+	}
+	_ = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, c := range healthColumns {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", table, c[0], c[1])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// MissingHealth reports whether the progress table of t exists and lacks
+// the columns that record a failing sink (cdc status advises cdc init).
+func MissingHealth(ctx context.Context, conn *pgx.Conn, t Tables) (bool, error) {
+	if t.Progress == "" {
+		return false, nil
+	}
+	if ok, err := TableExists(ctx, conn, t.Progress); err != nil || !ok {
+		return false, err
+	}
+	missing, err := missingColumns(ctx, conn, t.Progress, healthColumns)
+	return len(missing) > 0, err
 }

@@ -338,7 +338,8 @@ func syncDir(dir string) error {
 }
 
 // lockFile takes an exclusive flock on fd, retrying every lockPoll while
-// another process holds it, until ctx ends.
+// another process holds it, until ctx ends; under publish.NoLockWait it
+// fails at once with publish.ErrLocked instead.
 func lockFile(ctx context.Context, fd int, path string, log zerolog.Logger) error {
 	var tick *time.Ticker
 	for {
@@ -354,6 +355,8 @@ func lockFile(ctx context.Context, fd int, path string, log zerolog.Logger) erro
 			continue
 		case !errors.Is(err, unix.EWOULDBLOCK):
 			return fmt.Errorf("path: locking %s: %w", path, err)
+		case !publish.LockWait(ctx):
+			return fmt.Errorf("path: %s: %w", path, publish.ErrLocked)
 		}
 		if tick == nil {
 			log.Warn().Str("path", path).

@@ -291,7 +291,7 @@ func (s *Sink) Close() error {
 		select {
 		case <-stopped:
 		case <-time.After(closeWait):
-			s.log.Warn().Dur("waited", closeWait).Msg("pubsub: closing with messages still unsent (they were not acknowledged: the relay sends them again)")
+			s.log.Warn().Dur("waited_ms", closeWait).Msg("pubsub: closing with messages still unsent (they were not acknowledged: the relay sends them again)")
 		}
 		clear(s.pubs)
 		if s.client != nil {

@@ -446,7 +446,7 @@ func (s *Sink) send(ctx context.Context, ln *lane, body []byte, h http.Header, m
 		return publish.Rejected(ferr)
 	}
 	if wait := min(retryAfter(resp.Header, s.now()), s.maxRetryAfter); wait > 0 {
-		s.log.Info().Str("status", resp.Status).Dur("retry_after", wait).Str("first_msg_id", msgs[0].ID).
+		s.log.Info().Str("status", resp.Status).Dur("retry_after_ms", wait).Str("first_msg_id", msgs[0].ID).
 			Msg("the endpoint asks to wait before the next attempt (Retry-After); waiting")
 		if !backoff.Sleep(ctx, wait) {
 			return fmt.Errorf("%w; waiting %s (Retry-After) ended: %w", ferr, wait, ctx.Err())
