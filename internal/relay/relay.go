@@ -582,6 +582,7 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		ParkInvalid: cfg.Relay.OnInvalid.Parks(), HoldInvalid: cfg.Relay.OnInvalid == config.HoldKey, TableLess: cfg.Postgres.TableLess(),
 		Holds: parked, Held: r.held, // keys held before are held whatever the policy now
+		OnExpired: cfg.Relay.OnExpired, Expired: parked,
 		Metrics: r.metrics.pipelineMetrics(), Log: r.log}
 	if marker != nil { // a nil *Marker is not a nil Marker
 		o.Marker = marker
@@ -589,6 +590,7 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	for _, s := range cfg.Sinks {
 		o.Routes = append(o.Routes, s.Route)
 		o.Acked = append(o.Acked, loaded[s.Name])
+		o.SinkNames = append(o.SinkNames, s.Name)
 	}
 	return pipeline.New(o)
 }
