@@ -252,7 +252,7 @@ func (c Columns) Layout() layout.Columns {
 func (c *Config) Outbox() layout.Table {
 	t := layout.Table{Columns: c.Columns.Layout()}
 	switch o := c.Columns.Order; {
-	case o == "" && t.Columns.DefaultTable():
+	case o == "" && t.Columns.Unscheduled().DefaultTable():
 		t.Order, t.OrderIfPresent = layout.DefaultOrder, true
 	case o != layout.Omit:
 		t.Order = o

@@ -99,6 +99,14 @@ func (c Columns) DefaultTable() bool {
 	return c == Default
 }
 
+// Unscheduled returns c without the deliver_at and expires_at roles:
+// optional columns that can be added to any layout, sql/outbox.sql's
+// included (whose seq, and created_at, keep their use then).
+func (c Columns) Unscheduled() Columns {
+	c[DeliverAt], c[ExpiresAt] = "", ""
+	return c
+}
+
 // FromConfig returns the layout of the columns: mapping as written in the
 // config (by role), where an optional role's column may be Omit.
 func FromConfig(c Columns) Columns {
