@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/natsjs"
+	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -264,5 +266,99 @@ func TestIntegrationRabbitMQExpirationAndDelayedExchange(t *testing.T) {
 	p = startCDC(t, "run", "--config", cfg)
 	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "rabbitmq_delayed_message_exchange") {
 		t.Fatalf("exit %d, want 1 saying the delayed-message plugin is missing:\n%s", code, p.Stderr.String())
+	}
+}
+
+// TestIntegrationNATSScheduledMessageArrivesNoEarlier: on a nats-server
+// with message schedules (embedded in the test binary: the machine's is
+// 2.9), a row whose deliver_at is 3 s ahead is stored as a schedule under
+// schedule_subject and published by the server to its subject no
+// earlier than that, with its expiry as Nats-TTL; the row without one,
+// written after it, is on the subject at once with its own Nats-TTL.
+func TestIntegrationNATSScheduledMessageArrivesNoEarlier(t *testing.T) {
+	t.Parallel()
+	natsURL := natstest.StartEmbedded(t)
+	stream := "SCHED"
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	sinkYAML := fmt.Sprintf("  - {name: n, kind: nats, servers: [%q], subject: 'sched.{type}', schedule_subject: sched.scheduled, stream: {name: %s, create: true}}",
+		natsURL, stream)
+	cfg := ob.Config(t, sinkYAML, scheduleColumns)
+	cdcInit(t, cfg)
+
+	deliverAt := time.Now().Add(3 * time.Second)
+	later := scheduledMsg{Msg: relaytest.NewMsg("t", "k", 1), DeliverAt: deliverAt, ExpiresAt: deliverAt.Add(time.Hour)}
+	now := scheduledMsg{Msg: relaytest.NewMsg("t", "k", 2), ExpiresAt: time.Now().Add(time.Hour)}
+	insertScheduled(t, ob, later, now)
+	p := startCDC(t, "run", "--config", cfg)
+	defer p.Stop(t)
+
+	onSubject := func() map[string]natstest.Msg {
+		got := map[string]natstest.Msg{}
+		for _, m := range readStream(t, natsURL, stream) {
+			if m.Subject == "sched.t" {
+				got[m.Header.Get(natsjs.HeaderMsgID)+m.Header.Get("Nats-Scheduler")] = m
+			}
+		}
+		return got
+	}
+	scheduled := "sched.scheduled." + later.ID
+	if !pgtest.WaitFor(60*time.Second, func() bool { return p.Exited() || len(onSubject()) == 2 }) || p.Exited() {
+		t.Fatalf("got %v on sched.t, want 2 messages (relay exited: %v)\n%s", onSubject(), p.Exited(), p.Stderr.String())
+	}
+	got := onSubject()
+	first, ok := got[now.ID]
+	if !ok || first.Header.Get(natsjs.HeaderTTL) == "" {
+		t.Fatalf("the unscheduled row is not on the subject with a Nats-TTL: %v", got)
+	}
+	m, ok := got[scheduled]
+	if !ok {
+		t.Fatalf("no message published by the schedule %s: %v", scheduled, got)
+	}
+	if m.Time.Before(deliverAt.Truncate(time.Second)) {
+		t.Fatalf("the scheduled message was stored at %s, before its deliver_at %s", m.Time.Format(time.RFC3339Nano), deliverAt.Format(time.RFC3339Nano))
+	}
+	if m.Seq < first.Seq || string(m.Data) != later.Payload {
+		t.Fatalf("the scheduled message (seq %d, data %s) is not after the unscheduled one (seq %d) with the row's payload", m.Seq, m.Data, first.Seq)
+	}
+	if ttl := m.Header.Get(natsjs.HeaderTTL); ttl == "" {
+		t.Errorf("the scheduled message has no Nats-TTL (headers %v)", m.Header)
+	}
+}
+
+// readStream is natstest.Read, tolerating a stream not created yet.
+func readStream(t *testing.T, url, stream string) []natstest.Msg {
+	t.Helper()
+	js := natstest.JetStream(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.Stream(ctx, stream); err != nil {
+		return nil
+	}
+	return natstest.Read(t, url, stream)
+}
+
+// TestIntegrationNATSTooOldForDeliverAt: the machine's nats-server (2.9)
+// has no message schedules: with columns.deliver_at mapped the relay stops
+// at connect, naming the version it needs, and sends nothing.
+func TestIntegrationNATSTooOldForDeliverAt(t *testing.T) {
+	t.Parallel()
+	natsURL := natstest.Start(t)
+	nc := natstest.Connect(t, natsURL)
+	v := nc.ConnectedServerVersion()
+	nc.Close()
+	if !strings.HasPrefix(v, "2.9.") && !strings.HasPrefix(v, "2.10.") {
+		t.Skipf("the machine's nats-server is %s, which has message schedules", v)
+	}
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	sinkYAML := fmt.Sprintf("  - {name: n, kind: nats, servers: [%q], subject: 'old.{type}', schedule_subject: old.scheduled}", natsURL)
+	cfg := ob.Config(t, sinkYAML, scheduleColumns)
+	cdcInit(t, cfg)
+	insertScheduled(t, ob, scheduledMsg{Msg: relaytest.NewMsg("t", "k", 1), DeliverAt: time.Now().Add(time.Hour)})
+	p := startCDC(t, "run", "--config", cfg)
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "columns.deliver_at needs (nats-server 2.12.0 or later)") ||
+		!strings.Contains(p.Stderr.String(), v) {
+		t.Fatalf("exit %d, want 1 saying nats-server %s is too old for columns.deliver_at:\n%s", code, v, p.Stderr.String())
 	}
 }
