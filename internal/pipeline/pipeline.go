@@ -95,7 +95,7 @@ type Pipeline struct {
 	sinkNames []string
 	now       func() time.Time
 	metrics   Metrics
-	log     zerolog.Logger
+	log       zerolog.Logger
 	// tableLess: postgres.source: messages (a forged envelope is parked;
 	// a forged adopt message, of an outbox table, ignored).
 	tableLess bool
