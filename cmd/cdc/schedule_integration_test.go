@@ -362,3 +362,75 @@ func TestIntegrationNATSTooOldForDeliverAt(t *testing.T) {
 		t.Fatalf("exit %d, want 1 saying nats-server %s is too old for columns.deliver_at:\n%s", code, v, p.Stderr.String())
 	}
 }
+
+// TestIntegrationReplayCarriesExpiresAt: cdc replay reads expires_at from
+// the table (the keyset reader that recover, resync and gap fills share)
+// and applies relay.on_expired: drop leaves an expired row out and counts
+// it; send publishes it.
+func TestIntegrationReplayCarriesExpiresAt(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	expired := scheduledMsg{Msg: relaytest.NewMsg("t", "k", 1), ExpiresAt: time.Now().Add(-time.Minute)}
+	fresh := scheduledMsg{Msg: relaytest.NewMsg("t", "k", 2), ExpiresAt: time.Now().Add(time.Hour)}
+	insertScheduled(t, ob, expired, fresh)
+	for _, policy := range []string{"drop", "send"} {
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "columns: {expires_at: expires_at}\nrelay: {on_expired: "+policy+"}")
+		code, _, stderr := cdc(t, nil, "replay", "--config", cfg, "--since", "1h")
+		lines := readFile(t, out)
+		if code != 0 || !strings.Contains(lines, fresh.ID) || strings.Contains(lines, expired.ID) != (policy == "send") {
+			t.Fatalf("on_expired %s: exit %d, sink:\n%s\nstderr:\n%s", policy, code, lines, stderr)
+		}
+		if policy == "drop" && !strings.Contains(stderr, "1 expired (relay.on_expired)") {
+			t.Fatalf("the summary does not count the expired row:\n%s", stderr)
+		}
+	}
+}
+
+// TestIntegrationEnvelopeDeliverAtToASinkThatCannotHoldBack: with the
+// table-less envelope no column says at start whether messages carry a
+// deliver_at; a file sink refuses the one whose deliver_at is still to
+// come (relay.on_refused: dead_letter parks it) and delivers the others,
+// one with a deliver_at past included: nothing is sent early.
+func TestIntegrationEnvelopeDeliverAtToASinkThatCannotHoldBack(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	mo := relaytest.NewMessagesOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cfg := mo.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out), "",
+		"relay: {batch_size: 10, shutdown_timeout: 2s, on_refused: dead_letter, refused_attempts: 1}")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	early := relaytest.NewMsg("t", "a", 1)
+	past := relaytest.NewMsg("t", "b", 2)
+	plain := relaytest.NewMsg("t", "c", 3)
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pgtest.Connect(t, url), func(tx pgx.Tx) error {
+		for _, m := range []struct {
+			relaytest.Msg
+			at time.Time
+		}{{past, time.Now().Add(-time.Minute)}, {early, time.Now().Add(time.Hour)}, {plain, time.Time{}}} {
+			if err := outbox.Emit(ctx, tx, outbox.Message{ID: m.ID, Type: m.Type, Key: m.Key, Payload: json.RawMessage(m.Payload), DeliverAt: m.at},
+				outbox.Prefix(mo.Prefix)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(60*time.Second, func() bool { return p.Exited() || strings.Contains(readFile(t, out), plain.ID) }) || p.Exited() {
+		t.Fatalf("the messages after the early one did not arrive (exited: %v)\n%s", p.Exited(), p.Stderr.String())
+	}
+	p.Stop(t)
+	if lines := readFile(t, out); strings.Contains(lines, early.ID) || !strings.Contains(lines, past.ID) {
+		t.Fatalf("the sink got:\n%s\nwant %s (deliver_at past) and not %s (an hour ahead)", lines, past.ID, early.ID)
+	}
+	parked := listParked(t, cfg)
+	if len(parked) != 1 || parked[0].ID == nil || *parked[0].ID != early.ID || !strings.Contains(parked[0].Error, "cannot hold a message back") {
+		t.Fatalf("parked %+v, want the early message", parked)
+	}
+}
