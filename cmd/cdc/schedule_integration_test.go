@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/natsjs"
@@ -432,5 +433,27 @@ func TestIntegrationEnvelopeDeliverAtToASinkThatCannotHoldBack(t *testing.T) {
 	parked := listParked(t, cfg)
 	if len(parked) != 1 || parked[0].ID == nil || *parked[0].ID != early.ID || !strings.Contains(parked[0].Error, "cannot hold a message back") {
 		t.Fatalf("parked %+v, want the early message", parked)
+	}
+}
+
+// TestIntegrationNATSStreamWithoutTTLStops: columns.expires_at to a stream
+// made without allow_msg_ttl (on a server that has per-message TTL) stops
+// the relay saying how to allow it; nothing is stored without its TTL.
+func TestIntegrationNATSStreamWithoutTTLStops(t *testing.T) {
+	t.Parallel()
+	natsURL := natstest.StartEmbedded(t)
+	natstest.CreateStream(t, natsURL, jetstream.StreamConfig{Name: "NOTTL", Subjects: []string{"nottl.>"}})
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	sinkYAML := fmt.Sprintf("  - {name: n, kind: nats, servers: [%q], subject: 'nottl.{type}', stream: {name: NOTTL}}", natsURL)
+	cfg := ob.Config(t, sinkYAML, "columns: {expires_at: expires_at}")
+	cdcInit(t, cfg)
+	insertScheduled(t, ob, scheduledMsg{Msg: relaytest.NewMsg("t", "k", 1), ExpiresAt: time.Now().Add(time.Hour)})
+	p := startCDC(t, "run", "--config", cfg)
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "--allow-msg-ttl") {
+		t.Fatalf("exit %d, want 1 saying how to allow per-message TTL:\n%s", code, p.Stderr.String())
+	}
+	if n := len(readStream(t, natsURL, "NOTTL")); n != 0 {
+		t.Fatalf("the stream holds %d messages", n)
 	}
 }
