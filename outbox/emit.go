@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -153,6 +154,17 @@ type envelopeHead struct {
 	Type    string            `json:"type"`
 	Key     string            `json:"key,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
+	// RFC 3339, UTC; left out when zero.
+	DeliverAt string `json:"deliver_at,omitempty"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+}
+
+// rfc3339 is t in the envelope's form, "" for the zero time.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 func envelope(ctx context.Context, msg Message, o emitOptions) ([]byte, error) {
@@ -189,7 +201,8 @@ func unsigned(ctx context.Context, msg Message, o emitOptions) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(envelopeHead{V: 1, ID: msg.ID, Type: msg.Type, Key: msg.Key, Headers: headers}); err != nil {
+	if err := enc.Encode(envelopeHead{V: 1, ID: msg.ID, Type: msg.Type, Key: msg.Key, Headers: headers,
+		DeliverAt: rfc3339(msg.DeliverAt), ExpiresAt: rfc3339(msg.ExpiresAt)}); err != nil {
 		return fail(fmt.Errorf("encoding the envelope: %w", err))
 	}
 	out := bytes.TrimSuffix(bytes.TrimSuffix(b.Bytes(), []byte("\n")), []byte("}"))

@@ -26,4 +26,7 @@ var (
 	// ErrNoKeyColumn means a message has a key but the Writer's Columns.Key
 	// is "-" (the table has no key column).
 	ErrNoKeyColumn = errors.New("outbox: message has a key but the table has no key column")
+	// ErrNoTimeColumn means a message has DeliverAt or ExpiresAt set but
+	// the Writer's Columns names no column for it.
+	ErrNoTimeColumn = errors.New("outbox: message has a deliver_at or expires_at but the table has no such column")
 )

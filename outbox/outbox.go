@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,19 @@ type Message struct {
 	// Headers are extra string headers the relay puts on the broker
 	// message. Empty stores NULL. Enqueue never modifies the map.
 	Headers map[string]string
+	// DeliverAt, when not zero, is the earliest time the message is to be
+	// delivered: the relay maps it to the broker's scheduled delivery
+	// (Service Bus ScheduledEnqueueTime, SQS DelaySeconds, NATS scheduled
+	// messages, RabbitMQ's delayed-message exchange); a sink that cannot
+	// hold a message back refuses it rather than send it early. It needs
+	// Columns.DeliverAt (a timestamptz column); in an envelope (Emit) it is
+	// the field deliver_at.
+	DeliverAt time.Time
+	// ExpiresAt, when not zero, is when the message expires: the broker's
+	// time to live, and the relay's relay.on_expired when it reaches the
+	// message later. It needs Columns.ExpiresAt; in an envelope it is the
+	// field expires_at.
+	ExpiresAt time.Time
 }
 
 // Columns names the outbox table's columns, like the relay's "columns:"
@@ -53,6 +67,11 @@ type Message struct {
 // Writer.Traceparent or the context is silently not stored.
 type Columns struct {
 	ID, Type, Key, Payload, Headers string
+	// DeliverAt and ExpiresAt name optional timestamptz columns (the
+	// relay's columns.deliver_at and columns.expires_at). Empty or Omit:
+	// the table has none (sql/outbox.sql's has none), and a message with
+	// DeliverAt or ExpiresAt set is an error.
+	DeliverAt, ExpiresAt string
 }
 
 // withDefaults returns c with empty fields set to the default names.
@@ -69,6 +88,9 @@ func (c Columns) withDefaults() Columns {
 		Key:     def(c.Key, "key"),
 		Payload: def(c.Payload, "payload"),
 		Headers: def(c.Headers, "headers"),
+		// No default: the default table has neither.
+		DeliverAt: def(c.DeliverAt, Omit),
+		ExpiresAt: def(c.ExpiresAt, Omit),
 	}
 }
 
@@ -240,6 +262,21 @@ func (w Writer) prepare(ctx context.Context, msg Message) (string, []any, error)
 		args = append(args, h)
 	} else if len(msg.Headers) > 0 {
 		return fail(ErrNoHeadersColumn)
+	}
+	for _, t := range []struct {
+		col, field string
+		v          time.Time
+	}{{cols.DeliverAt, "DeliverAt", msg.DeliverAt}, {cols.ExpiresAt, "ExpiresAt", msg.ExpiresAt}} {
+		switch {
+		case t.col != Omit && t.v.IsZero():
+			names = append(names, t.col)
+			args = append(args, nil)
+		case t.col != Omit:
+			names = append(names, t.col)
+			args = append(args, t.v)
+		case !t.v.IsZero():
+			return fail(fmt.Errorf("%w: Message.%s is set but Columns.%s names no column", ErrNoTimeColumn, t.field, t.field))
+		}
 	}
 
 	stmt := "INSERT INTO " + table.Sanitize() + " ("

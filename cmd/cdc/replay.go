@@ -134,7 +134,7 @@ func replayCmd(e *cmdEnv) error {
 	for _, x := range []struct {
 		n    int64
 		what string
-	}{{res.NotRouted, "routed to no sink in use"}, {res.Invalid, "could not be mapped"}, {res.Rejected, "refused (--skip-rejected)"}} {
+	}{{res.NotRouted, "routed to no sink in use"}, {res.Invalid, "could not be mapped"}, {res.Rejected, "refused (--skip-rejected)"}, {res.Expired, "expired (relay.on_expired)"}} {
 		if x.n > 0 {
 			summary += fmt.Sprintf(", %d %s", x.n, x.what)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
@@ -259,10 +260,17 @@ func ensureTable(ctx context.Context, conn *pgx.Conn, cfg *config.Config, t repl
 	} else if len(v) > 0 {
 		return errors.New(replication.CaseHint(t, v) + "; nothing was created")
 	}
-	if !cfg.Columns.Layout().DefaultTable() {
-		return errors.New("table " + t.Outbox.String() + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql, with or without columns: {time: created_at})")
+	cols := cfg.Columns.Layout()
+	if !cols.Unscheduled().DefaultTable() {
+		return errors.New("table " + t.Outbox.String() + " does not exist and columns: is not the default layout; create your table first (cdc init creates only the layout of sql/outbox.sql, with or without columns: {time: created_at}, deliver_at and expires_at)")
 	}
-	if _, err := conn.Exec(ctx, outbox.DDL(cfg.Postgres.Table)); err != nil {
+	ddl := outbox.DDL(cfg.Postgres.Table)
+	for _, r := range []layout.Role{layout.DeliverAt, layout.ExpiresAt} {
+		if cols.Has(r) { // optional timestamptz columns, NULL for none
+			ddl += "ALTER TABLE " + t.Outbox.Qualified() + " ADD COLUMN " + cols.Column(r) + " timestamptz NULL;\n"
+		}
+	}
+	if _, err := conn.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("creating table %s: %w", t.Outbox, err)
 	}
 	report(fmt.Sprintf("table %s: created", t.Outbox))

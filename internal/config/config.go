@@ -182,13 +182,26 @@ const (
 	HoldKey Policy = "hold_key"
 )
 
+// ExpiredPolicy says what happens to a message that expired before the
+// relay reached it (relay.on_expired).
+type ExpiredPolicy string
+
+// The relay.on_expired policies.
+const (
+	ExpiredDrop       ExpiredPolicy = "drop"
+	ExpiredDeadLetter ExpiredPolicy = "dead_letter"
+	ExpiredSend       ExpiredPolicy = "send"
+)
+
 // Parks reports whether p parks what it applies to (dead_letter or
 // hold_key) rather than stopping.
 func (p Policy) Parks() bool { return p == DeadLetter || p == HoldKey }
 
 // DeadLetters reports whether a policy parks messages, so that the
 // dead-letter table must be writable.
-func (r Relay) DeadLetters() bool { return r.OnInvalid.Parks() || r.OnRefused.Parks() }
+func (r Relay) DeadLetters() bool {
+	return r.OnInvalid.Parks() || r.OnRefused.Parks() || r.OnExpired == ExpiredDeadLetter
+}
 
 // Columns maps the outbox's roles to the table's column names.
 type Columns struct {
@@ -206,6 +219,17 @@ type Columns struct {
 	// row, as a polling dispatcher did; the slot is not confirmed past a
 	// row before its column is set. Off by default.
 	SentAt string `yaml:"sent_at"`
+	// DeliverAt, when set, is a nullable timestamp column: the message is
+	// not delivered before it (Service Bus ScheduledEnqueueTime, SQS
+	// DelaySeconds, NATS scheduled messages, RabbitMQ's delayed-message
+	// exchange). A sink that cannot hold a message back refuses the
+	// mapping (docs/configuration.md, "Scheduled delivery and expiry").
+	// Off by default.
+	DeliverAt string `yaml:"deliver_at"`
+	// ExpiresAt, when set, is a nullable timestamp column: the message is
+	// worthless after it (the broker's time to live where it has one;
+	// relay.on_expired when the relay reaches it after it). Off by default.
+	ExpiresAt string `yaml:"expires_at"`
 	// Order, when set, is a column whose values increase in the order the
 	// rows are inserted, within a transaction too (an identity or bigserial
 	// column; a clock_timestamp() default, to the microsecond): recover,
@@ -219,14 +243,14 @@ type Columns struct {
 // Layout returns the mapping as the relay reads it: an optional role
 // written "-" (layout.Omit) has no column.
 func (c Columns) Layout() layout.Columns {
-	return layout.FromConfig(layout.Columns{c.ID, c.Type, c.Key, c.Payload, c.Headers, c.Time, c.SentAt})
+	return layout.FromConfig(layout.Columns{c.ID, c.Type, c.Key, c.Payload, c.Headers, c.Time, c.SentAt, c.DeliverAt, c.ExpiresAt})
 }
 
 // Outbox returns the outbox table (postgres.table) and its layout.
 func (c *Config) Outbox() layout.Table {
 	t := layout.Table{Columns: c.Columns.Layout()}
 	switch o := c.Columns.Order; {
-	case o == "" && t.Columns.DefaultTable():
+	case o == "" && t.Columns.Unscheduled().DefaultTable():
 		t.Order, t.OrderIfPresent = layout.DefaultOrder, true
 	case o != layout.Omit:
 		t.Order = o
@@ -288,6 +312,17 @@ type Relay struct {
 	// for that sink only, every later message of its ordering key, until
 	// `cdc dead-letter resend` or `drop` of it releases the key in order.
 	OnRefused Policy `yaml:"on_refused"`
+	// OnExpired is what happens to a message whose expires_at
+	// (columns.expires_at, or the envelope's) has passed when the relay
+	// reads it, before any sink gets it: "drop" (default) acknowledges it
+	// unpublished, as the broker's time to live would, logs it at warn
+	// level and counts it in walpost_expired_total{action="drop"};
+	// "dead_letter" parks it in postgres.dead_letter_table for each sink
+	// it was routed to (cdc dead-letter resend publishes it, without its
+	// expiry); "send" publishes it anyway, without a time to live. A
+	// message whose deliver_at is at or after its expires_at counts as
+	// expired too (it could never be delivered in time).
+	OnExpired ExpiredPolicy `yaml:"on_expired"`
 	// RefusedAttempts is how often a message is tried alone before
 	// on_refused: dead_letter parks it (default 3).
 	RefusedAttempts int `yaml:"refused_attempts"`
@@ -550,6 +585,15 @@ func (c *Config) SetDefaults() {
 	}
 	if r.OnRefused == "" {
 		r.OnRefused = Stop
+	}
+	if r.OnExpired == "" {
+		r.OnExpired = ExpiredDrop
+	}
+	if !p.TableLess() {
+		cols := c.Columns.Layout()
+		for i := range c.Sinks {
+			c.Sinks[i].DeliverAt, c.Sinks[i].ExpiresAt = cols.Has(layout.DeliverAt), cols.Has(layout.ExpiresAt)
+		}
 	}
 	if r.RefusedAttempts == 0 {
 		r.RefusedAttempts = 3

@@ -30,7 +30,7 @@ func TestDefaultsMatchTheDesign(t *testing.T) {
 	if c.Postgres.Table != "public.outbox" || c.Postgres.Slot != "walpost_outbox" || c.Postgres.Publication != "walpost_outbox" {
 		t.Fatalf("postgres defaults: %+v", c.Postgres)
 	}
-	if c.Columns != (Columns{"id", "type", "key", "payload", "headers", "", "", ""}) {
+	if c.Columns != (Columns{"id", "type", "key", "payload", "headers", "", "", "", "", ""}) {
 		t.Fatalf("columns defaults: %+v", c.Columns)
 	}
 	if c.Postgres.StatusInterval.D() != 10*time.Second || c.Postgres.HeartbeatInterval.D() != 10*time.Second {

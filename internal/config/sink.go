@@ -20,6 +20,11 @@ type Sink struct {
 	Route Route  `yaml:"route"`
 	// Line is where the sink is defined in the file (0 when not from a file).
 	Line int `yaml:"-"`
+	// DeliverAt and ExpiresAt say the outbox maps columns.deliver_at and
+	// columns.expires_at (set by Config.SetDefaults): a sink kind that
+	// cannot honour one refuses the configuration, naming the sink and the
+	// property (publish.Prepare).
+	DeliverAt, ExpiresAt bool `yaml:"-"`
 
 	node *yaml.Node               // the sink's mapping, variables expanded
 	path string                   // "sinks[i]" when loaded by Parse, "" when not

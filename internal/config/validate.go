@@ -277,7 +277,7 @@ func (c *Config) mayQuoteSecret(field, u, text string) bool {
 // "-" rule (layout.FromConfig) is applied.
 func (c *Config) columnsAsWritten() layout.Columns {
 	col := c.Columns
-	return layout.Columns{col.ID, col.Type, col.Key, col.Payload, col.Headers, col.Time, col.SentAt}
+	return layout.Columns{col.ID, col.Type, col.Key, col.Payload, col.Headers, col.Time, col.SentAt, col.DeliverAt, col.ExpiresAt}
 }
 
 func (c *Config) validateColumns() error {
@@ -335,6 +335,8 @@ func (c *Config) validateRelay() error {
 		return c.fail("relay.on_invalid", "%s is not %s, %s or %s", c.q("relay.on_invalid", string(r.OnInvalid)), Stop, DeadLetter, HoldKey)
 	case r.OnRefused != Stop && !r.OnRefused.Parks():
 		return c.fail("relay.on_refused", "%s is not %s, %s or %s", c.q("relay.on_refused", string(r.OnRefused)), Stop, DeadLetter, HoldKey)
+	case r.OnExpired != ExpiredDrop && r.OnExpired != ExpiredDeadLetter && r.OnExpired != ExpiredSend:
+		return c.fail("relay.on_expired", "%s is not %s, %s or %s", c.q("relay.on_expired", string(r.OnExpired)), ExpiredDrop, ExpiredDeadLetter, ExpiredSend)
 	case r.RefusedAttempts < 1 || r.RefusedAttempts > 100:
 		return c.fail("relay.refused_attempts", "%d is outside 1..100", r.RefusedAttempts)
 	}

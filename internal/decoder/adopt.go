@@ -56,7 +56,15 @@ func (d *Decoder) adopted(m *pglogrepl.LogicalDecodingMessage) (Event, error) {
 	var a Adopted
 	// encoding/json would replace invalid UTF-8 (a SQL_ASCII database)
 	// with U+FFFD: such a row is invalid, as in an INSERT.
-	if err := json.Unmarshal(m.Content, &a); err != nil || !utf8.Valid(m.Content) || a.V != 1 || len(a.OIDs) != int(layout.NumRoles) || len(a.Values) != int(layout.NumRoles) {
+	err := json.Unmarshal(m.Content, &a)
+	old := err == nil && len(a.OIDs) == layout.V1Roles && len(a.Values) == layout.V1Roles
+	if old {
+		// Written by a walpost before deliver_at and expires_at: it has
+		// neither.
+		a.OIDs = append(a.OIDs, make([]uint32, int(layout.NumRoles)-layout.V1Roles)...)
+		a.Values = append(a.Values, make([]*string, int(layout.NumRoles)-layout.V1Roles)...)
+	}
+	if err != nil || !utf8.Valid(m.Content) || a.V != 1 || len(a.OIDs) != int(layout.NumRoles) || len(a.Values) != int(layout.NumRoles) {
 		// Bad input, not a protocol failure: on_invalid and cdc skip
 		// apply, as to a row.
 		return Event{}, &Error{LSN: m.LSN, CommitLSN: d.tx.commitLSN, Row: RowValues{"adopt_message": string(m.Content)},
@@ -77,7 +85,9 @@ func (d *Decoder) adopted(m *pglogrepl.LogicalDecodingMessage) (Event, error) {
 		}
 	}
 	for role := range layout.NumRoles {
-		if d.m.Columns.Has(role) && rel.idx[role] < 0 && role != layout.SentAt { // sent_at is not carried: it is NULL
+		// sent_at is not carried: it is NULL; nor are deliver_at and
+		// expires_at by an older walpost's message.
+		if d.m.Columns.Has(role) && rel.idx[role] < 0 && role != layout.SentAt && !(old && int(role) >= layout.V1Roles) {
 			rel.missing = append(rel.missing, fmt.Sprintf("%s %q", role.Field(), d.m.Columns[role]))
 		}
 	}

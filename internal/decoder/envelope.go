@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -22,7 +23,7 @@ import (
 const EnvelopeVersion = 1
 
 // envelopeFields are the envelope's fields, in the order errors name them.
-var envelopeFields = []string{"v", "id", "type", "key", "headers", "payload", "payload_base64"}
+var envelopeFields = []string{"v", "id", "type", "key", "headers", "payload", "payload_base64", "deliver_at", "expires_at"}
 
 // ForgedText is in the error of every envelope parked because no key of
 // postgres.message_keys signed it: resend refuses such a row while the
@@ -103,6 +104,10 @@ func (d *Decoder) enveloped(m *pglogrepl.LogicalDecodingMessage) (Event, error) 
 //	payload_base64  instead of payload: bytes in standard base64 (RFC 4648,
 //	                padded), published as they are (JSON only when they are
 //	                JSON text, as a bytea payload)
+//	deliver_at      optional; an RFC 3339 time string, or null: not to be
+//	                delivered before (as columns.deliver_at)
+//	expires_at      optional; an RFC 3339 time string, or null: expires
+//	                then (as columns.expires_at)
 //
 // Exactly one of payload and payload_base64; no other field, and no field
 // twice. A \u escape that stands for no character (an unpaired UTF-16
@@ -223,6 +228,21 @@ func fillEnvelope(m *message.Message, f map[string]json.RawMessage) error {
 			return err
 		}
 		m.Headers = h
+	}
+	for _, t := range []struct {
+		name string
+		to   *time.Time
+	}{{"deliver_at", &m.DeliverAt}, {"expires_at", &m.ExpiresAt}} {
+		v, ok, err := str(t.name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if *t.to, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return fmt.Errorf("%s %q is not an RFC 3339 time (2026-12-06T07:05:00Z)", t.name, v)
+		}
 	}
 	return envelopePayload(m, f)
 }

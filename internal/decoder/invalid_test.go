@@ -215,6 +215,7 @@ func TestDecodeInsertWithOtherColumnCountThanItsRelationIsProtocolError(t *testi
 func TestUnusableTypeErrorNamesExactlyTheAcceptedTypes(t *testing.T) {
 	names := layout.Default
 	names[layout.Time], names[layout.SentAt] = "created_at", "sent_at"
+	names[layout.DeliverAt], names[layout.ExpiresAt] = "deliver_at", "expires_at"
 	for role := range layout.NumRoles {
 		var listed []string
 		for _, oid := range accepted[role] {
@@ -222,13 +223,13 @@ func TestUnusableTypeErrorNamesExactlyTheAcceptedTypes(t *testing.T) {
 				t.Fatalf("%s: accepted type oid %d has no name", role.Field(), oid)
 			}
 			listed = append(listed, typeNames[oid])
-			r := &relation{idx: [layout.NumRoles]int{0, 1, 2, 3, 4, 5, 6}, oid: [layout.NumRoles]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB, oidTSTZ, oidTS}}
+			r := &relation{idx: [layout.NumRoles]int{0, 1, 2, 3, 4, 5, 6, 7, 8}, oid: [layout.NumRoles]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB, oidTSTZ, oidTS, oidTSTZ, oidTS}}
 			r.oid[role] = oid
 			if err := checkTypes(r, names); err != nil {
 				t.Fatalf("%s of type %s: %v", role.Field(), typeNames[oid], err)
 			}
 		}
-		r := &relation{idx: [layout.NumRoles]int{0, 1, 2, 3, 4, 5, 6}, oid: [layout.NumRoles]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB, oidTSTZ, oidTS}}
+		r := &relation{idx: [layout.NumRoles]int{0, 1, 2, 3, 4, 5, 6, 7, 8}, oid: [layout.NumRoles]uint32{oidUUID, oidText, oidText, oidJSONB, oidJSONB, oidTSTZ, oidTS, oidTSTZ, oidTS}}
 		r.oid[role] = 23 // int4
 		err := checkTypes(r, names)
 		want := fmt.Sprintf("%s: column %q has type oid 23; it must be one of %s", role.Field(), names[role], strings.Join(listed, ", "))

@@ -90,6 +90,8 @@ const (
 	colHeaders = layout.Headers
 	colTime    = layout.Time
 	colSentAt  = layout.SentAt
+	colDeliver = layout.DeliverAt
+	colExpires = layout.ExpiresAt
 )
 
 // relation reads a Relation message. The outbox is the relation with the
@@ -181,6 +183,8 @@ var accepted = [layout.NumRoles][]uint32{
 	colHeaders: {oidJSONB, oidJSON},
 	colTime:    {oidTSTZ, oidTS},
 	colSentAt:  {oidTSTZ, oidTS},
+	colDeliver: {oidTSTZ, oidTS},
+	colExpires: {oidTSTZ, oidTS},
 }
 
 // typeNames names the types of accepted.

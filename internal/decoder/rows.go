@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -202,12 +203,17 @@ func (d *Decoder) fill(m *message.Message, rel *relation, vals [layout.NumRoles]
 		}
 		m.Headers = h
 	}
-	if rel.idx[colTime] >= 0 && !nulls[colTime] && vals[colTime] != nil {
-		t, err := parseTimestamp(vals[colTime])
-		if err != nil {
-			return fmt.Errorf("%s: column %q: %v", colTime.Field(), d.m.Columns[colTime], err)
+	for _, f := range []struct {
+		role layout.Role
+		to   *time.Time
+	}{{colTime, &m.Time}, {colDeliver, &m.DeliverAt}, {colExpires, &m.ExpiresAt}} {
+		if rel.idx[f.role] >= 0 && !nulls[f.role] && vals[f.role] != nil {
+			t, err := parseTimestamp(vals[f.role])
+			if err != nil {
+				return fmt.Errorf("%s: column %q: %v", f.role.Field(), d.m.Columns[f.role], err)
+			}
+			*f.to = t
 		}
-		m.Time = t
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 // Package layout describes the outbox table as the relay reads it: the
 // table, and which column plays which role (id, type, key, payload,
-// headers, and the optional time and sent_at). It is the one representation of the column mapping: the
+// headers, and the optional time, sent_at, deliver_at and expires_at). It is the one representation of the column mapping: the
 // config produces it (applying the rule that "-" means the table has no
 // such column, in one place), the setup checks, the decoder and `cdc init`
 // read it.
@@ -34,10 +34,23 @@ const (
 	// acknowledged the row (off unless mapped): what a polling
 	// dispatcher's "processed on" column was.
 	SentAt
+	// DeliverAt is a timestamp column: the message is not to be delivered
+	// before it (scheduled delivery, mapped to the broker's native
+	// feature; off unless mapped; NULL delivers at once).
+	DeliverAt
+	// ExpiresAt is a timestamp column: the message is worthless after it
+	// (the broker's time to live, and relay.on_expired when the relay
+	// reaches it later; off unless mapped; NULL never expires).
+	ExpiresAt
 	NumRoles
 )
 
-var roleNames = [NumRoles]string{"id", "type", "key", "payload", "headers", "time", "sent_at"}
+// V1Roles is how many roles the version 1 adopt message of walpost
+// before deliver_at and expires_at carried (decoder.Adopted): such a
+// message has neither.
+const V1Roles = int(DeliverAt)
+
+var roleNames = [NumRoles]string{"id", "type", "key", "payload", "headers", "time", "sent_at", "deliver_at", "expires_at"}
 
 // String returns the role's name ("payload").
 func (r Role) String() string { return roleNames[r] }
@@ -55,7 +68,7 @@ func (r Role) OmitHint() string {
 	switch r {
 	case Key, Headers:
 		return ` (use "-" when the table has no such column)`
-	case Time, SentAt:
+	case Time, SentAt, DeliverAt, ExpiresAt:
 		return " (leave it out when the table has no such column)"
 	}
 	return ""
@@ -68,7 +81,7 @@ type Columns [NumRoles]string
 // Default is the layout of sql/outbox.sql as the stream reads it: its
 // created_at is the message's time only when mapped (columns.time);
 // unmapped, the commit time is.
-var Default = Columns{"id", "type", "key", "payload", "headers", "", ""}
+var Default = Columns{"id", "type", "key", "payload", "headers", "", "", "", ""}
 
 // DefaultTime is the time column of sql/outbox.sql's table. What reads
 // the table's rows rather than the stream (`cdc replay`, which has no
@@ -84,6 +97,14 @@ func (c Columns) DefaultTable() bool {
 		c[Time] = ""
 	}
 	return c == Default
+}
+
+// Unscheduled returns c without the deliver_at and expires_at roles:
+// optional columns that can be added to any layout, sql/outbox.sql's
+// included (whose seq, and created_at, keep their use then).
+func (c Columns) Unscheduled() Columns {
+	c[DeliverAt], c[ExpiresAt] = "", ""
+	return c
 }
 
 // FromConfig returns the layout of the columns: mapping as written in the

@@ -39,6 +39,8 @@ func TestRolesNameTheirConfigField(t *testing.T) {
 		{"headers", true, `use "-"`},
 		{"time", true, "leave it out"},
 		{"sent_at", true, "leave it out"},
+		{"deliver_at", true, "leave it out"},
+		{"expires_at", true, "leave it out"},
 	}
 	if len(want) != int(NumRoles) {
 		t.Fatalf("%d roles, the test knows %d", NumRoles, len(want))

@@ -45,6 +45,47 @@ type Message struct {
 	// Time is the value of the outbox's time column (columns.time), zero
 	// when none is mapped. Sinks use EventTime.
 	Time time.Time
+	// DeliverAt is when the message is to be delivered (columns.deliver_at,
+	// or the envelope's deliver_at), zero for at once: a sink delivers it
+	// no earlier (the broker's scheduled delivery) or refuses it.
+	DeliverAt time.Time
+	// ExpiresAt is when the message expires (columns.expires_at, or the
+	// envelope's expires_at), zero for never: the broker's time to live,
+	// and relay.on_expired when the relay reaches it later.
+	ExpiresAt time.Time
+}
+
+// Expired reports whether m's expiry has passed at now, or falls at or
+// before its delivery time (it could never be delivered in time).
+func (m *Message) Expired(now time.Time) bool {
+	if m.ExpiresAt.IsZero() {
+		return false
+	}
+	return !now.Before(m.ExpiresAt) || !m.DeliverAt.IsZero() && !m.DeliverAt.Before(m.ExpiresAt)
+}
+
+// Delay is how long after now m is to be delivered: zero when it has no
+// deliver_at or that time has come.
+func (m *Message) Delay(now time.Time) time.Duration {
+	if m.DeliverAt.IsZero() || !m.DeliverAt.After(now) {
+		return 0
+	}
+	return m.DeliverAt.Sub(now)
+}
+
+// TTL is how long m has to live from its delivery on (from now, or from
+// its deliver_at when later), for a broker's time to live: zero when it
+// has no expiry, and at least a millisecond when it has one (an expired
+// message sent anyway is relay.on_expired: send, which clears ExpiresAt).
+func (m *Message) TTL(now time.Time) time.Duration {
+	if m.ExpiresAt.IsZero() {
+		return 0
+	}
+	from := now
+	if m.DeliverAt.After(now) {
+		from = m.DeliverAt
+	}
+	return max(m.ExpiresAt.Sub(from), time.Millisecond)
 }
 
 // EventTime is the message's time as sinks publish it (Kafka record

@@ -103,6 +103,9 @@ type Metrics struct {
 	ForeignRelations Counter // relations other than the outbox, once each
 	Held             Counter // messages parked behind a held key (relay.on_invalid: hold_key)
 	HeldKeys         Gauge   // keys held for every sink (relay.on_invalid: hold_key)
+	// Messages expired when read (relay.on_expired), by what was done:
+	// dropped, parked for their sinks, or sent all the same.
+	ExpiredDropped, ExpiredParked, ExpiredSent Counter
 }
 
 // SinkMetrics are one sink's counters; a nil one counts nothing.
@@ -137,7 +140,8 @@ func counter(c Counter) Counter {
 
 func (m Metrics) orNop() Metrics {
 	return Metrics{Decoded: counter(m.Decoded), DeadLettered: counter(m.DeadLettered), ForgedEnvelopes: counter(m.ForgedEnvelopes),
-		ForgedAdopts: counter(m.ForgedAdopts), ForeignRelations: counter(m.ForeignRelations), Held: counter(m.Held), HeldKeys: gauge(m.HeldKeys)}
+		ForgedAdopts: counter(m.ForgedAdopts), ForeignRelations: counter(m.ForeignRelations), Held: counter(m.Held), HeldKeys: gauge(m.HeldKeys),
+		ExpiredDropped: counter(m.ExpiredDropped), ExpiredParked: counter(m.ExpiredParked), ExpiredSent: counter(m.ExpiredSent)}
 }
 
 func (m SinkMetrics) orNop() SinkMetrics {

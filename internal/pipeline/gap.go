@@ -216,6 +216,14 @@ func (p *Pipeline) doFill(ctx context.Context, f *fill) error {
 		if len(p.targets) == 0 {
 			continue
 		}
+		m, err := p.unlessExpired(ctx, m)
+		if err != nil {
+			return err
+		}
+		if m == nil {
+			p.carried.add(r.Msg.ID)
+			continue
+		}
 		if d.Txn == nil {
 			d.Txn = p.tracker.Begin()
 		}

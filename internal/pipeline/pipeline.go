@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -57,6 +58,13 @@ type Options struct {
 	// Marker, when set, is handed each transaction's message ids at its
 	// commit, before the tracker (columns.sent_at).
 	Marker Marker
+	// OnExpired is relay.on_expired: what happens to a message whose
+	// expires_at has passed when the pipeline reads it ("" is drop).
+	// With dead_letter, Expired parks it for each sink it was routed to,
+	// named by SinkNames (in the routes' order).
+	OnExpired config.ExpiredPolicy
+	Expired   Refusals
+	SinkNames []string
 	// Metrics counts what the pipeline sees; a nil counter counts nothing.
 	Metrics Metrics
 	Log     zerolog.Logger
@@ -79,6 +87,11 @@ type Pipeline struct {
 	holds     HoldStore // with onInvalid.Hold
 	held      *heldKeys // keys held for every sink
 	marker    Marker
+	// relay.on_expired (expired.go)
+	onExpired config.ExpiredPolicy
+	expired   Refusals
+	sinkNames []string
+	now       func() time.Time
 	metrics   Metrics
 	log       zerolog.Logger
 	// tableLess: postgres.source: messages (a forged envelope is parked;
@@ -103,7 +116,8 @@ type Pipeline struct {
 func New(o Options) *Pipeline {
 	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
 		dead: o.DeadLetters, onInvalid: o.Invalid, tableLess: o.TableLess, marker: o.Marker,
-		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill), holds: o.HoldStore}
+		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill), holds: o.HoldStore,
+		onExpired: o.OnExpired, expired: o.Expired, sinkNames: o.SinkNames, now: time.Now}
 	p.held = newHeldKeys("", o.Holds, o.HoldStore, p.metrics.Held, p.metrics.HeldKeys, o.Log, "bad row (relay.on_invalid: hold_key)")
 	p.sinks = make([]chan []publish.Delivery, len(o.Routes))
 	for i := range p.sinks {
@@ -259,7 +273,11 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 			p.log.Debug().Str("msg_id", e.Msg.ID).Str("type", e.Msg.Type).Msg("no sink needs this message (not routed, or acknowledged before a restart)")
 			return nil
 		}
-		return p.deliver(ctx, publish.Delivery{Msg: e.Msg, Txn: p.txn})
+		m, err := p.unlessExpired(ctx, e.Msg)
+		if m == nil || err != nil {
+			return err
+		}
+		return p.deliver(ctx, publish.Delivery{Msg: m, Txn: p.txn})
 	}
 	return nil
 }

@@ -31,7 +31,34 @@ type Opener func(ctx context.Context) (Sink, error)
 var (
 	regMu     sync.Mutex
 	factories = map[string]Factory{}
+	// schedulers are the kinds that may honour Message.DeliverAt
+	// (RegisterScheduling).
+	schedulers = map[string]string{}
 )
+
+// RegisterScheduling marks kind as able to hold a message back until its
+// DeliverAt with the broker's own feature (named by how, for errors):
+// its factory checks what that needs when cfg.DeliverAt is set, and its
+// sinks implement Scheduler. Prepare refuses columns.deliver_at for
+// every other kind, naming the sink and the property.
+func RegisterScheduling(kind, how string) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	schedulers[kind] = how
+}
+
+// SchedulingKinds lists the kinds that may honour deliver_at, with how,
+// for errors: "servicebus (ScheduledEnqueueTime), …".
+func SchedulingKinds() string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	var out []string
+	for k, how := range schedulers {
+		out = append(out, k+" ("+how+")")
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
 
 // Register makes a sink kind available to Prepare. Sink packages call it
 // from init; cmd/cdc imports them.
@@ -61,9 +88,17 @@ func Kinds() []string {
 func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	regMu.Lock()
 	f, ok := factories[cfg.Kind]
-	regMu.Unlock()
 	if !ok {
+		regMu.Unlock()
 		return nil, fmt.Errorf("sinks[%d].kind: unknown kind %q (one of %s)", index, cfg.Kind, strings.Join(Kinds(), ", "))
+	}
+	_, schedules := schedulers[cfg.Kind]
+	regMu.Unlock()
+	if cfg.DeliverAt && !schedules {
+		return nil, fmt.Errorf("sinks[%d] (%s): columns.deliver_at is mapped, but a %s sink cannot hold a message back until its deliver_at "+
+			"(the broker has no scheduled delivery), and walpost never sends a message early: remove columns.deliver_at, "+
+			"or send such messages through a sink that can: %s",
+			index, cfg.Name, cfg.Kind, SchedulingKinds())
 	}
 	setRowHeaderLog(log)
 	open, err := f(cfg, log.With().Str("sink", cfg.Name).Logger())

@@ -98,12 +98,15 @@ const minBackoff = 100 * time.Millisecond
 //
 // A Runner is used by one goroutine.
 type Runner struct {
-	sink    Sink
-	in      <-chan []Delivery
-	opt     RunnerOptions
-	pending []Delivery // received, not yet in a batch
-	closed  bool
-	failing bool // opt.Failing was last called with true
+	sink Sink
+	in   <-chan []Delivery
+	opt  RunnerOptions
+	// schedules: the sink holds messages back until their deliver_at
+	// (Scheduler); otherwise PublishOnTime refuses one still to come.
+	schedules bool
+	pending   []Delivery // received, not yet in a batch
+	closed    bool
+	failing   bool // opt.Failing was last called with true
 
 	// sleep waits d or until ctx ends (ctx.Err()); tests replace it.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -128,7 +131,7 @@ func NewRunner(sink Sink, in <-chan []Delivery, opt RunnerOptions) *Runner {
 	if opt.RefusedAttempts <= 0 {
 		opt.RefusedAttempts = 3
 	}
-	return &Runner{sink: sink, in: in, opt: opt, sleep: sleep}
+	return &Runner{sink: sink, in: in, opt: opt, sleep: sleep, schedules: Schedules(sink)}
 }
 
 // sleep waits d or until ctx ends (ctx.Err()).
@@ -328,7 +331,12 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		if len(r.msgs) == 0 {
 			return nil
 		}
-		err := r.sink.Publish(ctx, r.msgs)
+		var err error
+		if r.schedules {
+			err = r.sink.Publish(ctx, r.msgs)
+		} else {
+			err = PublishOnTime(ctx, r.sink, r.msgs, time.Now())
+		}
 		progress := r.record(err)
 		r.ackDurable()
 		if err == nil || progress == len(r.msgs) {

@@ -3,7 +3,9 @@ package publish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -179,4 +181,53 @@ type Resumer interface {
 	// Permanent stops the relay; others start a new cycle. From Resume
 	// on, Publish writes each batch together with its progress.
 	Resume(ctx context.Context, slot string) (pos Position, ok bool, err error)
+}
+
+// Scheduler is implemented by a sink that may hold a message back until
+// its DeliverAt (message.Message.DeliverAt) with the broker's own
+// scheduled delivery. Schedules reports whether this sink does, as
+// configured; when it does, its Publish delivers no message before its
+// DeliverAt, or refuses it (Rejected). The runner refuses a message whose
+// DeliverAt is still to come for every other sink (PublishOnTime): it is
+// never sent early.
+type Scheduler interface {
+	Schedules() bool
+}
+
+// Schedules reports whether s holds messages back until their DeliverAt
+// (Scheduler).
+func Schedules(s Sink) bool {
+	sc, ok := s.(Scheduler)
+	return ok && sc.Schedules()
+}
+
+// ErrTooEarly is in the refusal of a message whose deliver_at is still to
+// come by a sink that cannot hold it back.
+var ErrTooEarly = errors.New("deliver_at is still to come and this sink cannot hold a message back (the broker has no scheduled delivery); walpost never sends a message early")
+
+// PublishOnTime publishes msgs through s, which does not schedule
+// (Schedules false), up to the first message whose DeliverAt is after
+// now, and refuses that one (Rejected, with the messages before it
+// durable: Partial). Every message but such a one goes as with
+// s.Publish.
+func PublishOnTime(ctx context.Context, s Sink, msgs []*message.Message, now time.Time) error {
+	i := slices.IndexFunc(msgs, func(m *message.Message) bool { return m.Delay(now) > 0 })
+	if i < 0 {
+		return s.Publish(ctx, msgs)
+	}
+	if i > 0 {
+		if err := s.Publish(ctx, msgs[:i]); err != nil {
+			if d, ok := DoneOf(err); ok {
+				return Partial(err, append(slices.Clone(d), make([]bool, len(msgs)-len(d))...))
+			}
+			return err
+		}
+	}
+	m := msgs[i]
+	done := make([]bool, len(msgs))
+	for j := range i {
+		done[j] = true
+	}
+	return Partial(Rejected(fmt.Errorf("message %s (type %q): %w: its deliver_at is %s, and sink %s cannot deliver it then",
+		m.ID, m.Type, ErrTooEarly, m.DeliverAt.UTC().Format(time.RFC3339Nano), s.Name())), done)
 }

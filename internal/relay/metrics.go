@@ -29,6 +29,7 @@ type Metrics struct {
 	heldKeys         *prometheus.GaugeVec
 	retentionDeleted prometheus.Counter
 	forged           *prometheus.CounterVec
+	expired          *prometheus.CounterVec
 
 	// The publication or the table changing under the relay (coverage.go).
 	foreignRelations prometheus.Counter
@@ -77,6 +78,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Delivered outbox rows deleted by relay.retention."}),
 		forged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_forged_messages_total",
 			Help: "Messages that claimed to be outbox messages without the proof the relay requires (kind envelope: no valid signature under postgres.message_keys; adopt: an adopt message cdc init did not write); never published."}, []string{"kind"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_expired_total",
+			Help: "Messages whose expires_at had passed when the relay read them, by what relay.on_expired did: drop, dead_letter (parked for their sinks) or send."}, []string{"action"}),
 		foreignRelations: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_foreign_relations_total",
 			Help: "Relations other than the outbox seen in the replication stream (each once per process); their rows are skipped."}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_stream_gaps_total",
@@ -94,9 +97,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, kind := range []string{"envelope", "adopt"} {
 		m.forged.WithLabelValues(kind) // at 0 from the start, for alerts
 	}
+	for _, action := range []string{"drop", "dead_letter", "send"} {
+		m.expired.WithLabelValues(action)
+	}
 	if reg != nil {
 		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.held, m.heldKeys, m.retentionDeleted,
-			m.forged, m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
+			m.forged, m.expired, m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
@@ -193,7 +199,9 @@ func RegisterBuildInfo(reg prometheus.Registerer, version, revision string) {
 func (m *Metrics) pipelineMetrics() pipeline.Metrics {
 	return pipeline.Metrics{Decoded: m.decoded, DeadLettered: m.deadLettered, ForgedEnvelopes: m.forged.WithLabelValues("envelope"),
 		ForgedAdopts: m.forged.WithLabelValues("adopt"), ForeignRelations: m.foreignRelations,
-		Held: m.held.WithLabelValues("-"), HeldKeys: m.heldKeys.WithLabelValues("-")}
+		Held: m.held.WithLabelValues("-"), HeldKeys: m.heldKeys.WithLabelValues("-"),
+		ExpiredDropped: m.expired.WithLabelValues("drop"), ExpiredParked: m.expired.WithLabelValues("dead_letter"),
+		ExpiredSent: m.expired.WithLabelValues("send")}
 }
 
 // sinkMetrics are the counters sink's settler is handed.

@@ -583,6 +583,7 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		Invalid: policyOf(cfg.Relay.OnInvalid), TableLess: cfg.Postgres.TableLess(),
 		HoldStore: parked, Holds: r.held, // keys held before are held whatever the policy now
+		OnExpired: cfg.Relay.OnExpired, Expired: parked,
 		Metrics: r.metrics.pipelineMetrics(), Log: r.log}
 	if marker != nil { // a nil *Marker is not a nil Marker
 		o.Marker = marker
@@ -590,6 +591,7 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	for _, s := range cfg.Sinks {
 		o.Routes = append(o.Routes, s.Route)
 		o.Acked = append(o.Acked, loaded[s.Name])
+		o.SinkNames = append(o.SinkNames, s.Name)
 	}
 	return pipeline.New(o)
 }

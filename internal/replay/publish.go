@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish"
 )
 
@@ -22,6 +24,19 @@ func (rp *replayer) publish(ctx context.Context, batch []row, res *Result) error
 			res.Invalid++
 			fmt.Fprintf(rp.o.Progress, "replay: id %s cannot be mapped, left out: %v\n", r.key.id(), r.err)
 			continue
+		}
+		if r.msg.Expired(time.Now()) {
+			// relay.on_expired, as the relay applies it, but that a
+			// replay parks nothing: dead_letter leaves it out too.
+			if rp.cfg.Relay.OnExpired != config.ExpiredSend {
+				res.Expired++
+				fmt.Fprintf(rp.o.Progress, "replay: id %s expired at %s, left out (relay.on_expired: %s)\n",
+					r.key.id(), r.msg.ExpiresAt.UTC().Format(time.RFC3339), rp.cfg.Relay.OnExpired)
+				continue
+			}
+			c := *r.msg
+			c.ExpiresAt = time.Time{}
+			r.msg = &c
 		}
 		to := rp.sinks.routes(r.msg)
 		if len(to) == 0 {

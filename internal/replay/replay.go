@@ -61,6 +61,7 @@ type Result struct {
 	NotRouted   int64 // rows no sink in use routes
 	Invalid     int64 // rows that cannot be mapped, left out
 	Rejected    int64 // messages refused with SkipRejected, left out
+	Expired     int64 // rows expired (expires_at passed), left out unless relay.on_expired is send
 	// Last is the id of the last row done, Next the first one left (when
 	// interrupted) and End the range's last.
 	Last, Next, End string

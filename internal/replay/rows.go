@@ -116,7 +116,7 @@ func (r *Rows) readSort(ctx context.Context, q Querier) error {
 		return nil
 	}
 	r.Sort = []SortColumn{id}
-	if t.Columns.DefaultTable() {
+	if t.Columns.Unscheduled().DefaultTable() {
 		// sql/outbox.sql's created_at, unmapped (cdc recover).
 		typ, _, err := columnType(ctx, q, t, layout.DefaultTime)
 		switch {

@@ -39,6 +39,13 @@ type natsConfig struct {
 	AckTimeout config.Duration `yaml:"ack_timeout"`
 	// ClientName is the connection name the server shows (default walpost).
 	ClientName string `yaml:"client_name"`
+	// ScheduleSubject is the subject prefix under which a message whose
+	// deliver_at is still to come is stored as a JetStream message
+	// schedule (server 2.12+, a stream with allow_msg_schedules that
+	// covers both it and the message's subject): <schedule_subject>.<id>,
+	// with Nats-Schedule "@at <deliver_at>" and Nats-Schedule-Target the
+	// message's subject. Required for columns.deliver_at.
+	ScheduleSubject string `yaml:"schedule_subject"`
 
 	// Authentication: at most one of credentials_file, nkey_seed_file,
 	// token and user (with password).
@@ -124,6 +131,13 @@ func (c *natsConfig) SetDefaults() {
 					c.Stream.Subjects = []string{w}
 				}
 			}
+			if len(c.Stream.Subjects) > 0 && c.ScheduleSubject != "" {
+				// The schedules must be in the stream of their targets.
+				w := c.Stream.Subjects[0]
+				if !strings.HasSuffix(w, ">") || !strings.HasPrefix(c.ScheduleSubject+".", strings.TrimSuffix(w, ">")) {
+					c.Stream.Subjects = append(c.Stream.Subjects, c.ScheduleSubject+".>")
+				}
+			}
 		}
 	}
 }
@@ -145,6 +159,12 @@ func (c *natsConfig) Validate() error {
 	}
 	if err := c.Stream.validate(c.Subject); err != nil {
 		return err
+	}
+	if c.ScheduleSubject != "" {
+		t, err := parseSubject(c.ScheduleSubject)
+		if err != nil || !t.Fixed() {
+			return fmt.Errorf("schedule_subject: %q is not a subject without wildcards or placeholders (e.g. outbox.scheduled)", c.ScheduleSubject)
+		}
 	}
 	if c.MaxPending < limits.maxPending[0] || c.MaxPending > limits.maxPending[1] {
 		return fmt.Errorf("max_pending: %d is outside %d..%d", c.MaxPending, limits.maxPending[0], limits.maxPending[1])

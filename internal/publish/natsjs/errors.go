@@ -30,6 +30,9 @@ const (
 	codeInsufficientResources = 10023 // JSInsufficientResourcesErr
 	codeStreamNotMatch        = 10060 // JSStreamNotMatchErr: Nats-Expected-Stream
 	codeStreamStoreFailed     = 10077 // JSStreamStoreFailedF: limits with discard new, store errors
+	codeMessageTTLDisabled    = 10166 // JSMessageTTLDisabledErr: Nats-TTL on a stream without allow_msg_ttl
+	codeSchedulesDisabled     = 10188 // JSMessageSchedulesDisabledErr: a schedule on a stream without allow_msg_schedules
+	codeScheduleTarget        = 10190 // JSMessageSchedulesTargetInvalidErr: the target is not in the schedule's stream
 )
 
 // apiVerdicts are the JetStream API errors a publish can get back, by
@@ -44,6 +47,12 @@ var apiVerdicts = map[jetstream.ErrorCode]verdict{
 	codeStreamStoreFailed: {permanent: true,
 		hint: "the stream refused to store the message (a limit with discard: new, such as max_msgs, max_bytes or max_msgs_per_subject, or a storage error): raise the limit or let consumers catch up, then restart the relay"},
 	codeInsufficientResources: {hint: "the server lacks resources for the stream (memory or disk); retrying"},
+	codeMessageTTLDisabled: {permanent: true,
+		hint: "the stream does not allow per-message TTL, which columns.expires_at maps to (Nats-TTL): enable it (nats stream edit --allow-msg-ttl), or remove columns.expires_at"},
+	codeSchedulesDisabled: {permanent: true,
+		hint: "the stream does not allow message schedules, which columns.deliver_at maps to: enable allow_msg_schedules on the stream that covers schedule_subject, or remove columns.deliver_at"},
+	codeScheduleTarget: {permanent: true,
+		hint: "the message's subject is not in the stream that holds schedule_subject: a schedule publishes only into its own stream; make one stream cover both"},
 }
 
 // classify decides whether err, from publishing one message, is worth

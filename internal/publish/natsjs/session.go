@@ -26,6 +26,8 @@ type session struct {
 	// gone is closed when the connection closes: nats.go does not fail
 	// the pending PubAck futures of a connection that does not reconnect.
 	gone chan struct{}
+	// version is the server's, [major, minor, patch] (schedule.go).
+	version [3]int
 }
 
 // session returns the current session, opening one (and creating the
@@ -105,6 +107,11 @@ func (s *Sink) connect(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	sess.nc, sess.js = nc, js
+	sess.version = parseVersion(nc.ConnectedServerVersion())
+	if err := s.checkVersion(sess); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	if s.cfg.Stream.Create {
 		if err := s.ensureStream(ctx, js); err != nil {
 			nc.Close()
@@ -149,6 +156,10 @@ func (s *Sink) ensureStream(ctx context.Context, js jetstream.JetStream) error {
 		Storage:    storage,
 		Replicas:   sc.Replicas,
 		Duplicates: sc.DuplicateWindow.D(),
+		// Per-message TTL and message schedules, for expires_at and
+		// deliver_at (server 2.11+ and 2.12+).
+		AllowMsgTTL:       s.expiresAt,
+		AllowMsgSchedules: s.cfg.ScheduleSubject != "",
 	})
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		err = fmt.Errorf("creating stream %q on subjects %q (stream.create): %w", sc.Name, sc.Subjects, err)

@@ -20,7 +20,14 @@ import (
 
 func init() {
 	publish.Register("nats", publish.FactoryOf(New))
+	publish.RegisterScheduling("nats", "server 2.12+ message schedules, with schedule_subject")
 }
+
+// Schedules reports that the sink holds messages back until their
+// deliver_at, as JetStream message schedules (publish.Scheduler). Without
+// schedule_subject, or on a server before 2.12, it refuses such a message
+// instead.
+func (s *Sink) Schedules() bool { return true }
 
 // Sink publishes outbox messages to NATS JetStream (see the package doc).
 //
@@ -34,6 +41,9 @@ type Sink struct {
 	subject subjectTemplate
 	opts    []nats.Option // connection options, files loaded
 	servers string        // comma-separated, as nats.Connect takes them
+	// columns.deliver_at and columns.expires_at are mapped: the server's
+	// version is checked at connect (schedule.go).
+	deliverAt, expiresAt bool
 
 	mu   sync.Mutex // serializes Publish
 	sess *session   // the current connection; nil before the first Publish and after a failure that may be the connection's
@@ -55,7 +65,17 @@ func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 	if err := publish.DecodeSettings(cfg, &nc); err != nil {
 		return nil, err
 	}
-	return open(cfg.Name, nc, log)
+	if cfg.DeliverAt && nc.ScheduleSubject == "" {
+		return nil, errors.New("schedule_subject: empty, but columns.deliver_at is mapped: NATS (server 2.12+) holds a message back as a message schedule " +
+			"stored on a subject of its own; set schedule_subject (e.g. outbox.scheduled), on a stream with allow_msg_schedules " +
+			"that covers both it and the message subjects, or remove columns.deliver_at")
+	}
+	s, err := open(cfg.Name, nc, log)
+	if err != nil {
+		return nil, err
+	}
+	s.deliverAt, s.expiresAt = cfg.DeliverAt, cfg.ExpiresAt
+	return s, nil
 }
 
 // open builds the sink from validated settings.
@@ -172,9 +192,24 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err != nil {
 		return fmt.Errorf("nats: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
+	now := time.Now()
+	var refused error // of msgs[len(nm)]: the messages before it go first
+	for i, m := range msgs {
+		if err := s.schedule(sess, nm[i], m, now); err != nil {
+			refused = publish.Rejected(fmt.Errorf("nats: %s: %w", publish.Describe(m), err))
+			nm = nm[:i]
+			break
+		}
+	}
+	if len(nm) == 0 {
+		return refused
+	}
 	n, err := s.send(ctx, sess, nm)
-	if err == nil {
+	if err == nil && refused == nil {
 		return nil
+	}
+	if err == nil {
+		return publish.Partial(refused, publish.DonePrefix(len(msgs), n))
 	}
 	return publish.Partial(s.failed(ctx, sess, err, msgs, nm, n), publish.DonePrefix(len(msgs), n))
 }

@@ -39,8 +39,16 @@ type rabbitConfig struct {
 	// docs/security.md.
 	DeclareExchanges []string `yaml:"declare_exchanges"`
 	// ExchangeType is the type declared with declare_exchange: topic
-	// (default), direct, fanout or headers.
+	// (default), direct, fanout or headers; or x-delayed-message, the
+	// type of the rabbitmq_delayed_message_exchange plugin's exchanges,
+	// which hold a message back for its x-delay header: the only way the
+	// sink honours columns.deliver_at (the exchange must be of that type
+	// whether declared or not).
 	ExchangeType string `yaml:"exchange_type"`
+	// DelayedType is the routing of an x-delayed-message exchange once
+	// the delay is over (its x-delayed-type argument when declared):
+	// topic (default), direct, fanout or headers.
+	DelayedType string `yaml:"delayed_type"`
 	// MaxInFlight is the most messages published and not yet confirmed on
 	// the channel (default 1000); 1 waits for each confirm in turn.
 	MaxInFlight int `yaml:"max_in_flight"`
@@ -89,6 +97,9 @@ func (c *rabbitConfig) SetDefaults() {
 	if c.ExchangeType == "" {
 		c.ExchangeType = defaultExchangeType
 	}
+	if c.ExchangeType == DelayedExchangeType && c.DelayedType == "" {
+		c.DelayedType = defaultExchangeType
+	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = defaultMaxInFlight
 	}
@@ -120,8 +131,17 @@ func (c *rabbitConfig) Validate() error {
 	}
 	switch c.ExchangeType {
 	case "topic", "direct", "fanout", "headers":
+		if c.DelayedType != "" {
+			return fmt.Errorf("delayed_type: set, but exchange_type is %s: it is the routing of an x-delayed-message exchange only", c.ExchangeType)
+		}
+	case DelayedExchangeType:
+		switch c.DelayedType {
+		case "topic", "direct", "fanout", "headers":
+		default:
+			return fmt.Errorf("delayed_type: %q is not topic, direct, fanout or headers", c.DelayedType)
+		}
 	default:
-		return fmt.Errorf("exchange_type: %q is not topic, direct, fanout or headers", c.ExchangeType)
+		return fmt.Errorf("exchange_type: %q is not topic, direct, fanout, headers or %s", c.ExchangeType, DelayedExchangeType)
 	}
 	if c.DeclareExchange && reservedExchange(ex) {
 		return fmt.Errorf("exchange: %q starts with amq., which RabbitMQ reserves: it cannot be declared (set declare_exchange: false to publish to it)", c.Exchange)
@@ -153,6 +173,26 @@ func (c *rabbitConfig) Validate() error {
 		return err
 	}
 	return c.Settings.Validate()
+}
+
+// DelayedExchangeType is the exchange type of the delayed-message plugin
+// (rabbitmq_delayed_message_exchange), and HeaderDelay the header in
+// which it reads a message's delay, in milliseconds.
+const (
+	DelayedExchangeType = "x-delayed-message"
+	HeaderDelay         = "x-delay"
+)
+
+// checkDeliverAt refuses columns.deliver_at unless the exchange is the
+// delayed-message plugin's: RabbitMQ itself cannot hold a message back.
+func (c *rabbitConfig) checkDeliverAt() error {
+	if c.ExchangeType == DelayedExchangeType {
+		return nil
+	}
+	return fmt.Errorf("exchange_type: columns.deliver_at is mapped, but RabbitMQ holds a message back only in an exchange of the "+
+		"delayed-message plugin (rabbitmq_delayed_message_exchange), and exchange_type is %s: enable the plugin on the server and "+
+		"set exchange_type: %s (the exchange must be of that type), or remove columns.deliver_at; walpost never sends a message early",
+		c.ExchangeType, DelayedExchangeType)
 }
 
 // reservedExchange reports whether a fixed exchange name, or a template's

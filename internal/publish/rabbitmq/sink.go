@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,13 @@ import (
 
 func init() {
 	publish.Register("rabbitmq", publish.FactoryOf(New))
+	publish.RegisterScheduling("rabbitmq", "exchange_type: x-delayed-message, the delayed-message plugin")
 }
+
+// Schedules reports whether the sink holds messages back until their
+// deliver_at: with exchange_type: x-delayed-message only, through the
+// x-delay header (publish.Scheduler).
+func (s *Sink) Schedules() bool { return s.exchangeType == DelayedExchangeType }
 
 // HeaderKey is the header that carries the message's ordering key; it is
 // left out when the key is NULL.
@@ -55,6 +62,7 @@ type Sink struct {
 	routingKey   *nametmpl.Template
 	declare      bool
 	exchangeType string
+	delayedType  string  // with exchangeType x-delayed-message
 	declarable   nameSet // the templated exchanges declare_exchange may declare
 	maxInFlight  int
 	maxBytes     int
@@ -90,6 +98,11 @@ func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 	if err := publish.DecodeSettings(cfg, &rc); err != nil {
 		return nil, err
 	}
+	if cfg.DeliverAt {
+		if err := rc.checkDeliverAt(); err != nil {
+			return nil, err
+		}
+	}
 	return open(cfg.Name, rc, log)
 }
 
@@ -121,6 +134,7 @@ func open(name string, rc rabbitConfig, log zerolog.Logger) (*Sink, error) {
 		declare:      rc.DeclareExchange,
 		declarable:   declarable(rc.DeclareExchanges, exchange),
 		exchangeType: rc.ExchangeType,
+		delayedType:  rc.DelayedType,
 		maxInFlight:  rc.MaxInFlight,
 		maxBytes:     rc.MaxMessageBytes,
 		timeout:      rc.Timeout.D(),
@@ -229,7 +243,11 @@ func (s *Sink) prepare(msgs []*message.Message) ([]outgoing, error) {
 				"(raise it, and the server's max_message_size, or park the message with relay.on_refused: dead_letter)",
 				publish.Describe(m), exchange, len(m.Payload), s.maxBytes))
 		}
-		out = append(out, outgoing{exchange: exchange, key: key, pub: Publishing(m, &s.env)})
+		pub := Publishing(m, &s.env)
+		if s.exchangeType == DelayedExchangeType {
+			Delay(&pub, m, time.Now())
+		}
+		out = append(out, outgoing{exchange: exchange, key: key, pub: pub})
 	}
 	return out, nil
 }
@@ -288,7 +306,7 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	if body == nil {
 		body = []byte{}
 	}
-	return amqp.Publishing{
+	p := amqp.Publishing{
 		Headers:      headers,
 		ContentType:  envelope.ContentType(m),
 		DeliveryMode: amqp.Persistent,
@@ -298,6 +316,27 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 		AppId:        AppID,
 		Body:         body,
 	}
+	if ttl := m.TTL(time.Now()); ttl > 0 {
+		// Per-message TTL in the queue, in whole milliseconds (at least 1).
+		p.Expiration = strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
+	}
+	return p
+}
+
+// Delay sets the x-delay header of p, for an exchange of the
+// delayed-message plugin, to how long after now m is to be delivered, in
+// milliseconds (rounded up: never early); nothing when m is due (an
+// x-delay entry of the headers column then stays as the row says).
+func Delay(p *amqp.Publishing, m *message.Message, now time.Time) {
+	d := m.Delay(now)
+	if d <= 0 {
+		return
+	}
+	ms := (d + time.Millisecond - 1).Milliseconds()
+	if p.Headers == nil {
+		p.Headers = amqp.Table{}
+	}
+	p.Headers[HeaderDelay] = ms
 }
 
 // session returns the open session, connecting first when there is none
@@ -358,7 +397,11 @@ func (s *Sink) exchanges(ctx context.Context, sess *session, msgs []*message.Mes
 		var err error
 		declare := s.declare && s.mayDeclare(name)
 		if declare {
-			err = sess.ch.ExchangeDeclare(name, s.exchangeType, true, false, false, false, nil)
+			var args amqp.Table
+			if s.exchangeType == DelayedExchangeType {
+				args = amqp.Table{"x-delayed-type": s.delayedType}
+			}
+			err = sess.ch.ExchangeDeclare(name, s.exchangeType, true, false, false, false, args)
 		} else {
 			err = sess.ch.ExchangeDeclarePassive(name, s.exchangeType, true, false, false, false, nil)
 		}
@@ -417,6 +460,12 @@ func (s *Sink) exchangeFailed(ctx context.Context, err error, m *message.Message
 	what := "checking"
 	if declared {
 		what = "declaring"
+	}
+	var ae *amqp.Error
+	if declared && s.exchangeType == DelayedExchangeType && errors.As(err, &ae) && ae.Code == amqp.CommandInvalid {
+		return publish.Permanent(fmt.Errorf("rabbitmq: %s: declaring exchange %q of type %s: %w; the server lacks the delayed-message plugin: "+
+			"run rabbitmq-plugins enable rabbitmq_delayed_message_exchange on it, or set another exchange_type and remove columns.deliver_at",
+			publish.Describe(m), name, DelayedExchangeType, s.scrub(err)))
 	}
 	return s.failure(ctx, err, fmt.Sprintf("rabbitmq: %s: %s exchange %q", publish.Describe(m), what, name))
 }

@@ -79,8 +79,10 @@
 //     a letter or digit) is a Permanent error naming the message id, LSN
 //     and name, raised before anything of the call is sent.
 //
-// TimeToLive, ScheduledEnqueueTime, PartitionKey and ReplyTo are not set:
-// the entity's defaults apply.
+// ScheduledEnqueueTime is the message's deliver_at when that is still to
+// come (columns.deliver_at: Service Bus enqueues it then), TimeToLive the
+// time from then (or now) to its expires_at (columns.expires_at); without
+// them, and for PartitionKey and ReplyTo, the entity's defaults apply.
 //
 // With format: cloudevents (the CloudEvents AMQP protocol binding, binary
 // content mode; docs/design.md, "Formats") everything above stays, and the

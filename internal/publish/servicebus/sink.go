@@ -22,7 +22,13 @@ import (
 
 func init() {
 	publish.Register("servicebus", publish.FactoryOf(New))
+	publish.RegisterScheduling("servicebus", "ScheduledEnqueueTime")
 }
+
+// Schedules reports that the sink holds messages back until their
+// deliver_at: it sends them with ScheduledEnqueueTime
+// (publish.Scheduler).
+func (s *Sink) Schedules() bool { return true }
 
 // Names the sink gives to message properties.
 const (
@@ -353,7 +359,7 @@ func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 			groups = append(groups, g)
 		}
 		g.msgs = append(g.msgs, m)
-		g.sbMsgs = append(g.sbMsgs, toMessage(m, s.sessions, &s.env))
+		g.sbMsgs = append(g.sbMsgs, schedule(toMessage(m, s.sessions, &s.env), m, time.Now()))
 		g.idx = append(g.idx, i)
 	}
 	return groups, nil
@@ -393,6 +399,22 @@ func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azser
 	if sessions {
 		key := m.OrderingKey()
 		sm.SessionID = &key
+	}
+	return sm
+}
+
+// schedule sets sm's ScheduledEnqueueTime from m's deliver_at when it is
+// after now (Service Bus enqueues it then: no receiver sees it before)
+// and its TimeToLive from m's expires_at, counted from when it is
+// enqueued (Service Bus's ExpiresAt is the enqueued time plus the time
+// to live), and returns sm.
+func schedule(sm *azservicebus.Message, m *message.Message, now time.Time) *azservicebus.Message {
+	if m.Delay(now) > 0 {
+		at := m.DeliverAt.UTC()
+		sm.ScheduledEnqueueTime = &at
+	}
+	if ttl := m.TTL(now); ttl > 0 {
+		sm.TimeToLive = &ttl
 	}
 	return sm
 }

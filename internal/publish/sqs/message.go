@@ -61,7 +61,8 @@ const (
 type entry struct {
 	body  string
 	attrs map[string]types.MessageAttributeValue
-	size  int // as SQS counts it: body, attribute names, types and values
+	size  int   // as SQS counts it: body, attribute names, types and values
+	delay int32 // DelaySeconds, 0 for none (deliver_at)
 }
 
 // toEntry maps m to its SQS form (see Encode).

@@ -25,6 +25,35 @@ import (
 
 func init() {
 	publish.Register("sqs", publish.FactoryOf(New))
+	publish.RegisterScheduling("sqs", "DelaySeconds, up to 15 minutes ahead, standard queues")
+}
+
+// Schedules reports that the sink holds messages back until their
+// deliver_at, with DelaySeconds (publish.Scheduler): up to MaxDelay
+// ahead, on a standard queue; it refuses a message further ahead, or for
+// a FIFO queue, which takes no per-message delay.
+func (s *Sink) Schedules() bool { return true }
+
+// MaxDelay is the longest DelaySeconds SQS takes: 15 minutes.
+const MaxDelay = 15 * time.Minute
+
+// delaySeconds is m's DelaySeconds at now, rounded up (never early), or
+// an error for a delay SQS cannot give: over MaxDelay, or on a FIFO queue.
+func delaySeconds(m *message.Message, fifo bool, now time.Time) (int32, error) {
+	d := m.Delay(now)
+	switch {
+	case d <= 0:
+		return 0, nil
+	case fifo:
+		return 0, fmt.Errorf("its deliver_at %s is still to come, and a FIFO queue takes no per-message delay (DelaySeconds); "+
+			"send scheduled messages to a standard queue, or park it with relay.on_refused: dead_letter; walpost never sends a message early",
+			m.DeliverAt.UTC().Format(time.RFC3339))
+	case d > MaxDelay:
+		return 0, fmt.Errorf("its deliver_at %s is %s ahead, over the 15 minutes SQS can delay a message (DelaySeconds); "+
+			"park it with relay.on_refused: dead_letter (cdc dead-letter resend publishes it when its time comes), or schedule it closer; walpost never sends a message early",
+			m.DeliverAt.UTC().Format(time.RFC3339), d.Round(time.Second))
+	}
+	return int32((d + time.Second - 1) / time.Second), nil
 }
 
 // maxBatchEntries is how many entries SQS takes in one SendMessageBatch.
@@ -205,6 +234,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 	var groups []*group
 	byQueue := map[string]*group{}
+	now := time.Now()
 	for i, m := range msgs {
 		q := s.queueURL
 		if s.queue != nil {
@@ -214,6 +244,11 @@ func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 			}
 		}
 		e := toEntry(m, &s.env, s.dropped)
+		delay, err := delaySeconds(m, isFIFO(q), now)
+		if err != nil {
+			return nil, publish.Rejected(fmt.Errorf("sqs: %s to queue %q: %w", publish.Describe(m), showQueue(q), err))
+		}
+		e.delay = delay
 		if e.size > s.maxBytes {
 			return nil, publish.Rejected(fmt.Errorf("sqs: %s to queue %q: %d bytes as SQS counts them (body %d, attributes %d), over max_message_bytes %d; %s",
 				publish.Describe(m), showQueue(q), e.size, len(e.body), e.size-len(e.body), s.maxBytes, hintTooLarge))
@@ -282,6 +317,9 @@ func (s *Sink) send(ctx context.Context, g *group, done []bool, total int) error
 				Id:                aws.String(strconv.Itoa(i - start)),
 				MessageBody:       aws.String(e.body),
 				MessageAttributes: e.attrs,
+			}
+			if e.delay > 0 {
+				re.DelaySeconds = e.delay
 			}
 			if g.fifo {
 				re.MessageGroupId = aws.String(GroupID(g.msgs[i].OrderingKey()))

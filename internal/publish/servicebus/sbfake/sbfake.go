@@ -7,7 +7,8 @@
 // Go SDK (azservicebus) does to send (single messages and batches), to
 // receive in peek-lock mode (complete, abandon, lock expiry) and to peek,
 // with claims-based auth that always succeeds unless a queue is created
-// Unauthorized. Topics, subscriptions, session receivers, scheduling and
+// Unauthorized, and scheduled enqueue time and time to live as the SDK
+// sends them on a message. Topics, subscriptions, session receivers and
 // most management operations are missing. See server.js for the details.
 // Tests that need the real service run against a namespace or the official
 // emulator instead (the servicebus package's tests do when
@@ -87,6 +88,9 @@ type Stats struct {
 	DeadLettered int `json:"deadLettered"` // settled as rejected
 	LockExpired  int `json:"lockExpired"`  // locks that expired
 	LockLost     int `json:"lockLost"`     // settlements refused: lock expired
+	Scheduled    int `json:"scheduled"`    // stored with a scheduled enqueue time
+	Waiting      int `json:"waiting"`      // stored, scheduled for later: not yet enqueued
+	Expired      int `json:"expired"`      // removed: their time to live ran out
 }
 
 var (

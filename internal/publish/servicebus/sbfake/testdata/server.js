@@ -23,10 +23,19 @@
 //     expires makes the message available again, and a later complete of
 //     it fails with com.microsoft:message-lock-lost; a closed link or
 //     connection gives its locked messages back;
-//   - the management operation com.microsoft:peek-message.
+//   - the management operation com.microsoft:peek-message;
+//   - scheduled messages sent with the message annotation
+//     x-opt-scheduled-enqueue-time (the SDK's ScheduledEnqueueTime): stored
+//     at once (counted as scheduled), but neither received nor peeked before
+//     that time, when they are enqueued (their enqueued time is it);
+//   - time to live (the header's ttl, the SDK's TimeToLive), from the
+//     enqueued time: an expired message is never delivered and is removed
+//     (counted as expired; Service Bus would dead-letter it only when the
+//     entity says so).
 //
-// Topics, subscriptions, sessions-as-locks, scheduling, deferral, TTL,
-// transactions and the other management operations are not implemented.
+// Topics, subscriptions, sessions-as-locks, deferral, the management
+// operation schedule-message, transactions and the other management
+// operations are not implemented.
 //
 // It prints one line of JSON on stdout, {"amqp":PORT,"control":PORT}, and
 // logs to stderr. It exits when stdin closes, so that it never outlives the
@@ -82,7 +91,8 @@ function newEntity(name, o) {
         faults: [],
         consumers: new Set(), // server-side sender links reading from the entity
         counters: {stored: 0, transfers: 0, batches: 0, duplicates: 0, rejected: 0,
-            completed: 0, abandoned: 0, deadLettered: 0, lockExpired: 0, lockLost: 0},
+            completed: 0, abandoned: 0, deadLettered: 0, lockExpired: 0, lockLost: 0,
+            scheduled: 0, expired: 0},
     };
 }
 
@@ -121,11 +131,12 @@ function encode(typed) {
 // locked until) in place of the sender's.
 function forDelivery(m, lockedUntil) {
     const header = encode(types.described(types.wrap_ulong(SECTION_HEADER),
-        types.wrap_list([true, null, null, false, types.wrap_uint(m.deliveries)])));
+        types.wrap_list([true, null, m.ttl ? types.wrap_uint(m.ttl) : null, false, types.wrap_uint(m.deliveries)])));
     const ann = {
         'x-opt-sequence-number': types.wrap_long(m.seq),
         'x-opt-enqueued-time': types.wrap_timestamp(m.enqueuedAt),
     };
+    if (m.scheduledAt) ann['x-opt-scheduled-enqueue-time'] = types.wrap_timestamp(m.scheduledAt);
     if (lockedUntil) ann['x-opt-locked-until'] = types.wrap_timestamp(lockedUntil);
     if (m.sessionId !== undefined) ann['x-opt-session-id'] = m.sessionId;
     const annotations = encode(types.described(types.wrap_ulong(SECTION_MESSAGE_ANNOTATIONS), types.wrap_symbolic_map(ann)));
@@ -159,11 +170,26 @@ function store(e, raw) {
     }
     e.counters.stored++;
     if (e.discard) return;
+    // Scheduled: enqueued (visible) at that time, not before.
+    const ann = decoded.message_annotations || {};
+    let scheduledAt = ann['x-opt-scheduled-enqueue-time'];
+    if (scheduledAt !== undefined && scheduledAt !== null) {
+        scheduledAt = scheduledAt instanceof Date ? scheduledAt.getTime() : Number(scheduledAt);
+        e.counters.scheduled++;
+        log('scheduled', e.name, id, new Date(scheduledAt).toISOString());
+    } else {
+        scheduledAt = undefined;
+    }
+    const enqueuedAt = scheduledAt && scheduledAt > now ? scheduledAt : now;
+    const ttl = decoded.ttl ? Number(decoded.ttl) : 0;
     e.messages.push({
         seq: e.nextSeq++,
         id,
         sessionId: decoded.group_id,
-        enqueuedAt: now,
+        enqueuedAt,
+        scheduledAt,
+        ttl,
+        expiresAt: ttl ? enqueuedAt + ttl : 0,
         sections: sections(raw),
         size: raw.length,
         deliveries: 0, // how often it was delivered under a lock
@@ -175,10 +201,25 @@ function store(e, raw) {
 
 const locks = new Map(); // lock token (hex) -> {entity, msg}
 
+// visible reports whether m may be delivered or peeked now: enqueued (its
+// scheduled time has come) and not expired. An expired message that is
+// not locked is removed on the way.
+function visible(e, m, now) {
+    if (m.enqueuedAt > now) return false;
+    if (m.expiresAt && m.expiresAt <= now && !m.lock) {
+        e.counters.expired++;
+        log('expired', e.name, m.seq);
+        remove(e, m);
+        return false;
+    }
+    return true;
+}
+
 function pump(e) {
     for (const link of e.consumers) {
         while (link.sendable()) {
-            const m = e.messages.find(x => !x.lock);
+            const now = Date.now();
+            const m = e.messages.slice().find(x => !x.lock && visible(e, x, now));
             if (!m) return;
             const token = crypto.randomBytes(16);
             const until = Date.now() + e.lockDurationMs;
@@ -243,6 +284,13 @@ function settle(ctx, outcome) {
 
 setInterval(() => {
     const now = Date.now();
+    // Scheduled messages whose time came, expired ones to remove.
+    for (const e of entities.values()) {
+        if (e.messages.some(m => !m.lock && (m.enqueuedAt <= now && m.enqueuedAt > now - 1000 || m.expiresAt && m.expiresAt <= now))) {
+            for (const m of e.messages.slice()) if (!m.lock) visible(e, m, now);
+            pump(e);
+        }
+    }
     for (const {entity: e, msg: m} of Array.from(locks.values())) {
         if (m.lock && m.lock.until <= now) {
             e.counters.lockExpired++;
@@ -311,7 +359,8 @@ function onManagement(e, req) {
         const body = req.body || {};
         const from = Number(body['from-sequence-number'] || 0);
         const count = Number(body['message-count'] || 1);
-        const found = e.messages.filter(m => m.seq >= from).slice(0, count);
+        const now = Date.now();
+        const found = e.messages.slice().filter(m => m.seq >= from && visible(e, m, now)).slice(0, count);
         if (found.length === 0) {
             reply(req, 204, 'No Content');
             return;
@@ -478,8 +527,10 @@ function readJSON(req) {
 }
 
 function stats(e) {
+    const now = Date.now();
     const locked = e.messages.filter(m => m.lock).length;
-    return Object.assign({name: e.name, active: e.messages.length - locked, locked}, e.counters);
+    const waiting = e.messages.filter(m => !m.lock && m.enqueuedAt > now).length;
+    return Object.assign({name: e.name, active: e.messages.length - locked - waiting, locked, waiting}, e.counters);
 }
 
 const control = http.createServer(async (req, res) => {

@@ -1,0 +1,66 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/sinktest"
+)
+
+// TestExpirationAndDelayHeader: expires_at becomes the expiration in
+// milliseconds; with the delayed-message exchange a deliver_at still to
+// come becomes x-delay in milliseconds, rounded up.
+func TestExpirationAndDelayHeader(t *testing.T) {
+	now := time.Now()
+	m := &message.Message{ID: "0190f1c2-7a3b-7c4d-8e5f-6a7b8c9d0e1f", Type: "t", Payload: []byte(`{}`), PayloadJSON: true,
+		ExpiresAt: now.Add(time.Hour)}
+	p := Publishing(m, &envelope.Settings{Format: envelope.Raw})
+	var ms int64
+	if _, err := fmt.Sscan(p.Expiration, &ms); err != nil || ms <= 3590_000 || ms > 3600_000 {
+		t.Fatalf("expiration %q, want about 3600000", p.Expiration)
+	}
+	if p := Publishing(&message.Message{ID: m.ID, Type: "t"}, &envelope.Settings{Format: envelope.Raw}); p.Expiration != "" {
+		t.Fatalf("expiration %q without expires_at", p.Expiration)
+	}
+	m.DeliverAt = now.Add(2500 * time.Microsecond)
+	Delay(&p, m, now)
+	if got := p.Headers[HeaderDelay]; got != int64(3) {
+		t.Fatalf("x-delay %v (%T), want 3 (ms, rounded up)", got, got)
+	}
+	q := Publishing(&message.Message{ID: m.ID, Type: "t", DeliverAt: now.Add(-time.Second)}, &envelope.Settings{Format: envelope.Raw})
+	Delay(&q, &message.Message{DeliverAt: now.Add(-time.Second)}, now)
+	if _, ok := q.Headers[HeaderDelay]; ok {
+		t.Fatal("x-delay set for a deliver_at past")
+	}
+}
+
+// TestDeliverAtNeedsTheDelayedExchange: columns.deliver_at with any other
+// exchange type is a configuration error saying what to set; with
+// x-delayed-message the sink schedules.
+func TestDeliverAtNeedsTheDelayedExchange(t *testing.T) {
+	cfg := sinktest.SinkConfig(t, "name: r\nkind: rabbitmq\nurl: amqp://127.0.0.1/\nexchange: x\n")
+	cfg.DeliverAt = true
+	if _, err := New(cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "exchange_type: x-delayed-message") {
+		t.Fatalf("error %v, want one naming exchange_type: x-delayed-message", err)
+	}
+	cfg = sinktest.SinkConfig(t, "name: r\nkind: rabbitmq\nurl: amqp://127.0.0.1/\nexchange: x\nexchange_type: x-delayed-message\ndelayed_type: direct\n")
+	cfg.DeliverAt = true
+	s, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.(*Sink).Schedules() {
+		t.Fatal("a sink on the delayed-message exchange does not schedule")
+	}
+	cfg = sinktest.SinkConfig(t, "name: r\nkind: rabbitmq\nurl: amqp://127.0.0.1/\nexchange: x\ndelayed_type: direct\n")
+	if _, err := New(cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "delayed_type") {
+		t.Fatalf("error %v, want one about delayed_type without x-delayed-message", err)
+	}
+}
