@@ -88,7 +88,9 @@ func newClaimCheckSetup(t *testing.T) *claimCheckSetup {
 			return nil
 		}, inboxsb.Options{
 			ClaimCheck: inbox.WithClaimCheck(claimazblob.New(s.az.Client(t))),
-			OnError:    func(msg *azservicebus.ReceivedMessage, err error) { t.Logf("inbox loop: message %s: %v", msg.MessageID, err) },
+			OnError: func(msg *azservicebus.ReceivedMessage, err error) {
+				t.Logf("inbox loop: message %s: %v", msg.MessageID, err)
+			},
 		})
 	}()
 	t.Cleanup(func() {
