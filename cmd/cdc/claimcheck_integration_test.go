@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -11,12 +12,18 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/walpost/walpost/inbox"
 	"github.com/walpost/walpost/inbox/claimazblob"
+	"github.com/walpost/walpost/inbox/claims3"
 	"github.com/walpost/walpost/inbox/inboxsb"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/claimcheck/azurite"
@@ -34,6 +41,7 @@ type claimCheckSetup struct {
 	container string
 	ob        relaytest.Outbox
 	cfg       string
+	env       []string // the relay's extra environment
 
 	mu   sync.Mutex
 	got  map[string][]byte // body seen by the effect, by message id
@@ -42,16 +50,26 @@ type claimCheckSetup struct {
 
 func newClaimCheckSetup(t *testing.T) *claimCheckSetup {
 	t.Helper()
-	s := &claimCheckSetup{sb: sbfake.Start(t), az: azurite.Start(t), got: map[string][]byte{}}
-	s.sb.CreateQueue(t, "orders", sbfake.QueueOptions{})
+	s := &claimCheckSetup{az: azurite.Start(t)}
 	s.container = "cc" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	s.az.CreateContainer(t, s.container)
+	s.start(t, fmt.Sprintf("{store: azblob, container: %s, connection_string: %q, timeout: 5s}", s.container, s.az.ConnectionString()),
+		claimazblob.New(s.az.Client(t)), nil)
+	return s
+}
+
+// start sets up the queue, the outbox with claimCheckYAML as
+// relay.claim_check, and the inbox loop fetching with f; env is the
+// relay's extra environment.
+func (s *claimCheckSetup) start(t *testing.T, claimCheckYAML string, f inbox.Fetcher, env []string) {
+	t.Helper()
+	s.sb, s.got, s.env = sbfake.Start(t), map[string][]byte{}, env
+	s.sb.CreateQueue(t, "orders", sbfake.QueueOptions{})
 	url := pgtest.URL(t)
 	s.ob = relaytest.NewOutbox(t, url)
 	s.cfg = s.ob.Config(t,
 		fmt.Sprintf("  - {name: sb, kind: servicebus, connection_string: %q, queue: orders, timeout: 10s}", s.sb.ConnectionString()),
-		fmt.Sprintf("relay:\n  retry_backoff: 300ms\n  shutdown_timeout: 2s\n  claim_check: {store: azblob, container: %s, connection_string: %q, timeout: 5s}",
-			s.container, s.az.ConnectionString()))
+		"relay:\n  retry_backoff: 300ms\n  shutdown_timeout: 2s\n  claim_check: "+claimCheckYAML)
 	cdcInit(t, s.cfg)
 
 	// The receiver: inboxsb.Loop with the claim check, on an inbox table
@@ -87,7 +105,7 @@ func newClaimCheckSetup(t *testing.T) *claimCheckSetup {
 			s.runs++
 			return nil
 		}, inboxsb.Options{
-			ClaimCheck: inbox.WithClaimCheck(claimazblob.New(s.az.Client(t))),
+			ClaimCheck: inbox.WithClaimCheck(f),
 			OnError: func(msg *azservicebus.ReceivedMessage, err error) {
 				t.Logf("inbox loop: message %s: %v", msg.MessageID, err)
 			},
@@ -101,7 +119,6 @@ func newClaimCheckSetup(t *testing.T) *claimCheckSetup {
 		pgtest.Exec(t, url, "DROP TABLE IF EXISTS "+table)
 		pool.Close()
 	})
-	return s
 }
 
 // rows returns a 1 MiB message and a small one after it, in one key.
@@ -232,5 +249,36 @@ func TestIntegrationClaimCheckKill9DuringUploadLosesNothing(t *testing.T) {
 	defer s.mu.Unlock()
 	if s.runs != len(rows) {
 		t.Fatalf("%d effects committed for %d messages", s.runs, len(rows))
+	}
+}
+
+// TestIntegrationClaimCheckS3CarriesA1MiBPayload: the same with store: s3,
+// against gofakes3 served over HTTP (path-style, credentials from the
+// environment as the AWS default chain reads them), read back by the
+// inbox loop with claims3.
+func TestIntegrationClaimCheckS3CarriesA1MiBPayload(t *testing.T) {
+	t.Parallel()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("walpost-cc"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(srv.Close)
+	creds := credentials.NewStaticCredentialsProvider("AKIDTEST", "walpost-test-secret", "")
+	client := s3.New(s3.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(srv.URL), UsePathStyle: true})
+	s := &claimCheckSetup{}
+	s.start(t, fmt.Sprintf("{store: s3, bucket: walpost-cc, endpoint: %q, path_style: true, region: us-east-1}", srv.URL), claims3.New(client),
+		[]string{"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=walpost-test-secret"})
+	rows := claimCheckRows()
+	s.ob.InsertTx(t, pgtest.Connect(t, s.ob.URL), rows...)
+	p := startCDCEnv(t, s.env, "run", "--config", s.cfg)
+	s.waitReceived(t, p, rows)
+	p.Stop(t)
+	out, err := client.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String("walpost-cc")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "walpost/" + s.ob.Slot + "/sb/" + rows[0].ID; len(out.Contents) != 1 || aws.ToString(out.Contents[0].Key) != want {
+		t.Fatalf("%d objects, want one: %s", len(out.Contents), want)
 	}
 }
