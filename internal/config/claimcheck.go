@@ -98,7 +98,10 @@ func (c *Config) setClaimCheckDefaults() {
 			s.ClaimCheck = &cp
 			continue
 		}
-		if s.ClaimCheck != nil {
+		switch {
+		case s.ClaimCheck != nil && s.ClaimCheck.Store == StoreNone:
+			s.ClaimCheck = nil
+		case s.ClaimCheck != nil:
 			fill(s.ClaimCheck, fmt.Sprintf("sinks[%d].claim_check", i))
 		}
 	}

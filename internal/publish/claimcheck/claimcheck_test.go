@@ -217,3 +217,37 @@ func TestIntegrationClaimCheckS3RoundTrip(t *testing.T) {
 		t.Fatal("the fetched payload differs")
 	}
 }
+
+// limited is a recorder that states a limit.
+type limited struct{ recorder }
+
+func (l *limited) MaxMessageBytes() int { return 64 << 10 }
+
+// TestThresholdDefaultsToTheSinksLimit: without threshold_bytes the
+// threshold is the sink's max_message_bytes less Headroom; a sink that
+// states no limit is a Permanent error naming the field.
+func TestThresholdDefaultsToTheSinksLimit(t *testing.T) {
+	prefix := "walpost/"
+	cfg := &config.Sink{Name: "x", Kind: "stdout", ClaimCheck: &config.ClaimCheck{Store: config.StoreS3, Bucket: "b", Region: "us-east-1",
+		Prefix: &prefix, Field: "sinks[0].claim_check", Timeout: config.Duration(time.Second)}}
+	var inner publish.Sink = &recorder{}
+	open, err := Wrap(cfg, func(context.Context) (publish.Sink, error) { return inner, nil }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(context.Background()); !publish.IsPermanent(err) || !strings.Contains(err.Error(), "sinks[0].claim_check.threshold_bytes: not set") {
+		t.Fatalf("a sink without a limit: %v", err)
+	}
+	inner = &limited{}
+	s, err := open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.(*Sink).opt.Threshold; got != 64<<10-Headroom {
+		t.Fatalf("threshold %d, want %d", got, 64<<10-Headroom)
+	}
+	cfg.ClaimCheck.ThresholdBytes = 100
+	if s, err = open(context.Background()); err != nil || s.(*Sink).opt.Threshold != 100 {
+		t.Fatalf("threshold_bytes 100: %v", err)
+	}
+}
