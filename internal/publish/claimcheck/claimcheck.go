@@ -128,14 +128,6 @@ func (s *Sink) Name() string { return s.inner.Name() }
 // Close closes the inner sink.
 func (s *Sink) Close() error { return s.inner.Close() }
 
-// MaxMessageBytes passes on the inner sink's limit, when it states one.
-func (s *Sink) MaxMessageBytes() int {
-	if l, ok := s.inner.(publish.Limited); ok {
-		return l.MaxMessageBytes()
-	}
-	return 0
-}
-
 // ObjectName returns the name of m's object for sink.
 func (s *Sink) ObjectName(m *message.Message) string {
 	return s.opt.Prefix + url.PathEscape(s.opt.Slot) + "/" + url.PathEscape(s.inner.Name()) + "/" + url.PathEscape(m.ID)
