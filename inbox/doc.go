@@ -133,6 +133,18 @@
 // without a loop, call Process from your receive loop and acknowledge
 // after it returns.
 //
+// # Claim check
+//
+// walpost's relay.claim_check stores a payload too large for the broker
+// in Azure Blob Storage or S3 and sends the message with an empty body
+// and the headers HeaderClaimCheck (the object's URL),
+// HeaderClaimCheckSize and HeaderClaimCheckSHA256. Every loop's
+// Options.ClaimCheck, set to WithClaimCheck(f), fetches the object with
+// f (inbox/claimazblob, inbox/claims3), checks it, and hands the effect
+// the message with the payload as its body; a failed fetch counts as a
+// failing effect (ErrClaimCheck). docs/claim-check.md in the repository
+// has the format and the retention of the objects.
+//
 // # Concurrency
 //
 // Inbox, SQLInbox and the handler are safe for concurrent use with a pool

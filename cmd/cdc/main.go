@@ -51,6 +51,7 @@ import (
 	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	_ "github.com/walpost/walpost/internal/publish/claimcheck" // relay.claim_check, a sink's claim_check
 	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats

@@ -255,6 +255,7 @@ func TestIntegrationReadmeBrokerScreensAreValidConfigs(t *testing.T) {
 	env := []string{
 		"SERVICEBUS_CONNECTION_STRING=Endpoint=sb://readme.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0",
 		"RABBITMQ_PASSWORD=secret", "HOOK_SIGNING_SECRET=0123456789abcdef0123456789abcdef",
+		"AZURE_STORAGE_CONNECTION_STRING=DefaultEndpointsProtocol=https;AccountName=readme;AccountKey=c2VjcmV0;EndpointSuffix=core.windows.net",
 	}
 	for kind, screen := range brokerScreens(t) {
 		t.Run(kind, func(t *testing.T) {

@@ -479,3 +479,44 @@ func TestIntegrationReadCommittedSeesAnAbortedBatchNot(t *testing.T) {
 		t.Fatalf("duplicates %d, effects %d; want 0 and 4", res.get(inbox.Duplicate), f.Effects(t))
 	}
 }
+
+// TestIntegrationClaimCheckHandsTheEffectThePayload: with
+// Options.ClaimCheck, the effect of a claim-checked record (empty value,
+// the walpost-claim-check headers) gets the fetched payload as its Value.
+func TestIntegrationClaimCheckHandsTheEffectThePayload(t *testing.T) {
+	t.Parallel()
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 2)
+	k := newKafkaFixture(t)
+	claim := inboxtest.NewClaim(100 << 10)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.kc.Addrs()...), kgo.DefaultProduceTopic(k.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &kgo.Record{Key: []byte("k"), Value: []byte{}, Headers: []kgo.RecordHeader{{Key: "id", Value: []byte("big")}}}
+	for name, v := range claim.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(v)})
+	}
+	err = cl.ProduceSync(context.Background(), r).FirstErr()
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	l := startLoop(k.reader(t), inbox.Processor[inboxtest.Exec](ib), func(ctx context.Context, exec inboxtest.Exec, m kafka.Message) error {
+		select {
+		case got <- m.Value:
+		default:
+		}
+		return f.Increment(exec)
+	}, Options{ClaimCheck: inbox.WithClaimCheck(claim.Fetcher)})
+	defer l.stop(t)
+	select {
+	case v := <-got:
+		if string(v) != string(claim.Payload) {
+			t.Fatalf("the effect got %d bytes, not the payload", len(v))
+		}
+	case <-time.After(integrationWait):
+		t.Fatal("the effect did not run")
+	}
+}

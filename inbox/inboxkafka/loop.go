@@ -131,6 +131,20 @@ func (l *loop[Tx]) handle(ctx context.Context, m kafka.Message) error {
 		return l.poison(ctx, m, fmt.Errorf("inboxkafka: %s: no %q header: %w", where(m), l.opts.IDHeader, inbox.ErrEmptyID))
 	}
 	res, err := inbox.ProcessRetrying(ctx, l.p, id, func(ctx context.Context, tx Tx) error {
+		value, err := l.opts.ClaimCheck.Resolve(ctx, func(name string) string {
+			v := ""
+			for _, h := range m.Headers {
+				if h.Key == name {
+					v = string(h.Value) // the last one counts
+				}
+			}
+			return v
+		}, m.Value)
+		if err != nil {
+			return fmt.Errorf("inboxkafka: %s: %w", where(m), err)
+		}
+		m := m
+		m.Value = value
 		return l.effect(ctx, tx, m)
 	}, inbox.Retry{
 		Backoff:     l.opts.RetryBackoff,

@@ -76,6 +76,14 @@ type Options struct {
 	// beforeCommit, when set (by tests), runs between Process and the
 	// offset commit; an error stops the loop there, as a crash would.
 	beforeCommit func(m kafka.Message) error
+	// ClaimCheck, when set (inbox.WithClaimCheck), resolves claim-checked
+	// messages (walpost's relay.claim_check): in Process, before the
+	// effect, the loop fetches the payload the message's
+	// walpost-claim-check headers name, checks its size and SHA-256, and
+	// hands the effect the message with the payload as its body (m.Value). A
+	// fetch that fails or does not match counts as a failing effect. A
+	// duplicate fetches nothing.
+	ClaimCheck *inbox.ClaimCheck
 }
 
 // withDefaults checks o and fills in its defaults; errors wrap

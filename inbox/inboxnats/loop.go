@@ -67,6 +67,14 @@ type Options struct {
 	// beforeAck, when set (by tests), runs between Process and the ack;
 	// an error stops the loop there, as a crash would.
 	beforeAck func(m jetstream.Msg) error
+	// ClaimCheck, when set (inbox.WithClaimCheck), resolves claim-checked
+	// messages (walpost's relay.claim_check): in Process, before the
+	// effect, the loop fetches the payload the message's
+	// walpost-claim-check headers name, checks its size and SHA-256, and
+	// hands the effect the message with the payload as its body (Data() of the message the effect gets). A
+	// fetch that fails or does not match counts as a failing effect. A
+	// duplicate fetches nothing.
+	ClaimCheck *inbox.ClaimCheck
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -153,7 +161,16 @@ func (l *loop[Tx]) handle(ctx context.Context, m jetstream.Msg) error {
 	if id == "" {
 		return l.poison(ctx, m, fmt.Errorf("inboxnats: %s: no %q header: %w", where(m), l.opts.IDHeader, inbox.ErrEmptyID))
 	}
-	res, effectFailed, err := inbox.ProcessOnce(ctx, l.p, id, func(ctx context.Context, tx Tx) error { return l.effect(ctx, tx, m) })
+	res, effectFailed, err := inbox.ProcessOnce(ctx, l.p, id, func(ctx context.Context, tx Tx) error {
+		data, err := l.opts.ClaimCheck.Resolve(ctx, m.Headers().Get, m.Data())
+		if err != nil {
+			return fmt.Errorf("inboxnats: %s: %w", where(m), err)
+		}
+		if l.opts.ClaimCheck != nil && m.Headers().Get(inbox.HeaderClaimCheck) != "" {
+			return l.effect(ctx, tx, claimedMsg{m, data})
+		}
+		return l.effect(ctx, tx, m)
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err() // not acked: delivered again after AckWait
@@ -229,3 +246,12 @@ func where(m jetstream.Msg) string {
 	}
 	return fmt.Sprintf("subject %q", m.Subject())
 }
+
+// claimedMsg is a claim-checked message with its payload as Data.
+type claimedMsg struct {
+	jetstream.Msg
+	data []byte
+}
+
+// Data returns the fetched payload.
+func (c claimedMsg) Data() []byte { return c.data }

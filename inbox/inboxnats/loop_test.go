@@ -242,3 +242,46 @@ func TestLoopRejectsInvalidOptions(t *testing.T) {
 		t.Errorf("zero Options: Prefetch %d (%v), want DefaultPrefetch %d", o.Prefetch, err, DefaultPrefetch)
 	}
 }
+
+// TestIntegrationClaimCheckHandsTheEffectThePayload: with
+// Options.ClaimCheck, the effect of a claim-checked message (empty data,
+// the walpost-claim-check headers) reads the fetched payload from Data.
+func TestIntegrationClaimCheckHandsTheEffectThePayload(t *testing.T) {
+	url := natstest.Start(t)
+	prefix := natstest.Unique(t)
+	st := natstest.CreateStream(t, url, jetstream.StreamConfig{Name: prefix, Subjects: []string{prefix + ".>"}})
+	claim := inboxtest.NewClaim(100 << 10)
+	js := natstest.JetStream(t, url)
+	m := nats.NewMsg(prefix + ".order")
+	m.Header.Set("Nats-Msg-Id", "big")
+	for k, v := range claim.Headers {
+		m.Header.Set(k, v)
+	}
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 2)
+	got := make(chan []byte, 1)
+	go Loop(ctx, cons, inbox.Processor[inboxtest.Exec](ib), func(ctx context.Context, exec inboxtest.Exec, m jetstream.Msg) error {
+		select {
+		case got <- m.Data():
+		default:
+		}
+		return f.Increment(exec)
+	}, Options{ClaimCheck: inbox.WithClaimCheck(claim.Fetcher)})
+	select {
+	case data := <-got:
+		if string(data) != string(claim.Payload) {
+			t.Fatalf("the effect got %d bytes, not the payload", len(data))
+		}
+	case <-ctx.Done():
+		t.Fatal("the effect did not run")
+	}
+}

@@ -44,6 +44,14 @@ type Options struct {
 	// OnAcked, when set, is called after a message was acked, with what
 	// Process did. It may be called concurrently.
 	OnAcked func(msg *gps.Message, res inbox.Result)
+	// ClaimCheck, when set (inbox.WithClaimCheck), resolves claim-checked
+	// messages (walpost's relay.claim_check): in Process, before the
+	// effect, the loop fetches the payload the message's
+	// walpost-claim-check headers name, checks its size and SHA-256, and
+	// hands the effect the message with the payload as its body (msg.Data). A
+	// fetch that fails or does not match counts as a failing effect. A
+	// duplicate fetches nothing.
+	ClaimCheck *inbox.ClaimCheck
 }
 
 // MessageID returns the outbox id walpost's pubsub sink put in msg: the
@@ -93,7 +101,14 @@ func Loop[Tx any](ctx context.Context, sub Subscriber, p inbox.Processor[Tx],
 		if id == "" {
 			err = fmt.Errorf("inboxpubsub: message %s: %w (no attribute %s or %s)", msg.ID, inbox.ErrEmptyID, AttrID, AttrCloudEventID)
 		} else {
-			res, err = p.Process(ctx, id, func(ctx context.Context, tx Tx) error { return effect(ctx, tx, msg) })
+			res, err = p.Process(ctx, id, func(ctx context.Context, tx Tx) error {
+				data, err := opts.ClaimCheck.Resolve(ctx, func(name string) string { return msg.Attributes[name] }, msg.Data)
+				if err != nil {
+					return fmt.Errorf("inboxpubsub: message %s: %w", msg.ID, err)
+				}
+				msg.Data = data
+				return effect(ctx, tx, msg)
+			})
 		}
 		if err != nil {
 			attempt := 1

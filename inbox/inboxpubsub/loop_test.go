@@ -127,3 +127,55 @@ func TestLoopRefusesNilArguments(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestIntegrationClaimCheckHandsTheEffectThePayload: with
+// Options.ClaimCheck, a claim-checked message's effect gets the fetched
+// payload as Data; one whose object does not match is never handed to
+// the effect (reported, nacked).
+func TestIntegrationClaimCheckHandsTheEffectThePayload(t *testing.T) {
+	t.Parallel()
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 4)
+	_, pub, sub := newSubscription(t)
+	claim := inboxtest.NewClaim(300 << 10)
+	for id, h := range map[string]map[string]string{"good": claim.Headers, "bad": claim.BadHeaders} {
+		attrs := map[string]string{AttrID: id}
+		for k, v := range h {
+			attrs[k] = v
+		}
+		if _, err := pub.Publish(context.Background(), &gps.Message{Data: []byte{}, OrderingKey: id, Attributes: attrs}).Get(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	got := map[string][]byte{}
+	var claimErrs atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Loop(ctx, sub, inbox.Processor[inboxtest.Exec](ib), func(ctx context.Context, exec inboxtest.Exec, msg *gps.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[MessageID(msg)] = msg.Data
+		return f.Increment(exec)
+	}, Options{RetryBackoff: 100 * time.Millisecond, ClaimCheck: inbox.WithClaimCheck(claim.Fetcher),
+		OnError: func(_ *gps.Message, err error) {
+			if errors.Is(err, inbox.ErrClaimCheck) {
+				claimErrs.Add(1)
+			}
+		}})
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got["good"] != nil && claimErrs.Load() >= 2
+	}) {
+		t.Fatalf("the good message's effect ran: %v; claim check errors: %d", got["good"] != nil, claimErrs.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if string(got["good"]) != string(claim.Payload) {
+		t.Fatalf("the effect got %d bytes, not the payload", len(got["good"]))
+	}
+	if _, ran := got["bad"]; ran {
+		t.Fatal("the effect ran for a message whose object does not match")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/inbox/internal/inboxtest"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/claimcheck"
 	"github.com/walpost/walpost/internal/publish/rabbitmq"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
 	"github.com/walpost/walpost/internal/publish/sinktest"
@@ -325,5 +326,51 @@ func TestInvalidOptionsNameTheField(t *testing.T) {
 	}
 	if err := Loop[inboxtest.Exec](t.Context(), nil, "q", nil, effect, Options{}); !errors.Is(err, inbox.ErrInvalidOptions) {
 		t.Errorf("nil channel and processor: %v", err)
+	}
+}
+
+// TestIntegrationClaimCheckHandsTheEffectThePayload: a message over the
+// threshold, published by the rabbitmq sink behind walpost's claim check
+// (an object store in memory), reaches the effect of a loop with
+// Options.ClaimCheck with its payload as the body; the small one beside
+// it passes as it is.
+func TestIntegrationClaimCheckHandsTheEffectThePayload(t *testing.T) {
+	url := rabbittest.Start(t)
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 4)
+	tp := rabbittest.Declare(t, url, rabbittest.Topology{})
+	msgs := sinktest.NewGen(1).Interleave(2, "a")
+	msgs[0].Payload = []byte(`"` + strings.Repeat("x", 100<<10) + `"`)
+	store := &inboxtest.MemStore{}
+	doc := fmt.Sprintf("name: events\nkind: rabbitmq\nurl: %q\nexchange: %q\n", tp.URL, tp.Exchange)
+	s, err := rabbitmq.New(sinktest.SinkConfig(t, doc), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := claimcheck.New(s, store, claimcheck.Options{Threshold: 10 << 10, Prefix: "walpost/", Slot: "slot", Log: zerolog.Nop()})
+	defer cs.Close()
+	if err := cs.Publish(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := channel(t, url)
+	var mu sync.Mutex
+	got := map[string][]byte{}
+	run(t, ch, tp.Queue, ib, func(ctx context.Context, exec inboxtest.Exec, d amqp.Delivery) error {
+		mu.Lock()
+		got[d.MessageId] = d.Body
+		mu.Unlock()
+		return f.Increment(exec)
+	}, Options{ClaimCheck: inbox.WithClaimCheck(store)})
+	pgtest.Await(t, 20*time.Second, "both messages processed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range msgs {
+		if string(got[m.ID]) != string(m.Payload) {
+			t.Errorf("message %s: the effect got %d bytes, want the %d of its payload", m.ID, len(got[m.ID]), len(m.Payload))
+		}
 	}
 }

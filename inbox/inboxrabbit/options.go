@@ -68,6 +68,14 @@ type Options struct {
 	// beforeAck, when set (by tests), runs between Process and the ack;
 	// an error stops the loop there, as a crash would.
 	beforeAck func(d amqp.Delivery) error
+	// ClaimCheck, when set (inbox.WithClaimCheck), resolves claim-checked
+	// messages (walpost's relay.claim_check): in Process, before the
+	// effect, the loop fetches the payload the message's
+	// walpost-claim-check headers name, checks its size and SHA-256, and
+	// hands the effect the message with the payload as its body (d.Body). A
+	// fetch that fails or does not match counts as a failing effect. A
+	// duplicate fetches nothing.
+	ClaimCheck *inbox.ClaimCheck
 }
 
 // withDefaults checks o and fills in its defaults; errors wrap

@@ -78,6 +78,12 @@ type Options struct {
 	// message was completed, with what Process did: inbox.Processed or
 	// inbox.Duplicate. E.g. for metrics.
 	OnCompleted func(msg *azservicebus.ReceivedMessage, res inbox.Result)
+	// ClaimCheck, when set (inbox.WithClaimCheck), fetches the payload of
+	// a claim-checked message (walpost's relay.claim_check) and puts it in
+	// msg.Body before the effect runs. A fetch that fails, or whose
+	// payload does not match the message's size and SHA-256, counts as a
+	// failed Process: the message is abandoned after the same wait.
+	ClaimCheck *inbox.ClaimCheck
 }
 
 // withDefaults checks o and fills in its defaults; errors wrap
@@ -203,9 +209,19 @@ type loop[Tx any] struct {
 // handle processes msg, the first of locked (the messages of the batch
 // not yet handled), and completes it, or waits and abandons it.
 func (l *loop[Tx]) handle(ctx context.Context, msg *azservicebus.ReceivedMessage, locked []*azservicebus.ReceivedMessage) {
-	res, err := l.p.Process(ctx, msg.MessageID, func(ctx context.Context, tx Tx) error {
-		return l.effect(ctx, tx, msg)
-	})
+	body, err := l.opts.ClaimCheck.Resolve(ctx, func(name string) string {
+		v, _ := msg.ApplicationProperties[name].(string)
+		return v
+	}, msg.Body)
+	var res inbox.Result
+	if err == nil {
+		msg.Body = body
+		res, err = l.p.Process(ctx, msg.MessageID, func(ctx context.Context, tx Tx) error {
+			return l.effect(ctx, tx, msg)
+		})
+	} else {
+		err = fmt.Errorf("inboxsb: message %q: %w", msg.MessageID, err)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			inbox.SleepBackoff(ctx, max(1, int(msg.DeliveryCount)), l.retryWait(locked))

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"sync"
@@ -81,6 +82,14 @@ type Options struct {
 	// OnDeleted, when set, is called after a message was deleted, with
 	// what Process did: inbox.Processed or inbox.Duplicate.
 	OnDeleted func(msg types.Message, res inbox.Result)
+	// ClaimCheck, when set (inbox.WithClaimCheck), resolves claim-checked
+	// messages (walpost's relay.claim_check): in Process, before the
+	// effect, the loop fetches the payload the message's
+	// walpost-claim-check headers name, checks its size and SHA-256, and
+	// hands the effect the message with the payload as its body (base64, with body-encoding: base64, as Payload reads it). A
+	// fetch that fails or does not match counts as a failing effect. A
+	// duplicate fetches nothing.
+	ClaimCheck *inbox.ClaimCheck
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -301,7 +310,13 @@ func (l *loop[Tx]) handle(ctx context.Context, msg types.Message) bool {
 	if id == "" {
 		err = fmt.Errorf("inboxsqs: message %s: %w (no attribute %s or %s)", aws.ToString(msg.MessageId), inbox.ErrEmptyID, AttrID, AttrCloudEventID)
 	} else {
-		res, err = l.p.Process(ctx, id, func(ctx context.Context, tx Tx) error { return l.effect(ctx, tx, msg) })
+		res, err = l.p.Process(ctx, id, func(ctx context.Context, tx Tx) error {
+			msg, err := l.resolve(ctx, msg)
+			if err != nil {
+				return err
+			}
+			return l.effect(ctx, tx, msg)
+		})
 	}
 	if err != nil {
 		count, _ := strconv.Atoi(msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
@@ -381,4 +396,30 @@ func Payload(msg types.Message) ([]byte, error) {
 		return []byte(aws.ToString(msg.Body)), nil
 	}
 	return nil, fmt.Errorf("inboxsqs: message %s: unknown body-encoding %q", aws.ToString(msg.MessageId), enc)
+}
+
+// resolve returns msg with the payload of its claim check, if any, as its
+// body (Options.ClaimCheck).
+func (l *loop[Tx]) resolve(ctx context.Context, msg types.Message) (types.Message, error) {
+	if l.opts.ClaimCheck == nil {
+		return msg, nil
+	}
+	attr := func(name string) string {
+		if a, ok := msg.MessageAttributes[name]; ok {
+			return aws.ToString(a.StringValue)
+		}
+		return ""
+	}
+	if attr(inbox.HeaderClaimCheck) == "" {
+		return msg, nil
+	}
+	data, err := l.opts.ClaimCheck.Resolve(ctx, attr, nil)
+	if err != nil {
+		return msg, fmt.Errorf("inboxsqs: message %s: %w", aws.ToString(msg.MessageId), err)
+	}
+	attrs := maps.Clone(msg.MessageAttributes)
+	attrs["body-encoding"] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("base64")}
+	msg.MessageAttributes = attrs
+	msg.Body = aws.String(base64.StdEncoding.EncodeToString(data))
+	return msg, nil
 }

@@ -254,3 +254,63 @@ func TestLoopRefusesInvalidOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationClaimCheckHandsTheEffectThePayload: with
+// Options.ClaimCheck, a claim-checked message (the sqs sink's form: body
+// "-", body-encoding empty, the walpost-claim-check attributes) reaches
+// the effect with the payload, which Payload returns; one whose object
+// does not match is never handed to the effect.
+func TestIntegrationClaimCheckHandsTheEffectThePayload(t *testing.T) {
+	t.Parallel()
+	f := inboxtest.NewFixture(t)
+	ib := f.Open(t, inboxtest.Drivers[0], inbox.Options{}, 2)
+	_, c, u := newQueue(t, false)
+	claim := inboxtest.NewClaim(200 << 10)
+	str := func(v string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	for id, h := range map[string]map[string]string{"good": claim.Headers, "bad": claim.BadHeaders} {
+		attrs := map[string]types.MessageAttributeValue{AttrID: str(id), "body-encoding": str("empty")}
+		for k, v := range h {
+			attrs[k] = str(v)
+		}
+		if _, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String("-"), MessageAttributes: attrs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	got := map[string][]byte{}
+	var claimErrs atomic.Int32
+	runLoop(t, func(ctx context.Context) error {
+		return Loop(ctx, c, u, inbox.Processor[inboxtest.Exec](ib), func(ctx context.Context, exec inboxtest.Exec, msg types.Message) error {
+			p, err := Payload(msg)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			got[MessageID(msg)] = p
+			mu.Unlock()
+			return f.Increment(exec)
+		}, Options{WaitTime: time.Second, RetryBackoff: time.Second, ClaimCheck: inbox.WithClaimCheck(claim.Fetcher),
+			OnError: func(_ types.Message, err error) {
+				if errors.Is(err, inbox.ErrClaimCheck) {
+					claimErrs.Add(1)
+				}
+			}})
+	})
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got["good"] != nil && claimErrs.Load() >= 1
+	}) {
+		t.Fatalf("the good message's effect ran: %v; claim check errors: %d", got["good"] != nil, claimErrs.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if string(got["good"]) != string(claim.Payload) {
+		t.Fatalf("the effect got %d bytes, not the payload", len(got["good"]))
+	}
+	if _, ran := got["bad"]; ran {
+		t.Fatal("the effect ran for a message whose object does not match")
+	}
+}

@@ -332,6 +332,11 @@ type Relay struct {
 	// Retention, when set, deletes delivered outbox rows older than its
 	// keep (retention.go; docs/design.md, "Retention"). Off by default.
 	Retention *Retention `yaml:"retention"`
+	// ClaimCheck, when set, stores payloads too large for a sink in Azure
+	// Blob Storage or S3 and sends a reference instead (claimcheck.go;
+	// docs/claim-check.md). A sink's own claim_check replaces it for that
+	// sink. Off by default.
+	ClaimCheck *ClaimCheck `yaml:"claim_check"`
 }
 
 // Route selects the messages a sink receives by type, with path.Match globs.
@@ -609,6 +614,7 @@ func (c *Config) SetDefaults() {
 		r.RetryBackoff = Duration(30 * time.Second)
 	}
 	c.setRetentionDefaults()
+	c.setClaimCheckDefaults()
 	def(&c.Log.Level, "info")
 	def(&c.Log.Format, "json")
 }

@@ -537,9 +537,9 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) error {
 
 // sinkKeys are the keys of a sink that config decodes; the kind decodes
 // the rest with Sink.Decode.
-var sinkKeys = []string{"name", "kind", "route"}
+var sinkKeys = []string{"name", "kind", "route", "claim_check"}
 
-// sink decodes a sink's name, kind and route, ignoring its other keys
+// sink decodes a sink's name, kind, route and claim_check, ignoring its other keys
 // (they are the kind's), and keeps the node for Sink.Decode.
 func (d *decoder) sink(n *yaml.Node, s *Sink, path string) error {
 	if n.Kind != yaml.MappingNode {
@@ -550,10 +550,11 @@ func (d *decoder) sink(n *yaml.Node, s *Sink, path string) error {
 		return err
 	}
 	common := reflect.ValueOf(&struct {
-		Name  *string
-		Kind  *string
-		Route *Route
-	}{&s.Name, &s.Kind, &s.Route}).Elem()
+		Name       *string
+		Kind       *string
+		Route      *Route
+		ClaimCheck **ClaimCheck
+	}{&s.Name, &s.Kind, &s.Route, &s.ClaimCheck}).Elem()
 	for _, p := range pairs {
 		for i, key := range sinkKeys {
 			if p.key.Value == key {

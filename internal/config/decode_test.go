@@ -128,7 +128,7 @@ sinks:
 		Path  string `yaml:"path"`
 		Fsync *bool  `yaml:"fsync"`
 	}
-	want := `sinks[1].batch_sise: unknown key "batch_sise" (check its spelling and indentation; known keys: name, kind, route, path, fsync) (line 9)`
+	want := `sinks[1].batch_sise: unknown key "batch_sise" (check its spelling and indentation; known keys: name, kind, route, claim_check, path, fsync) (line 9)`
 	if err := c.Sinks[1].Decode(&fc); err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant  %s", err, want)
 	}
@@ -162,7 +162,7 @@ func TestSinkFromYAMLUnmarshal(t *testing.T) {
 		Path string `yaml:"path"`
 	}
 	err := s.Decode(&fc)
-	if want := `paht: unknown key "paht" (check its spelling and indentation; known keys: name, kind, route, path) (line 3)`; err == nil || err.Error() != want {
+	if want := `paht: unknown key "paht" (check its spelling and indentation; known keys: name, kind, route, claim_check, path) (line 3)`; err == nil || err.Error() != want {
 		t.Fatalf("err = %v", err)
 	}
 	if got := s.WrapError(2, err).Error(); !strings.HasPrefix(got, "sinks[2].paht: unknown key") {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"strings"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/redact"
@@ -46,5 +48,34 @@ func (c *Config) Secrets() []string {
 		add(a.Password, a.BearerToken)
 	}
 	add(c.HTTP.ViewToken, c.HTTP.OperateToken)
+	if cc := c.Relay.ClaimCheck; cc != nil && cc.ConnectionString != "" {
+		add(cc.ConnectionString)
+		add(redact.ConnectionStringSecrets(cc.ConnectionString)...)
+		add(accountKeys(cc.ConnectionString)...)
+	}
+	for i := range c.Sinks {
+		if cc := c.Sinks[i].ClaimCheck; cc != nil && cc.ConnectionString != "" {
+			add(accountKeys(cc.ConnectionString)...)
+		}
+	}
+	return out
+}
+
+// accountKeys returns the AccountKey and SharedAccessSignature values of
+// an Azure Storage connection string (claim_check.connection_string).
+func accountKeys(cs string) []string {
+	var out []string
+	for _, part := range strings.Split(cs, ";") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "accountkey", "sharedaccesssignature":
+			if v = strings.TrimSpace(v); v != "" {
+				out = append(out, v)
+			}
+		}
+	}
 	return out
 }

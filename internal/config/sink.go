@@ -18,6 +18,9 @@ type Sink struct {
 	Name  string `yaml:"name"`
 	Kind  string `yaml:"kind"`
 	Route Route  `yaml:"route"`
+	// ClaimCheck is the sink's effective claim check (its own claim_check,
+	// else relay.claim_check; nil when off), set by Config.SetDefaults.
+	ClaimCheck *ClaimCheck `yaml:"claim_check"`
 	// Line is where the sink is defined in the file (0 when not from a file).
 	Line int `yaml:"-"`
 	// DeliverAt and ExpiresAt say the outbox maps columns.deliver_at and

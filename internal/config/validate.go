@@ -32,7 +32,7 @@ var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // environment variables, as connecting will.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{
-		c.validatePostgres, c.validateSource, c.validateColumns, c.validateRelay, c.validateRetention, c.validateSinks, c.validateHTTP, c.validateLog,
+		c.validatePostgres, c.validateSource, c.validateColumns, c.validateRelay, c.validateRetention, c.validateSinks, c.validateClaimCheck, c.validateHTTP, c.validateLog,
 		c.validateColumnsDistinct, c.validateSinkNamesDistinct,
 	} {
 		if err := check(); err != nil {

@@ -29,8 +29,9 @@ type Factory func(cfg *config.Sink, log zerolog.Logger) (Opener, error)
 type Opener func(ctx context.Context) (Sink, error)
 
 var (
-	regMu     sync.Mutex
-	factories = map[string]Factory{}
+	regMu      sync.Mutex
+	factories  = map[string]Factory{}
+	claimCheck ClaimCheckWrapper
 	// schedulers are the kinds that may honour Message.DeliverAt
 	// (RegisterScheduling).
 	schedulers = map[string]string{}
@@ -58,6 +59,33 @@ func SchedulingKinds() string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
+}
+
+// ClaimCheckWrapper wraps the Opener of a sink whose configuration has a
+// claim check (cfg.ClaimCheck, relay.claim_check or the sink's own): the
+// sinks it opens store payloads too large for the sink first and send a
+// reference instead (publish/claimcheck). Like a Factory it validates
+// without I/O, and its errors name the field.
+type ClaimCheckWrapper func(cfg *config.Sink, open Opener, log zerolog.Logger) (Opener, error)
+
+// RegisterClaimCheck makes w the wrapper Prepare applies to sinks with a
+// claim check. publish/claimcheck calls it from init; cmd/cdc imports it.
+func RegisterClaimCheck(w ClaimCheckWrapper) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if claimCheck != nil {
+		panic("publish: claim check registered twice")
+	}
+	claimCheck = w
+}
+
+// Limited is an optional ability of a Sink: it states the largest message
+// it sends (its max_message_bytes setting), which a claim check takes
+// for its threshold.
+type Limited interface {
+	// MaxMessageBytes returns the largest message the sink sends, in
+	// bytes, as the broker counts it (payload, headers and framing).
+	MaxMessageBytes() int
 }
 
 // Register makes a sink kind available to Prepare. Sink packages call it
@@ -101,9 +129,21 @@ func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 			index, cfg.Name, cfg.Kind, SchedulingKinds())
 	}
 	setRowHeaderLog(log)
-	open, err := f(cfg, log.With().Str("sink", cfg.Name).Logger())
+	slog := log.With().Str("sink", cfg.Name).Logger()
+	open, err := f(cfg, slog)
 	if err != nil {
 		return nil, cfg.WrapError(index, err)
+	}
+	if cfg.ClaimCheck != nil {
+		regMu.Lock()
+		wrap := claimCheck
+		regMu.Unlock()
+		if wrap == nil {
+			return nil, fmt.Errorf("%s: this build has no claim check (import internal/publish/claimcheck)", cfg.ClaimCheck.Field)
+		}
+		if open, err = wrap(cfg, open, slog); err != nil {
+			return nil, err
+		}
 	}
 	return func(ctx context.Context) (Sink, error) {
 		s, err := open(ctx)

@@ -43,3 +43,12 @@ func (g gate) Write(b []byte) (int, error) {
 		<-ch
 	}
 }
+
+// Conns returns how many connections the proxy forwards now (each
+// accepted connection counts once, while it is open): a test's evidence
+// that a client is mid-request while the proxy is frozen.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}

@@ -683,3 +683,7 @@ func (s *Sink) Close() error {
 	}
 	return nil
 }
+
+// MaxMessageBytes returns max_message_bytes (publish.Limited: a claim
+// check's default threshold).
+func (s *Sink) MaxMessageBytes() int { return s.maxBytes }

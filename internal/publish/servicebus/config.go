@@ -56,6 +56,12 @@ type sbConfig struct {
 	// value above the entity's limit makes the service reject full batches.
 	MaxBatchBytes int64 `yaml:"max_batch_bytes"`
 
+	// MaxMessageBytes is the entity's largest message: 262144 (256 KiB,
+	// Standard; the default) up to 104857600 (100 MiB, Premium's largest
+	// setting). The sink does not enforce it (the entity does); a claim
+	// check (relay.claim_check) takes it for its threshold.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+
 	// Timeout bounds one Publish call: connecting, authenticating and
 	// sending every batch of it, the SDK's own retries included (default
 	// 1m). When it passes, Publish fails with a retryable error.
@@ -67,6 +73,8 @@ const (
 	defaultRetryDelay    = 500 * time.Millisecond
 	defaultMaxRetryDelay = 10 * time.Second
 	defaultTimeout       = time.Minute
+	// defaultMaxMessageBytes is Service Bus Standard's message limit.
+	defaultMaxMessageBytes = 256 << 10
 )
 
 // limits is the table of allowed ranges, checked by validate.
@@ -75,12 +83,14 @@ var limits = struct {
 	retryDelay    [2]time.Duration
 	maxRetryDelay [2]time.Duration
 	maxBatchBytes [2]int64
+	maxMsgBytes   [2]int
 	timeout       [2]time.Duration
 }{
 	maxRetries:    [2]int{0, 20},
 	retryDelay:    [2]time.Duration{time.Millisecond, time.Minute},
 	maxRetryDelay: [2]time.Duration{time.Millisecond, 10 * time.Minute},
 	maxBatchBytes: [2]int64{1 << 10, 256 << 20},
+	maxMsgBytes:   [2]int{1 << 10, 100 << 20},
 	timeout:       [2]time.Duration{time.Second, 30 * time.Minute},
 }
 
@@ -100,6 +110,9 @@ func (c *sbConfig) SetDefaults() {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = config.Duration(defaultTimeout)
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = defaultMaxMessageBytes
 	}
 }
 
@@ -165,6 +178,9 @@ func (c *sbConfig) Validate() error {
 	}
 	if b := c.MaxBatchBytes; b != 0 && (b < limits.maxBatchBytes[0] || b > limits.maxBatchBytes[1]) {
 		return fmt.Errorf("max_batch_bytes: %d is outside %d..%d (or 0 for the entity's own limit)", b, limits.maxBatchBytes[0], limits.maxBatchBytes[1])
+	}
+	if n := c.MaxMessageBytes; n < limits.maxMsgBytes[0] || n > limits.maxMsgBytes[1] {
+		return fmt.Errorf("max_message_bytes: %d is outside %d..%d", n, limits.maxMsgBytes[0], limits.maxMsgBytes[1])
 	}
 	if t := c.Timeout.D(); t < limits.timeout[0] || t > limits.timeout[1] {
 		return fmt.Errorf("timeout: %s is outside %s..%s", t, limits.timeout[0], limits.timeout[1])

@@ -20,6 +20,7 @@
 //     retry_delay: 500ms           # the SDK's first wait between retries, doubling ...
 //     max_retry_delay: 10s         # ... up to this
 //     max_batch_bytes: 0           # 0: the entity's limit (256 KiB Standard, 1 MiB Premium)
+//     max_message_bytes: 262144    # the entity's largest message; a claim check's threshold less 16 KiB
 //     timeout: 1m                  # bounds one Publish call, the SDK's retries included
 //     format: raw                  # raw (default) | cloudevents (see "Mapping")
 //     source: /orders-service      # CloudEvents source, only with format: cloudevents (default walpost)

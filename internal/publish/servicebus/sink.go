@@ -81,6 +81,7 @@ type Sink struct {
 	env           envelope.Settings // format: raw or cloudevents
 	sessions      bool
 	maxBatchBytes uint64
+	maxMsgBytes   int
 	timeout       time.Duration
 	newClient     func() (*azservicebus.Client, error)
 	// beforeSend, if set, is called before each batch is sent, with its
@@ -162,6 +163,7 @@ func open(name string, c sbConfig, log zerolog.Logger) (*Sink, error) {
 		env:           c.Settings,
 		sessions:      c.Sessions,
 		maxBatchBytes: uint64(c.MaxBatchBytes),
+		maxMsgBytes:   c.MaxMessageBytes,
 		timeout:       c.Timeout.D(),
 		newClient:     newClient,
 		client:        client,
@@ -618,3 +620,7 @@ func (s *Sink) Close() error {
 	})
 	return s.closeErr
 }
+
+// MaxMessageBytes returns max_message_bytes (publish.Limited: a claim
+// check's default threshold).
+func (s *Sink) MaxMessageBytes() int { return s.maxMsgBytes }

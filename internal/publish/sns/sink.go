@@ -277,3 +277,7 @@ func (s *Sink) dropped(name, why string) {
 
 // Close releases the sink; the SDK's client holds idle connections only.
 func (s *Sink) Close() error { return nil }
+
+// MaxMessageBytes returns max_message_bytes (publish.Limited: a claim
+// check's default threshold).
+func (s *Sink) MaxMessageBytes() int { return s.maxBytes }

@@ -136,7 +136,9 @@ func Encode(m *message.Message, env *envelope.Settings, drop func(name, why stri
 }
 
 // headerOrder returns the names of the headers column entries in the order
-// they take the free attributes: traceparent, tracestate, then by name.
+// they take the free attributes: a claim check's reference (the
+// walpost-claim-check headers, without which the receiver has no
+// payload), traceparent, tracestate, then by name.
 func headerOrder(h map[string]string) []string {
 	names := make([]string, 0, len(h))
 	for k := range h {
@@ -144,6 +146,8 @@ func headerOrder(h map[string]string) []string {
 	}
 	rank := func(s string) int {
 		switch s {
+		case "walpost-claim-check", "walpost-claim-check-size", "walpost-claim-check-sha256":
+			return -1
 		case HeaderTraceparent:
 			return 0
 		case HeaderTracestate:

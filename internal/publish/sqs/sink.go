@@ -459,3 +459,7 @@ func showQueue(q string) string {
 	}
 	return q
 }
+
+// MaxMessageBytes returns max_message_bytes (publish.Limited: a claim
+// check's default threshold).
+func (s *Sink) MaxMessageBytes() int { return s.maxBytes }
