@@ -128,6 +128,12 @@ func (s *Sink) Name() string { return s.inner.Name() }
 // Close closes the inner sink.
 func (s *Sink) Close() error { return s.inner.Close() }
 
+// Schedules reports whether the inner sink holds messages back until
+// their DeliverAt (publish.Scheduler): the claim check keeps a message's
+// DeliverAt and ExpiresAt, so the runner must see the inner sink's answer,
+// or it would refuse every scheduled message of a sink that schedules.
+func (s *Sink) Schedules() bool { return publish.Schedules(s.inner) }
+
 // ObjectName returns the name of m's object for sink.
 func (s *Sink) ObjectName(m *message.Message) string {
 	return s.opt.Prefix + url.PathEscape(s.opt.Slot) + "/" + url.PathEscape(s.inner.Name()) + "/" + url.PathEscape(m.ID)
