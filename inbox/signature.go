@@ -150,8 +150,8 @@ func VerifySignature(header, key string, body []byte, now time.Time, tolerance t
 			}
 		}
 	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || ts[0] == '+' || ts[0] == '-' {
+	sec, perr := strconv.ParseInt(ts, 10, 64)
+	if perr != nil || ts[0] == '+' || ts[0] == '-' {
 		return fmt.Errorf("%w: no timestamp t=<unix seconds>", ErrBadSignature)
 	}
 	if len(sigs) == 0 {
@@ -297,37 +297,13 @@ func VerifyRequest(h http.Header, id string, body []byte, now time.Time, o Verif
 	if idHeader == "" {
 		idHeader = DefaultIDHeader
 	}
-	var ts, hl string
-	var haveH, v1 bool
-	var sigs [][]byte
-	for _, part := range strings.Split(header, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			return nil, fmt.Errorf("%w: malformed header (want t=<unix>,h=<names>,v2=<hex>)", ErrBadSignature)
-		}
-		switch k {
-		case "t":
-			if ts != "" {
-				return nil, fmt.Errorf("%w: t given twice", ErrBadSignature)
-			}
-			ts = v
-		case "h":
-			if haveH {
-				return nil, fmt.Errorf("%w: h given twice", ErrBadSignature)
-			}
-			hl, haveH = v, true
-		case "v1":
-			v1 = true
-		case "v2":
-			if sig, err := hex.DecodeString(v); err == nil && len(sig) == sha256.Size {
-				sigs = append(sigs, sig)
-			} else {
-				return nil, fmt.Errorf("%w: v2 is not 64 hex digits", ErrBadSignature)
-			}
-		}
+	sh, err := parseSignatureHeader(header)
+	if err != nil {
+		return nil, err
 	}
+	ts, hl, haveH, sigs := sh.ts, sh.hl, sh.haveH, sh.sigs
 	if len(sigs) == 0 && !haveH {
-		if !v1 {
+		if !sh.v1 {
 			return nil, fmt.Errorf("%w: no v2 signature", ErrBadSignature)
 		}
 		if !now.Before(o.AcceptV1Until) {
@@ -338,8 +314,8 @@ func VerifyRequest(h http.Header, id string, body []byte, now time.Time, o Verif
 		}
 		return h, nil
 	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || ts[0] == '+' || ts[0] == '-' {
+	sec, perr := strconv.ParseInt(ts, 10, 64)
+	if perr != nil || ts[0] == '+' || ts[0] == '-' {
 		return nil, fmt.Errorf("%w: no timestamp t=<unix seconds>", ErrBadSignature)
 	}
 	if len(sigs) == 0 {
@@ -348,21 +324,9 @@ func VerifyRequest(h http.Header, id string, body []byte, now time.Time, o Verif
 	if !haveH {
 		return nil, fmt.Errorf("%w: no h=<signed headers> beside v2", ErrBadSignature)
 	}
-	var list []string
-	if hl != "" {
-		list = strings.Split(hl, ";")
-	}
-	signed := make(map[string]bool, len(list))
-	for i, n := range list {
-		if n == "" || n != strings.ToLower(n) || (i > 0 && n <= list[i-1]) || strings.EqualFold(n, SignatureHeader) {
-			return nil, fmt.Errorf("%w: h= is not a sorted list of distinct lower-case header names", ErrBadSignature)
-		}
-		signed[n] = true
-	}
-	for name := range h {
-		if n := strings.ToLower(name); !signed[n] && mustSign(n, idHeader) {
-			return nil, fmt.Errorf("%w: header %s is not signed", ErrBadSignature, http.CanonicalHeaderKey(name))
-		}
+	list, err := signedNames(hl, h, idHeader)
+	if err != nil {
+		return nil, err
 	}
 	ok := false
 	for _, s := range o.Secrets {
@@ -390,6 +354,70 @@ func VerifyRequest(h http.Header, id string, body []byte, now time.Time, o Verif
 		}
 	}
 	return out, nil
+}
+
+// sigHeader is a parsed X-Walpost-Signature header (VerifyRequest).
+type sigHeader struct {
+	ts, hl string   // t= and h=
+	haveH  bool     // h= given (it may be empty)
+	v1     bool     // a v1= part given
+	sigs   [][]byte // the v2= signatures
+}
+
+// parseSignatureHeader splits header into its parts, refusing a malformed
+// one or a part given twice.
+func parseSignatureHeader(header string) (sigHeader, error) {
+	var sh sigHeader
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return sh, fmt.Errorf("%w: malformed header (want t=<unix>,h=<names>,v2=<hex>)", ErrBadSignature)
+		}
+		switch k {
+		case "t":
+			if sh.ts != "" {
+				return sh, fmt.Errorf("%w: t given twice", ErrBadSignature)
+			}
+			sh.ts = v
+		case "h":
+			if sh.haveH {
+				return sh, fmt.Errorf("%w: h given twice", ErrBadSignature)
+			}
+			sh.hl, sh.haveH = v, true
+		case "v1":
+			sh.v1 = true
+		case "v2":
+			if sig, err := hex.DecodeString(v); err == nil && len(sig) == sha256.Size {
+				sh.sigs = append(sh.sigs, sig)
+			} else {
+				return sh, fmt.Errorf("%w: v2 is not 64 hex digits", ErrBadSignature)
+			}
+		}
+	}
+	return sh, nil
+}
+
+// signedNames returns the h= list of signed header names, refusing one
+// that is not sorted, distinct and lower-case, and a header of h that must
+// be signed (mustSign) but is not in it.
+func signedNames(hl string, h http.Header, idHeader string) ([]string, error) {
+	var list []string
+	if hl != "" {
+		list = strings.Split(hl, ";")
+	}
+	signed := make(map[string]bool, len(list))
+	for i, n := range list {
+		if n == "" || n != strings.ToLower(n) || (i > 0 && n <= list[i-1]) || strings.EqualFold(n, SignatureHeader) {
+			return nil, fmt.Errorf("%w: h= is not a sorted list of distinct lower-case header names", ErrBadSignature)
+		}
+		signed[n] = true
+	}
+	for name := range h {
+		if n := strings.ToLower(name); !signed[n] && mustSign(n, idHeader) {
+			return nil, fmt.Errorf("%w: header %s is not signed", ErrBadSignature, http.CanonicalHeaderKey(name))
+		}
+	}
+	return list, nil
 }
 
 // mustSign reports whether the lower-case header name n, when present in a

@@ -219,6 +219,20 @@ func FromADONET(s string) (string, error) {
 			"drop %s to keep verifying (give Root Certificate=<the CA's file> if the server's CA is not trusted by the system), "+
 			"or set SSL Mode=Require to encrypt without verifying the certificate, as %s=true asks", ErrADONET, trust, sslMode, trust, trust)
 	}
+	out = append(adoNetAddr(hostVal, portVal), out...)
+	if searchPath != "" {
+		options = strings.TrimSpace(options + " -csearch_path=" + strings.ReplaceAll(searchPath, " ", `\ `))
+	}
+	if options != "" {
+		out = append(out, "options="+quoteKV(options))
+	}
+	return strings.Join(out, " "), nil
+}
+
+// adoNetAddr is the host= and port= of an ADO.NET Host (hosts separated
+// by commas, each with its own :port or [IPv6]:port) and Port (the port of
+// the hosts that name none).
+func adoNetAddr(hostVal, portVal string) []string {
 	var addr []string
 	if hostVal != "" {
 		var hosts, ports []string
@@ -253,14 +267,7 @@ func FromADONET(s string) (string, error) {
 	} else if portVal != "" {
 		addr = append(addr, "port="+quoteKV(portVal))
 	}
-	out = append(addr, out...)
-	if searchPath != "" {
-		options = strings.TrimSpace(options + " -csearch_path=" + strings.ReplaceAll(searchPath, " ", `\ `))
-	}
-	if options != "" {
-		out = append(out, "options="+quoteKV(options))
-	}
-	return strings.Join(out, " "), nil
+	return addr
 }
 
 // kv is one key=value pair of an ADO.NET connection string.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -265,8 +266,50 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	arn := r.PostForm.Get("TopicArn")
 	name := arn[strings.LastIndexByte(arn, ':')+1:]
+	entries := parseEntries(r.PostForm)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[name]
+	switch {
+	case t == nil:
+		writeErr(w, http.StatusNotFound, "NotFound", "Topic does not exist")
+		return
+	case len(entries) == 0:
+		writeErr(w, http.StatusBadRequest, "EmptyBatchRequest", "The batch request doesn't contain any entries.")
+		return
+	case len(entries) > 10:
+		writeErr(w, http.StatusBadRequest, "TooManyEntriesInBatchRequest", "The batch request contains more entries than permissible.")
+		return
+	}
+	keys := make([]int, 0, len(entries))
+	total := 0
+	for n, e := range entries {
+		keys = append(keys, n)
+		e.size = len(e.body)
+		for _, a := range e.attrs {
+			e.size += len(a[0]) + len("String") + len(a[1])
+		}
+		total += e.size
+	}
+	if total > MaxMessageSize {
+		writeErr(w, http.StatusBadRequest, "BatchRequestTooLong", "The length of all the messages put together is more than the limit.")
+		return
+	}
+	sort.Ints(keys)
+	out := publishBatchResponse{Xmlns: "http://sns.amazonaws.com/doc/2010-03-31/", RequestID: "snsfake"}
+	now := time.Now()
+	for _, n := range keys {
+		s.publishEntry(t, name, entries[n], now, &out)
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	xml.NewEncoder(w).Encode(out)
+}
+
+// parseEntries gathers the PublishBatchRequestEntries.member.N.* fields of
+// a PublishBatch request by N.
+func parseEntries(form url.Values) map[int]*entry {
 	entries := map[int]*entry{}
-	for k, vs := range r.PostForm {
+	for k, vs := range form {
 		m := entryRE.FindStringSubmatch(k)
 		if m == nil {
 			continue
@@ -303,86 +346,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[name]
+	return entries
+}
+
+// publishEntry publishes e to topic t (named name), or records why not, in
+// out. s.mu is held.
+func (s *Server) publishEntry(t *topic, name string, e *entry, now time.Time, out *publishBatchResponse) {
+	bad := func(code, msg string, sender bool) {
+		out.Failed = append(out.Failed, failedEntry{ID: e.id, Code: code, Message: msg, SenderFault: sender})
+	}
+	if s.fail != nil {
+		if code, sender := s.fail(name, e.body); code != "" {
+			bad(code, "failed by the test", sender)
+			return
+		}
+	}
 	switch {
-	case t == nil:
-		writeErr(w, http.StatusNotFound, "NotFound", "Topic does not exist")
+	case e.body == "":
+		bad("InvalidParameter", "Empty message", true)
 		return
-	case len(entries) == 0:
-		writeErr(w, http.StatusBadRequest, "EmptyBatchRequest", "The batch request doesn't contain any entries.")
+	case len(e.attrs) > 10:
+		bad("InvalidParameter", "Number of message attributes exceeds the allowed maximum [10].", true)
 		return
-	case len(entries) > 10:
-		writeErr(w, http.StatusBadRequest, "TooManyEntriesInBatchRequest", "The batch request contains more entries than permissible.")
+	case t.fifo && e.group == "":
+		bad("InvalidParameter", "The MessageGroupId parameter is required for FIFO topics", true)
 		return
-	}
-	keys := make([]int, 0, len(entries))
-	total := 0
-	for n, e := range entries {
-		keys = append(keys, n)
-		e.size = len(e.body)
-		for _, a := range e.attrs {
-			e.size += len(a[0]) + len("String") + len(a[1])
-		}
-		total += e.size
-	}
-	if total > MaxMessageSize {
-		writeErr(w, http.StatusBadRequest, "BatchRequestTooLong", "The length of all the messages put together is more than the limit.")
+	case t.fifo && e.dedup == "":
+		bad("InvalidParameter", "The topic should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly", true)
 		return
 	}
-	sort.Ints(keys)
-	out := publishBatchResponse{Xmlns: "http://sns.amazonaws.com/doc/2010-03-31/", RequestID: "snsfake"}
-	now := time.Now()
-	for _, n := range keys {
-		e := entries[n]
-		bad := func(code, msg string, sender bool) {
-			out.Failed = append(out.Failed, failedEntry{ID: e.id, Code: code, Message: msg, SenderFault: sender})
+	if t.fifo {
+		for len(t.order) > 0 && now.Sub(t.dedup[t.order[0]]) > DedupWindow {
+			delete(t.dedup, t.order[0])
+			t.order = t.order[1:]
 		}
-		if s.fail != nil {
-			if code, sender := s.fail(name, e.body); code != "" {
-				bad(code, "failed by the test", sender)
-				continue
-			}
+		if _, dup := t.dedup[e.dedup]; dup {
+			out.Successful = append(out.Successful, resultEntry{ID: e.id, MessageID: "dup-" + e.dedup, SequenceNumber: "0"})
+			return
 		}
-		switch {
-		case e.body == "":
-			bad("InvalidParameter", "Empty message", true)
-			continue
-		case len(e.attrs) > 10:
-			bad("InvalidParameter", "Number of message attributes exceeds the allowed maximum [10].", true)
-			continue
-		case t.fifo && e.group == "":
-			bad("InvalidParameter", "The MessageGroupId parameter is required for FIFO topics", true)
-			continue
-		case t.fifo && e.dedup == "":
-			bad("InvalidParameter", "The topic should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly", true)
-			continue
-		}
-		if t.fifo {
-			for len(t.order) > 0 && now.Sub(t.dedup[t.order[0]]) > DedupWindow {
-				delete(t.dedup, t.order[0])
-				t.order = t.order[1:]
-			}
-			if _, dup := t.dedup[e.dedup]; dup {
-				out.Successful = append(out.Successful, resultEntry{ID: e.id, MessageID: "dup-" + e.dedup, SequenceNumber: "0"})
-				continue
-			}
-			t.dedup[e.dedup] = now
-			t.order = append(t.order, e.dedup)
-		}
-		s.seq++
-		m := Message{MessageID: fmt.Sprintf("00000000-0000-4000-9000-%012d", s.seq), Body: e.body, GroupID: e.group, DedupID: e.dedup, Attributes: map[string]string{}}
-		for _, a := range e.attrs {
-			m.Attributes[a[0]] = a[1]
-		}
-		t.msgs = append(t.msgs, m)
-		res := resultEntry{ID: e.id, MessageID: m.MessageID}
-		if t.fifo {
-			res.SequenceNumber = strconv.FormatInt(s.seq, 10)
-		}
-		out.Successful = append(out.Successful, res)
+		t.dedup[e.dedup] = now
+		t.order = append(t.order, e.dedup)
 	}
-	w.Header().Set("Content-Type", "text/xml")
-	xml.NewEncoder(w).Encode(out)
+	s.seq++
+	m := Message{MessageID: fmt.Sprintf("00000000-0000-4000-9000-%012d", s.seq), Body: e.body, GroupID: e.group, DedupID: e.dedup, Attributes: map[string]string{}}
+	for _, a := range e.attrs {
+		m.Attributes[a[0]] = a[1]
+	}
+	t.msgs = append(t.msgs, m)
+	res := resultEntry{ID: e.id, MessageID: m.MessageID}
+	if t.fifo {
+		res.SequenceNumber = strconv.FormatInt(s.seq, 10)
+	}
+	out.Successful = append(out.Successful, res)
 }
