@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	sqsapi "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,6 +22,8 @@ import (
 	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
+	"github.com/walpost/walpost/internal/publish/sqs"
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 	"github.com/walpost/walpost/internal/relaytest"
 	"github.com/walpost/walpost/outbox"
 )
@@ -566,5 +571,83 @@ func TestIntegrationResendKeepsDeliverAtAndExpiresAt(t *testing.T) {
 	}
 	if s := sb.Stats(t, "resend"); s.Stored != 1 {
 		t.Fatalf("the queue stored %d messages, want 1 (the expired one not resent)", s.Stored)
+	}
+}
+
+// TestIntegrationSQSScheduledMessageArrivesNoEarlier: a row whose
+// deliver_at is 3 s ahead goes to an SQS queue (the stand-in, which
+// honours DelaySeconds) with DelaySeconds, and no receive gets it before
+// its deliver_at, while the row without one, written after it in the same
+// transaction, arrives first. A row 20 minutes ahead, past the 15 minutes
+// SQS can delay, is refused as docs/sinks/sqs.md says: with
+// relay.on_refused: dead_letter it is parked with its deliver_at, never
+// sent, and `cdc dead-letter resend` refuses it again while it is that far
+// ahead.
+func TestIntegrationSQSScheduledMessageArrivesNoEarlier(t *testing.T) {
+	t.Parallel()
+	srv := sqsfake.Start(t)
+	srv.CreateQueue("sched", sqsfake.QueueOptions{})
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	sinkYAML := fmt.Sprintf("  - {name: q, kind: sqs, queue: sched, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", srv.URL())
+	cfg := ob.Config(t, sinkYAML, scheduleColumns+"\nrelay: {on_refused: dead_letter, refused_attempts: 1, shutdown_timeout: 2s}")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+
+	deliverAt := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	later := scheduledMsg{Msg: relaytest.NewMsg("t", "a", 1), DeliverAt: deliverAt}
+	tooFar := scheduledMsg{Msg: relaytest.NewMsg("t", "b", 2), DeliverAt: time.Now().Add(20 * time.Minute).Truncate(time.Millisecond)}
+	now := scheduledMsg{Msg: relaytest.NewMsg("t", "c", 3)}
+	insertScheduled(t, ob, later, tooFar, now)
+	p := startCDC(t, "run", "--config", cfg)
+	defer p.Stop(t)
+
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sqsapi.NewFromConfig(awsCfg, func(o *sqsapi.Options) { o.BaseEndpoint = aws.String(srv.URL()) })
+	queueURL := srv.URL() + "/000000000000/sched"
+	var order []string
+	if !pgtest.WaitFor(60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		out, err := client.ReceiveMessage(ctx, &sqsapi.ReceiveMessageInput{QueueUrl: aws.String(queueURL), MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			id := aws.ToString(m.MessageAttributes[sqs.AttrID].StringValue)
+			if id == later.ID && time.Now().Before(deliverAt) {
+				t.Fatalf("the scheduled message arrived at %s, before its deliver_at %s", time.Now().Format(time.RFC3339Nano), deliverAt.Format(time.RFC3339Nano))
+			}
+			if id == tooFar.ID {
+				t.Fatalf("the message 20 minutes ahead was sent (SQS delays at most 15 minutes)")
+			}
+			order = append(order, id)
+		}
+		return len(order) == 2 || p.Exited()
+	}) || p.Exited() {
+		t.Fatalf("received %v of 2 messages (relay exited: %v)\n%s", order, p.Exited(), p.Stderr.String())
+	}
+	if order[0] != now.ID || order[1] != later.ID {
+		t.Fatalf("order %v, want %s (no deliver_at) then %s", order, now.ID, later.ID)
+	}
+	for _, m := range srv.Messages("sched") {
+		if id := m.Attributes[sqs.AttrID]; (id == later.ID) != (m.DelaySeconds > 0) || m.DelaySeconds > 3 {
+			t.Errorf("message %s stored with DelaySeconds %d", id, m.DelaySeconds)
+		}
+	}
+	parked := listParked(t, cfg)
+	if len(parked) != 1 || *parked[0].ID != tooFar.ID || parked[0].Sink != "q" || !strings.Contains(parked[0].Error, "15 minutes") {
+		t.Fatalf("parked %+v, want %s for sink q, refused as over the 15 minutes", parked, tooFar.ID)
+	}
+	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", tooFar.ID)
+	if code != 1 || !strings.Contains(stdout, "failed  "+tooFar.ID) || !strings.Contains(stdout, "15 minutes") {
+		t.Fatalf("resend of the message 20 minutes ahead: exit %d, want 1 and a refusal naming the 15 minutes\n%s\n%s", code, stdout, stderr)
+	}
+	if n := len(srv.Messages("sched")); n != 2 {
+		t.Fatalf("the queue holds %d messages after the refused resend, want 2", n)
 	}
 }
