@@ -98,10 +98,15 @@ type Options struct {
 // Sink is a claim-checking publish.Sink around another. Like every sink,
 // Publish is called from one goroutine.
 type Sink struct {
-	inner publish.Sink
-	store Store
-	opt   Options
+	inner   publish.Sink
+	store   Store
+	opt     Options
+	metrics publish.ClaimCheckMetrics
 }
+
+// SetClaimCheckMetrics sets the counters uploads are counted in
+// (publish.ClaimChecked); before it, none. Not concurrently with Publish.
+func (s *Sink) SetClaimCheckMetrics(m publish.ClaimCheckMetrics) { s.metrics = m }
 
 // resumingSink is a Sink around a publish.Resumer, which it stays.
 type resumingSink struct {
@@ -175,6 +180,17 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	uctx, cancel := context.WithTimeoutCause(ctx, s.opt.Timeout, errUploadTimeout)
 	defer cancel()
 	ref, err := s.store.Put(uctx, name, m.Payload, envelope.ContentType(m))
+	if err != nil && ctx.Err() == nil && s.metrics.UploadFailures != nil {
+		s.metrics.UploadFailures.Inc() // not the relay stopping
+	}
+	if err == nil {
+		if s.metrics.Uploads != nil {
+			s.metrics.Uploads.Inc()
+		}
+		if s.metrics.UploadBytes != nil {
+			s.metrics.UploadBytes.Add(float64(len(m.Payload)))
+		}
+	}
 	if err != nil {
 		if cause := context.Cause(uctx); errors.Is(cause, errUploadTimeout) {
 			err = fmt.Errorf("%w after %v: %w", cause, s.opt.Timeout, err)

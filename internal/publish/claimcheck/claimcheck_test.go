@@ -142,14 +142,27 @@ func TestIntegrationClaimCheckUploadIsIdempotentByMessageID(t *testing.T) {
 	}
 }
 
+// count is a counter for publish.ClaimCheckMetrics.
+type count struct {
+	mu sync.Mutex
+	n  float64
+}
+
+func (c *count) Inc()          { c.Add(1) }
+func (c *count) Add(v float64) { c.mu.Lock(); c.n += v; c.mu.Unlock() }
+func (c *count) get() float64  { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
+
 // TestIntegrationClaimCheckFailedUploadIsRetryable: with the store
 // unreachable, Publish fails with an error that is neither Permanent nor
 // Rejected (the runner retries it; nothing is parked) and the inner sink
-// gets nothing; once the store is back the same batch goes through.
+// gets nothing; once the store is back the same batch goes through. The
+// metrics count the failed upload, then the stored one and its bytes.
 func TestIntegrationClaimCheckFailedUploadIsRetryable(t *testing.T) {
 	az, st, _ := startAzblob(t)
 	rec := &recorder{}
 	s := New(rec, st, Options{Threshold: 1000, Prefix: "p/", Slot: "s", Timeout: 5 * time.Second, Log: zerolog.Nop()})
+	uploads, bytes, failures := &count{}, &count{}, &count{}
+	s.(publish.ClaimChecked).SetClaimCheckMetrics(publish.ClaimCheckMetrics{Uploads: uploads, UploadBytes: bytes, UploadFailures: failures})
 	batch := []*message.Message{msg(10), msg(5000)}
 	az.Proxy.Cut()
 	err := s.Publish(context.Background(), batch)
@@ -159,6 +172,9 @@ func TestIntegrationClaimCheckFailedUploadIsRetryable(t *testing.T) {
 	if len(rec.got) != 0 {
 		t.Fatalf("the inner sink got %d messages before their upload", len(rec.got))
 	}
+	if uploads.get() != 0 || bytes.get() != 0 || failures.get() != 1 {
+		t.Fatalf("after the failed upload: uploads %v, bytes %v, failures %v; want 0, 0, 1", uploads.get(), bytes.get(), failures.get())
+	}
 	if err := az.Proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +183,9 @@ func TestIntegrationClaimCheckFailedUploadIsRetryable(t *testing.T) {
 	}
 	if len(rec.got) != 2 {
 		t.Fatalf("the inner sink got %d messages", len(rec.got))
+	}
+	if uploads.get() != 1 || bytes.get() != 5000 || failures.get() != 1 {
+		t.Fatalf("after the upload: uploads %v, bytes %v, failures %v; want 1, 5000, 1", uploads.get(), bytes.get(), failures.get())
 	}
 }
 
