@@ -42,15 +42,28 @@ type claimCheckSetup struct {
 	ob        relaytest.Outbox
 	cfg       string
 	env       []string // the relay's extra environment
+	// scheduled: the outbox has the deliver_at and expires_at columns,
+	// mapped (scheduledOutbox).
+	scheduled bool
+	// metricsAddr is the relay's http.listen, for /metrics.
+	metricsAddr string
 
 	mu   sync.Mutex
-	got  map[string][]byte // body seen by the effect, by message id
-	runs int               // effects committed
+	got  map[string][]byte    // body seen by the effect, by message id
+	at   map[string]time.Time // when the effect saw it, by message id
+	runs int                  // effects committed
 }
 
 func newClaimCheckSetup(t *testing.T) *claimCheckSetup {
 	t.Helper()
-	s := &claimCheckSetup{az: azurite.Start(t)}
+	return newClaimCheckSetupOf(t, &claimCheckSetup{})
+}
+
+// newClaimCheckSetupOf sets s up as newClaimCheckSetup does, with s's
+// options (scheduled).
+func newClaimCheckSetupOf(t *testing.T, s *claimCheckSetup) *claimCheckSetup {
+	t.Helper()
+	s.az = azurite.Start(t)
 	s.container = "cc" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	s.az.CreateContainer(t, s.container)
 	s.start(t, fmt.Sprintf("{store: azblob, container: %s, connection_string: %q, timeout: 5s}", s.container, s.az.ConnectionString()),
@@ -63,13 +76,24 @@ func newClaimCheckSetup(t *testing.T) *claimCheckSetup {
 // relay's extra environment.
 func (s *claimCheckSetup) start(t *testing.T, claimCheckYAML string, f inbox.Fetcher, env []string) {
 	t.Helper()
-	s.sb, s.got, s.env = sbfake.Start(t), map[string][]byte{}, env
+	s.sb, s.got, s.at, s.env = sbfake.Start(t), map[string][]byte{}, map[string]time.Time{}, env
 	s.sb.CreateQueue(t, "orders", sbfake.QueueOptions{})
 	url := pgtest.URL(t)
-	s.ob = relaytest.NewOutbox(t, url)
+	extra := ""
+	if s.scheduled {
+		s.ob, extra = scheduledOutbox(t, url), scheduleColumns+"\n"
+	} else {
+		s.ob = relaytest.NewOutbox(t, url)
+	}
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.metricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	s.cfg = s.ob.Config(t,
 		fmt.Sprintf("  - {name: sb, kind: servicebus, connection_string: %q, queue: orders, timeout: 10s}", s.sb.ConnectionString()),
-		"relay:\n  retry_backoff: 300ms\n  shutdown_timeout: 2s\n  claim_check: "+claimCheckYAML)
+		extra+fmt.Sprintf("http: {listen: '%s'}\n", s.metricsAddr)+
+			"relay:\n  retry_backoff: 300ms\n  shutdown_timeout: 2s\n  claim_check: "+claimCheckYAML)
 	cdcInit(t, s.cfg)
 
 	// The receiver: inboxsb.Loop with the claim check, on an inbox table
@@ -102,6 +126,7 @@ func (s *claimCheckSetup) start(t *testing.T, claimCheckYAML string, f inbox.Fet
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.got[msg.MessageID] = msg.Body
+			s.at[msg.MessageID] = time.Now()
 			s.runs++
 			return nil
 		}, inboxsb.Options{
@@ -162,6 +187,24 @@ func (s *claimCheckSetup) waitReceived(t *testing.T, p *proc, rows []relaytest.M
 	}
 }
 
+// metric returns the value of series (name and labels as exposed) in the
+// relay's /metrics, -1 when absent.
+func (s *claimCheckSetup) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	code, _, body := get(t, s.metricsAddr, "/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	return metricValue(body, series)
+}
+
+// Claim-check series of sink sb.
+const (
+	ccUploads  = `walpost_claim_check_uploads_total{sink="sb"}`
+	ccBytes    = `walpost_claim_check_upload_bytes_total{sink="sb"}`
+	ccFailures = `walpost_claim_check_upload_failures_total{sink="sb"}`
+)
+
 // checkOneBlob checks that the container holds exactly the big row's
 // object, under its name derived from the slot, sink and message id.
 func (s *claimCheckSetup) checkOneBlob(t *testing.T, id string) {
@@ -184,6 +227,11 @@ func TestIntegrationClaimCheckCarriesA1MiBPayloadThroughA256KiBServiceBusQueue(t
 	s.ob.InsertTx(t, pgtest.Connect(t, s.ob.URL), rows...)
 	p := startCDC(t, "run", "--config", s.cfg)
 	s.waitReceived(t, p, rows)
+	// One upload of the 1 MiB payload (as the relay reads it: the
+	// jsonb column respaces it, a few bytes at most), none failed.
+	if n, b, f := s.metric(t, ccUploads), s.metric(t, ccBytes), s.metric(t, ccFailures); n != 1 || b < 1<<20 || b > 1<<20+64 || f != 0 {
+		t.Fatalf("/metrics: uploads %v, bytes %v, failures %v; want 1, about 1 MiB, 0", n, b, f)
+	}
 	p.Stop(t)
 	s.checkOneBlob(t, rows[0].ID)
 	if st := s.sb.Stats(t, "orders"); st.Rejected != 0 {
@@ -213,10 +261,16 @@ func TestIntegrationClaimCheckStoreDownIsRetried(t *testing.T) {
 	if st := s.sb.Stats(t, "orders"); st.Stored != 0 {
 		t.Fatalf("%d messages reached the queue while the store was down", st.Stored)
 	}
+	if n, f := s.metric(t, ccUploads), s.metric(t, ccFailures); n != 0 || f < 2 {
+		t.Fatalf("/metrics while the store is down: uploads %v, failures %v; want 0 and at least the 2 failures logged", n, f)
+	}
 	if err := s.az.Proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
 	s.waitReceived(t, p, rows)
+	if n := s.metric(t, ccUploads); n != 1 {
+		t.Fatalf("/metrics once the store is back: uploads %v, want 1", n)
+	}
 	p.Stop(t)
 	s.checkOneBlob(t, rows[0].ID)
 }
@@ -280,5 +334,35 @@ func TestIntegrationClaimCheckS3CarriesA1MiBPayload(t *testing.T) {
 	}
 	if want := "walpost/" + s.ob.Slot + "/sb/" + rows[0].ID; len(out.Contents) != 1 || aws.ToString(out.Contents[0].Key) != want {
 		t.Fatalf("%d objects, want one: %s", len(out.Contents), want)
+	}
+}
+
+// TestIntegrationClaimCheckScheduledPayloadArrivesNoEarlier: a 1 MiB
+// payload whose deliver_at is 3 s ahead, to a Service Bus queue that
+// takes 256 KiB, is stored in Azurite by the claim check and sent with
+// ScheduledEnqueueTime: the inboxsb loop with inbox.WithClaimCheck gets
+// it whole, no earlier than its deliver_at, after the small message
+// without one written after it in the same transaction.
+func TestIntegrationClaimCheckScheduledPayloadArrivesNoEarlier(t *testing.T) {
+	t.Parallel()
+	s := newClaimCheckSetupOf(t, &claimCheckSetup{scheduled: true})
+	rows := claimCheckRows()
+	deliverAt := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	insertScheduled(t, s.ob, scheduledMsg{Msg: rows[0], DeliverAt: deliverAt, ExpiresAt: deliverAt.Add(time.Hour)}, scheduledMsg{Msg: rows[1]})
+	p := startCDC(t, "run", "--config", s.cfg)
+	s.waitReceived(t, p, rows)
+	p.Stop(t)
+	s.mu.Lock()
+	big, small := s.at[rows[0].ID], s.at[rows[1].ID]
+	s.mu.Unlock()
+	if big.Before(deliverAt) {
+		t.Fatalf("the scheduled 1 MiB message reached the effect at %s, before its deliver_at %s", big.Format(time.RFC3339Nano), deliverAt.Format(time.RFC3339Nano))
+	}
+	if !small.Before(big) {
+		t.Fatalf("the unscheduled message (at %s) did not arrive before the scheduled one (at %s)", small.Format(time.RFC3339Nano), big.Format(time.RFC3339Nano))
+	}
+	s.checkOneBlob(t, rows[0].ID)
+	if st := s.sb.Stats(t, "orders"); st.Scheduled != 1 || st.Rejected != 0 {
+		t.Fatalf("the queue scheduled %d messages and rejected %d transfers; want 1 and 0", st.Scheduled, st.Rejected)
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	sqsapi "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,6 +22,8 @@ import (
 	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
 	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
+	"github.com/walpost/walpost/internal/publish/sqs"
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 	"github.com/walpost/walpost/internal/relaytest"
 	"github.com/walpost/walpost/outbox"
 )
@@ -455,5 +460,194 @@ func TestIntegrationNATSStreamWithoutTTLStops(t *testing.T) {
 	}
 	if n := len(readStream(t, natsURL, "NOTTL")); n != 0 {
 		t.Fatalf("the stream holds %d messages", n)
+	}
+}
+
+// TestIntegrationResendKeepsDeliverAtAndExpiresAt: a scheduled message the
+// broker refuses (too large for the stand-in's queue) is parked with its
+// deliver_at and expires_at; after the queue takes it, `cdc dead-letter
+// resend` sends it with both, so that it arrives no earlier than its
+// deliver_at, with the time to live it has left. A parked message whose
+// expires_at passes before it is resent follows relay.on_expired (drop,
+// the default): not resent, it stays parked, and the command says so.
+func TestIntegrationResendKeepsDeliverAtAndExpiresAt(t *testing.T) {
+	t.Parallel()
+	sb := sbfake.Start(t) // skips without node
+	sb.CreateQueue(t, "resend", sbfake.QueueOptions{MaxMessageSize: 4096})
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	sinkYAML := fmt.Sprintf("  - {name: sb, kind: servicebus, connection_string: %q, entity: resend, timeout: 5s}", sb.ConnectionString())
+	cfg := ob.Config(t, sinkYAML, scheduleColumns+"\nrelay: {on_refused: dead_letter, refused_attempts: 1, shutdown_timeout: 2s}")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+
+	big := `{"pad": "` + strings.Repeat("x", 8<<10) + `"}` // over the queue's 4 KiB
+	deliverAt := time.Now().Add(40 * time.Second).Truncate(time.Millisecond)
+	scheduled := scheduledMsg{Msg: relaytest.NewMsg("t", "a", 1), DeliverAt: deliverAt, ExpiresAt: deliverAt.Add(time.Hour)}
+	scheduled.Payload = big
+	expiring := scheduledMsg{Msg: relaytest.NewMsg("t", "b", 2), ExpiresAt: time.Now().Add(20 * time.Second).Truncate(time.Millisecond)}
+	expiring.Payload = big
+	insertScheduled(t, ob, scheduled, expiring)
+	p := startCDC(t, "run", "--config", cfg)
+	var parked []parkedRow
+	if !pgtest.WaitFor(60*time.Second, func() bool { parked = listParked(t, cfg); return len(parked) == 2 || p.Exited() }) || p.Exited() {
+		t.Fatalf("parked %d of 2 refused messages (relay exited: %v)\n%s", len(parked), p.Exited(), p.Stderr.String())
+	}
+	p.Stop(t)
+	if time.Now().After(expiring.ExpiresAt) {
+		t.Fatalf("the messages were parked only at %s, after the second one's expires_at %s: the test cannot show the resend's expiry", time.Now(), expiring.ExpiresAt)
+	}
+	for _, r := range parked {
+		var rec struct {
+			DeliverAt *time.Time `json:"deliver_at"`
+			ExpiresAt *time.Time `json:"expires_at"`
+		}
+		if err := json.Unmarshal(r.RowData, &rec); err != nil {
+			t.Fatal(err)
+		}
+		want := scheduled
+		if *r.ID == expiring.ID {
+			want = expiring
+		}
+		if rec.ExpiresAt == nil || !rec.ExpiresAt.Equal(want.ExpiresAt) || (rec.DeliverAt != nil) != !want.DeliverAt.IsZero() ||
+			rec.DeliverAt != nil && !rec.DeliverAt.Equal(want.DeliverAt) {
+			t.Fatalf("parked record of %s has deliver_at %v, expires_at %v; want %s, %s", *r.ID, rec.DeliverAt, rec.ExpiresAt, want.DeliverAt, want.ExpiresAt)
+		}
+	}
+
+	sb.CreateQueue(t, "resend", sbfake.QueueOptions{}) // now it takes 256 KiB
+	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", scheduled.ID)
+	if code != 0 || !strings.Contains(stdout, "resent  "+scheduled.ID) {
+		t.Fatalf("resend %s: exit %d\n%s\n%s", scheduled.ID, code, stdout, stderr)
+	}
+	if !time.Now().Before(deliverAt) {
+		t.Fatalf("resend ended at %s, after deliver_at %s: the test cannot tell a scheduled resend from one sent at once", time.Now(), deliverAt)
+	}
+
+	c, err := azservicebus.NewClientFromConnectionString(sb.ConnectionString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	r, err := c.NewReceiverForQueue("resend", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	var got *azservicebus.ReceivedMessage
+	if !pgtest.WaitFor(90*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		msgs, _ := r.ReceiveMessages(ctx, 10, nil)
+		cancel()
+		for _, m := range msgs {
+			if time.Now().Before(deliverAt) {
+				t.Fatalf("message %s arrived at %s, before the resent message's deliver_at %s", m.MessageID, time.Now().Format(time.RFC3339Nano), deliverAt.Format(time.RFC3339Nano))
+			}
+			if m.MessageID != scheduled.ID {
+				t.Fatalf("got message %s, want only the resent %s", m.MessageID, scheduled.ID)
+			}
+			got = m
+		}
+		return got != nil
+	}) {
+		t.Fatal("the resent message did not arrive")
+	}
+	if got.ScheduledEnqueueTime == nil || !got.ScheduledEnqueueTime.Equal(deliverAt) {
+		t.Errorf("ScheduledEnqueueTime %v, want %s", got.ScheduledEnqueueTime, deliverAt)
+	}
+	if got.TimeToLive == nil || *got.TimeToLive <= 59*time.Minute || *got.TimeToLive > time.Hour {
+		t.Errorf("TimeToLive %v, want about 1h (expires_at minus deliver_at)", got.TimeToLive)
+	}
+
+	// The other one has expired by now (deliver_at is after its expires_at).
+	code, stdout, stderr = cdc(t, nil, "dead-letter", "--config", cfg, "resend", expiring.ID)
+	if code != 1 || !strings.Contains(stdout, "failed  "+expiring.ID) || !strings.Contains(stdout, "relay.on_expired is drop") {
+		t.Fatalf("resend of the expired %s: exit %d, want 1 and a failure naming relay.on_expired\n%s\n%s", expiring.ID, code, stdout, stderr)
+	}
+	for _, r := range listParked(t, cfg) {
+		if *r.ID == expiring.ID && r.ResentAt != nil {
+			t.Fatalf("the expired message was marked resent: %+v", r)
+		}
+	}
+	if s := sb.Stats(t, "resend"); s.Stored != 1 {
+		t.Fatalf("the queue stored %d messages, want 1 (the expired one not resent)", s.Stored)
+	}
+}
+
+// TestIntegrationSQSScheduledMessageArrivesNoEarlier: a row whose
+// deliver_at is 3 s ahead goes to an SQS queue (the stand-in, which
+// honours DelaySeconds) with DelaySeconds, and no receive gets it before
+// its deliver_at, while the row without one, written after it in the same
+// transaction, arrives first. A row 20 minutes ahead, past the 15 minutes
+// SQS can delay, is refused as docs/sinks/sqs.md says: with
+// relay.on_refused: dead_letter it is parked with its deliver_at, never
+// sent, and `cdc dead-letter resend` refuses it again while it is that far
+// ahead.
+func TestIntegrationSQSScheduledMessageArrivesNoEarlier(t *testing.T) {
+	t.Parallel()
+	srv := sqsfake.Start(t)
+	srv.CreateQueue("sched", sqsfake.QueueOptions{})
+	url := pgtest.URL(t)
+	ob := scheduledOutbox(t, url)
+	sinkYAML := fmt.Sprintf("  - {name: q, kind: sqs, queue: sched, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", srv.URL())
+	cfg := ob.Config(t, sinkYAML, scheduleColumns+"\nrelay: {on_refused: dead_letter, refused_attempts: 1, shutdown_timeout: 2s}")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+
+	deliverAt := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	later := scheduledMsg{Msg: relaytest.NewMsg("t", "a", 1), DeliverAt: deliverAt}
+	tooFar := scheduledMsg{Msg: relaytest.NewMsg("t", "b", 2), DeliverAt: time.Now().Add(20 * time.Minute).Truncate(time.Millisecond)}
+	now := scheduledMsg{Msg: relaytest.NewMsg("t", "c", 3)}
+	insertScheduled(t, ob, later, tooFar, now)
+	p := startCDC(t, "run", "--config", cfg)
+	defer p.Stop(t)
+
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sqsapi.NewFromConfig(awsCfg, func(o *sqsapi.Options) { o.BaseEndpoint = aws.String(srv.URL()) })
+	queueURL := srv.URL() + "/000000000000/sched"
+	var order []string
+	if !pgtest.WaitFor(60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		out, err := client.ReceiveMessage(ctx, &sqsapi.ReceiveMessageInput{QueueUrl: aws.String(queueURL), MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			id := aws.ToString(m.MessageAttributes[sqs.AttrID].StringValue)
+			if id == later.ID && time.Now().Before(deliverAt) {
+				t.Fatalf("the scheduled message arrived at %s, before its deliver_at %s", time.Now().Format(time.RFC3339Nano), deliverAt.Format(time.RFC3339Nano))
+			}
+			if id == tooFar.ID {
+				t.Fatalf("the message 20 minutes ahead was sent (SQS delays at most 15 minutes)")
+			}
+			order = append(order, id)
+		}
+		return len(order) == 2 || p.Exited()
+	}) || p.Exited() {
+		t.Fatalf("received %v of 2 messages (relay exited: %v)\n%s", order, p.Exited(), p.Stderr.String())
+	}
+	if order[0] != now.ID || order[1] != later.ID {
+		t.Fatalf("order %v, want %s (no deliver_at) then %s", order, now.ID, later.ID)
+	}
+	for _, m := range srv.Messages("sched") {
+		if id := m.Attributes[sqs.AttrID]; (id == later.ID) != (m.DelaySeconds > 0) || m.DelaySeconds > 3 {
+			t.Errorf("message %s stored with DelaySeconds %d", id, m.DelaySeconds)
+		}
+	}
+	parked := listParked(t, cfg)
+	if len(parked) != 1 || *parked[0].ID != tooFar.ID || parked[0].Sink != "q" || !strings.Contains(parked[0].Error, "15 minutes") {
+		t.Fatalf("parked %+v, want %s for sink q, refused as over the 15 minutes", parked, tooFar.ID)
+	}
+	code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", tooFar.ID)
+	if code != 1 || !strings.Contains(stdout, "failed  "+tooFar.ID) || !strings.Contains(stdout, "15 minutes") {
+		t.Fatalf("resend of the message 20 minutes ahead: exit %d, want 1 and a refusal naming the 15 minutes\n%s\n%s", code, stdout, stderr)
+	}
+	if n := len(srv.Messages("sched")); n != 2 {
+		t.Fatalf("the queue holds %d messages after the refused resend, want 2", n)
 	}
 }

@@ -88,6 +88,22 @@ type Limited interface {
 	MaxMessageBytes() int
 }
 
+// ClaimCheckMetrics are the counters of a sink's claim check; a nil one
+// counts nothing. Each is safe for concurrent use (a prometheus.Counter
+// is one).
+type ClaimCheckMetrics struct {
+	Uploads        interface{ Inc() }        // payloads stored
+	UploadBytes    interface{ Add(float64) } // bytes of the payloads stored
+	UploadFailures interface{ Inc() }        // uploads that failed (each retried)
+}
+
+// ClaimChecked is implemented by a sink with a claim check in front
+// (ClaimCheckWrapper's sinks): the relay hands it its counters before
+// the first Publish.
+type ClaimChecked interface {
+	SetClaimCheckMetrics(ClaimCheckMetrics)
+}
+
 // Register makes a sink kind available to Prepare. Sink packages call it
 // from init; cmd/cdc imports them.
 func Register(kind string, f Factory) {

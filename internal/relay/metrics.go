@@ -12,6 +12,7 @@ import (
 
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/pipeline"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/replication"
 )
@@ -30,6 +31,9 @@ type Metrics struct {
 	retentionDeleted prometheus.Counter
 	forged           *prometheus.CounterVec
 	expired          *prometheus.CounterVec
+
+	// Claim checks (relay.claim_check), per sink that has one.
+	claimUploads, claimBytes, claimFailures *prometheus.CounterVec
 
 	// The publication or the table changing under the relay (coverage.go).
 	foreignRelations prometheus.Counter
@@ -80,6 +84,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages that claimed to be outbox messages without the proof the relay requires (kind envelope: no valid signature under postgres.message_keys; adopt: an adopt message cdc init did not write); never published."}, []string{"kind"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_expired_total",
 			Help: "Messages whose expires_at had passed when the relay read them, by what relay.on_expired did: drop, dead_letter (parked for their sinks) or send."}, []string{"action"}),
+		claimUploads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_claim_check_uploads_total",
+			Help: "Payloads a sink's claim check stored (relay.claim_check) before the message went to the broker; a retried batch uploads again."}, []string{"sink"}),
+		claimBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_claim_check_upload_bytes_total",
+			Help: "Bytes of the payloads a sink's claim check stored (relay.claim_check)."}, []string{"sink"}),
+		claimFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_claim_check_upload_failures_total",
+			Help: "Claim-check uploads that failed (store down, denied, timed out); each fails the batch, which is retried."}, []string{"sink"}),
 		foreignRelations: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_foreign_relations_total",
 			Help: "Relations other than the outbox seen in the replication stream (each once per process); their rows are skipped."}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_stream_gaps_total",
@@ -102,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.held, m.heldKeys, m.retentionDeleted,
-			m.forged, m.expired, m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
+			m.forged, m.expired, m.claimUploads, m.claimBytes, m.claimFailures, m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
@@ -182,6 +192,22 @@ func (m *Metrics) addSinks(names []string) {
 		m.heldKeys.WithLabelValues(name).Set(0)
 		m.latency.WithLabelValues(name)
 	}
+}
+
+// addClaimChecks makes the claim-check series of each of sinks (the
+// sinks with a claim check) exist at 0 from the start.
+func (m *Metrics) addClaimChecks(sinks []string) {
+	for _, name := range sinks {
+		m.claimUploads.WithLabelValues(name)
+		m.claimBytes.WithLabelValues(name)
+		m.claimFailures.WithLabelValues(name)
+	}
+}
+
+// claimCheckMetrics are the counters of sink's claim check.
+func (m *Metrics) claimCheckMetrics(sink string) publish.ClaimCheckMetrics {
+	return publish.ClaimCheckMetrics{Uploads: m.claimUploads.WithLabelValues(sink), UploadBytes: m.claimBytes.WithLabelValues(sink),
+		UploadFailures: m.claimFailures.WithLabelValues(sink)}
 }
 
 // RegisterBuildInfo registers walpost_build_info{version, revision,

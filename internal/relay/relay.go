@@ -118,7 +118,7 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 	if r.metrics == nil {
 		r.metrics = NewMetrics(nil)
 	}
-	var names []string
+	var names, claimChecked []string
 	for i := range cfg.Sinks {
 		open, err := publish.Prepare(i, &cfg.Sinks[i], log)
 		if err != nil {
@@ -126,8 +126,12 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 		}
 		r.openers = append(r.openers, open)
 		names = append(names, cfg.Sinks[i].Name)
+		if cfg.Sinks[i].ClaimCheck != nil {
+			claimChecked = append(claimChecked, cfg.Sinks[i].Name)
+		}
 	}
 	r.metrics.addSinks(names)
+	r.metrics.addClaimChecks(claimChecked)
 	return r, nil
 }
 
@@ -629,6 +633,9 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	sinkLog := r.log.With().Str("sink", sinkName).Logger()
 	so := pipeline.SettlerOptions{Sink: sinkName, Tracker: tracker, Window: window, Progress: progress,
 		Metrics: r.metrics.sinkMetrics(sinkName), Log: sinkLog}
+	if cc, ok := s.(publish.ClaimChecked); ok {
+		cc.SetClaimCheckMetrics(r.metrics.claimCheckMetrics(sinkName))
+	}
 	done = func() {}
 	so.Refused = policyOf(cfg.Relay.OnRefused)
 	hold := so.Refused.Hold

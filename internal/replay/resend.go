@@ -187,6 +187,9 @@ func (r *resender) resend(ctx context.Context, p *store.Parked) Outcome {
 	}
 	out := Outcome{Parked: *p}
 	if err == nil {
+		msg, err = unlessExpired(msg, r.ss.cfg.Relay.OnExpired, time.Now(), p)
+	}
+	if err == nil {
 		out.Sinks, err = resendTo(ctx, r.ss, to, msg)
 	}
 	out.Err = err
@@ -342,6 +345,34 @@ func parkedEnvelope(rowData []byte) (string, bool) {
 	return *env, true
 }
 
+// ErrExpired is in the Outcome.Err of a parked message whose expires_at
+// has passed when it is resent, with relay.on_expired: drop: it is not
+// published and stays parked.
+var ErrExpired = errors.New("replay: the parked message has expired")
+
+// unlessExpired applies relay.on_expired to msg, parked as p, when it has
+// expired by now (docs/configuration.md, "Scheduled delivery and
+// expiry"): with drop it is not resent (ErrExpired; it stays parked, for
+// the operator to drop, or to resend under another policy); with send or
+// dead_letter it goes without its expiry, as the stream sends it under
+// send: resending a message parked by dead_letter is the decision that
+// policy leaves to the operator. A message that has not expired goes with
+// its deliver_at and expires_at, for the sink to schedule it and give it
+// the time to live it has left.
+func unlessExpired(msg *message.Message, policy config.ExpiredPolicy, now time.Time, p *store.Parked) (*message.Message, error) {
+	if !msg.Expired(now) {
+		return msg, nil
+	}
+	if policy != config.ExpiredSend && policy != config.ExpiredDeadLetter {
+		return nil, fmt.Errorf("%w: its expires_at %s has passed, and relay.on_expired is %s: not resent, it stays parked; "+
+			"drop it (cdc dead-letter drop %s), or resend it with relay.on_expired: send to publish it without its expiry",
+			ErrExpired, msg.ExpiresAt.UTC().Format(time.RFC3339Nano), config.ExpiredDrop, p.Name())
+	}
+	c := *msg
+	c.ExpiresAt = time.Time{}
+	return &c, nil
+}
+
 // resendTo publishes msg to the sinks to, each in turn, and returns their
 // names; it stops at the first that fails.
 func resendTo(ctx context.Context, ss *sinks, to []int, msg *message.Message) ([]string, error) {
@@ -360,12 +391,20 @@ func resendTo(ctx context.Context, ss *sinks, to []int, msg *message.Message) ([
 }
 
 // publishOne publishes m to sink, retrying an error that is not permanent
-// a few times with backoff.
+// a few times with backoff. A sink that cannot hold a message back
+// refuses one whose deliver_at is still to come (publish.PublishOnTime),
+// as in the stream: never sent early.
 func publishOne(ctx context.Context, sink publish.Sink, m *message.Message) error {
 	b := backoff.New(100*time.Millisecond, 2*time.Second)
+	schedules := publish.Schedules(sink)
 	var err error
 	for range resendAttempts {
-		if err = sink.Publish(ctx, []*message.Message{m}); err == nil || publish.IsPermanent(err) {
+		if schedules {
+			err = sink.Publish(ctx, []*message.Message{m})
+		} else {
+			err = publish.PublishOnTime(ctx, sink, []*message.Message{m}, time.Now())
+		}
+		if err == nil || publish.IsPermanent(err) {
 			return err
 		}
 		if !backoff.Sleep(ctx, b.Next()) {
@@ -378,8 +417,10 @@ func publishOne(ctx context.Context, sink publish.Sink, m *message.Message) erro
 // MessageOfLine reads a message back from its JSON line, the form the
 // file sink writes and the dead-letter table keeps refused messages in
 // (publish.AppendJSONLine): id, type, key, payload (or its base64 with
-// payload_encoding), headers, lsn and commit_lsn. The payload keeps the
-// bytes of the line's JSON value.
+// payload_encoding), headers, lsn and commit_lsn, and the optional
+// deliver_at and expires_at the dead-letter table adds (a record parked
+// before them has neither: the message goes at once, without expiry).
+// The payload keeps the bytes of the line's JSON value.
 func MessageOfLine(line []byte) (*message.Message, error) {
 	var l struct {
 		ID, Type        string
@@ -388,7 +429,9 @@ func MessageOfLine(line []byte) (*message.Message, error) {
 		PayloadEncoding string `json:"payload_encoding"`
 		Headers         map[string]string
 		LSN             string
-		CommitLSN       string `json:"commit_lsn"`
+		CommitLSN       string    `json:"commit_lsn"`
+		DeliverAt       time.Time `json:"deliver_at"`
+		ExpiresAt       time.Time `json:"expires_at"`
 	}
 	if err := json.Unmarshal(line, &l); err != nil {
 		return nil, fmt.Errorf("row_data is not a message line: %w", err)
@@ -396,7 +439,7 @@ func MessageOfLine(line []byte) (*message.Message, error) {
 	if l.ID == "" || l.Type == "" || l.Payload == nil {
 		return nil, errors.New("row_data is not a message line: id, type or payload missing")
 	}
-	m := &message.Message{ID: l.ID, Type: l.Type, Payload: l.Payload, PayloadJSON: true}
+	m := &message.Message{ID: l.ID, Type: l.Type, Payload: l.Payload, PayloadJSON: true, DeliverAt: l.DeliverAt, ExpiresAt: l.ExpiresAt}
 	if l.Key != nil {
 		m.Key, m.HasKey = *l.Key, true
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -73,17 +74,36 @@ func (d *DeadLetter) ParkRefused(ctx context.Context, sink string, m *message.Me
 // (hold.go).
 func (d *DeadLetter) parkRefused(ctx context.Context, sink string, m *message.Message, cause error, holdKey *string) error {
 	r := parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
-		errText: cause.Error(), row: messageLine(m), holdKey: holdKey}
+		errText: cause.Error(), row: MessageLine(m), holdKey: holdKey}
 	if err := d.insert(ctx, nil, r); err != nil {
 		return fmt.Errorf("dead-letter: parking message %s (at %s) refused by sink %s: %w", m.ID, FormatAt(m.LSN, m.Seq), sink, err)
 	}
 	return nil
 }
 
-// messageLine is m as the file sink writes it, without the newline: the
-// row_data of a refused or held message.
-func messageLine(m *message.Message) []byte {
-	return bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
+// MessageLine is m as the file sink writes it, without the newline: the
+// row_data of a refused or held message. A message with a deliver_at or
+// an expires_at (message.Message.DeliverAt, ExpiresAt) gets them as two
+// more fields, "deliver_at" and "expires_at" (RFC 3339, UTC, to the
+// nanosecond), which `cdc dead-letter resend` restores
+// (replay.MessageOfLine); the file sink's own lines have neither.
+func MessageLine(m *message.Message) []byte {
+	line := bytes.TrimSuffix(publish.AppendJSONLine(nil, m), []byte("\n"))
+	if m.DeliverAt.IsZero() && m.ExpiresAt.IsZero() {
+		return line
+	}
+	line = line[:len(line)-1] // the closing brace
+	for _, f := range []struct {
+		name string
+		at   time.Time
+	}{{"deliver_at", m.DeliverAt}, {"expires_at", m.ExpiresAt}} {
+		if !f.at.IsZero() {
+			line = append(line, `,"`+f.name+`":"`...)
+			line = f.at.UTC().AppendFormat(line, time.RFC3339Nano)
+			line = append(line, '"')
+		}
+	}
+	return append(line, '}')
 }
 
 // Parked reports whether the row at (lsn, seq) is parked for every sink

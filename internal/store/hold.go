@@ -157,7 +157,7 @@ func (d *DeadLetter) ParkBehind(ctx context.Context, sink string, m *message.Mes
 		return d.insert(ctx, tx, parkedRow{lsn: m.LSN.String(), seq: m.Seq, sink: sink, commitLSN: m.CommitLSN.String(), id: &m.ID,
 			errText: fmt.Sprintf("held: key %q waits for the row at %s (relay.on_%s: hold_key); cdc dead-letter resend or drop of that row releases the key in order",
 				key, head, holdingPolicy(sink)),
-			row: messageLine(m), holdKey: &key, heldBehind: &head})
+			row: MessageLine(m), holdKey: &key, heldBehind: &head})
 	})
 	if err != nil {
 		d.reset()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
@@ -92,16 +93,29 @@ type Options struct {
 	Prefix, Slot string
 	// Timeout bounds one upload (default 1m).
 	Timeout time.Duration
+	// Uploads is how many payloads of a batch are uploaded at once
+	// (default DefaultUploads).
+	Uploads int
 	Log     zerolog.Logger
 }
+
+// DefaultUploads is how many payloads of a batch the claim check uploads
+// at once: enough to overlap a few round trips to the store, few enough
+// that a batch of large payloads does not hold many of them in flight.
+const DefaultUploads = 4
 
 // Sink is a claim-checking publish.Sink around another. Like every sink,
 // Publish is called from one goroutine.
 type Sink struct {
-	inner publish.Sink
-	store Store
-	opt   Options
+	inner   publish.Sink
+	store   Store
+	opt     Options
+	metrics publish.ClaimCheckMetrics
 }
+
+// SetClaimCheckMetrics sets the counters uploads are counted in
+// (publish.ClaimChecked); before it, none. Not concurrently with Publish.
+func (s *Sink) SetClaimCheckMetrics(m publish.ClaimCheckMetrics) { s.metrics = m }
 
 // resumingSink is a Sink around a publish.Resumer, which it stays.
 type resumingSink struct {
@@ -114,6 +128,9 @@ type resumingSink struct {
 func New(inner publish.Sink, store Store, opt Options) publish.Sink {
 	if opt.Timeout <= 0 {
 		opt.Timeout = time.Minute
+	}
+	if opt.Uploads <= 0 {
+		opt.Uploads = DefaultUploads
 	}
 	s := &Sink{inner: inner, store: store, opt: opt}
 	if r, ok := inner.(publish.Resumer); ok {
@@ -139,29 +156,39 @@ func (s *Sink) ObjectName(m *message.Message) string {
 	return s.opt.Prefix + url.PathEscape(s.opt.Slot) + "/" + url.PathEscape(s.inner.Name()) + "/" + url.PathEscape(m.ID)
 }
 
-// Publish uploads the payloads of msgs over the threshold, in order, then
-// publishes msgs with those payloads replaced by references. An upload
-// that fails fails the call, retryably, before anything is published.
+// Publish uploads the payloads of msgs over the threshold, Options.Uploads
+// at a time, then, once every one of them succeeded, publishes msgs with
+// those payloads replaced by references. An upload that fails cancels
+// the others and fails the call, retryably, before anything is
+// published.
 func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
-	var out []*message.Message
+	var big []int
 	for i, m := range msgs {
-		if len(m.Payload) <= s.opt.Threshold {
-			continue
+		if len(m.Payload) > s.opt.Threshold {
+			big = append(big, i)
 		}
-		if out == nil {
-			out = slices.Clone(msgs)
-		}
-		c, err := s.claim(ctx, m)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		out[i] = c
 	}
-	if out == nil {
-		out = msgs
+	if len(big) == 0 {
+		return s.inner.Publish(ctx, msgs)
+	}
+	out := slices.Clone(msgs)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.opt.Uploads)
+	for _, i := range big {
+		g.Go(func() error {
+			c, err := s.claim(gctx, msgs[i])
+			if err != nil {
+				return err
+			}
+			out[i] = c // each goroutine its own element
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
 	}
 	return s.inner.Publish(ctx, out)
 }
@@ -175,6 +202,17 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	uctx, cancel := context.WithTimeoutCause(ctx, s.opt.Timeout, errUploadTimeout)
 	defer cancel()
 	ref, err := s.store.Put(uctx, name, m.Payload, envelope.ContentType(m))
+	if err != nil && ctx.Err() == nil && s.metrics.UploadFailures != nil {
+		s.metrics.UploadFailures.Inc() // not the relay stopping
+	}
+	if err == nil {
+		if s.metrics.Uploads != nil {
+			s.metrics.Uploads.Inc()
+		}
+		if s.metrics.UploadBytes != nil {
+			s.metrics.UploadBytes.Add(float64(len(m.Payload)))
+		}
+	}
 	if err != nil {
 		if cause := context.Cause(uctx); errors.Is(cause, errUploadTimeout) {
 			err = fmt.Errorf("%w after %v: %w", cause, s.opt.Timeout, err)

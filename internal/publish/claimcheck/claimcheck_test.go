@@ -142,14 +142,27 @@ func TestIntegrationClaimCheckUploadIsIdempotentByMessageID(t *testing.T) {
 	}
 }
 
+// count is a counter for publish.ClaimCheckMetrics.
+type count struct {
+	mu sync.Mutex
+	n  float64
+}
+
+func (c *count) Inc()          { c.Add(1) }
+func (c *count) Add(v float64) { c.mu.Lock(); c.n += v; c.mu.Unlock() }
+func (c *count) get() float64  { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
+
 // TestIntegrationClaimCheckFailedUploadIsRetryable: with the store
 // unreachable, Publish fails with an error that is neither Permanent nor
 // Rejected (the runner retries it; nothing is parked) and the inner sink
-// gets nothing; once the store is back the same batch goes through.
+// gets nothing; once the store is back the same batch goes through. The
+// metrics count the failed upload, then the stored one and its bytes.
 func TestIntegrationClaimCheckFailedUploadIsRetryable(t *testing.T) {
 	az, st, _ := startAzblob(t)
 	rec := &recorder{}
 	s := New(rec, st, Options{Threshold: 1000, Prefix: "p/", Slot: "s", Timeout: 5 * time.Second, Log: zerolog.Nop()})
+	uploads, bytes, failures := &count{}, &count{}, &count{}
+	s.(publish.ClaimChecked).SetClaimCheckMetrics(publish.ClaimCheckMetrics{Uploads: uploads, UploadBytes: bytes, UploadFailures: failures})
 	batch := []*message.Message{msg(10), msg(5000)}
 	az.Proxy.Cut()
 	err := s.Publish(context.Background(), batch)
@@ -159,6 +172,9 @@ func TestIntegrationClaimCheckFailedUploadIsRetryable(t *testing.T) {
 	if len(rec.got) != 0 {
 		t.Fatalf("the inner sink got %d messages before their upload", len(rec.got))
 	}
+	if uploads.get() != 0 || bytes.get() != 0 || failures.get() != 1 {
+		t.Fatalf("after the failed upload: uploads %v, bytes %v, failures %v; want 0, 0, 1", uploads.get(), bytes.get(), failures.get())
+	}
 	if err := az.Proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +183,9 @@ func TestIntegrationClaimCheckFailedUploadIsRetryable(t *testing.T) {
 	}
 	if len(rec.got) != 2 {
 		t.Fatalf("the inner sink got %d messages", len(rec.got))
+	}
+	if uploads.get() != 1 || bytes.get() != 5000 || failures.get() != 1 {
+		t.Fatalf("after the upload: uploads %v, bytes %v, failures %v; want 1, 5000, 1", uploads.get(), bytes.get(), failures.get())
 	}
 }
 
@@ -249,5 +268,139 @@ func TestThresholdDefaultsToTheSinksLimit(t *testing.T) {
 	cfg.ClaimCheck.ThresholdBytes = 100
 	if s, err = open(context.Background()); err != nil || s.(*Sink).opt.Threshold != 100 {
 		t.Fatalf("threshold_bytes 100: %v", err)
+	}
+}
+
+// gate is a Store in front of another that records how many uploads run
+// at once, holds each until want of them have been in flight together
+// (or a while has passed), and fails the upload of one object name.
+type gate struct {
+	Store
+	want    int
+	failing string
+
+	mu       sync.Mutex
+	inflight int
+	most     int
+	reached  chan struct{}
+	closed   bool // reached is closed
+}
+
+// reset starts counting anew, for the next Publish.
+func (g *gate) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.most, g.reached, g.closed = 0, make(chan struct{}), false
+}
+
+func (g *gate) Put(ctx context.Context, name string, body []byte, contentType string) (string, error) {
+	g.mu.Lock()
+	g.inflight++
+	g.most = max(g.most, g.inflight)
+	reached := g.reached
+	if g.inflight == g.want && !g.closed {
+		close(g.reached)
+		g.closed = true
+	}
+	g.mu.Unlock()
+	defer func() { g.mu.Lock(); g.inflight--; g.mu.Unlock() }()
+	select {
+	case <-reached:
+	case <-time.After(10 * time.Second): // uploads one at a time never get here together
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if name == g.failing {
+		return "", fmt.Errorf("refused by the test")
+	}
+	return g.Store.Put(ctx, name, body, contentType)
+}
+
+// checker is an inner sink that, when it is called, checks that the
+// bucket already holds every object its batch refers to.
+type checker struct {
+	recorder
+	t      *testing.T
+	client *s3.Client
+	calls  int
+}
+
+func (c *checker) Publish(ctx context.Context, msgs []*message.Message) error {
+	c.calls++
+	out, err := c.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("walpost-cc")})
+	if err != nil {
+		return err
+	}
+	stored := map[string]bool{}
+	for _, o := range out.Contents {
+		stored["s3://walpost-cc/"+aws.ToString(o.Key)] = true
+	}
+	for _, m := range msgs {
+		if ref := m.Headers[HeaderRef]; ref != "" && !stored[ref] {
+			c.t.Errorf("message %s reached the sink before its object %s was stored", m.ID, ref)
+		}
+	}
+	return c.recorder.Publish(ctx, msgs)
+}
+
+// TestIntegrationClaimCheckUploadsABatchConcurrentlyAndPublishesAfterAll:
+// against gofakes3 over HTTP, a batch of six large payloads is uploaded
+// DefaultUploads at a time (four in flight together, never more), and the
+// sink sees the batch only once every object is stored. When one upload
+// fails, the sink sees nothing and the error is retryable; the retry
+// stores the rest and publishes.
+func TestIntegrationClaimCheckUploadsABatchConcurrentlyAndPublishesAfterAll(t *testing.T) {
+	endpoint := startS3(t, "walpost-cc")
+	st, err := newS3(&config.ClaimCheck{Store: config.StoreS3, Bucket: "walpost-cc", Endpoint: endpoint, PathStyle: true, Field: "relay.claim_check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(endpoint); o.UsePathStyle = true })
+	inner := &checker{t: t, client: client}
+	g := &gate{Store: st, want: DefaultUploads, reached: make(chan struct{})}
+	s := New(inner, g, Options{Threshold: 1000, Prefix: "walpost/", Slot: "slot1", Log: zerolog.Nop()}).(*Sink)
+	batch := []*message.Message{msg(10)}
+	for range 6 {
+		batch = append(batch, msg(64<<10))
+	}
+	batch = append(batch, msg(20))
+
+	g.failing = s.ObjectName(batch[3])
+	err = s.Publish(context.Background(), batch)
+	if err == nil || publish.IsPermanent(err) || !strings.Contains(err.Error(), batch[3].ID) {
+		t.Fatalf("one upload refused: %v, want a retryable error naming %s", err, batch[3].ID)
+	}
+	if inner.calls != 0 {
+		t.Fatal("the sink was called although an upload of its batch failed")
+	}
+
+	g.failing = ""
+	g.reset()
+	if err := s.Publish(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	together, most := g.closed, g.most
+	g.mu.Unlock()
+	if !together {
+		t.Fatalf("at most %d uploads ran at once, want %d", most, DefaultUploads)
+	}
+	if most > DefaultUploads {
+		t.Fatalf("%d uploads ran at once, over the bound %d", most, DefaultUploads)
+	}
+	if inner.calls != 1 || len(inner.got) != len(batch) {
+		t.Fatalf("the sink was called %d times with %d messages, want once with %d", inner.calls, len(inner.got), len(batch))
+	}
+	for i, m := range inner.got {
+		if m.ID != batch[i].ID {
+			t.Fatalf("message %d is %s, want %s: the batch's order changed", i, m.ID, batch[i].ID)
+		}
+		if big := len(batch[i].Payload) > 1000; big != (m.Headers[HeaderRef] != "") {
+			t.Fatalf("message %d (%d bytes): reference %q", i, len(batch[i].Payload), m.Headers[HeaderRef])
+		}
 	}
 }

@@ -9,8 +9,8 @@
 // Guarantees:
 //
 //   - The upload is durable before the broker sees the message: Publish
-//     uploads a batch's large payloads first and calls the sink only once
-//     every upload succeeded.
+//     uploads a batch's large payloads first, DefaultUploads at a time,
+//     and calls the sink only once every upload succeeded.
 //   - An upload is idempotent by message: the object is named
 //     <prefix><slot>/<sink>/<message id>, so the retry of a batch, or the
 //     replay after a crash (kill -9 mid-upload), writes the same object

@@ -14,9 +14,11 @@
 // acknowledged, not stored); ReceiveMessage with visibility timeouts,
 // long polling and, on FIFO queues, one group's messages in order with
 // none of a group handed out while one of it is in flight;
-// DeleteMessage, ChangeMessageVisibility; GetQueueUrl and CreateQueue.
-// Signatures are not checked, and there is no IAM, KMS, dead-letter
-// redrive, delay or message timer.
+// DeleteMessage, ChangeMessageVisibility; GetQueueUrl and CreateQueue;
+// message timers: an entry's DelaySeconds (0 to 900) keeps the message
+// from every receive until then, and a FIFO queue refuses one, as SQS
+// does. Signatures are not checked, and there is no IAM, KMS, dead-letter
+// redrive, or queue-wide delay.
 //
 // Faults for tests: Throttle answers the next requests with
 // RequestThrottled; FailEntries fails chosen entries of batches; Stop and
@@ -43,6 +45,9 @@ import (
 // DedupWindow is how long a FIFO queue remembers a deduplication id.
 const DedupWindow = 5 * time.Minute
 
+// MaxDelaySeconds is the largest DelaySeconds SQS takes (15 minutes).
+const MaxDelaySeconds = 900
+
 // DefaultMaxMessageSize is a queue's MaximumMessageSize unless set.
 const DefaultMaxMessageSize = 256 << 10
 
@@ -56,6 +61,9 @@ type Message struct {
 	Seq          int64
 	ReceiveCount int
 	Sent         time.Time
+	// DelaySeconds is the send's DelaySeconds: no receive gets the
+	// message before Sent plus that many seconds.
+	DelaySeconds int
 
 	receipt     string
 	invisibleTo time.Time
@@ -362,6 +370,7 @@ type sendEntry struct {
 	MessageBody            string
 	MessageGroupID         string `json:"MessageGroupId"`
 	MessageDeduplicationID string `json:"MessageDeduplicationId"`
+	DelaySeconds           *int
 	MessageAttributes      map[string]struct {
 		DataType    string
 		StringValue string
@@ -477,6 +486,11 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 		return bad("InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 	case !q.fifo && e.MessageDeduplicationID != "":
 		return bad("InvalidParameterValue", "The request include parameter that is not valid for this queue type")
+	case e.DelaySeconds != nil && (*e.DelaySeconds < 0 || *e.DelaySeconds > MaxDelaySeconds):
+		return bad("InvalidParameterValue", fmt.Sprintf("Value %d for parameter DelaySeconds is invalid. Reason: must be between 0 and %d, if provided.", *e.DelaySeconds, MaxDelaySeconds))
+	case q.fifo && e.DelaySeconds != nil && *e.DelaySeconds != 0:
+		// SQS: a FIFO queue takes a delay per queue only.
+		return bad("InvalidParameterValue", fmt.Sprintf("Value %d for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.", *e.DelaySeconds))
 	}
 	for k, v := range e.MessageAttributes {
 		switch {
@@ -508,6 +522,12 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 	}
 	for k, v := range e.MessageAttributes {
 		m.Attributes[k] = v.StringValue
+	}
+	if e.DelaySeconds != nil && *e.DelaySeconds > 0 {
+		// Delayed: invisible until then, as SQS holds it; a receive
+		// skips it (take), and it was never in flight.
+		m.DelaySeconds = *e.DelaySeconds
+		m.invisibleTo = now.Add(time.Duration(*e.DelaySeconds) * time.Second)
 	}
 	q.msgs = append(q.msgs, m)
 	if q.fifo {
