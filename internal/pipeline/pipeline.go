@@ -58,6 +58,10 @@ type Options struct {
 	// Marker, when set, is handed each transaction's message ids at its
 	// commit, before the tracker (columns.sent_at).
 	Marker Marker
+	// Relation, when set, is called, from Run's goroutine, on every
+	// Relation message of the stream: the coverage watcher looks at the
+	// catalog then (internal/coverage). It must not block.
+	Relation func()
 	// Metrics counts what the pipeline sees; a nil counter counts nothing.
 	Metrics Metrics
 	Log     zerolog.Logger
@@ -81,6 +85,7 @@ type Pipeline struct {
 	holds   KeyHolds  // with hold
 	held    *heldKeys // keys held for every sink
 	marker  Marker
+	onRel   func() // Options.Relation
 	metrics Metrics
 	log     zerolog.Logger
 	// tableLess: postgres.source: messages (a forged envelope is parked;
@@ -104,7 +109,7 @@ type Pipeline struct {
 // New returns a pipeline with one output channel per route.
 func New(o Options) *Pipeline {
 	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
-		dead: o.DeadLetters, park: o.ParkInvalid, tableLess: o.TableLess, marker: o.Marker,
+		dead: o.DeadLetters, park: o.ParkInvalid, tableLess: o.TableLess, marker: o.Marker, onRel: o.Relation,
 		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill),
 		hold: o.HoldInvalid, holds: o.Holds}
 	p.held = newHeldKeys("", o.Held, o.Holds, p.metrics.Held, p.metrics.HeldKeys, o.Log, "bad row (relay.on_invalid: hold_key)")
@@ -232,6 +237,9 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 	}
 	if e.Rel != nil {
 		p.relationSeen(e.Rel)
+		if p.onRel != nil {
+			p.onRel()
+		}
 	}
 	switch e.Kind {
 	case decoder.Begin:

@@ -2,36 +2,17 @@ package relay
 
 import (
 	"context"
-	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/outboxdb"
-	"github.com/walpost/walpost/internal/replication"
 )
 
 // What the relay reads of the outbox on the server is in internal/outboxdb,
 // which the other commands (internal/admin) share; these are its answers
-// under the names the check (relay.go) and the coverage watcher use.
-
-// coverage is outboxdb.Coverage.
-type coverage struct {
-	seen    string // what covers the outbox; "" when nothing does
-	covered bool
-	why     string // why not covered
-	at      time.Time
-	lsn     pglogrepl.LSN // the WAL insert position, read after at
-	others  []string      // other tables the publication publishes
-}
-
-// readCoverage is outboxdb.ReadCoverage.
-func readCoverage(ctx context.Context, conn *pgx.Conn, t replication.Target) (coverage, error) {
-	c, err := outboxdb.ReadCoverage(ctx, conn, t)
-	return coverage{seen: c.Seen, covered: c.Covered, why: c.Why, at: c.At, lsn: c.LSN, others: c.Others}, err
-}
+// under the names the check (relay.go) uses.
 
 // outboxShape is outboxdb.Shape: the outbox table's OID and columns (for
 // the decoder, decoder.SetOutbox) and its time column ("" for none).

@@ -51,6 +51,7 @@ import (
 	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
@@ -79,7 +80,7 @@ type Relay struct {
 	// nil when it is off.
 	retention *retention.Job
 	// shape is the outbox table's OID, columns and time column (from the
-	// check; coverage.go).
+	// check).
 	shape outboxShape
 
 	// ConfigPath names the configuration file in the instructions the
@@ -509,7 +510,8 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	events := make(chan []replication.Event, 64)
 	parked := store.NewDeadLetter(r.stateURL, r.tables)
 	defer parked.Close()
-	p := r.newPipeline(tracker, window, marker, parked, loaded)
+	relations := make(chan struct{}, 1) // a Relation message: the coverage watcher looks
+	p := r.newPipeline(tracker, window, marker, parked, loaded, relations)
 	progress := store.NewProgress(r.stateURL, r.tables, loaded, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
@@ -520,10 +522,12 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		g.Go(func() error { return job.Run(sd.read) }) // off the hot path; never stops the relay
 	}
 	if !r.target.TableLess {
-		w := &watcher{r: r, tracker: tracker, p: p, shape: r.shape, started: time.Now()}
+		w := coverage.New(coverage.Options{Config: cfg, URL: r.stateURL, Target: r.target, Tables: r.tables,
+			TimeColumn: r.shape.timeCol, Pipeline: p, Tracker: tracker, Relations: relations,
+			Metrics: r.metrics.coverage, Log: r.log})
 		// What covers the outbox now is recorded before anything streams;
 		// then the watcher runs off the hot path and never stops the relay.
-		w.first(ctx)
+		w.First(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
 	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
@@ -570,7 +574,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 // positions each sink acknowledged before (loaded); marker is nil when
 // columns.sent_at is not mapped.
 func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window, marker *sentat.Marker,
-	parked *store.DeadLetter, loaded map[string]store.Position) *pipeline.Pipeline {
+	parked *store.DeadLetter, loaded map[string]store.Position, relations chan<- struct{}) *pipeline.Pipeline {
 	cfg := r.cfg
 	dec := outboxdb.NewDecoder(cfg)
 	if r.adopted != nil {
@@ -582,7 +586,13 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		ParkInvalid: cfg.Relay.OnInvalid.Parks(), HoldInvalid: cfg.Relay.OnInvalid == config.HoldKey, TableLess: cfg.Postgres.TableLess(),
 		Holds: parked, Held: r.held, // keys held before are held whatever the policy now
-		Metrics: r.metrics.pipelineMetrics(), Log: r.log}
+		Metrics: r.metrics.pipelineMetrics(), Log: r.log,
+		Relation: func() {
+			select {
+			case relations <- struct{}{}:
+			default:
+			}
+		}}
 	if marker != nil { // a nil *Marker is not a nil Marker
 		o.Marker = marker
 	}
