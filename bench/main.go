@@ -733,7 +733,7 @@ func (b *bench) setup(root string, systems []system) error {
 	}
 	needCDC := len(b.mechs) > 0
 	for _, s := range systems {
-		needCDC = needCDC || s.Kind == "walpost" || s.Kind == kindWebhook
+		needCDC = needCDC || s.Kind == "walpost" || s.Kind == kindWebhook || s.Kind == kindIdle
 	}
 	if needCDC {
 		b.logf("building %s", b.cdcPkg)

@@ -19,8 +19,11 @@ const (
 	// gap is open, if no Relation message of the stream calls for a look
 	// before (docs/design.md, "Invariant 17 at rest").
 	Quiet = 10 * time.Second
-	// saveEvery is how often the row is written when nothing changed.
-	saveEvery = 10 * time.Second
+	// saveEvery is how often the row is written when neither what covers
+	// the outbox nor a gap changed: VerifiedAt and SafeAt saved late are
+	// earlier than they could be, which only widens what a later fill or
+	// cdc resync reads (docs/design.md, "Invariant 17 at rest").
+	saveEvery = time.Minute
 	// fillSlack is how far past the time the outbox was seen published
 	// again a fill looks: a transaction that committed while the watcher
 	// read the time and then the WAL position may carry a later time.
@@ -117,9 +120,7 @@ func (s *State) Observe(o Observation) Actions {
 		s.Row = &Row{Seen: o.Look.Seen, VerifiedAt: verified}
 		a.Save = true
 	}
-	if s.safe(o.Look, o.Confirmed) {
-		a.Save = true
-	}
+	s.safe(o.Look, o.Confirmed)
 	row := s.Row
 	if o.Look.Covered {
 		if o.Look.Seen != row.Seen || row.Open() && row.GapTo.IsZero() {
@@ -157,18 +158,15 @@ func (s *State) Observe(o Observation) Actions {
 }
 
 // safe records the look as a mark and moves Row.SafeAt to the last mark
-// the slot's confirmed position passed; it reports whether it moved.
-func (s *State) safe(l Look, confirmed pglogrepl.LSN) bool {
-	moved := false
+// the slot's confirmed position passed.
+func (s *State) safe(l Look, confirmed pglogrepl.LSN) {
 	s.marks = append(s.marks, mark{l.At, l.LSN})
 	for ; len(s.marks) > 0 && s.marks[0].lsn <= confirmed; s.marks = s.marks[1:] {
 		s.Row.SafeAt = s.marks[0].at
-		moved = true
 	}
 	if n := len(s.marks); n > maxMarks {
 		s.marks = slices.Clone(s.marks[n-maxMarks:])
 	}
-	return moved
 }
 
 // open opens a gap from the last time the coverage was verified, unless

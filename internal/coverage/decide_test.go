@@ -44,13 +44,15 @@ func TestObserve(t *testing.T) {
 		loaded *Row
 		steps  []step
 	}{{
-		name: "published from the start and unchanged: recorded once, then looks rarely and saves every 10 s",
+		name: "published from the start and unchanged: recorded once, then looks rarely and saves every minute",
 		steps: []step{
 			{name: "first", o: Observation{Look: covered("A", 0, 0x100), Now: at(0)},
 				want: Actions{Published: true, Save: true, Next: Quiet}, row: &Row{Seen: "A", VerifiedAt: at(0)}},
 			{name: "unchanged", o: Observation{Look: covered("A", 5, 0x200), Now: at(5)},
 				want: Actions{Published: true, Next: Quiet}, row: &Row{Seen: "A", VerifiedAt: at(5)}},
-			{name: "saved again after saveEvery", o: Observation{Look: covered("A", 10, 0x300), Now: at(10)},
+			{name: "not saved before saveEvery", o: Observation{Look: covered("A", 59, 0x280), Now: at(59)},
+				want: Actions{Published: true, Next: Quiet}},
+			{name: "saved again after saveEvery", o: Observation{Look: covered("A", 60, 0x300), Now: at(60)},
 				want: Actions{Published: true, Save: true, Next: Quiet}},
 		},
 	}, {
@@ -122,14 +124,14 @@ func TestObserve(t *testing.T) {
 				row:  &Row{Seen: "A", VerifiedAt: at(1), GapFrom: at(-100), GapTo: at(1), GapToLSN: 0x200}},
 		},
 	}, {
-		name: "safe_at moves to the last look the slot's confirmed position passed",
+		name: "safe_at moves to the last look the slot's confirmed position passed, saved with the row's next write",
 		steps: []step{
 			{name: "first", o: Observation{Look: covered("A", 0, 0x100), Now: at(0)},
 				want: Actions{Published: true, Save: true, Next: Quiet}},
 			{name: "not passed", o: Observation{Look: covered("A", 1, 0x200), Confirmed: 0xff, Now: at(1)},
 				want: Actions{Published: true, Next: Quiet}, row: &Row{Seen: "A", VerifiedAt: at(1)}},
 			{name: "passed the first two", o: Observation{Look: covered("A", 2, 0x300), Confirmed: 0x200, Now: at(2)},
-				want: Actions{Published: true, Save: true, Next: Quiet}, row: &Row{Seen: "A", VerifiedAt: at(2), SafeAt: at(1)}},
+				want: Actions{Published: true, Next: Quiet}, row: &Row{Seen: "A", VerifiedAt: at(2), SafeAt: at(1)}},
 		},
 	}}
 	for _, tc := range tests {

@@ -53,6 +53,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/explain"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/outboxdb"
@@ -81,7 +82,7 @@ type Relay struct {
 	retention *retention.Job
 	// shape is the outbox table's OID, columns and time column (from the
 	// check).
-	shape outboxShape
+	shape outboxdb.Shape
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -91,7 +92,7 @@ type Relay struct {
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
 
-	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
+	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged (once a run).
 	emitWarned bool
 	// topologyLogged: decoding from a standby was logged (once a run).
 	topologyLogged bool
@@ -165,7 +166,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		held = held || streamed
 		var re restart
 		if !errors.As(err, &re) {
-			return r.explainInvalidSlot(r.explainMissingSlot(err, held))
+			x := r.explain()
+			return x.InvalidSlot(x.MissingSlot(err, held))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -305,7 +307,7 @@ func (r *Relay) check(ctx context.Context) error {
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
 		return err
 	}
-	if risk, err := emitRisk(ctx, state, r.cfg); err != nil {
+	if risk, err := outboxdb.EmitRisk(ctx, state, r.cfg); err != nil {
 		return err
 	} else if risk != "" && !r.emitWarned {
 		r.emitWarned = true
@@ -317,7 +319,7 @@ func (r *Relay) check(ctx context.Context) error {
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
 	r.metrics.slotRead(info)
 	// An invalidated slot goes on to START_REPLICATION, whose error (the
-	// server's message and DETAIL) explainInvalidSlot explains.
+	// server's message and DETAIL) explain.Run.InvalidSlot explains.
 	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
 		return err
 	}
@@ -327,7 +329,7 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 	}
 	if !r.target.TableLess {
-		if r.shape, err = lookupOutbox(ctx, state, r.cfg); err != nil {
+		if r.shape, err = outboxdb.LookupOutbox(ctx, state, r.cfg); err != nil {
 			return err
 		}
 	}
@@ -523,7 +525,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	}
 	if !r.target.TableLess {
 		w := coverage.New(coverage.Options{Config: cfg, URL: r.stateURL, Target: r.target, Tables: r.tables,
-			TimeColumn: r.shape.timeCol, Pipeline: p, Tracker: tracker, Relations: relations,
+			TimeColumn: r.shape.TimeColumn, Pipeline: p, Tracker: tracker, Relations: relations,
 			Metrics: r.metrics.coverage, Log: r.log})
 		// What covers the outbox now is recorded before anything streams;
 		// then the watcher runs off the hot path and never stops the relay.
@@ -531,7 +533,13 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		g.Go(func() error { return w.Run(sd.read) })
 	}
 	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
-		g.Go(func() error { return r.watchPromotion(sd.read) }) // promotion.go
+		g.Go(func() error { // docs/operations.md, "Decoding from a standby"
+			if !replication.WatchPromotion(sd.read, cfg.Postgres.URL) {
+				return nil
+			}
+			r.log.Warn().Str("slot", cfg.Postgres.Slot).Msg("the standby the slot is read on (postgres.url) was promoted; starting a new cycle, which reads the slot and writes the state on it")
+			return restart{errors.New("relay: the standby of postgres.url was promoted")}
+		})
 	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
@@ -580,8 +588,8 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	if r.adopted != nil {
 		dec.AdoptFrom(r.adopted)
 	}
-	if r.shape.oid != 0 {
-		dec.SetOutbox(r.shape.oid, r.shape.cols)
+	if r.shape.OID != 0 {
+		dec.SetOutbox(r.shape.OID, r.shape.Columns)
 	}
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		ParkInvalid: cfg.Relay.OnInvalid.Parks(), HoldInvalid: cfg.Relay.OnInvalid == config.HoldKey, TableLess: cfg.Postgres.TableLess(),
@@ -603,19 +611,24 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	return pipeline.New(o)
 }
 
+// explain is what the explanations of a stop need (internal/explain).
+func (r *Relay) explain() explain.Run {
+	return explain.Run{Config: r.cfg, ConfigPath: r.ConfigPath, Tables: r.tables, Target: r.target, SlotRead: r.metrics.slotRead}
+}
+
 // cycleError turns the error a cycle's stages ended with into Run's: what
 // to tell the operator of a bad row, and which errors start a new cycle.
 func (r *Relay) cycleError(err error, confirmed pglogrepl.LSN) error {
 	var stop *pipeline.StopAtRow
 	switch {
 	case errors.As(err, &stop):
-		return r.explainStop(stop, confirmed)
+		return r.explain().Stop(stop, confirmed)
 	case errors.Is(err, decoder.ErrProtocol):
 		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, confirmed)}
 	case errors.Is(err, replication.ErrSlotLost):
 		return restart{err}
-	case publicationGone(err):
-		return r.explainPublicationGone(err)
+	case explain.IsPublicationGone(err):
+		return r.explain().PublicationGone(err)
 	}
 	return err
 }
@@ -657,50 +670,4 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		opt.Hold = settler
 	}
 	return publish.NewRunner(s, in, opt), done
-}
-
-// explainStop tells the operator where the slot stands (read from the
-// server: the slot's own confirmed position) and the ways past the row.
-func (r *Relay) explainStop(stop *pipeline.StopAtRow, tracked pglogrepl.LSN) error {
-	cfg := r.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	slotAt := tracked.String() + " (as last sent to the server)"
-	if conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL); err == nil {
-		if info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err == nil && info.Exists {
-			slotAt = info.ConfirmedFlush.String()
-		}
-		conn.Close(context.Background())
-	}
-	de := stop.Err
-	if de.Table {
-		return fmt.Errorf("%w; the slot %s is confirmed up to %s, before this message's transaction. "+
-			"The stream carries each row with the table's columns as they were when it was written: if columns: in the config is wrong, fix it and restart. "+
-			"If the table changed since (a column renamed, dropped or retyped), changing it now does not change the rows written before: "+
-			"stop every relay on the slot, make the table and columns: match, and run: cdc resync --config %s "+
-			"(it relays the rows committed since the slot's confirmed position from the table and moves the slot past them); then start cdc run again",
-			de, cfg.Postgres.Slot, slotAt, r.ConfigPath)
-	}
-	if stop.Fill {
-		why := "relay.on_invalid is stop"
-		if stop.NoKey {
-			why = "relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, so which messages to hold behind it is unknown"
-		}
-		return fmt.Errorf("%w; this row was read from the outbox table %s to relay what the stream may not have carried while the publication or the table changed "+
-			"(docs/operations.md, \"The publication or the table changed under the relay\"), and %s: the relay stopped here, and a restart stops here again (slot %s is confirmed up to %s). "+
-			"cdc skip cannot park it (it is not in the stream): fix the row in the table so that it maps (UPDATE its columns), or delete it, then start cdc run again; "+
-			"or set relay.on_invalid: dead_letter to park it in %s and go on",
-			de, r.target.Outbox, why, cfg.Postgres.Slot, slotAt, cfg.Postgres.DeadLetterTable)
-	}
-	if stop.NoKey {
-		return fmt.Errorf("%w; relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, "+
-			"so which messages to hold behind it is unknown: the relay stopped here (everything before it was delivered, nothing after; slot %s is confirmed up to %s). "+
-			"The stream carries the row as written, so to go past it stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
-			"(it parks the row in %s and the next run goes on after it, holding nothing)",
-			de, cfg.Postgres.Slot, slotAt, r.ConfigPath, store.FormatAt(de.LSN, de.Seq), cfg.Postgres.DeadLetterTable)
-	}
-	return fmt.Errorf("%w; relay.on_invalid is stop: everything before this message was delivered, nothing after it, and slot %s is confirmed up to %s. "+
-		"A restart stops here again. To go past this one message, stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
-		"(it parks the message in %s and the next run goes on after it); or set relay.on_invalid: dead_letter to park such rows and go on",
-		de, cfg.Postgres.Slot, slotAt, r.ConfigPath, store.FormatAt(de.LSN, de.Seq), cfg.Postgres.DeadLetterTable)
 }

@@ -21,4 +21,3 @@ const coverageDDL = `CREATE TABLE IF NOT EXISTS %s (
     gap_to_lsn  pg_lsn,
     updated_at  timestamptz NOT NULL DEFAULT now()
 )`
-
