@@ -33,7 +33,7 @@ const (
 	idleGoalRSS = 200.0
 )
 
-var idleSystem = system{Name: "walpost_idle20", Label: "walpost, 20 idle sources in one instance (+ a standby instance)", Kind: kindIdle,
+var idleSystem = system{Name: "idle_fleet20", Label: "walpost, 20 idle sources in one instance (+ a standby instance)", Kind: kindIdle,
 	Only: []string{wIdle}}
 
 func init() {
