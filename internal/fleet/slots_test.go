@@ -8,6 +8,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/backoff"
+	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/relay"
 )
 
 // poll is one answer of a fake server to slotWatch's query: the slots it
@@ -94,5 +100,42 @@ func TestSlotWatchForgetsAWaiterWhoseContextEnded(t *testing.T) {
 			t.Fatal("the poll asked again with nobody waiting")
 		case <-time.After(time.Millisecond):
 		}
+	}
+}
+
+// TestAStandbyWaitingForItsSlotIsShownAsStandby: a source whose stream
+// waits for its slot on the slot watch (WaitFree) tried it once, long
+// ago, and is still a standby, not back at its check.
+func TestAStandbyWaitingForItsSlotIsShownAsStandby(t *testing.T) {
+	cfg, err := config.Parse([]byte("postgres: {url: 'postgres://127.0.0.1:1/x', table: public.outbox}\nsinks:\n  - {name: out, kind: discard}\n"),
+		func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(cfg, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	e := &entry{g: NewGate(0, 1), poll: time.Second, log: zerolog.Nop(), sleep: backoff.Sleep,
+		waitingG: prometheus.NewGauge(prometheus.GaugeOpts{Name: "w"}), unownedG: prometheus.NewGauge(prometheus.GaugeOpts{Name: "u"}),
+		free: func(ctx context.Context, _ time.Duration) { <-release }}
+	s := &source{Source: Source{Name: "s", Config: cfg}, entry: e, relay: r}
+	if err := e.Enter(t.Context()); err != nil { // the attempt that found the slot held
+		t.Fatal(err)
+	}
+	e.Leave()
+	waited := make(chan struct{})
+	go func() { e.WaitFree(t.Context(), e.poll); close(waited) }()
+	for !e.snapshot().standby {
+		time.Sleep(time.Millisecond)
+	}
+	if st := s.status(time.Now().Add(time.Hour)); st.State != StateStandby {
+		t.Fatalf("state %s an hour after the last attempt, waiting for the slot: want %s", st.State, StateStandby)
+	}
+	close(release)
+	<-waited
+	if st := s.status(time.Now().Add(time.Hour)); st.State == StateStandby {
+		t.Fatal("still a standby an hour after it stopped waiting and made no attempt")
 	}
 }
