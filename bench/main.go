@@ -23,6 +23,7 @@
 //	go -C bench run . -quick -only @bar -json   only the rows of the performance bar
 //	go -C bench run . -only @mechanisms         only the low-level mechanisms switched off
 //	go -C bench run . -quick -only @mechanisms -mechanism-rounds 1   ... a short look at them
+//	go -C bench run . -only @idle -retries 0   only the idle fleet: 20 idle sources, CPU and RSS (about 2 minutes)
 //
 // Workloads: catch-up (a backlog of 1,000-row transactions committed first,
 // then the system started and timed to its last message), paced (1,000
@@ -296,7 +297,7 @@ func parseFlags() options {
 	flag.StringVar(&o.cdcPkg, "cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
 	flag.StringVar(&kafkaSinkExtra, "kafka-sink-extra", "", "keys added to the kafka sink's settings of walpost's runs, e.g. 'exactly_once: true', to compare settings")
 	flag.StringVar(&o.receiveBuffer, "receive-buffer", "", "postgres.receive_buffer of walpost's runs (auto, kernel or bytes; default: not set, i.e. the relay's default, auto), to compare settings")
-	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run (relative to the repository root unless absolute; http.pprof; read them with go tool pprof)")
+	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run and of both instances over the idle-fleet window (relative to the repository root unless absolute; http.pprof; read them with go tool pprof)")
 	flag.Parse()
 	flag.Visit(func(f *flag.Flag) {
 		o.outSet = o.outSet || f.Name == "out"
@@ -733,7 +734,7 @@ func (b *bench) setup(root string, systems []system) error {
 	}
 	needCDC := len(b.mechs) > 0
 	for _, s := range systems {
-		needCDC = needCDC || s.Kind == "walpost" || s.Kind == kindWebhook
+		needCDC = needCDC || s.Kind == "walpost" || s.Kind == kindWebhook || s.Kind == kindIdle
 	}
 	if needCDC {
 		b.logf("building %s", b.cdcPkg)

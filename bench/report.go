@@ -226,6 +226,7 @@ func (r *report) targets() []target {
 	out = append(out, r.peakRSSTargets()...)
 	out = append(out, r.barTargets()...)
 	out = append(out, r.webhookTargets()...)
+	out = append(out, r.idleTargets()...)
 	return append(out, r.referenceLines()...)
 }
 
@@ -632,6 +633,7 @@ func (r *report) markdown(png string) string {
 		r.writeBigMsg(p)
 	}
 	r.writeWebhook(p)
+	r.writeIdle(p)
 	r.writePollLoad(p)
 	r.writeMechanisms(p)
 	r.writeMethod(p)

@@ -52,13 +52,16 @@ type runResult struct {
 	Attempts int `json:"attempts"`
 	// Repeats is how many successful runs this median run was chosen
 	// from (0 or 1: a single run), with the range of their rates.
-	Repeats          int        `json:"repeats,omitempty"`
-	RateMin, RateMax float64    `json:"-"`
-	PeakRSSMB        float64    `json:"peak_rss_mb"`
-	Queries          int64      `json:"queries,omitempty"`
-	QPS              float64    `json:"queries_per_s,omitempty"`
-	Load             *tableLoad `json:"table,omitempty"`
-	Backlog          int64      `json:"backlog,omitempty"` // paced: produced but not delivered when the run ended
+	Repeats          int     `json:"repeats,omitempty"`
+	RateMin, RateMax float64 `json:"-"`
+	PeakRSSMB        float64 `json:"peak_rss_mb"`
+	// StandbyCPU and StandbyRSSMB (idle fleet): the standby instance's.
+	StandbyCPU   float64    `json:"standby_cpu_s,omitempty"`
+	StandbyRSSMB float64    `json:"standby_rss_mb,omitempty"`
+	Queries      int64      `json:"queries,omitempty"`
+	QPS          float64    `json:"queries_per_s,omitempty"`
+	Load         *tableLoad `json:"table,omitempty"`
+	Backlog      int64      `json:"backlog,omitempty"` // paced: produced but not delivered when the run ended
 	// MsgBytes (bigmsg): the one message's payload, in bytes of its JSON
 	// text (as pgoutput sends it).
 	MsgBytes int64  `json:"msg_bytes,omitempty"`
@@ -210,6 +213,8 @@ func (b *bench) runOne(ctx context.Context, s system, w string) *runResult {
 		err = b.runPoll(ctx, s, b.workload(w), n, r)
 	case kindWebhook:
 		err = b.runWebhook(ctx, s, n, r)
+	case kindIdle:
+		err = b.runIdle(ctx, r)
 	}
 	if cerr := dropAll(ctx, b.conn, n); cerr != nil {
 		b.logf("cleanup of %s: %v", n.Table, cerr)

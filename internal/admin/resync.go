@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replay"
@@ -90,7 +91,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 		return res, err
 	}
 	tables := store.TablesOf(cfg)
-	cov, err := store.LoadCoverage(ctx, conn, tables)
+	cov, err := coverage.Load(ctx, conn, tables)
 	if err != nil {
 		return res, err
 	}
@@ -115,7 +116,7 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 	if shape.TimeColumn == "" {
 		return res, fmt.Errorf("admin: table %s has no time column (columns.time, or created_at): resync cannot tell which rows were committed since the slot's confirmed position; use cdc replay --from-id, then move the slot by hand", t.Outbox)
 	}
-	current, err := outboxdb.ReadCoverage(ctx, conn, t) // its time before its WAL position
+	current, err := coverage.Read(ctx, conn, t) // its time before its WAL position
 	if err != nil {
 		return res, err
 	}
@@ -136,8 +137,8 @@ func Resync(stop, ctx context.Context, cfg *config.Config, o ResyncOptions) (Res
 			return res, fmt.Errorf("moving slot %q to %s (the rows were relayed; running cdc resync again only sends them again): %w", cfg.Postgres.Slot, res.Target, err)
 		}
 	}
-	c := &store.Coverage{Seen: current.Seen, VerifiedAt: current.At, SafeAt: current.At}
-	if err := store.SaveCoverage(ctx, conn, tables, c); err != nil {
+	c := &coverage.Row{Seen: current.Seen, VerifiedAt: current.At, SafeAt: current.At}
+	if err := coverage.Save(ctx, conn, tables, c); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/pgconnect"
@@ -203,19 +204,19 @@ func failoverSlotOptions(ctx context.Context, conn *pgx.Conn, cfg *config.Config
 // slotBirth reads, before the slot is created, what publishes the outbox
 // and the server's time: every transaction the new slot streams commits
 // after it.
-func slotBirth(ctx context.Context, conn *pgx.Conn, t replication.Target) (outboxdb.Coverage, error) {
+func slotBirth(ctx context.Context, conn *pgx.Conn, t replication.Target) (coverage.Look, error) {
 	if t.TableLess {
-		return outboxdb.Coverage{}, nil
+		return coverage.Look{}, nil
 	}
-	return outboxdb.ReadCoverage(ctx, conn, t)
+	return coverage.Read(ctx, conn, t)
 }
 
 // recordSlotBirth starts the coverage table's row of a slot created now:
 // what publishes the outbox, verified and safe (docs/design.md, "The
 // publication or the table changing under the relay") at the time read
 // before the slot existed.
-func recordSlotBirth(ctx context.Context, conn *pgx.Conn, cfg *config.Config, c outboxdb.Coverage) error {
-	return store.SaveCoverage(ctx, conn, store.TablesOf(cfg), &store.Coverage{Seen: c.Seen, VerifiedAt: c.At, SafeAt: c.At})
+func recordSlotBirth(ctx context.Context, conn *pgx.Conn, cfg *config.Config, c coverage.Look) error {
+	return coverage.Save(ctx, conn, store.TablesOf(cfg), &coverage.Row{Seen: c.Seen, VerifiedAt: c.At, SafeAt: c.At})
 }
 
 // setupRetention creates relay.retention's marks table and, when the slot

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/outboxdb"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -197,7 +198,7 @@ func CoverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (
 		return nil, nil
 	}
 	t := outboxdb.Target(cfg)
-	cur, err := outboxdb.ReadCoverage(ctx, conn, t)
+	cur, err := coverage.Read(ctx, conn, t)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func CoverageWarnings(ctx context.Context, conn *pgx.Conn, cfg *config.Config) (
 	if !cur.Covered {
 		w = append(w, fmt.Sprintf("the outbox is not published: %s; rows written now are not in the replication stream (a running relay relays them from the table once it is published again)", cur.Why))
 	}
-	cov, err := store.LoadCoverage(ctx, conn, store.TablesOf(cfg))
+	cov, err := coverage.Load(ctx, conn, store.TablesOf(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@
 package checkpoint
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,9 @@ type Txn struct {
 	end       pglogrepl.LSN // 0 until committed, and for an abandoned txn
 	pending   int
 	committed bool
+	// settled, when someone Waits on the transaction, is closed once it
+	// is complete.
+	settled chan struct{}
 }
 
 // Tracker tracks in-flight transactions. See the package documentation.
@@ -97,6 +101,7 @@ func (t *Tracker) Commit(txn *Txn, end pglogrepl.LSN) {
 	}
 	t.open = nil
 	txn.end, txn.committed = end, true
+	signal(txn)
 	t.mergeTail()
 	t.advance()
 }
@@ -110,6 +115,7 @@ func (t *Tracker) Abandon() {
 		return
 	}
 	t.open.committed = true // complete once acked; end 0 confirms nothing
+	signal(t.open)
 	t.open = nil
 	t.advance()
 }
@@ -142,6 +148,37 @@ func (t *Tracker) ack(txn *Txn) {
 	txn.pending--
 	if txn.pending < 0 {
 		panic(fmt.Sprintf("checkpoint: more acks than deliveries (pending %d)", txn.pending))
+	}
+	signal(txn)
+}
+
+// signal wakes those waiting on txn (Wait) once it is complete. Called
+// with the lock held.
+func signal(txn *Txn) {
+	if txn.settled != nil && complete(txn) {
+		close(txn.settled)
+		txn.settled = nil
+	}
+}
+
+// Wait returns once txn is committed and every delivery of it was
+// acknowledged (Settled), or with ctx's error.
+func (t *Tracker) Wait(ctx context.Context, txn *Txn) error {
+	t.mu.Lock()
+	if complete(txn) {
+		t.mu.Unlock()
+		return nil
+	}
+	if txn.settled == nil {
+		txn.settled = make(chan struct{})
+	}
+	settled := txn.settled
+	t.mu.Unlock()
+	select {
+	case <-settled:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -233,5 +234,37 @@ func TestSettledOnceEveryDeliveryIsAcked(t *testing.T) {
 	tr.AckAll([]*Txn{txn})
 	if !tr.Settled(txn) {
 		t.Fatal("not settled once both deliveries are acknowledged")
+	}
+}
+
+// TestWaitReturnsOnceTheTransactionIsSettled: a waiter on a transaction
+// is woken by its last ack, not before, and one on a settled transaction
+// returns at once.
+func TestWaitReturnsOnceTheTransactionIsSettled(t *testing.T) {
+	tr := New(0)
+	txn := tr.Begin()
+	tr.Add(txn, 2)
+	tr.Commit(txn, 0x100)
+	done := make(chan error, 1)
+	go func() { done <- tr.Wait(context.Background(), txn) }()
+	tr.AckAll([]*Txn{txn})
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned (%v) with a delivery not acknowledged", err)
+	default:
+	}
+	tr.AckAll([]*Txn{txn})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	open := tr.Begin()
+	tr.Add(open, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tr.Wait(ctx, open); err != context.Canceled {
+		t.Fatalf("Wait on an unsettled transaction with a canceled context: %v", err)
 	}
 }

@@ -57,6 +57,7 @@ const (
 type Fleet struct {
 	opt      Options
 	gate     *Gate
+	slots    *slotWatch // the standbys' wait for their slots
 	sources  []*source
 	started  atomic.Int64 // unix nanoseconds Run started at; 0 before
 	stopping atomic.Bool
@@ -96,7 +97,7 @@ func New(sources []Source, opt Options) (*Fleet, error) {
 	if opt.Redact == nil {
 		opt.Redact = func(s string) string { return s }
 	}
-	f := &Fleet{opt: opt, gate: NewGate(opt.MaxActive, len(sources))}
+	f := &Fleet{opt: opt, gate: NewGate(opt.MaxActive, len(sources)), slots: newSlotWatch()}
 	var reg prometheus.Registerer
 	if opt.Registry != nil {
 		reg = opt.Registry
@@ -111,8 +112,10 @@ func New(sources []Source, opt Options) (*Fleet, error) {
 		s.metrics = relay.NewMetrics(sreg)
 		g := NewSourceGauges(sreg)
 		s.failedG, s.failures = g.Failed, g.Failures
+		url, slot := src.Config.Postgres.URL, src.Config.Postgres.Slot
 		s.entry = &entry{g: f.gate, poll: src.Config.Postgres.StandbyPoll.D(), log: s.log, sleep: backoff.Sleep,
-			probe: slotUnowned(src.Config.Postgres.URL, src.Config.Postgres.Slot), waitingG: g.Waiting, unownedG: g.Unowned}
+			probe: slotUnowned(url, slot), waitingG: g.Waiting, unownedG: g.Unowned,
+			free: func(ctx context.Context, poll time.Duration) { f.slots.wait(ctx, url, slot, poll) }}
 		r, err := relay.New(src.Config, s.log, s.metrics)
 		if err != nil {
 			return nil, fmt.Errorf("config %s: %w", src.Path, err)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/backoff"
 )
 
 // Gate is one instance's capacity: at most Max of its sources hold, or
@@ -101,6 +103,9 @@ type entry struct {
 	// holds it (it waits for capacity, unowned).
 	probe func(ctx context.Context) (unowned bool, err error)
 	sleep func(ctx context.Context, d time.Duration) bool
+	// free waits until the source's slot looks free (slotWatch.wait);
+	// nil: the stream polls the slot itself.
+	free func(ctx context.Context, poll time.Duration)
 
 	waitingG, unownedG prometheus.Gauge
 
@@ -112,6 +117,7 @@ type entry struct {
 	attempts   int       // Enter calls since reset
 	reached    bool      // Enter was ever called: the source got past its check
 	lastEnter  time.Time
+	standby    bool // in WaitFree: a standby waiting for its slot
 	waitLogged bool // this wait for capacity was logged
 }
 
@@ -158,6 +164,24 @@ func (e *entry) Enter(ctx context.Context) error {
 			look.Reset(e.g.probeEvery)
 		}
 	}
+}
+
+// WaitFree implements replication.SlotWaiter: a standby waits for its
+// slot on the instance's slotWatch, holding nothing of the Gate.
+func (e *entry) WaitFree(ctx context.Context, poll time.Duration) {
+	if e.free == nil {
+		e.sleep(ctx, backoff.Between(poll-poll/4, poll+poll/4))
+		return
+	}
+	e.mu.Lock()
+	e.standby = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.standby, e.lastEnter = false, time.Now()
+		e.mu.Unlock()
+	}()
+	e.free(ctx, poll)
 }
 
 // Leave implements replication.Gate.
@@ -229,6 +253,7 @@ func (e *entry) look(ctx context.Context) {
 // entryState is a snapshot of an entry.
 type entryState struct {
 	held, waiting, unowned, reached bool
+	standby                         bool // waiting for its slot (WaitFree)
 	attempts                        int
 	lastEnter                       time.Time
 }
@@ -236,7 +261,7 @@ type entryState struct {
 func (e *entry) snapshot() entryState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return entryState{held: e.held, waiting: e.waiting, unowned: e.unowned, reached: e.reached, attempts: e.attempts, lastEnter: e.lastEnter}
+	return entryState{held: e.held, waiting: e.waiting, unowned: e.unowned, reached: e.reached, standby: e.standby, attempts: e.attempts, lastEnter: e.lastEnter}
 }
 
 // restart forgets the attempts of a relay that ended (the next one

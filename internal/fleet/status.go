@@ -100,9 +100,9 @@ func (s *source) status(now time.Time) Status {
 	s.mu.Unlock()
 	e := s.entry.snapshot()
 	st.reached = e.reached || failed
-	// A standby tries its slot every standby_poll (±25%, plus the
-	// spread, at most half of it); one that has not for much longer is
-	// back at its check.
+	// A standby waits for its slot (WaitFree), then tries it, within
+	// about standby_poll (±25%, plus the spread, at most half of it); one
+	// that has not for much longer is back at its check.
 	stale := 3*s.entry.poll + 2*time.Second
 	switch {
 	case stopped:
@@ -115,7 +115,7 @@ func (s *source) status(now time.Time) Status {
 		st.State, st.Unowned = StateWaitingForCapacity, e.unowned
 	case e.held:
 		st.State = StateAcquiring
-	case e.attempts > 0 && now.Sub(e.lastEnter) < stale:
+	case e.attempts > 0 && (e.standby || now.Sub(e.lastEnter) < stale):
 		st.State = StateStandby
 	default:
 		st.State = StateConnecting

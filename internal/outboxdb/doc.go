@@ -4,11 +4,6 @@
 //
 //   - Target: the replication target a config names (table, publication,
 //     slot, table-less or not).
-//   - ReadCoverage: whether, and by what, the publication publishes the
-//     outbox's inserts, with the server's time and WAL position
-//     (docs/design.md, "The publication or the table changing under the
-//     relay"); the relay's coverage watcher, cdc init, cdc resync and cdc
-//     status read it.
 //   - LookupOutbox: the table's OID, columns and time column.
 //   - EmitRisk: the warning for a table-less outbox any role may write.
 //   - NewDecoder and AdoptedXids: the decoder of the slot's stream as the

@@ -80,6 +80,15 @@ func (d FillDone) Settled(t *checkpoint.Tracker) bool {
 	return d.Txn == nil || t.Settled(d.Txn)
 }
 
+// Wait returns once every delivery of the fill was acknowledged, or with
+// ctx's error.
+func (d FillDone) Wait(ctx context.Context, t *checkpoint.Tracker) error {
+	if d.Txn == nil {
+		return nil
+	}
+	return t.Wait(ctx, d.Txn)
+}
+
 // Fill has the pipeline relay rows, read from the outbox table, to the
 // sinks their types route to, leaving out those whose id the stream
 // carried among the last 65,536 (carriedIDs); a row that could not be

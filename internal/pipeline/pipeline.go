@@ -65,6 +65,10 @@ type Options struct {
 	OnExpired config.ExpiredPolicy
 	Expired   Refusals
 	SinkNames []string
+	// Relation, when set, is called, from Run's goroutine, on every
+	// Relation message of the stream: the coverage watcher looks at the
+	// catalog then (internal/coverage). It must not block.
+	Relation func()
 	// Metrics counts what the pipeline sees; a nil counter counts nothing.
 	Metrics Metrics
 	Log     zerolog.Logger
@@ -87,6 +91,7 @@ type Pipeline struct {
 	holds     HoldStore // with onInvalid.Hold
 	held      *heldKeys // keys held for every sink
 	marker    Marker
+	onRel     func() // Options.Relation
 	// relay.on_expired (expired.go)
 	onExpired config.ExpiredPolicy
 	expired   Refusals
@@ -115,7 +120,7 @@ type Pipeline struct {
 // New returns a pipeline with one output channel per route.
 func New(o Options) *Pipeline {
 	p := &Pipeline{dec: o.Decoder, tracker: o.Tracker, window: o.Window, routes: o.Routes,
-		dead: o.DeadLetters, onInvalid: o.Invalid, tableLess: o.TableLess, marker: o.Marker,
+		dead: o.DeadLetters, onInvalid: o.Invalid, tableLess: o.TableLess, marker: o.Marker, onRel: o.Relation,
 		metrics: o.Metrics.orNop(), log: o.Log, fills: make(chan *fill), holds: o.HoldStore,
 		onExpired: o.OnExpired, expired: o.Expired, sinkNames: o.SinkNames, now: time.Now}
 	p.held = newHeldKeys("", o.Holds, o.HoldStore, p.metrics.Held, p.metrics.HeldKeys, o.Log, "bad row (relay.on_invalid: hold_key)")
@@ -243,6 +248,9 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 	}
 	if e.Rel != nil {
 		p.relationSeen(e.Rel)
+		if p.onRel != nil {
+			p.onRel()
+		}
 	}
 	switch e.Kind {
 	case decoder.Begin:

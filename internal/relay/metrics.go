@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/internal/checkpoint"
+	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/pipeline"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/redact"
@@ -35,12 +36,10 @@ type Metrics struct {
 	// Claim checks (relay.claim_check), per sink that has one.
 	claimUploads, claimBytes, claimFailures *prometheus.CounterVec
 
-	// The publication or the table changing under the relay (coverage.go).
+	// The publication or the table changing under the relay
+	// (internal/coverage).
 	foreignRelations prometheus.Counter
-	gaps             prometheus.Counter
-	gapRows          prometheus.Counter
-	notPublished     prometheus.Gauge
-	gapOpen          prometheus.Gauge
+	coverage         coverage.Metrics
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -92,14 +91,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Claim-check uploads that failed (store down, denied, timed out); each fails the batch, which is retried."}, []string{"sink"}),
 		foreignRelations: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_foreign_relations_total",
 			Help: "Relations other than the outbox seen in the replication stream (each once per process); their rows are skipped."}),
-		gaps: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_stream_gaps_total",
-			Help: "Times the publication stopped covering the outbox or changed what covers it: stretches the stream may not have carried."}),
-		gapRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_gap_rows_relayed_total",
-			Help: "Rows of such stretches relayed from the outbox table because the stream did not carry them."}),
-		notPublished: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_outbox_not_published",
-			Help: "1 while the publication does not publish the outbox table's inserts."}),
-		gapOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_stream_gap_open",
-			Help: "1 while a stretch the stream may not have carried is not yet relayed from the outbox table."}),
+		coverage: coverage.Metrics{
+			Gaps: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_stream_gaps_total",
+				Help: "Times the publication stopped covering the outbox or changed what covers it: stretches the stream may not have carried."}),
+			GapRows: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_gap_rows_relayed_total",
+				Help: "Rows of such stretches relayed from the outbox table because the stream did not carry them."}),
+			NotPublished: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_outbox_not_published",
+				Help: "1 while the publication does not publish the outbox table's inserts."}),
+			GapOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_stream_gap_open",
+				Help: "1 while a stretch the stream may not have carried is not yet relayed from the outbox table."}),
+		},
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "walpost_end_to_end_latency_seconds",
 			Help:    "From the transaction's commit (its Begin message's commit time) to the sink's acknowledgement.",
 			Buckets: latencyBuckets}, []string{"sink"}),
@@ -112,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.held, m.heldKeys, m.retentionDeleted,
-			m.forged, m.expired, m.claimUploads, m.claimBytes, m.claimFailures, m.foreignRelations, m.gaps, m.gapRows, m.notPublished, m.gapOpen,
+			m.forged, m.expired, m.claimUploads, m.claimBytes, m.claimFailures, m.foreignRelations, m.coverage.Gaps, m.coverage.GapRows, m.coverage.NotPublished, m.coverage.GapOpen,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",

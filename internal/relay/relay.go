@@ -51,7 +51,9 @@ import (
 	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/checkpoint"
 	"github.com/walpost/walpost/internal/config"
+	"github.com/walpost/walpost/internal/coverage"
 	"github.com/walpost/walpost/internal/decoder"
+	"github.com/walpost/walpost/internal/explain"
 	"github.com/walpost/walpost/internal/layout"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/outboxdb"
@@ -80,8 +82,8 @@ type Relay struct {
 	// nil when it is off.
 	retention *retention.Job
 	// shape is the outbox table's OID, columns and time column (from the
-	// check; coverage.go).
-	shape outboxShape
+	// check).
+	shape outboxdb.Shape
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -91,7 +93,7 @@ type Relay struct {
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
 
-	// emitWarned: the table-less outbox's emitRisk was logged (once a run).
+	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged (once a run).
 	emitWarned bool
 	// topologyLogged: decoding from a standby was logged (once a run).
 	topologyLogged bool
@@ -169,7 +171,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		held = held || streamed
 		var re restart
 		if !errors.As(err, &re) {
-			return r.explainInvalidSlot(r.explainMissingSlot(err, held))
+			x := r.explain()
+			return x.InvalidSlot(x.MissingSlot(err, held))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -309,7 +312,7 @@ func (r *Relay) check(ctx context.Context) error {
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
 		return err
 	}
-	if risk, err := emitRisk(ctx, state, r.cfg); err != nil {
+	if risk, err := outboxdb.EmitRisk(ctx, state, r.cfg); err != nil {
 		return err
 	} else if risk != "" && !r.emitWarned {
 		r.emitWarned = true
@@ -321,7 +324,7 @@ func (r *Relay) check(ctx context.Context) error {
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
 	r.metrics.slotRead(info)
 	// An invalidated slot goes on to START_REPLICATION, whose error (the
-	// server's message and DETAIL) explainInvalidSlot explains.
+	// server's message and DETAIL) explain.Run.InvalidSlot explains.
 	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
 		return err
 	}
@@ -331,7 +334,7 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 	}
 	if !r.target.TableLess {
-		if r.shape, err = lookupOutbox(ctx, state, r.cfg); err != nil {
+		if r.shape, err = outboxdb.LookupOutbox(ctx, state, r.cfg); err != nil {
 			return err
 		}
 	}
@@ -514,7 +517,8 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	events := make(chan []replication.Event, 64)
 	parked := store.NewDeadLetter(r.stateURL, r.tables)
 	defer parked.Close()
-	p := r.newPipeline(tracker, window, marker, parked, loaded)
+	relations := make(chan struct{}, 1) // a Relation message: the coverage watcher looks
+	p := r.newPipeline(tracker, window, marker, parked, loaded, relations)
 	progress := store.NewProgress(r.stateURL, r.tables, loaded, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
@@ -525,14 +529,22 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 		g.Go(func() error { return job.Run(sd.read) }) // off the hot path; never stops the relay
 	}
 	if !r.target.TableLess {
-		w := &watcher{r: r, tracker: tracker, p: p, shape: r.shape, started: time.Now()}
+		w := coverage.New(coverage.Options{Config: cfg, URL: r.stateURL, Target: r.target, Tables: r.tables,
+			TimeColumn: r.shape.TimeColumn, Pipeline: p, Tracker: tracker, Relations: relations,
+			Metrics: r.metrics.coverage, Log: r.log})
 		// What covers the outbox now is recorded before anything streams;
 		// then the watcher runs off the hot path and never stops the relay.
-		w.first(ctx)
+		w.First(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
 	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
-		g.Go(func() error { return r.watchPromotion(sd.read) }) // promotion.go
+		g.Go(func() error { // docs/operations.md, "Decoding from a standby"
+			if !replication.WatchPromotion(sd.read, cfg.Postgres.URL) {
+				return nil
+			}
+			r.log.Warn().Str("slot", cfg.Postgres.Slot).Msg("the standby the slot is read on (postgres.url) was promoted; starting a new cycle, which reads the slot and writes the state on it")
+			return restart{errors.New("relay: the standby of postgres.url was promoted")}
+		})
 	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
@@ -575,20 +587,26 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 // positions each sink acknowledged before (loaded); marker is nil when
 // columns.sent_at is not mapped.
 func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window, marker *sentat.Marker,
-	parked *store.DeadLetter, loaded map[string]store.Position) *pipeline.Pipeline {
+	parked *store.DeadLetter, loaded map[string]store.Position, relations chan<- struct{}) *pipeline.Pipeline {
 	cfg := r.cfg
 	dec := outboxdb.NewDecoder(cfg)
 	if r.adopted != nil {
 		dec.AdoptFrom(r.adopted)
 	}
-	if r.shape.oid != 0 {
-		dec.SetOutbox(r.shape.oid, r.shape.cols)
+	if r.shape.OID != 0 {
+		dec.SetOutbox(r.shape.OID, r.shape.Columns)
 	}
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		Invalid: policyOf(cfg.Relay.OnInvalid), TableLess: cfg.Postgres.TableLess(),
 		HoldStore: parked, Holds: r.held, // keys held before are held whatever the policy now
 		OnExpired: cfg.Relay.OnExpired, Expired: parked,
-		Metrics: r.metrics.pipelineMetrics(), Log: r.log}
+		Metrics: r.metrics.pipelineMetrics(), Log: r.log,
+		Relation: func() {
+			select {
+			case relations <- struct{}{}:
+			default:
+			}
+		}}
 	if marker != nil { // a nil *Marker is not a nil Marker
 		o.Marker = marker
 	}
@@ -607,19 +625,24 @@ func policyOf(p config.Policy) pipeline.Policy {
 	return pipeline.Policy{Park: p.Parks(), Hold: p == config.HoldKey}
 }
 
+// explain is what the explanations of a stop need (internal/explain).
+func (r *Relay) explain() explain.Run {
+	return explain.Run{Config: r.cfg, ConfigPath: r.ConfigPath, Tables: r.tables, Target: r.target, SlotRead: r.metrics.slotRead}
+}
+
 // cycleError turns the error a cycle's stages ended with into Run's: what
 // to tell the operator of a bad row, and which errors start a new cycle.
 func (r *Relay) cycleError(err error, confirmed pglogrepl.LSN) error {
 	var stop *pipeline.StopAtRow
 	switch {
 	case errors.As(err, &stop):
-		return r.explainStop(stop, confirmed)
+		return r.explain().Stop(stop, confirmed)
 	case errors.Is(err, decoder.ErrProtocol):
 		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, confirmed)}
 	case errors.Is(err, replication.ErrSlotLost):
 		return restart{err}
-	case publicationGone(err):
-		return r.explainPublicationGone(err)
+	case explain.IsPublicationGone(err):
+		return r.explain().PublicationGone(err)
 	}
 	return err
 }
@@ -672,50 +695,4 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		opt.Hold = settler
 	}
 	return publish.NewRunner(s, in, opt), done
-}
-
-// explainStop tells the operator where the slot stands (read from the
-// server: the slot's own confirmed position) and the ways past the row.
-func (r *Relay) explainStop(stop *pipeline.StopAtRow, tracked pglogrepl.LSN) error {
-	cfg := r.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	slotAt := tracked.String() + " (as last sent to the server)"
-	if conn, err := pgconnect.Connect(ctx, cfg.Postgres.URL); err == nil {
-		if info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err == nil && info.Exists {
-			slotAt = info.ConfirmedFlush.String()
-		}
-		conn.Close(context.Background())
-	}
-	de := stop.Err
-	if de.Table {
-		return fmt.Errorf("%w; the slot %s is confirmed up to %s, before this message's transaction. "+
-			"The stream carries each row with the table's columns as they were when it was written: if columns: in the config is wrong, fix it and restart. "+
-			"If the table changed since (a column renamed, dropped or retyped), changing it now does not change the rows written before: "+
-			"stop every relay on the slot, make the table and columns: match, and run: cdc resync --config %s "+
-			"(it relays the rows committed since the slot's confirmed position from the table and moves the slot past them); then start cdc run again",
-			de, cfg.Postgres.Slot, slotAt, r.ConfigPath)
-	}
-	if stop.Fill {
-		why := "relay.on_invalid is stop"
-		if stop.NoKey {
-			why = "relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, so which messages to hold behind it is unknown"
-		}
-		return fmt.Errorf("%w; this row was read from the outbox table %s to relay what the stream may not have carried while the publication or the table changed "+
-			"(docs/operations.md, \"The publication or the table changed under the relay\"), and %s: the relay stopped here, and a restart stops here again (slot %s is confirmed up to %s). "+
-			"cdc skip cannot park it (it is not in the stream): fix the row in the table so that it maps (UPDATE its columns), or delete it, then start cdc run again; "+
-			"or set relay.on_invalid: dead_letter to park it in %s and go on",
-			de, r.target.Outbox, why, cfg.Postgres.Slot, slotAt, cfg.Postgres.DeadLetterTable)
-	}
-	if stop.NoKey {
-		return fmt.Errorf("%w; relay.on_invalid is hold_key, but this row's ordering key (its key column, or its id when the key is NULL) cannot be read, "+
-			"so which messages to hold behind it is unknown: the relay stopped here (everything before it was delivered, nothing after; slot %s is confirmed up to %s). "+
-			"The stream carries the row as written, so to go past it stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
-			"(it parks the row in %s and the next run goes on after it, holding nothing)",
-			de, cfg.Postgres.Slot, slotAt, r.ConfigPath, store.FormatAt(de.LSN, de.Seq), cfg.Postgres.DeadLetterTable)
-	}
-	return fmt.Errorf("%w; relay.on_invalid is stop: everything before this message was delivered, nothing after it, and slot %s is confirmed up to %s. "+
-		"A restart stops here again. To go past this one message, stop every relay on the slot and run: cdc skip --config %s --lsn %s "+
-		"(it parks the message in %s and the next run goes on after it); or set relay.on_invalid: dead_letter to park such rows and go on",
-		de, cfg.Postgres.Slot, slotAt, r.ConfigPath, store.FormatAt(de.LSN, de.Seq), cfg.Postgres.DeadLetterTable)
 }

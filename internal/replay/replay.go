@@ -237,34 +237,17 @@ type row struct {
 // read reads the next batch: the rows after (op ">") or from (op ">=")
 // the key after, up to hi, in order. It returns the last row's key.
 func (rp *replayer) read(ctx context.Context, after key, op string, hi key) ([]row, key, error) {
-	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s AND %s ORDER BY %s LIMIT %d",
-		rp.keyColumns(), rp.rows.Adopted(), rp.rows.Table.Qualified(), rp.compare(op, 1), rp.compare("<=", 1+len(after)),
-		rp.rows.OrderBy(), rp.o.Batch)
-	rs, err := rp.conn.Query(ctx, q, append(after.args(), hi.args()...)...)
+	raw, err := rp.rows.Read(ctx, rp.conn, Page{After: after, Op: op, Hi: hi, Limit: rp.o.Batch})
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: reading the rows after id %s: %w", after.id(), err)
 	}
-	defer rs.Close()
-	var out []row
-	for rs.Next() {
-		vals := make([]any, len(after)+1)
-		k := make(key, len(after))
-		var content string
-		for i := range k {
-			vals[i] = &k[i]
-		}
-		vals[len(k)] = &content
-		if err := rs.Scan(vals...); err != nil {
-			return nil, nil, err
-		}
-		m, err := rp.dec.TableRow([]byte(content), 0, 0, time.Time{})
-		out = append(out, row{key: k, msg: m, err: err})
-	}
-	if err := rs.Err(); err != nil {
-		return nil, nil, fmt.Errorf("replay: reading the rows after id %s: %w", after.id(), err)
-	}
-	if len(out) == 0 {
+	if len(raw) == 0 {
 		return nil, nil, nil
+	}
+	out := make([]row, len(raw))
+	for i, r := range raw {
+		m, err := rp.dec.TableRow([]byte(r.Content), 0, 0, time.Time{})
+		out[i] = row{key: r.Key, msg: m, err: err}
 	}
 	return out, out[len(out)-1].key, nil
 }
@@ -279,19 +262,10 @@ func (rp *replayer) next(ctx context.Context, after key, op string, hi key) (str
 	return rows[0].key.id(), nil
 }
 
-// key is a row's position in the replay order: Rows.Sort's columns as
-// text, the id last.
-type key []string
+// key is Key (keyset.go).
+type key = Key
 
-func (k key) id() string { return k[len(k)-1] }
-
-func (k key) args() []any {
-	a := make([]any, len(k))
-	for i, v := range k {
-		a[i] = v
-	}
-	return a
-}
+func (k key) id() string { return k.ID() }
 
 // keyColumns selects Rows.Sort's columns as text.
 func (rp *replayer) keyColumns() string {

@@ -1,6 +1,9 @@
 package replication
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Gate bounds how many slots a process holds at once: a fleet of
 // instances that share their sources holds at most max_active of them per
@@ -17,6 +20,18 @@ type Gate interface {
 	// Leave gives back what the last Enter took. The stream calls it once
 	// for each Enter that returned nil.
 	Leave()
+}
+
+// SlotWaiter is a Gate that can tell a standby when its slot looks free
+// (internal/fleet: one query per server and poll for every source waiting
+// there). A stream whose slot is held elsewhere then waits in WaitFree
+// between attempts, instead of trying the slot again every
+// StreamOptions.SlotPoll, which costs a replication connection each time.
+type SlotWaiter interface {
+	// WaitFree returns once the slot looks free (no process holds it, or
+	// it is gone), when it cannot tell (after about poll), or when ctx
+	// ends.
+	WaitFree(ctx context.Context, poll time.Duration)
 }
 
 // enter enters the stream's Gate before an attempt to take the slot (a

@@ -196,9 +196,16 @@ func (s *Stream) Acquire(ctx context.Context) error {
 				s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).
 					Msg("slot is held by another process (another walpost instance?); waiting for it as a standby: no sink is opened until it is free")
 			}
-			s.opt.Log.Debug().Str("slot", s.opt.Slot).Dur("retry_in_ms", wait).Msg("slot still held; polling it again")
 			waiting = true
 			retry.Reset()
+			if w, ok := s.opt.Gate.(SlotWaiter); ok {
+				w.WaitFree(ctx, s.opt.SlotPoll)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				continue
+			}
+			s.opt.Log.Debug().Str("slot", s.opt.Slot).Dur("retry_in_ms", wait).Msg("slot still held; polling it again")
 		} else {
 			wait = retry.Next()
 			s.opt.Log.Warn().Err(err).Str("slot", s.opt.Slot).Dur("retry_in_ms", wait).Msg("cannot start replication; retrying")

@@ -81,7 +81,7 @@ func (s *Progress) Failing(sink string, err string) {
 		return
 	}
 	h.failing, h.err, h.dirty = err != "", err, true
-	s.dirty = true
+	s.setDirty()
 }
 
 // clearHealth clears the failing state a previous relay recorded for the

@@ -89,7 +89,9 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, t Tables) (map[string]Pos
 }
 
 // Progress keeps each sink's position in memory and writes the changed
-// ones to the progress table every interval.
+// ones to the progress table, at most once every interval; while nothing
+// changes it does not wake (an idle fleet of many sources: docs/design.md,
+// "Invariant 17 at rest, and what an idle fleet costs").
 //
 // Progress is safe for concurrent use: Acked from the sink runners, Run
 // from one goroutine.
@@ -102,6 +104,8 @@ type Progress struct {
 	pos    map[string]Position
 	health map[string]*healthState // sinks this relay saw failing (health.go)
 	dirty  bool
+	// changed gets a value when dirty becomes true: Run wakes.
+	changed chan struct{}
 
 	// Run's goroutine only.
 	noHealth *bool // the table lacks the health columns; nil until looked up
@@ -110,7 +114,7 @@ type Progress struct {
 
 // NewProgress returns a store starting from loaded (LoadProgress's result).
 func NewProgress(url string, t Tables, loaded map[string]Position, log zerolog.Logger) *Progress {
-	return &Progress{url: url, t: t, log: log, pos: maps.Clone(loaded)}
+	return &Progress{url: url, t: t, log: log, pos: maps.Clone(loaded), changed: make(chan struct{}, 1)}
 }
 
 // Acked records that sink acknowledged everything up to p.
@@ -121,13 +125,24 @@ func (s *Progress) Acked(sink string, p Position) {
 			s.pos = map[string]Position{}
 		}
 		s.pos[sink] = p
-		s.dirty = true
+		s.setDirty()
 	}
 	s.mu.Unlock()
 }
 
-// Run writes changed positions every interval until ctx ends, then once
-// more after final is closed (the sinks drained).
+// setDirty marks positions to write and wakes Run. Called with mu held.
+func (s *Progress) setDirty() {
+	if !s.dirty {
+		s.dirty = true
+		select {
+		case s.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run writes changed positions, at most once every interval, until ctx
+// ends, then once more after final is closed (the sinks drained).
 func (s *Progress) Run(ctx context.Context, interval time.Duration, final <-chan struct{}) error {
 	if s.t.Progress == "" {
 		return nil
@@ -157,7 +172,7 @@ func (s *Progress) Run(ctx context.Context, interval time.Duration, final <-chan
 		if err := s.write(ctx, &conn, batch, health); err != nil {
 			s.log.Warn().Err(err).Msg("saving per-sink progress failed; will retry (only duplicates are at stake)")
 			s.mu.Lock()
-			s.dirty = true
+			s.setDirty()
 			for sink, h := range health {
 				if cur := s.health[sink]; cur != nil && cur.failing == h.failing && cur.err == h.err {
 					cur.dirty = true
@@ -167,21 +182,30 @@ func (s *Progress) Run(ctx context.Context, interval time.Duration, final <-chan
 		}
 	}
 	s.mu.Lock()
-	s.dirty = true // the first flush clears what a previous relay recorded failing
+	s.setDirty() // the first flush clears what a previous relay recorded failing
 	s.mu.Unlock()
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	wait := time.NewTimer(interval)
+	defer wait.Stop()
 	for {
+		// A change, then the rest of interval since the last write (more
+		// changes meanwhile go in the same write).
 		select {
-		case <-t.C:
-			flush(ctx)
+		case <-s.changed:
+			select {
+			case <-wait.C:
+			case <-ctx.Done():
+			}
 		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
 			<-final
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			flush(fctx)
 			cancel()
 			return nil
 		}
+		flush(ctx)
+		wait.Reset(interval)
 	}
 }
 

@@ -1,4 +1,11 @@
-package relay
+// Package explain holds the explanations cdc run gives when it cannot go
+// on, with the way out: a missing slot (a failover to a server without
+// it: cdc init, cdc replay or cdc recover), a slot the server invalidated
+// (cdc recover), a publication dropped and created again (cdc resync), a
+// row the relay stopped at (cdc skip, cdc resync, fixing the row). Each
+// reads what it needs from the server on a short connection of its own;
+// the commands it names are in internal/admin.
+package explain
 
 import (
 	"context"
@@ -10,21 +17,28 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
 )
 
-// The explanations cdc run gives when it cannot go on, with the way out: a
-// missing slot (a failover to a server without it: cdc init, cdc replay or
-// cdc recover), a slot the server invalidated (cdc recover), a publication
-// dropped and created again (cdc resync). The commands themselves are in
-// internal/admin.
+// Run is what the explanations know of the relay.
+type Run struct {
+	Config *config.Config
+	// ConfigPath names the configuration file in the commands given.
+	ConfigPath string
+	Tables     store.Tables
+	Target     replication.Target
+	// SlotRead, when set, is told what InvalidSlot read of the slot (the
+	// relay's metrics).
+	SlotRead func(replication.SlotInfo)
+}
 
-// missingSlotTimeout bounds what explainMissingSlot reads from the server.
+// missingSlotTimeout bounds what MissingSlot reads from the server.
 const missingSlotTimeout = 10 * time.Second
 
-// explainMissingSlot turns a missing slot into the explanation of a
+// MissingSlot turns a missing slot into the explanation of a
 // failover when there is evidence that the slot existed: this process
 // streamed from it (streamed), the progress table records positions of
 // it, or the server is on a timeline above 1 (it was promoted). Without
@@ -32,13 +46,13 @@ const missingSlotTimeout = 10 * time.Second
 // is for cdc init. walpost never creates the slot itself: a new slot
 // starts at the server's current position, past messages the old slot had
 // not confirmed.
-func (r *Relay) explainMissingSlot(err error, streamed bool) error {
+func (r Run) MissingSlot(err error, streamed bool) error {
 	if !errors.Is(err, replication.ErrSlotMissing) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), missingSlotTimeout)
 	defer cancel()
-	url := r.cfg.Postgres.URL
+	url := r.Config.Postgres.URL
 	server := pgconnect.DescribeURL(url)
 	var evidence []string
 	if streamed {
@@ -50,19 +64,19 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 			server = addr
 		}
 		state := conn
-		if r.cfg.Postgres.FromStandby() {
-			if pc, perr := pgconnect.Connect(ctx, r.cfg.Postgres.PrimaryURL); perr == nil {
+		if r.Config.Postgres.FromStandby() {
+			if pc, perr := pgconnect.Connect(ctx, r.Config.Postgres.PrimaryURL); perr == nil {
 				defer pc.Close(context.Background())
 				state = pc
 			}
 		}
-		if progress, perr := store.LoadProgress(ctx, state, r.tables); perr == nil && len(progress) > 0 {
+		if progress, perr := store.LoadProgress(ctx, state, r.Tables); perr == nil && len(progress) > 0 {
 			var at []string
 			for sink, p := range progress {
 				at = append(at, fmt.Sprintf("%s at %s", sink, p.CommitLSN))
 			}
 			slices.Sort(at)
-			evidence = append(evidence, fmt.Sprintf("%s records what sinks acknowledged from it (%s)", r.tables.Progress, strings.Join(at, ", ")))
+			evidence = append(evidence, fmt.Sprintf("%s records what sinks acknowledged from it (%s)", r.Tables.Progress, strings.Join(at, ", ")))
 		}
 		conn.Close(context.Background())
 	}
@@ -73,10 +87,10 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 	if len(evidence) == 0 {
 		return err
 	}
-	cfg, slot := r.ConfigPath, r.cfg.Postgres.Slot
+	cfg, slot := r.ConfigPath, r.Config.Postgres.Slot
 	resend := fmt.Sprintf("then re-send what the sinks may have missed from the outbox table with cdc replay --config %s --since <a time before the failover> "+
 		"(inboxes drop the copies by id); or do both in one step, nothing lost: cdc recover --config %s creates the slot and hands it every row not proven delivered", cfg, cfg)
-	if r.cfg.Postgres.TableLess() {
+	if r.Config.Postgres.TableLess() {
 		resend = "a table-less outbox (postgres.source: messages) keeps no rows to replay, so what the sinks may have missed can only be emitted " +
 			"again by the application (inboxes drop the copies by id)"
 	}
@@ -93,38 +107,40 @@ func (r *Relay) explainMissingSlot(err error, streamed bool) error {
 	return fmt.Errorf("%w: %s", replication.ErrSlotMissing, msg)
 }
 
-// explainInvalidSlot turns the error a run stopped with into the
+// InvalidSlot turns the error a run stopped with into the
 // explanation of an invalidated slot when the server says the slot is
 // invalidated (wal_status lost, or an invalidation_reason): whatever the
 // error (the server's refusal to stream from it, with its DETAIL, or the
 // connection its checkpointer ended), the run cannot go on from this slot,
 // and what to do is cdc recover (docs/design.md, "A lost slot"). Any other
 // error is returned as it is.
-func (r *Relay) explainInvalidSlot(err error) error {
+func (r Run) InvalidSlot(err error) error {
 	if err == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), missingSlotTimeout)
 	defer cancel()
-	conn, cerr := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
+	conn, cerr := pgconnect.Connect(ctx, r.Config.Postgres.URL)
 	if cerr != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	info, rerr := replication.ReadSlot(ctx, conn, r.cfg.Postgres.Slot)
+	info, rerr := replication.ReadSlot(ctx, conn, r.Config.Postgres.Slot)
 	if rerr != nil || !info.Invalid() {
 		return err
 	}
-	r.metrics.slotRead(info)
+	if r.SlotRead != nil {
+		r.SlotRead(info)
+	}
 	server := err.Error()
 	if errors.Is(err, replication.ErrSlotInvalidated) {
 		server = "" // the check's own words, said below
 	}
-	slot, cfg := r.cfg.Postgres.Slot, r.ConfigPath
+	slot, cfg := r.Config.Postgres.Slot, r.ConfigPath
 	way := fmt.Sprintf("The outbox rows are still in the table: stop every relay on this slot and run cdc recover --config %s: it drops the invalidated slot, "+
 		"creates a new one and relays again every row not proven delivered (duplicates possible, inboxes drop them by id; nothing lost), "+
 		"then start cdc run --config %s again", cfg, cfg)
-	if r.cfg.Postgres.TableLess() {
+	if r.Config.Postgres.TableLess() {
 		way = fmt.Sprintf("A table-less outbox (postgres.source: messages) keeps no rows to relay again: what was committed after the confirmed position can only be emitted again by the application. "+
 			"Drop the slot (SELECT pg_drop_replication_slot('%s')) and run cdc init --config %s", slot, cfg)
 	}
@@ -142,19 +158,19 @@ func (r *Relay) explainInvalidSlot(err error) error {
 	return fmt.Errorf("%w: %s", replication.ErrSlotInvalidated, msg)
 }
 
-// publicationGone reports the WAL sender's error for a publication that
+// IsPublicationGone reports the WAL sender's error for a publication that
 // did not exist at the WAL it decodes (SQLSTATE 42704 while streaming;
 // at START_REPLICATION it is the slot's, ErrSlotMissing).
-func publicationGone(err error) bool {
+func IsPublicationGone(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42704" && !errors.Is(err, replication.ErrSlotMissing)
 }
 
-// explainPublicationGone tells the operator why the stream stops at the
+// PublicationGone tells the operator why the stream stops at the
 // same place at every start, and the way out (docs/design.md, "The
 // publication or the table changing under the relay").
-func (r *Relay) explainPublicationGone(err error) error {
-	cfg := r.cfg
+func (r Run) PublicationGone(err error) error {
+	cfg := r.Config
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	exists := true
@@ -163,7 +179,7 @@ func (r *Relay) explainPublicationGone(err error) error {
 		if info, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot); err == nil && info.Exists {
 			slotAt = info.ConfirmedFlush.String()
 		}
-		exists = !errors.Is(replication.CheckPublication(ctx, conn, r.target), replication.ErrPublicationMissing)
+		exists = !errors.Is(replication.CheckPublication(ctx, conn, r.Target), replication.ErrPublicationMissing)
 		conn.Close(context.Background())
 	}
 	create := ""

@@ -1,4 +1,4 @@
-package outboxdb
+package coverage
 
 import (
 	"context"
@@ -12,10 +12,9 @@ import (
 	"github.com/walpost/walpost/internal/replication"
 )
 
-// Coverage is what one look at the catalog found: whether, and by what,
-// the publication publishes the outbox's inserts (docs/design.md, "The
-// publication or the table changing under the relay").
-type Coverage struct {
+// Look is what one look at the catalog found: whether, and by what, the
+// publication publishes the outbox's inserts.
+type Look struct {
 	Seen    string // what covers the outbox; "" when nothing does
 	Covered bool
 	Why     string // why not covered
@@ -24,13 +23,13 @@ type Coverage struct {
 	Others  []string      // other tables the publication publishes
 }
 
-// ReadCoverage reads, in one statement, whether the publication publishes
+// Read reads, in one statement, whether the publication publishes
 // the outbox's inserts and what makes it do so: the publication's OID,
 // FOR ALL TABLES, its pg_publication_rel row for the table (and, from
 // PostgreSQL 15, its pg_publication_namespace row for the schema), the
 // table's OID. Then the server's clock, then the WAL insert position.
-func ReadCoverage(ctx context.Context, conn *pgx.Conn, t replication.Target) (Coverage, error) {
-	var c Coverage
+func Read(ctx context.Context, conn *pgx.Conn, t replication.Target) (Look, error) {
+	var c Look
 	var pubOID, relOID, prOID, nsOID *int64
 	var all, insert *bool
 	var covered bool
