@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -223,7 +224,7 @@ func fields(t *testing.T, line string) map[string]json.RawMessage {
 }
 
 // brokerScreens returns the README's broker screens (the yaml blocks of
-// "Sending to a broker") by sink kind.
+// "Sending to a broker") by sink kind; a kind's second screen is "kind#2".
 func brokerScreens(t *testing.T) map[string]string {
 	t.Helper()
 	s := section(t, readDoc(t, "README.md"), "## Sending to a broker")
@@ -234,7 +235,11 @@ func brokerScreens(t *testing.T) map[string]string {
 		if m == nil {
 			t.Fatalf("a screen without a kind:\n%s", b)
 		}
-		out[m[1]] = b
+		k := m[1]
+		for n := 2; out[k] != ""; n++ { // a second screen of a kind (scheduled delivery)
+			k = fmt.Sprintf("%s#%d", m[1], n)
+		}
+		out[k] = b
 	}
 	for _, k := range []string{"kafka", "servicebus", "nats", "rabbitmq", "webhook"} {
 		if out[k] == "" {
