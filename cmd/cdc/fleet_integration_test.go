@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -301,16 +302,25 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 	if n := strings.Count(stdout, "slot:          "); n != 3 {
 		t.Errorf("cdc status showed %d slots, want 3 (the dropped database's cannot be read):\n%s", n, stdout)
 	}
-	code, stdout, _ = cdc(t, nil, "status", "--json", "--config", dir)
-	var js struct {
-		Sources []struct {
-			Source string          `json:"source"`
-			Status json.RawMessage `json:"status"`
-			Error  *string         `json:"error"`
-		} `json:"sources"`
+	type sourceJSON struct {
+		Source string          `json:"source"`
+		Status json.RawMessage `json:"status"`
+		Error  *string         `json:"error"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &js); err != nil || code != 1 || len(js.Sources) != 4 {
-		t.Fatalf("cdc status --json --config DIR: exit %d, %v:\n%s", code, err, stdout)
+	var js struct {
+		Sources []sourceJSON `json:"sources"`
+	}
+	// The failing webhook is in the progress table once the relay's
+	// progress writer has run after the failure (at most an interval).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, stdout, _ = cdc(t, nil, "status", "--json", "--config", dir)
+		js.Sources = nil
+		if err := json.Unmarshal([]byte(stdout), &js); err != nil || code != 1 || len(js.Sources) != 4 {
+			t.Fatalf("cdc status --json --config DIR: exit %d, %v:\n%s", code, err, stdout)
+		}
+		if i := slices.IndexFunc(js.Sources, func(s sourceJSON) bool { return s.Source == "sinkdown" }); i < 0 || js.Sources[i].Error != nil || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, s := range js.Sources {
 		var st struct {
@@ -320,6 +330,10 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 		switch {
 		case s.Source == "dropped" && (s.Error == nil || string(s.Status) != "null"):
 			t.Errorf("cdc status --json: the dropped source: %s, error %v", s.Status, s.Error)
+		case s.Source == "sinkdown": // its status, and its failing sink as its error
+			if s.Error == nil || !strings.Contains(*s.Error, "sink hook is failing") || st.Slot == "" {
+				t.Errorf("cdc status --json: source sinkdown: %s, error %v", s.Status, s.Error)
+			}
 		case s.Source != "dropped" && (s.Error != nil || st.Slot == ""):
 			t.Errorf("cdc status --json: source %s: %s, error %v", s.Source, s.Status, *s.Error)
 		}
