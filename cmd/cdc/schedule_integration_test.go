@@ -482,10 +482,12 @@ func TestIntegrationResendKeepsDeliverAtAndExpiresAt(t *testing.T) {
 	cdcInit(t, cfg)
 
 	big := `{"pad": "` + strings.Repeat("x", 8<<10) + `"}` // over the queue's 4 KiB
-	deliverAt := time.Now().Add(40 * time.Second).Truncate(time.Millisecond)
+	// Parking takes about 2 s; the expiring message must still be alive
+	// then, and the resend must end before deliver_at.
+	deliverAt := time.Now().Add(16 * time.Second).Truncate(time.Millisecond)
 	scheduled := scheduledMsg{Msg: relaytest.NewMsg("t", "a", 1), DeliverAt: deliverAt, ExpiresAt: deliverAt.Add(time.Hour)}
 	scheduled.Payload = big
-	expiring := scheduledMsg{Msg: relaytest.NewMsg("t", "b", 2), ExpiresAt: time.Now().Add(20 * time.Second).Truncate(time.Millisecond)}
+	expiring := scheduledMsg{Msg: relaytest.NewMsg("t", "b", 2), ExpiresAt: time.Now().Add(10 * time.Second).Truncate(time.Millisecond)}
 	expiring.Payload = big
 	insertScheduled(t, ob, scheduled, expiring)
 	p := startCDC(t, "run", "--config", cfg)
