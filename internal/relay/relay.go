@@ -509,9 +509,9 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	defer r.metrics.cycleEnded()
 
 	// Batches the stream read but the pipeline has not taken: at most
-	// 256 KiB of message data each (replication's maxBatchBytes, or one
+	// 64 KiB of message data each (replication's maxBatchBytes, or one
 	// larger message), so this bounds memory outside the window to about
-	// 16 MiB. Fewer slots slow a catch-up, as the stream and the pipeline
+	// 4 MiB. Fewer slots slow a catch-up, as the stream and the pipeline
 	// take turns more often (see BENCHMARKS.md, "What each optimisation
 	// bought").
 	events := make(chan []replication.Event, 64)

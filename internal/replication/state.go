@@ -13,9 +13,13 @@ const (
 	// more once it holds maxBatchBytes of message data: what the stream
 	// has read but the pipeline not yet admitted to the window is bounded
 	// by the output channel's capacity times that (plus one message
-	// larger than it).
+	// larger than it). 64 KiB, one read's worth, keeps that read-ahead
+	// at 4 MiB for the relay's 64 slots: at 256 KiB its 16 MiB, doubled
+	// by the collector's headroom, were most of the relay's peak RSS
+	// whenever a sink was slower than the stream (bench/NOTES.md, "Peak
+	// RSS of the Kafka relay").
 	maxBatch      = 1024
-	maxBatchBytes = 256 << 10
+	maxBatchBytes = 64 << 10
 	slabSize      = 8 << 10  // bytes of message data per allocation
 	readBuffer    = 64 << 10 // bytes per read from the socket
 
