@@ -3,8 +3,11 @@ package replication
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,5 +135,25 @@ func TestStartErrorSaysWhetherToWaitRetryOrStop(t *testing.T) {
 	}
 	if err := startError("s", errors.New("EOF")); errors.Is(err, errSlotActive) || isFatal(err) {
 		t.Errorf("a broken connection: %v, want a retry", err)
+	}
+}
+
+func TestIsTimeoutFindsATimeoutAnywhereInTheChainOnly(t *testing.T) {
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{timeout, true},
+		{fmt.Errorf("receive message failed: %w", fmt.Errorf("timeout: %w", timeout)), true},
+		{fmt.Errorf("receive message failed: %w", io.EOF), false},
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, false},
+	} {
+		if got := isTimeout(tc.err); got != tc.want {
+			t.Errorf("isTimeout(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() { isTimeout(timeout) }); a != 0 {
+		t.Errorf("%.1f allocations per call, want 0", a)
 	}
 }
