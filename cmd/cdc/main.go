@@ -55,11 +55,8 @@ import (
 	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
 	_ "github.com/walpost/walpost/internal/publish/natsjs"     // registers kind: nats
-	_ "github.com/walpost/walpost/internal/publish/pubsub"     // registers kind: pubsub
 	_ "github.com/walpost/walpost/internal/publish/rabbitmq"   // registers kind: rabbitmq
 	_ "github.com/walpost/walpost/internal/publish/servicebus" // registers kind: servicebus
-	_ "github.com/walpost/walpost/internal/publish/sns"        // registers kind: sns
-	_ "github.com/walpost/walpost/internal/publish/sqs"        // registers kind: sqs
 	_ "github.com/walpost/walpost/internal/publish/webhook"    // registers kind: webhook
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"

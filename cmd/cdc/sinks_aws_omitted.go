@@ -1,0 +1,5 @@
+//go:build walpost_no_aws
+
+package main
+
+func init() { omitted("walpost_no_aws", "sns", "sqs") }
