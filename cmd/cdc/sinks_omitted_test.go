@@ -9,7 +9,8 @@ import (
 )
 
 // A build with walpost_no_aws and walpost_no_pubsub leaves the cloud SDKs
-// out, and a configuration naming one of their kinds fails at start with
+// out, and a configuration naming one of their kinds (or the claim check's
+// s3 store) fails at start with
 // what is missing.
 func TestBuildWithoutTheCloudSinksLeavesTheirSDKsOutAndSaysSo(t *testing.T) {
 	if testing.Short() {
@@ -35,6 +36,7 @@ func TestBuildWithoutTheCloudSinksLeavesTheirSDKsOutAndSaysSo(t *testing.T) {
 		"sqs":    "{name: q, kind: sqs, queue: outbox.fifo, region: eu-central-1}",
 		"sns":    "{name: t, kind: sns, topic_arn: 'arn:aws:sns:eu-central-1:123456789012:outbox.fifo'}",
 		"pubsub": "{name: p, kind: pubsub, project: my-project, topic: outbox}",
+		"s3":     "{name: f, kind: file, path: out.jsonl, claim_check: {store: s3, bucket: payloads, region: eu-central-1, threshold_bytes: 1000}}",
 	} {
 		cfg := filepath.Join(dir, kind+".yaml")
 		y := "postgres: {url: 'postgres://postgres@127.0.0.1:1/postgres'}\nsinks:\n  - " + sink + "\n"
@@ -42,7 +44,11 @@ func TestBuildWithoutTheCloudSinksLeavesTheirSDKsOutAndSaysSo(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(bin, "run", "--config", cfg).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "kind "+kind+" is not in this build of cdc") ||
+		want := "kind " + kind + " is not in this build of cdc"
+		if kind == "s3" { // the claim check's store
+			want = "store: s3 is not in this build of cdc"
+		}
+		if err == nil || !strings.Contains(string(out), want) ||
 			!strings.Contains(string(out), "-tags walpost_no_") {
 			t.Errorf("cdc run with a %s sink in a build without it: %v\n%s", kind, err, out)
 		}

@@ -53,7 +53,7 @@ func Wrap(cfg *config.Sink, open publish.Opener, log zerolog.Logger) (publish.Op
 		case config.StoreAzblob:
 			return newAzblob(cc)
 		case config.StoreS3:
-			return newS3(cc)
+			return s3StoreOf(cc)
 		}
 		return nil, fmt.Errorf("%s.store: %q is not azblob or s3", cc.Field, cc.Store)
 	}

@@ -1,3 +1,5 @@
+//go:build !walpost_no_aws
+
 package claimcheck
 
 import (

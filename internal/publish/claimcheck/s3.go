@@ -1,3 +1,5 @@
+//go:build !walpost_no_aws
+
 package claimcheck
 
 import (
@@ -17,6 +19,15 @@ import (
 type s3Store struct {
 	client *s3.Client
 	bucket string
+}
+
+// s3StoreOf is the S3 store of cc (newS3), as a Store.
+func s3StoreOf(cc *config.ClaimCheck) (Store, error) {
+	s, err := newS3(cc)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // newS3 builds the store's client from the AWS default chain (no I/O:
