@@ -87,7 +87,21 @@ func TestIntegrationEFCoreOutboxSwitchesOverWithNothingLostOrDoubled(t *testing.
 	if code != 0 {
 		t.Fatalf("cdc init --adopt exited %d\n%s%s", code, out, errOut)
 	}
-	t.Cleanup(func() { pgtest.Exec(t, url, "SELECT pg_drop_replication_slot('walpost_outbox')") })
+	t.Cleanup(func() {
+		// The relay has stopped (its cleanup ran first), but its WAL sender
+		// may hold the slot a moment longer.
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		pgtest.WaitFor(10*time.Second, func() bool {
+			var active bool
+			err := c.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'walpost_outbox'").Scan(&active)
+			return err != nil || !active
+		})
+		pgtest.Exec(t, url, "SELECT pg_drop_replication_slot('walpost_outbox')")
+	})
 	t.Logf("cdc init --adopt:\n%s", out)
 
 	after1 := newRow("OrderPlaced", 3, time.Now().UTC().Truncate(time.Microsecond), false)
