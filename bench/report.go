@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -790,7 +791,8 @@ func (r *report) writeCatchUp(p printer) {
 // catch-up runs: "ceiling, walpost → discard, → file, → Kafka".
 func (r *report) turns() string {
 	short := map[string]string{"walpost_discard": "discard", "walpost_file": "file", "walpost_kafka": "Kafka",
-		"walpost_fanout3": "file + Kafka + discard", "walpost_nats": "NATS", "walpost_rabbitmq": "RabbitMQ"}
+		"walpost_fanout3": "file + Kafka + discard", "walpost_nats": "NATS", "walpost_rabbitmq": "RabbitMQ",
+		"walpost_sqs": "SQS", "walpost_sns": "SNS", "walpost_pubsub": "Pub/Sub"}
 	var out []string
 	first := true
 	for _, s := range r.Systems {
@@ -806,7 +808,7 @@ func (r *report) turns() string {
 			out = append(out, "walpost → "+short[s.Name])
 			first = false
 		default:
-			out = append(out, "→ "+short[s.Name])
+			out = append(out, "→ "+cmp.Or(short[s.Name], s.Name))
 		}
 	}
 	return strings.Join(out, ", ")
