@@ -278,39 +278,17 @@ func TestIntegrationClaimCheckHandsTheEffectThePayload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	got := map[string][]byte{}
-	var claimErrs atomic.Int32
+	var res inboxtest.ClaimResults
 	runLoop(t, func(ctx context.Context) error {
 		return Loop(ctx, c, u, inbox.Processor[inboxtest.Exec](ib), func(ctx context.Context, exec inboxtest.Exec, msg types.Message) error {
 			p, err := Payload(msg)
 			if err != nil {
 				return err
 			}
-			mu.Lock()
-			got[MessageID(msg)] = p
-			mu.Unlock()
+			res.Got(MessageID(msg), p)
 			return f.Increment(exec)
 		}, Options{WaitTime: time.Second, RetryBackoff: time.Second, ClaimCheck: inbox.WithClaimCheck(claim.Fetcher),
-			OnError: func(_ types.Message, err error) {
-				if errors.Is(err, inbox.ErrClaimCheck) {
-					claimErrs.Add(1)
-				}
-			}})
+			OnError: func(_ types.Message, err error) { res.OnError(err) }})
 	})
-	if !pgtest.WaitFor(30*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return got["good"] != nil && claimErrs.Load() >= 1
-	}) {
-		t.Fatalf("the good message's effect ran: %v; claim check errors: %d", got["good"] != nil, claimErrs.Load())
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if string(got["good"]) != string(claim.Payload) {
-		t.Fatalf("the effect got %d bytes, not the payload", len(got["good"]))
-	}
-	if _, ran := got["bad"]; ran {
-		t.Fatal("the effect ran for a message whose object does not match")
-	}
+	res.Check(t, claim, 1)
 }

@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/walpost/walpost/inbox"
+	"github.com/walpost/walpost/internal/pgtest"
 )
 
 // Claim is a claim-checked payload for the loops' tests: Headers are what
@@ -70,4 +74,57 @@ func (m *MemStore) Fetch(_ context.Context, ref string) ([]byte, error) {
 		return nil, fmt.Errorf("no object %s", ref)
 	}
 	return b, nil
+}
+
+// ClaimResults collects what a loop's effect got, by message id, and the
+// claim-check errors its OnError saw, for the loops' claim-check tests.
+// It is safe for concurrent use.
+type ClaimResults struct {
+	mu   sync.Mutex
+	got  map[string][]byte
+	errs int
+}
+
+// Got records the payload the effect got for message id.
+func (r *ClaimResults) Got(id string, payload []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.got == nil {
+		r.got = map[string][]byte{}
+	}
+	r.got[id] = payload
+}
+
+// OnError counts err when it is a claim-check error (inbox.ErrClaimCheck).
+func (r *ClaimResults) OnError(err error) {
+	if errors.Is(err, inbox.ErrClaimCheck) {
+		r.mu.Lock()
+		r.errs++
+		r.mu.Unlock()
+	}
+}
+
+// Check waits until the message "good" reached the effect and at least
+// minErrs claim-check errors were seen (the message "bad", whose object
+// does not match), then checks that "good" got claim's payload and "bad"
+// never reached the effect.
+func (r *ClaimResults) Check(t testing.TB, claim Claim, minErrs int) {
+	t.Helper()
+	if !pgtest.WaitFor(30*time.Second, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.got["good"] != nil && r.errs >= minErrs
+	}) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Fatalf("the good message's effect ran: %v; claim check errors: %d", r.got["good"] != nil, r.errs)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if string(r.got["good"]) != string(claim.Payload) {
+		t.Fatalf("the effect got %d bytes, not the payload", len(r.got["good"]))
+	}
+	if _, ran := r.got["bad"]; ran {
+		t.Fatal("the effect ran for a message whose object does not match")
+	}
 }
