@@ -1,16 +1,8 @@
 package sns
 
 import (
-	"errors"
-
-	"github.com/aws/smithy-go"
+	"github.com/walpost/walpost/internal/publish/sqs"
 )
-
-type verdict struct {
-	permanent bool
-	refused   bool
-	hint      string
-}
 
 const (
 	hintNotFound     = "the topic does not exist: create it, or fix topic_arn (and region, endpoint)"
@@ -26,46 +18,37 @@ const (
 // codeVerdicts maps SNS error codes (of a request, or of one entry of
 // PublishBatch) to their handling; codes not listed are transient when
 // the fault is the server's and permanent when it is the sender's.
-var codeVerdicts = map[string]verdict{
-	"NotFound":                     {permanent: true, hint: hintNotFound},
-	"AuthorizationError":           {permanent: true, hint: hintDenied},
-	"InvalidSecurity":              {permanent: true, hint: hintDenied},
-	"InvalidClientTokenId":         {permanent: true, hint: hintCredentials},
-	"SignatureDoesNotMatch":        {permanent: true, hint: hintCredentials},
-	"ExpiredToken":                 {hint: hintCredentials},
-	"KMSAccessDenied":              {permanent: true, hint: hintKMS},
-	"KMSDisabled":                  {permanent: true, hint: hintKMS},
-	"KMSInvalidState":              {permanent: true, hint: hintKMS},
-	"KMSNotFound":                  {permanent: true, hint: hintKMS},
-	"KMSOptInRequired":             {permanent: true, hint: hintKMS},
-	"BatchRequestTooLong":          {permanent: true, hint: hintBatchTooLong},
-	"TooManyEntriesInBatchRequest": {permanent: true},
-	"BatchEntryIdsNotDistinct":     {permanent: true},
-	"InvalidParameter":             {permanent: true, refused: true, hint: hintContent},
-	"ParameterValueInvalid":        {permanent: true, refused: true, hint: hintContent},
-	"InvalidParameterValue":        {permanent: true, refused: true, hint: hintContent},
-	"ValidationException":          {permanent: true, refused: true, hint: hintContent},
-	"Throttled":                    {hint: hintThrottled},
-	"Throttling":                   {hint: hintThrottled},
-	"KMSThrottling":                {hint: hintThrottled},
+var codeVerdicts = map[string]sqs.Verdict{
+	"NotFound":                     {Permanent: true, Hint: hintNotFound},
+	"AuthorizationError":           {Permanent: true, Hint: hintDenied},
+	"InvalidSecurity":              {Permanent: true, Hint: hintDenied},
+	"InvalidClientTokenId":         {Permanent: true, Hint: hintCredentials},
+	"SignatureDoesNotMatch":        {Permanent: true, Hint: hintCredentials},
+	"ExpiredToken":                 {Hint: hintCredentials},
+	"KMSAccessDenied":              {Permanent: true, Hint: hintKMS},
+	"KMSDisabled":                  {Permanent: true, Hint: hintKMS},
+	"KMSInvalidState":              {Permanent: true, Hint: hintKMS},
+	"KMSNotFound":                  {Permanent: true, Hint: hintKMS},
+	"KMSOptInRequired":             {Permanent: true, Hint: hintKMS},
+	"BatchRequestTooLong":          {Permanent: true, Hint: hintBatchTooLong},
+	"TooManyEntriesInBatchRequest": {Permanent: true},
+	"BatchEntryIdsNotDistinct":     {Permanent: true},
+	"InvalidParameter":             {Permanent: true, Refused: true, Hint: hintContent},
+	"ParameterValueInvalid":        {Permanent: true, Refused: true, Hint: hintContent},
+	"InvalidParameterValue":        {Permanent: true, Refused: true, Hint: hintContent},
+	"ValidationException":          {Permanent: true, Refused: true, Hint: hintContent},
+	"Throttled":                    {Hint: hintThrottled},
+	"Throttling":                   {Hint: hintThrottled},
+	"KMSThrottling":                {Hint: hintThrottled},
 	"InternalError":                {},
 	"InternalFailure":              {},
 	"ServiceUnavailable":           {},
 }
 
-func classifyCode(code string, senderFault bool) verdict {
-	if v, ok := codeVerdicts[code]; ok {
-		return v
-	}
-	return verdict{permanent: senderFault}
+// classifyCode and classify sort SNS's errors by its table, as the sqs
+// sink sorts SQS's (sqs.ClassifyCode, sqs.Classify).
+func classifyCode(code string, senderFault bool) sqs.Verdict {
+	return sqs.ClassifyCode(codeVerdicts, code, senderFault)
 }
 
-// classify decides whether err, from the SDK, is worth retrying, by its
-// API error code and fault only; anything else is transient.
-func classify(err error) verdict {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		return classifyCode(ae.ErrorCode(), ae.ErrorFault() == smithy.FaultClient)
-	}
-	return verdict{}
-}
+func classify(err error) sqs.Verdict { return sqs.Classify(codeVerdicts, err) }

@@ -224,20 +224,10 @@ func (s *Sink) settle(g *group, start, end int, out *snsapi.PublishBatchOutput, 
 	}
 	v := classifyCode(code, senderFault)
 	err := fmt.Errorf("sns: %s to topic %q: refused by SNS (%s: %s)", publish.Describe(g.msgs[i]), g.arn, code, text)
-	if v.hint != "" {
-		err = fmt.Errorf("%w; %s", err, v.hint)
+	if v.Hint != "" {
+		err = fmt.Errorf("%w; %s", err, v.Hint)
 	}
-	return mark(err, v)
-}
-
-func mark(err error, v verdict) error {
-	switch {
-	case v.refused:
-		return publish.Rejected(err)
-	case v.permanent:
-		return publish.Permanent(err)
-	}
-	return err
+	return v.Mark(err)
 }
 
 func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, total int) error {
@@ -257,15 +247,15 @@ func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, tota
 		return fmt.Errorf("%s: %w (%v)", msg, cause, err)
 	}
 	v := classify(err)
-	if v.hint != "" {
-		err = fmt.Errorf("%s: %w; %s", msg, err, v.hint)
+	if v.Hint != "" {
+		err = fmt.Errorf("%s: %w; %s", msg, err, v.Hint)
 	} else {
 		err = fmt.Errorf("%s: %w", msg, err)
 	}
-	if v.permanent && v.hint == hintNotFound && !s.topic.Fixed() {
+	if v.Permanent && v.Hint == hintNotFound && !s.topic.Fixed() {
 		return publish.Rejected(fmt.Errorf("%w (the topic comes from topic_arn %q: or park the message with relay.on_refused: dead_letter)", err, s.prefix+s.topic.Text()))
 	}
-	return mark(err, v)
+	return v.Mark(err)
 }
 
 func (s *Sink) dropped(name, why string) {

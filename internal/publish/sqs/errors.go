@@ -4,18 +4,21 @@ import (
 	"errors"
 
 	"github.com/aws/smithy-go"
+
+	"github.com/walpost/walpost/internal/publish"
 )
 
-// verdict is how a failed request or batch entry is handled.
-type verdict struct {
-	// permanent: retrying cannot help; the relay stops (publish.Permanent).
-	permanent bool
-	// refused: SQS refuses the message itself (its size, an attribute,
-	// its characters); other messages would go through
+// Verdict is how a failed request or batch entry is handled. The sns
+// sink sorts its errors with it too, from a table of its own codes.
+type Verdict struct {
+	// Permanent: retrying cannot help; the relay stops (publish.Permanent).
+	Permanent bool
+	// Refused: the service refuses the message itself (its size, an
+	// attribute, its characters); other messages would go through
 	// (publish.Rejected, relay.on_refused).
-	refused bool
-	// hint tells the operator what to do; "" for none.
-	hint string
+	Refused bool
+	// Hint tells the operator what to do; "" for none.
+	Hint string
 }
 
 // Hints for the errors that need the operator.
@@ -34,69 +37,88 @@ const (
 // entry of SendMessageBatch) to their handling. Codes not listed are
 // transient when the fault is the server's, and permanent when it is the
 // sender's (see classifyCode).
-var codeVerdicts = map[string]verdict{
+var codeVerdicts = map[string]Verdict{
 	// the queue, the credentials, the key
-	"QueueDoesNotExist":                           {permanent: true, hint: hintNotFound},
-	"AWS.SimpleQueueService.NonExistentQueue":     {permanent: true, hint: hintNotFound},
-	"AccessDenied":                                {permanent: true, hint: hintDenied},
-	"AccessDeniedException":                       {permanent: true, hint: hintDenied},
-	"InvalidSecurity":                             {permanent: true, hint: hintDenied},
-	"InvalidClientTokenId":                        {permanent: true, hint: hintCredentials},
-	"UnrecognizedClientException":                 {permanent: true, hint: hintCredentials},
-	"SignatureDoesNotMatch":                       {permanent: true, hint: hintCredentials},
-	"IncompleteSignature":                         {permanent: true, hint: hintCredentials},
-	"MissingAuthenticationToken":                  {permanent: true, hint: hintCredentials},
-	"ExpiredToken":                                {hint: hintCredentials}, // the chain refreshes it
-	"KmsAccessDenied":                             {permanent: true, hint: hintKMS},
-	"KmsDisabled":                                 {permanent: true, hint: hintKMS},
-	"KmsInvalidKeyUsage":                          {permanent: true, hint: hintKMS},
-	"KmsInvalidState":                             {permanent: true, hint: hintKMS},
-	"KmsNotFound":                                 {permanent: true, hint: hintKMS},
-	"KmsOptInRequired":                            {permanent: true, hint: hintKMS},
-	"BatchRequestTooLong":                         {permanent: true, hint: hintBatchTooLong},
-	"AWS.SimpleQueueService.BatchRequestTooLong":  {permanent: true, hint: hintBatchTooLong},
-	"TooManyEntriesInBatchRequest":                {permanent: true},
-	"BatchEntryIdsNotDistinct":                    {permanent: true},
-	"AWS.SimpleQueueService.UnsupportedOperation": {permanent: true},
-	"UnsupportedOperation":                        {permanent: true},
-	"QueueDeletedRecently":                        {hint: hintNotFound},
+	"QueueDoesNotExist":                           {Permanent: true, Hint: hintNotFound},
+	"AWS.SimpleQueueService.NonExistentQueue":     {Permanent: true, Hint: hintNotFound},
+	"AccessDenied":                                {Permanent: true, Hint: hintDenied},
+	"AccessDeniedException":                       {Permanent: true, Hint: hintDenied},
+	"InvalidSecurity":                             {Permanent: true, Hint: hintDenied},
+	"InvalidClientTokenId":                        {Permanent: true, Hint: hintCredentials},
+	"UnrecognizedClientException":                 {Permanent: true, Hint: hintCredentials},
+	"SignatureDoesNotMatch":                       {Permanent: true, Hint: hintCredentials},
+	"IncompleteSignature":                         {Permanent: true, Hint: hintCredentials},
+	"MissingAuthenticationToken":                  {Permanent: true, Hint: hintCredentials},
+	"ExpiredToken":                                {Hint: hintCredentials}, // the chain refreshes it
+	"KmsAccessDenied":                             {Permanent: true, Hint: hintKMS},
+	"KmsDisabled":                                 {Permanent: true, Hint: hintKMS},
+	"KmsInvalidKeyUsage":                          {Permanent: true, Hint: hintKMS},
+	"KmsInvalidState":                             {Permanent: true, Hint: hintKMS},
+	"KmsNotFound":                                 {Permanent: true, Hint: hintKMS},
+	"KmsOptInRequired":                            {Permanent: true, Hint: hintKMS},
+	"BatchRequestTooLong":                         {Permanent: true, Hint: hintBatchTooLong},
+	"AWS.SimpleQueueService.BatchRequestTooLong":  {Permanent: true, Hint: hintBatchTooLong},
+	"TooManyEntriesInBatchRequest":                {Permanent: true},
+	"BatchEntryIdsNotDistinct":                    {Permanent: true},
+	"AWS.SimpleQueueService.UnsupportedOperation": {Permanent: true},
+	"UnsupportedOperation":                        {Permanent: true},
+	"QueueDeletedRecently":                        {Hint: hintNotFound},
 	// the message itself
-	"InvalidMessageContents": {permanent: true, refused: true, hint: hintContent},
-	"InvalidAttributeName":   {permanent: true, refused: true, hint: hintContent},
-	"InvalidAttributeValue":  {permanent: true, refused: true, hint: hintContent},
-	"InvalidParameterValue":  {permanent: true, refused: true, hint: hintContent},
-	"MessageTooLong":         {permanent: true, refused: true, hint: hintTooLarge},
+	"InvalidMessageContents": {Permanent: true, Refused: true, Hint: hintContent},
+	"InvalidAttributeName":   {Permanent: true, Refused: true, Hint: hintContent},
+	"InvalidAttributeValue":  {Permanent: true, Refused: true, Hint: hintContent},
+	"InvalidParameterValue":  {Permanent: true, Refused: true, Hint: hintContent},
+	"MessageTooLong":         {Permanent: true, Refused: true, Hint: hintTooLarge},
 	// the service: retried
-	"RequestThrottled":                     {hint: hintThrottled},
-	"ThrottlingException":                  {hint: hintThrottled},
-	"KmsThrottled":                         {hint: hintThrottled},
-	"OverLimit":                            {hint: hintThrottled},
+	"RequestThrottled":                     {Hint: hintThrottled},
+	"ThrottlingException":                  {Hint: hintThrottled},
+	"KmsThrottled":                         {Hint: hintThrottled},
+	"OverLimit":                            {Hint: hintThrottled},
 	"InternalError":                        {},
 	"InternalFailure":                      {},
 	"ServiceUnavailable":                   {},
 	"AWS.SimpleQueueService.InternalError": {},
 }
 
-// classifyCode decides how an SQS error code is handled; senderFault says
-// whether SQS blamed the request (an entry's SenderFault, a 4xx).
-func classifyCode(code string, senderFault bool) verdict {
-	if v, ok := codeVerdicts[code]; ok {
+// ClassifyCode decides how an error code is handled by codes, a
+// service's table; senderFault says whether the service blamed the
+// request (an entry's SenderFault, a 4xx). A code not in the table is
+// permanent when the sender is at fault, transient otherwise.
+func ClassifyCode(codes map[string]Verdict, code string, senderFault bool) Verdict {
+	if v, ok := codes[code]; ok {
 		return v
 	}
-	return verdict{permanent: senderFault}
+	return Verdict{Permanent: senderFault}
 }
 
-// classify decides whether err, from the SDK, is worth retrying. It looks
+// Classify decides whether err, from the SDK, is worth retrying. It looks
 // at the API error's code and fault only, never at the text: an
-// smithy.APIError is classified by classifyCode (a fault the server's is
+// smithy.APIError is classified by ClassifyCode (a fault the server's is
 // transient), everything else — network errors, ended contexts, the
 // SDK's exhausted retries of those, credentials the chain could not get
 // — is transient. Retrying a batch is always safe (duplicates, never
 // reordering), so when in doubt the relay retries.
-func classify(err error) verdict {
+func Classify(codes map[string]Verdict, err error) Verdict {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
-		return classifyCode(ae.ErrorCode(), ae.ErrorFault() == smithy.FaultClient)
+		return ClassifyCode(codes, ae.ErrorCode(), ae.ErrorFault() == smithy.FaultClient)
 	}
-	return verdict{}
+	return Verdict{}
 }
+
+// Mark marks err per v: Rejected, Permanent, or left transient.
+func (v Verdict) Mark(err error) error {
+	switch {
+	case v.Refused:
+		return publish.Rejected(err)
+	case v.Permanent:
+		return publish.Permanent(err)
+	}
+	return err
+}
+
+func classifyCode(code string, senderFault bool) Verdict {
+	return ClassifyCode(codeVerdicts, code, senderFault)
+}
+
+func classify(err error) Verdict { return Classify(codeVerdicts, err) }

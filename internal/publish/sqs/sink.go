@@ -360,10 +360,10 @@ func (s *Sink) settle(g *group, start, end int, out *sqsapi.SendMessageBatchOutp
 	}
 	v := classifyCode(code, senderFault)
 	err := fmt.Errorf("sqs: %s to queue %q: refused by SQS (%s: %s)", publish.Describe(g.msgs[i]), showQueue(g.queue), code, text)
-	if v.hint != "" {
-		err = fmt.Errorf("%w; %s", err, v.hint)
+	if v.Hint != "" {
+		err = fmt.Errorf("%w; %s", err, v.Hint)
 	}
-	return s.mark(err, v)
+	return v.Mark(err)
 }
 
 // SettleBatch marks in done (at idx[i]) the entries of msgs[start:end]
@@ -396,17 +396,6 @@ func SettleBatch(msgs []*message.Message, idx []int, fifo bool, start, end int, 
 	return first
 }
 
-// mark marks err per v: Rejected, Permanent, or left transient.
-func (s *Sink) mark(err error, v verdict) error {
-	switch {
-	case v.refused:
-		return publish.Rejected(err)
-	case v.permanent:
-		return publish.Permanent(err)
-	}
-	return err
-}
-
 // failed turns an error of a request for g.msgs[start:end] into the error
 // Publish returns: it names the batch's first message, the queue, and how
 // much of the call was not acknowledged, and marks it per classify (a
@@ -433,18 +422,18 @@ func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, tota
 		return fmt.Errorf("%s: %w (%v)", msg, cause, err)
 	}
 	v := classify(err)
-	if v.hint != "" {
-		err = fmt.Errorf("%s: %w; %s", msg, err, v.hint)
+	if v.Hint != "" {
+		err = fmt.Errorf("%s: %w; %s", msg, err, v.Hint)
 	} else {
 		err = fmt.Errorf("%s: %w", msg, err)
 	}
-	if v.permanent && v.hint == hintNotFound && s.queue != nil && !s.queue.Fixed() {
+	if v.Permanent && v.Hint == hintNotFound && s.queue != nil && !s.queue.Fixed() {
 		// A queue the message's type or key chose: other messages go to
 		// other queues, and a name a message chose must never stop the
 		// relay for good (docs/security.md).
 		return publish.Rejected(fmt.Errorf("%w (the queue comes from queue %q: or park the message with relay.on_refused: dead_letter)", err, s.queue.Text()))
 	}
-	return s.mark(err, v)
+	return v.Mark(err)
 }
 
 // Close releases the sink. The SDK's client holds idle HTTP connections
