@@ -20,11 +20,15 @@ import (
 // deliver_at and expires_at: the scheduled one arrives no earlier than
 // its time, the unscheduled ones at once, and the one already expired is
 // dropped (relay.on_expired's default) and counted, not sent.
+// TestIntegrationVersions runs it on PostgreSQL 14 to 18.
 func TestIntegrationCopyRowsKeepTheirOwnDeliverAtAndExpiresAt(t *testing.T) {
 	t.Parallel()
+	copyRowsKeepTheirOwnSchedule(t, pgtest.URL(t))
+}
+
+func copyRowsKeepTheirOwnSchedule(t *testing.T, url string) {
 	sb := sbfake.Start(t) // skips without node
 	sb.CreateQueue(t, "copysched", sbfake.QueueOptions{})
-	url := pgtest.URL(t)
 	ob := scheduledOutbox(t, url)
 	sinkYAML := fmt.Sprintf("  - {name: sb, kind: servicebus, connection_string: %q, entity: copysched, timeout: 5s}", sb.ConnectionString())
 	cfg := ob.Config(t, sinkYAML, scheduleColumns)

@@ -101,6 +101,7 @@ func coreScenarios(t *testing.T, v int) {
 	url := c.URL("postgres")
 	t.Run("kill9", func(t *testing.T) { kill9MidTransaction(t, url) })
 	t.Run("copy", func(t *testing.T) { copyPartialAckThenRestart(t, url, true) })
+	t.Run("copy-scheduled", func(t *testing.T) { copyRowsKeepTheirOwnSchedule(t, url) })
 	t.Run("publication", func(t *testing.T) { publicationDropAndAddTable(t, url) })
 	t.Run("squat", func(t *testing.T) { squatOnVersion(t, url, v) })
 	t.Run("failover-slot", func(t *testing.T) { failoverSlotIsRefusedBeforePostgres17(t, url) })
