@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/publish/envelope"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
@@ -29,14 +31,40 @@ func TestExpirationAndDelayHeader(t *testing.T) {
 		t.Fatalf("expiration %q without expires_at", p.Expiration)
 	}
 	m.DeliverAt = now.Add(2500 * time.Microsecond)
-	Delay(&p, m, now)
+	if err := Delay(&p, m, now); err != nil {
+		t.Fatal(err)
+	}
 	if got := p.Headers[HeaderDelay]; got != int64(3) {
 		t.Fatalf("x-delay %v (%T), want 3 (ms, rounded up)", got, got)
 	}
 	q := Publishing(&message.Message{ID: m.ID, Type: "t", DeliverAt: now.Add(-time.Second)}, &envelope.Settings{Format: envelope.Raw})
-	Delay(&q, &message.Message{DeliverAt: now.Add(-time.Second)}, now)
+	if err := Delay(&q, &message.Message{DeliverAt: now.Add(-time.Second)}, now); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := q.Headers[HeaderDelay]; ok {
 		t.Fatal("x-delay set for a deliver_at past")
+	}
+}
+
+// TestFarFutureExpiryAndDelayAreBounded: an expires_at further ahead than
+// RabbitMQ's longest expiration (2^32-1 ms) is sent without one, never a
+// value the broker answers with 406; a deliver_at further ahead than the
+// longest x-delay is refused (publish.Rejected), never sent early.
+func TestFarFutureExpiryAndDelayAreBounded(t *testing.T) {
+	now := time.Now()
+	for _, at := range []time.Time{time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), now.AddDate(300, 0, 0), now.Add(MaxExpiry + time.Second)} {
+		m := &message.Message{ID: "0190f1c2-7a3b-7c4d-8e5f-6a7b8c9d0e1f", Type: "t", ExpiresAt: at}
+		if p := Publishing(m, &envelope.Settings{Format: envelope.Raw}); p.Expiration != "" {
+			t.Errorf("expires_at %s: expiration %q, want none", at, p.Expiration)
+		}
+		var p amqp.Publishing
+		if err := Delay(&p, &message.Message{ID: m.ID, Type: "t", DeliverAt: at}, now); !publish.IsRejected(err) || p.Headers[HeaderDelay] != nil {
+			t.Errorf("deliver_at %s: %v, x-delay %v; want a refusal and none", at, err, p.Headers[HeaderDelay])
+		}
+	}
+	m := &message.Message{ID: "0190f1c2-7a3b-7c4d-8e5f-6a7b8c9d0e1f", Type: "t", ExpiresAt: now.Add(MaxExpiry - time.Minute)}
+	if p := Publishing(m, &envelope.Settings{Format: envelope.Raw}); p.Expiration == "" {
+		t.Error("an expiration just under the maximum was left out")
 	}
 }
 
