@@ -389,7 +389,7 @@ func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azser
 		Body:        body,
 	}
 	ce := env != nil && env.IsCloudEvents()
-	if len(m.Headers) > 0 || ce {
+	if len(m.Headers) > 0 || ce || m.ClaimCheck != nil {
 		sm.ApplicationProperties = properties(m, ce, env)
 		for _, h := range CorrelationHeaders {
 			if v := m.Headers[h]; v != "" {
