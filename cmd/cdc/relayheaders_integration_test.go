@@ -99,11 +99,12 @@ func (s *ccStore) fetcher() *claims3.Fetcher { return claims3.New(s.client, ccBu
 
 // forgedHeaders are the three claim-check headers naming payroll.json,
 // its size and SHA-256 right, as a row writer would set them in the
-// headers column of an ordinary message.
+// headers column of an ordinary message (and the reference again in
+// another case).
 func (s *ccStore) forgedHeaders() map[string]string {
 	sum := sha256.Sum256(s.payroll)
 	return map[string]string{"walpost-claim-check": "s3://private/payroll.json", "walpost-claim-check-size": strconv.Itoa(len(s.payroll)),
-		"Walpost-Claim-Check-SHA256": hex.EncodeToString(sum[:])}
+		"walpost-claim-check-sha256": hex.EncodeToString(sum[:]), "WALPOST-Claim-Check": "s3://private/payroll.json"}
 }
 
 // received records what an inbox loop's effect got, by message id.
