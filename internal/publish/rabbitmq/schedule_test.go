@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -90,5 +91,26 @@ func TestDeliverAtNeedsTheDelayedExchange(t *testing.T) {
 	cfg = sinktest.SinkConfig(t, "name: r\nkind: rabbitmq\nurl: amqp://127.0.0.1/\nexchange: x\ndelayed_type: direct\n")
 	if _, err := New(cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "delayed_type") {
 		t.Fatalf("error %v, want one about delayed_type without x-delayed-message", err)
+	}
+}
+
+// TestPreconditionFailedOnPublishRefusesTheMessage: RabbitMQ closing the
+// channel with 406 over a publish (an expiration or x-delay it does not
+// take, a body over max_message_size) is that message's refusal
+// (publish.Rejected: relay.on_refused applies), not a stop no policy
+// gets past; other codes keep their verdicts.
+func TestPreconditionFailedOnPublishRefusesTheMessage(t *testing.T) {
+	s := &Sink{}
+	m := &message.Message{ID: "0190f1c2-7a3b-7c4d-8e5f-6a7b8c9d0e1f", Type: "t"}
+	o := &outgoing{exchange: "x", key: "t"}
+	err := s.publishFailure(context.Background(), &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - invalid expiration"}, m, o)
+	if !publish.IsRejected(err) || !strings.Contains(err.Error(), "on_refused") {
+		t.Fatalf("406 on publish: %v, want a refusal naming relay.on_refused", err)
+	}
+	if err := s.publishFailure(context.Background(), &amqp.Error{Code: amqp.AccessRefused}, m, o); publish.IsRejected(err) || !publish.IsPermanent(err) {
+		t.Fatalf("403 on publish: %v, want permanent, not a refusal", err)
+	}
+	if err := s.publishFailure(context.Background(), amqp.ErrClosed, m, o); publish.IsPermanent(err) {
+		t.Fatalf("a closed channel: %v, want a retry", err)
 	}
 }
