@@ -89,7 +89,15 @@ type ClaimCheck struct {
 // reference. Changed by issue 42: before it, any reference a message
 // named was fetched.
 func WithClaimCheck(f Fetcher, scope ...string) *ClaimCheck {
-	return &ClaimCheck{fetcher: f, scope: slices.Clone(scope)}
+	c := &ClaimCheck{fetcher: f, scope: slices.Clone(scope)}
+	for i, p := range c.scope {
+		// A prefix that names only a bucket or host ("s3://outbox")
+		// would also match "s3://outbox-other/…": end it with a slash.
+		if _, rest, ok := strings.Cut(p, "://"); ok && !strings.Contains(rest, "/") {
+			c.scope[i] = p + "/"
+		}
+	}
+	return c
 }
 
 // allowed returns nil when c may fetch ref, or an error wrapping

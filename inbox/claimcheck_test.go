@@ -80,6 +80,9 @@ func TestClaimCheckRefusesReferencesOutsideItsScope(t *testing.T) {
 			t.Errorf("%s: %v, want ErrClaimCheckScope", ref, err)
 		}
 	}
+	if err := resolve(WithClaimCheck(f, "s3://outbox"), "s3://outbox-evil/walpost/x"); !errors.Is(err, ErrClaimCheckScope) {
+		t.Errorf("a bucket-only prefix matched another bucket: %v", err)
+	}
 	if err := resolve(WithClaimCheck(f), "s3://outbox/walpost/x"); !errors.Is(err, ErrClaimCheckScope) {
 		t.Errorf("no scope: %v, want ErrClaimCheckScope", err)
 	}
