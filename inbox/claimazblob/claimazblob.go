@@ -60,7 +60,7 @@ func (f *Fetcher) CheckScope(ref string) error {
 	switch {
 	case f.container == "":
 		return fmt.Errorf("claimazblob: %w: New was given no container", inbox.ErrClaimCheckScope)
-	case container != f.container || !strings.HasPrefix(name, f.prefix):
+	case container != f.container || !strings.HasPrefix(name, f.prefix) || dotSegment(name):
 		return fmt.Errorf("claimazblob: %w: %s is not in container %s under %q: refused, not fetched", inbox.ErrClaimCheckScope, ref, f.container, f.prefix)
 	}
 	return nil
@@ -116,4 +116,15 @@ func (f *Fetcher) split(ref string) (container, name string, err error) {
 		return "", "", fmt.Errorf("claimazblob: %s: %w", ref, err)
 	}
 	return c, name, nil
+}
+
+// dotSegment reports whether name has a . or .. path segment, which a
+// server or proxy on the way might resolve out of the prefix.
+func dotSegment(name string) bool {
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }

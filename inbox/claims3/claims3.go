@@ -58,7 +58,7 @@ func (f *Fetcher) CheckScope(ref string) error {
 	switch {
 	case f.bucket == "":
 		return fmt.Errorf("claims3: %w: New was given no bucket", inbox.ErrClaimCheckScope)
-	case bucket != f.bucket || !strings.HasPrefix(key, f.prefix):
+	case bucket != f.bucket || !strings.HasPrefix(key, f.prefix) || dotSegment(key):
 		return fmt.Errorf("claims3: %w: %s is not in bucket %s under %q: refused, not fetched", inbox.ErrClaimCheckScope, ref, f.bucket, f.prefix)
 	}
 	return nil
@@ -97,4 +97,15 @@ func Split(ref string) (bucket, key string, err error) {
 		return "", "", fmt.Errorf("claims3: %s: %w", ref, err)
 	}
 	return b, key, nil
+}
+
+// dotSegment reports whether name has a . or .. path segment, which a
+// server or proxy on the way might resolve out of the prefix.
+func dotSegment(name string) bool {
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }

@@ -16,7 +16,7 @@ import (
 // endpoint to reach); so is every reference of a Fetcher given no bucket.
 func TestFetcherReadsOnlyItsBucketAndPrefix(t *testing.T) {
 	f := New(s3.New(s3.Options{Region: "us-east-1"}), "outbox", "walpost/")
-	for _, ref := range []string{"s3://private/payroll.json", "s3://outbox/other/x", "s3://outbox-2/walpost/x", "https://outbox/walpost/x", "s3://outbox/"} {
+	for _, ref := range []string{"s3://private/payroll.json", "s3://outbox/other/x", "s3://outbox-2/walpost/x", "https://outbox/walpost/x", "s3://outbox/", "s3://outbox/walpost/../payroll.json", "s3://outbox/walpost/%2E%2E/payroll.json"} {
 		if err := f.CheckScope(ref); !errors.Is(err, inbox.ErrClaimCheckScope) {
 			t.Errorf("%s: %v, want ErrClaimCheckScope", ref, err)
 		}
