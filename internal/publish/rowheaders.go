@@ -58,13 +58,19 @@ const reservedRowHeader = "a name reserved for the relay's own headers (walpost-
 // apart from the row (message.RelayHeaders) so that a row cannot set
 // them.
 func RowHeaderDenied(name string) string {
-	if n := len(message.ReservedPrefix); len(name) >= n && strings.EqualFold(name[:n], message.ReservedPrefix) {
+	if relayName(name) {
 		return reservedRowHeader
 	}
 	if len(name) > len("proxy-authorization") {
 		return ""
 	}
 	return deniedRowHeaders[strings.ToLower(name)]
+}
+
+// relayName reports whether name starts with walpost- in any case.
+func relayName(name string) bool {
+	n := len(message.ReservedPrefix)
+	return len(name) >= n && strings.EqualFold(name[:n], message.ReservedPrefix)
 }
 
 // KeepRowHeader reports whether a sink may send the headers column entry
@@ -130,7 +136,7 @@ func DataHeaders(m *message.Message) map[string]string {
 	relay := m.RelayHeaders()
 	reserved := 0
 	for k := range m.Headers {
-		if RowHeaderDenied(k) == reservedRowHeader {
+		if relayName(k) {
 			reserved++
 		}
 	}
@@ -139,7 +145,7 @@ func DataHeaders(m *message.Message) map[string]string {
 	}
 	out := make(map[string]string, len(m.Headers)-reserved+len(relay))
 	for k, v := range m.Headers {
-		if RowHeaderDenied(k) == reservedRowHeader {
+		if relayName(k) {
 			LeaveOutRowHeader(k, reservedRowHeader)
 			continue
 		}
