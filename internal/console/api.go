@@ -12,15 +12,20 @@ import (
 // readTimeout bounds the reads of a page or an API answer.
 const readTimeout = 20 * time.Second
 
-// Session is /api/v1/session: the caller's role and the CSRF token every
-// action sends in X-CSRF-Token.
+// Session is /api/v1/session: the caller's role and, for the operate
+// role only, the CSRF token every action sends in X-CSRF-Token (absent
+// for the view role, which acts on nothing).
 type Session struct {
 	Role      string `json:"role"`
-	CSRFToken string `json:"csrf_token"`
+	CSRFToken string `json:"csrf_token,omitempty"`
 }
 
 func (c *Console) serveSession(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Session{Role: roleOf(r).String(), CSRFToken: c.csrf})
+	s := Session{Role: roleOf(r).String()}
+	if roleOf(r) == RoleOperate {
+		s.CSRFToken = c.csrf
+	}
+	writeJSON(w, http.StatusOK, s)
 }
 
 // Sources is /api/v1/sources.

@@ -157,6 +157,53 @@ func TestConsoleWithoutTokensOnLoopbackLetsEveryRequestAct(t *testing.T) {
 	}
 }
 
+// TestConsoleWithoutTokensAnswersOnlyItsOwnHost: without credentials a
+// request whose Host is not the listen address, localhost or a loopback
+// address (a DNS-rebinding page's own name) is refused, GET and POST, and
+// a POST's Origin must name one of them; with a token the Host does not
+// matter, and the view role gets no CSRF token.
+func TestConsoleWithoutTokensAnswersOnlyItsOwnHost(t *testing.T) {
+	srv := newTestConsole(t, config.HTTP{Console: true, Listen: "127.0.0.2:9187"})
+	req := func(method, path, host, origin string) int {
+		t.Helper()
+		r, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{}`))
+		r.Host = host
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{"rebind.attacker.example:9187", "127.0.0.1.nip.io:9187", "localhost.attacker.example", "[::ffff:7f00:1]x"} {
+		if code := req("GET", "/api/v1/session", host, ""); code != http.StatusForbidden {
+			t.Errorf("GET with Host %q: %d, want 403", host, code)
+		}
+		if code := req("POST", "/api/v1/sources/orders/drop", host, "http://"+host); code != http.StatusForbidden {
+			t.Errorf("POST with Host %q: %d, want 403", host, code)
+		}
+	}
+	for _, host := range []string{"127.0.0.2:9187", "127.0.0.1:8080", "localhost:9187", "LOCALHOST", "[::1]:9187"} {
+		if code := req("GET", "/api/v1/session", host, ""); code != http.StatusOK {
+			t.Errorf("GET with Host %q: %d, want 200", host, code)
+		}
+	}
+	if code := req("POST", "/api/v1/sources/orders/drop", "127.0.0.2:9187", "http://rebind.attacker.example:9187"); code != http.StatusForbidden {
+		t.Errorf("POST with another Origin: %d, want 403", code)
+	}
+	tok := newTestConsole(t, config.HTTP{Console: true, ViewToken: viewToken, OperateToken: operateToken})
+	if code, sess, _ := do(t, "GET", tok.URL+"/api/v1/session", viewToken, nil, ""); code != 200 || strings.Contains(sess, "csrf_token") {
+		t.Errorf("the view token's session: %d %s, want 200 without csrf_token", code, sess)
+	}
+	if _, sess, _ := do(t, "GET", tok.URL+"/api/v1/session", operateToken, nil, ""); !strings.Contains(sess, "csrf_token") {
+		t.Errorf("the operate token's session %s has no csrf_token", sess)
+	}
+}
+
 // TestConsoleTakesHTTPAuthAsTheOperator: http.auth's credentials act.
 func TestConsoleTakesHTTPAuthAsTheOperator(t *testing.T) {
 	srv := newTestConsole(t, config.HTTP{Console: true, ViewToken: viewToken, Auth: &config.HTTPAuth{Username: "ops", Password: "pw-0123456789"}})

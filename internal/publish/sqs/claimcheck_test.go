@@ -12,15 +12,17 @@ import (
 // attributes, however many headers the row has: without them the
 // receiver has no payload.
 func TestClaimCheckHeadersTakeTheFirstAttributes(t *testing.T) {
-	h := map[string]string{"walpost-claim-check": "s3://b/k", "walpost-claim-check-size": "1048576", "walpost-claim-check-sha256": "ab"}
+	want := map[string]string{"walpost-claim-check": "s3://b/k", "walpost-claim-check-size": "1048576", "walpost-claim-check-sha256": "ab"}
+	h := map[string]string{"walpost-claim-check": "s3://other/forged"} // a row's: left out
 	for i := range 12 {
 		h[fmt.Sprintf("a%02d", i)] = "v"
 	}
 	var dropped []string
-	_, attrs, _ := Encode(&message.Message{ID: "id", Type: "t", Payload: []byte{}, Headers: h}, nil, func(name, why string) { dropped = append(dropped, name) })
-	for _, n := range []string{"walpost-claim-check", "walpost-claim-check-size", "walpost-claim-check-sha256"} {
-		if attrs[n] != h[n] {
-			t.Errorf("%s left out (dropped %v)", n, dropped)
+	m := &message.Message{ID: "id", Type: "t", Payload: []byte{}, Headers: h, ClaimCheck: &message.ClaimRef{Ref: "s3://b/k", Size: 1 << 20, SHA256: "ab"}}
+	_, attrs, _ := Encode(m, nil, func(name, why string) { dropped = append(dropped, name) })
+	for n, v := range want {
+		if attrs[n] != v {
+			t.Errorf("%s is %q, want %q (dropped %v)", n, attrs[n], v, dropped)
 		}
 	}
 	if len(dropped) == 0 {

@@ -49,7 +49,7 @@ const stringType = "String"
 
 // Reasons a headers column entry is not sent, as logged.
 const (
-	dropDenied   = "credentials or connection header (docs/security.md, \"Row headers\")"
+	dropDenied   = "credentials, connection header or walpost-* (docs/security.md, \"Row headers\")"
 	dropOwn      = "a name the sink sets itself"
 	dropName     = "not a legal SQS attribute name (1-256 of a-z A-Z 0-9 _ - ., no leading, trailing or double '.', no AWS. or Amazon. prefix)"
 	dropValue    = "empty, or holds characters SQS refuses"
@@ -115,6 +115,12 @@ func Encode(m *message.Message, env *envelope.Settings, drop func(name, why stri
 			set(AttrKey, m.Key)
 		}
 	}
+	// The relay's own headers take their attributes before the headers
+	// column's entries (which may not have their names): the receiver
+	// needs a claim check's reference to have a payload at all.
+	for _, h := range m.RelayHeaders() {
+		set(h.Name, h.Value)
+	}
 	for _, name := range headerOrder(m.Headers) {
 		v := m.Headers[name]
 		switch {
@@ -136,9 +142,7 @@ func Encode(m *message.Message, env *envelope.Settings, drop func(name, why stri
 }
 
 // headerOrder returns the names of the headers column entries in the order
-// they take the free attributes: a claim check's reference (the
-// walpost-claim-check headers, without which the receiver has no
-// payload), traceparent, tracestate, then by name.
+// they take the free attributes: traceparent, tracestate, then by name.
 func headerOrder(h map[string]string) []string {
 	names := make([]string, 0, len(h))
 	for k := range h {
@@ -146,8 +150,6 @@ func headerOrder(h map[string]string) []string {
 	}
 	rank := func(s string) int {
 		switch s {
-		case "walpost-claim-check", "walpost-claim-check-size", "walpost-claim-check-sha256":
-			return -1
 		case HeaderTraceparent:
 			return 0
 		case HeaderTracestate:
