@@ -8,15 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 	"github.com/walpost/walpost/internal/publish/sns/snsfake"
-	"github.com/walpost/walpost/internal/publish/sqs"
 )
 
 // TestMain gives the SDK's default chain credentials, as a user's
@@ -62,22 +60,19 @@ func newSink(t testing.TB, srv *snsfake.Server, name string, extra ...string) *S
 func read(t testing.TB, srv *snsfake.Server, name string) []*message.Message {
 	var out []*message.Message
 	for _, sm := range srv.Messages(name) {
-		m := &message.Message{ID: sm.Attributes[sqs.AttrID], Type: sm.Attributes[sqs.AttrType], HasKey: true, Key: sm.Attributes[sqs.AttrKey]}
+		m := &message.Message{ID: sm.Attributes[awsbatch.AttrID], Type: sm.Attributes[awsbatch.AttrType], HasKey: true, Key: sm.Attributes[awsbatch.AttrKey]}
 		if m.Key == "" {
 			m.Key = m.ID
 		}
-		attrs := map[string]types.MessageAttributeValue{}
-		if enc, ok := sm.Attributes[sqs.AttrBodyEncoding]; ok {
-			attrs[sqs.AttrBodyEncoding] = types.MessageAttributeValue{StringValue: aws.String(enc)}
-		}
-		p, err := sqs.Payload(sm.Body, attrs)
+		enc, encoded := sm.Attributes[awsbatch.AttrBodyEncoding]
+		p, err := awsbatch.DecodeBody(sm.Body, enc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Payload, m.PayloadJSON = p, len(attrs) == 0
+		m.Payload, m.PayloadJSON = p, !encoded
 		for k, v := range sm.Attributes {
 			switch k {
-			case sqs.AttrID, sqs.AttrType, sqs.AttrKey, sqs.AttrBodyEncoding:
+			case awsbatch.AttrID, awsbatch.AttrType, awsbatch.AttrKey, awsbatch.AttrBodyEncoding:
 				continue
 			}
 			if m.Headers == nil {
@@ -85,7 +80,7 @@ func read(t testing.TB, srv *snsfake.Server, name string) []*message.Message {
 			}
 			m.Headers[k] = v
 		}
-		if strings.HasSuffix(name, ".fifo") && (sm.GroupID != sqs.GroupID(m.Key) || sm.DedupID != m.ID) {
+		if strings.HasSuffix(name, ".fifo") && (sm.GroupID != awsbatch.GroupID(m.Key) || sm.DedupID != m.ID) {
 			t.Errorf("message %s: group %q, deduplication id %q", m.ID, sm.GroupID, sm.DedupID)
 		}
 		out = append(out, m)

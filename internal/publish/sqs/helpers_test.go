@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 )
@@ -103,8 +104,8 @@ func asMessage(t testing.TB, sm sqsfake.Message, fifo bool) *message.Message {
 		m.Headers[k] = v
 	}
 	if fifo {
-		if sm.GroupID != GroupID(m.Key) {
-			t.Errorf("message %s: MessageGroupId %q, want %q for key %q", m.ID, sm.GroupID, GroupID(m.Key), m.Key)
+		if sm.GroupID != awsbatch.GroupID(m.Key) {
+			t.Errorf("message %s: MessageGroupId %q, want %q for key %q", m.ID, sm.GroupID, awsbatch.GroupID(m.Key), m.Key)
 		}
 		if sm.DedupID != m.ID {
 			t.Errorf("message %s: MessageDeduplicationId %q, want the id", m.ID, sm.DedupID)
