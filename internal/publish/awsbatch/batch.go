@@ -174,19 +174,38 @@ func (b *Batcher) send(ctx context.Context, s Sender, d *Dest, done []bool, tota
 	return nil
 }
 
+// lookahead bounds how far past the first pending entry next looks for
+// entries of other groups to fill a FIFO batch.
+const lookahead = 100
+
 // next returns the entries of d to send in the next request, indexes into
-// d.Msgs in order, and those left pending: the first ones of pending, up
-// to MaxEntries and MaxBytes.
+// d.Msgs in order, and those left pending, in order: up to MaxEntries and
+// MaxBytes of the first pending ones; of a FIFO destination at most one
+// entry per message group, the first pending one of each group (the
+// package doc, "Order on FIFO destinations"), looking at most lookahead
+// entries ahead.
 func (b *Batcher) next(d *Dest, pending []int) (batch, rest []int) {
 	size := 0
+	var taken map[string]bool
 	for k, i := range pending {
-		if len(batch) == MaxEntries || size+d.Entries[i].Size > b.MaxBytes && len(batch) > 0 {
-			return batch, pending[k:]
+		e := &d.Entries[i]
+		if len(batch) == MaxEntries || k >= lookahead || size+e.Size > b.MaxBytes && len(batch) > 0 {
+			return batch, append(rest, pending[k:]...)
 		}
-		size += d.Entries[i].Size
+		if d.FIFO {
+			if taken[e.Group] {
+				rest = append(rest, i)
+				continue
+			}
+			if taken == nil {
+				taken = make(map[string]bool, MaxEntries)
+			}
+			taken[e.Group] = true
+		}
+		size += e.Size
 		batch = append(batch, i)
 	}
-	return batch, nil
+	return batch, rest
 }
 
 // settle marks in done the entries of batch that ans reports stored — of
