@@ -42,11 +42,17 @@ func newTopic(srv *snsfake.Server, fifo bool) string {
 
 func newSink(t testing.TB, srv *snsfake.Server, name string, extra ...string) *Sink {
 	t.Helper()
+	return newSinkAt(t, srv.URL(), snsfake.ARN(name), extra...)
+}
+
+// newSinkAt is newSink against the SNS endpoint and topic ARN given.
+func newSinkAt(t testing.TB, endpoint, arn string, extra ...string) *Sink {
+	t.Helper()
 	rest := strings.Join(extra, "\n")
 	if !strings.Contains(rest, "max_retries:") {
 		rest += "\nmax_retries: 0"
 	}
-	doc := fmt.Sprintf("name: sns\nkind: sns\nendpoint: %s\ntopic_arn: %q\n%s", srv.URL(), snsfake.ARN(name), rest)
+	doc := fmt.Sprintf("name: sns\nkind: sns\nendpoint: %s\ntopic_arn: %q\n%s", endpoint, arn, rest)
 	s, err := New(sinktest.SinkConfig(t, doc), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -58,8 +64,14 @@ func newSink(t testing.TB, srv *snsfake.Server, name string, extra ...string) *S
 // read maps what topic holds back to outbox messages (see the sqs sink's
 // tests: the same form).
 func read(t testing.TB, srv *snsfake.Server, name string) []*message.Message {
+	return asMessages(t, srv.Messages(name), strings.HasSuffix(name, ".fifo"))
+}
+
+// asMessages maps messages as a topic stored them back to outbox
+// messages; of a FIFO topic it checks the group and deduplication ids.
+func asMessages(t testing.TB, stored []snsfake.Message, fifo bool) []*message.Message {
 	var out []*message.Message
-	for _, sm := range srv.Messages(name) {
+	for _, sm := range stored {
 		m := &message.Message{ID: sm.Attributes[awsbatch.AttrID], Type: sm.Attributes[awsbatch.AttrType], HasKey: true, Key: sm.Attributes[awsbatch.AttrKey]}
 		if m.Key == "" {
 			m.Key = m.ID
@@ -80,7 +92,7 @@ func read(t testing.TB, srv *snsfake.Server, name string) []*message.Message {
 			}
 			m.Headers[k] = v
 		}
-		if strings.HasSuffix(name, ".fifo") && (sm.GroupID != awsbatch.GroupID(m.Key) || sm.DedupID != m.ID) {
+		if fifo && (sm.GroupID != awsbatch.GroupID(m.Key) || sm.DedupID != m.ID) {
 			t.Errorf("message %s: group %q, deduplication id %q", m.ID, sm.GroupID, sm.DedupID)
 		}
 		out = append(out, m)

@@ -51,11 +51,17 @@ func testLogger(t testing.TB) zerolog.Logger {
 // closes it when the test ends.
 func newSink(t testing.TB, srv *sqsfake.Server, queue string, extra ...string) *Sink {
 	t.Helper()
+	return newSinkAt(t, srv.URL(), queue, extra...)
+}
+
+// newSinkAt is newSink against the SQS endpoint given.
+func newSinkAt(t testing.TB, endpoint, queue string, extra ...string) *Sink {
+	t.Helper()
 	rest := strings.Join(extra, "\n")
 	if !strings.Contains(rest, "max_retries:") {
 		rest += "\nmax_retries: 0"
 	}
-	doc := fmt.Sprintf("name: sqs\nkind: sqs\nendpoint: %s\nqueue: %q\n%s", srv.URL(), queue, rest)
+	doc := fmt.Sprintf("name: sqs\nkind: sqs\nendpoint: %s\nqueue: %q\n%s", endpoint, queue, rest)
 	s, err := New(sinktest.SinkConfig(t, doc), testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
