@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
+	"github.com/walpost/walpost/internal/publish/awsbatch/fauxqs"
+	"github.com/walpost/walpost/internal/publish/sns/snsfake"
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
+	"github.com/walpost/walpost/internal/relaytest"
+)
+
+// fifoRefusal is one service's side of the FIFO refusal tests: a FIFO
+// destination that refuses the entry whose body holds marker, on its
+// own, and stores the others of the same batch, its group's later ones
+// included (fauxqs does; SQS and SNS do not say they do not).
+type fifoRefusal struct {
+	sink string                     // the sink's YAML
+	fix  func()                     // makes the destination take the refused entry
+	ids  func(t *testing.T) []keyed // what it holds, in the order a receiver gets it
+}
+
+// keyed is a message a destination holds: its key and id.
+type keyed struct{ key, id string }
+
+// refusedRows are the rows of the FIFO refusal tests, one transaction:
+// a2 (its payload holds marker, and is over 1 KiB) is refused; a3 and a4
+// of its key come after it in the same batch.
+func refusedRows(marker string) []relaytest.Msg {
+	a1, b1, a2, b2, a3, a4, b3 := relaytest.NewMsg("t", "a", 1), relaytest.NewMsg("t", "b", 2), relaytest.NewMsg("t", "a", 3),
+		relaytest.NewMsg("t", "b", 4), relaytest.NewMsg("t", "a", 5), relaytest.NewMsg("t", "a", 6), relaytest.NewMsg("t", "b", 7)
+	a2.Payload = fmt.Sprintf(`{"n": 3, "pad": "%s%s"}`, marker, strings.Repeat("x", 2000))
+	return []relaytest.Msg{a1, b1, a2, b2, a3, a4, b3}
+}
+
+// checkRefusedEntryKeepsItsPlace runs the cdc binary over refusedRows
+// against f: with relay.on_refused: stop the relay exits 1 naming a2;
+// once the destination takes a2 a restarted relay delivers the rest, and
+// a receiver gets each key's messages in commit order: a3 and a4, stored
+// while a2 was refused, would be ahead of it.
+func checkRefusedEntryKeepsItsPlace(t *testing.T, f fifoRefusal, rows []relaytest.Msg) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	cfg := ob.Config(t, "  - "+f.sink, "relay: {batch_size: 100, retry_backoff: 200ms, shutdown_timeout: 5s}")
+	cdcInit(t, cfg)
+	ob.InsertTx(t, pgtest.Connect(t, url), rows...)
+
+	p := startCDCEnv(t, awsTestEnv, "run", "--config", cfg)
+	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), rows[2].ID) {
+		t.Fatalf("with the entry refused: exit %d, want 1 naming %s\n%s", code, rows[2].ID, p.Stderr.String())
+	}
+	f.fix()
+	p = startCDCEnv(t, awsTestEnv, "run", "--config", cfg)
+	var got []keyed
+	if !pgtest.WaitFor(60*time.Second, func() bool { got = f.ids(t); return len(got) >= len(rows) }) {
+		t.Fatalf("the destination holds %d of %d messages after the fix\n%s", len(got), len(rows), p.Stderr.String())
+	}
+	p.Stop(t)
+	for _, key := range []string{"a", "b"} {
+		var want, have []string
+		for _, r := range rows {
+			if r.Key == key {
+				want = append(want, r.ID)
+			}
+		}
+		for _, a := range got {
+			if a.key == key {
+				have = append(have, a.id)
+			}
+		}
+		if !slices.Equal(have, want) {
+			t.Errorf("key %s arrives as %v, want %v (commit order; %s is the refused one)", key, have, want, rows[2].ID)
+		}
+	}
+}
+
+// keyedArrivals maps stored messages (their attributes) to their key and
+// id, first copies only.
+func keyedArrivals(attrs []map[string]string) []keyed {
+	var out []keyed
+	seen := map[string]bool{}
+	for _, a := range attrs {
+		if id := a[awsbatch.AttrID]; !seen[id] {
+			seen[id] = true
+			out = append(out, keyed{a[awsbatch.AttrKey], id})
+		}
+	}
+	return out
+}
+
+// TestIntegrationSQSFIFORefusedEntryIsNotOvertakenByItsKey: a FIFO
+// queue refuses one entry of a batch and stores the entries after it,
+// those of its message group too. Through the cdc binary, with
+// relay.on_refused: stop, the relay stops naming it, and once the queue
+// takes it the key's later messages arrive after it, not before (issue
+// 44.3; invariant 2): against fauxqs, which refuses an entry over the
+// queue's MaximumMessageSize (1 KiB here) and stores the others, and
+// against sqsfake refusing it per entry (FailEntries).
+func TestIntegrationSQSFIFORefusedEntryIsNotOvertakenByItsKey(t *testing.T) {
+	t.Parallel()
+	t.Run("fauxqs", func(t *testing.T) {
+		t.Parallel()
+		fq := fauxqs.Start(t)
+		q := fq.CreateQueue(t, "walpost-refused.fifo", map[string]string{"MaximumMessageSize": "1024"})
+		checkRefusedEntryKeepsItsPlace(t, fifoRefusal{
+			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, fq.URL()),
+			fix:  func() { fq.SetQueueAttributes(t, q, map[string]string{"MaximumMessageSize": "262144"}) },
+			ids: func(t *testing.T) []keyed {
+				var attrs []map[string]string
+				for _, m := range fq.Drain(t, q) {
+					attrs = append(attrs, m.Attributes)
+				}
+				return keyedArrivals(attrs)
+			},
+		}, refusedRows("refuse-me"))
+	})
+	t.Run("sqsfake", func(t *testing.T) {
+		t.Parallel()
+		srv := sqsfake.Start(t)
+		const q = "walpost-refused.fifo"
+		srv.CreateQueue(q, sqsfake.QueueOptions{})
+		srv.FailEntries(func(_, body string) (string, bool) {
+			if strings.Contains(body, "refuse-me") {
+				return "InvalidParameterValue", true
+			}
+			return "", false
+		})
+		checkRefusedEntryKeepsItsPlace(t, fifoRefusal{
+			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, srv.URL()),
+			fix:  func() { srv.FailEntries(nil) },
+			ids: func(t *testing.T) []keyed {
+				var attrs []map[string]string
+				for _, m := range srv.Messages(q) {
+					attrs = append(attrs, m.Attributes)
+				}
+				return keyedArrivals(attrs)
+			},
+		}, refusedRows("refuse-me"))
+	})
+}
+
+// TestIntegrationSNSFIFORefusedEntryIsNotOvertakenByItsKey: as the SQS
+// test, for a FIFO topic of snsfake refusing one entry of a batch
+// (FailEntries) and publishing the others. fauxqs refuses an SNS entry
+// only over 256 KiB, which the sink refuses itself before sending.
+func TestIntegrationSNSFIFORefusedEntryIsNotOvertakenByItsKey(t *testing.T) {
+	t.Parallel()
+	srv := snsfake.Start(t)
+	const topic = "walpost-refused.fifo"
+	arn := srv.CreateTopic(topic)
+	srv.FailEntries(func(_, body string) (string, bool) {
+		if strings.Contains(body, "refuse-me") {
+			return "InvalidParameter", true
+		}
+		return "", false
+	})
+	checkRefusedEntryKeepsItsPlace(t, fifoRefusal{
+		sink: fmt.Sprintf("{name: sns, kind: sns, topic_arn: %q, endpoint: %q, max_retries: 0, timeout: 5s}", arn, srv.URL()),
+		fix:  func() { srv.FailEntries(nil) },
+		ids: func(t *testing.T) []keyed {
+			var attrs []map[string]string
+			for _, m := range srv.Messages(topic) {
+				attrs = append(attrs, m.Attributes)
+			}
+			return keyedArrivals(attrs)
+		},
+	}, refusedRows("refuse-me"))
+}
