@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -170,4 +171,99 @@ func TestIntegrationSNSFIFORefusedEntryIsNotOvertakenByItsKey(t *testing.T) {
 			return keyedArrivals(attrs)
 		},
 	}, refusedRows("refuse-me"))
+}
+
+// fauxqsLines returns what queue of fq held so far (Drain), in the order
+// received, as lines (id and type from the attributes).
+func fauxqsLines(t *testing.T, fq *fauxqs.Server, queue string) []relaytest.Line {
+	var lines []relaytest.Line
+	for _, m := range fq.Drain(t, queue) {
+		lines = append(lines, relaytest.Line{ID: m.Attributes[awsbatch.AttrID], Type: m.Attributes[awsbatch.AttrType]})
+	}
+	return lines
+}
+
+// TestIntegrationAWSSinksOnFauxqsLoseNothingThroughKill9AndACut: the
+// binary tests of the sqs and sns sinks against fauxqs, the independent
+// emulator: one slot feeds a FIFO queue and a FIFO topic (fanned out to
+// a FIFO queue) of fauxqs, reached through a proxy, beside a file sink,
+// while a producer commits keyed sequences. The relay is killed with
+// SIGKILL and restarted, then the proxy cuts every connection and
+// refuses new ones for a while. In the end both queues hold every
+// committed message, per key in commit order (receive order, as a
+// consumer gets them), and the slot passes the last commit. fauxqs has
+// no fault injection of its own: the throttling and restart of the
+// stand-in tests stay with sqsfake and snsfake.
+func TestIntegrationAWSSinksOnFauxqsLoseNothingThroughKill9AndACut(t *testing.T) {
+	t.Parallel()
+	fq := fauxqs.Start(t)
+	const queue, topic = "walpost-cdc.fifo", "walpost-cdc-topic.fifo"
+	fq.CreateQueue(t, queue, nil)
+	arn := fq.CreateTopic(t, topic)
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	conn := pgtest.Connect(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	sinks := strings.Join([]string{
+		fmt.Sprintf("  - {name: file, kind: file, path: %q}", out),
+		fmt.Sprintf("  - {name: sqs, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 1, timeout: 3s}", queue, fq.URL()),
+		fmt.Sprintf("  - {name: sns, kind: sns, topic_arn: %q, endpoint: %q, max_retries: 1, timeout: 3s}", arn, fq.URL()),
+	}, "\n")
+	cfg := ob.Config(t, sinks, "relay: {batch_size: 100, shutdown_timeout: 10s, retry_backoff: 200ms}")
+	cdcInit(t, cfg)
+
+	var relays []*proc
+	logs := func() string {
+		var b strings.Builder
+		for i, p := range relays {
+			fmt.Fprintf(&b, "--- relay %d ---\n%s", i+1, p.Stderr.String())
+		}
+		return b.String()
+	}
+	count := func(q string) int { return len(fq.Drain(t, q)) }
+	waitMore := func(what string, n int) {
+		t.Helper()
+		target := count(queue) + n
+		if !pgtest.WaitFor(30*time.Second, func() bool { return count(queue) >= target }) {
+			t.Fatalf("%s: %s holds %d messages, want %d\n%s", what, queue, count(queue), target, logs())
+		}
+	}
+	relays = append(relays, startCDCEnv(t, awsTestEnv, "run", "--config", cfg))
+	prod := ob.StartProducer(t, 8, 10*time.Millisecond)
+	waitMore("getting going", 100)
+	relays[0].Kill9(t)
+	relays = append(relays, startCDCEnv(t, awsTestEnv, "run", "--config", cfg))
+	waitMore("after the kill -9", 100)
+	fq.Proxy().Cut()
+	held := settledCount(func() int { return count(queue) })
+	time.Sleep(1500 * time.Millisecond)
+	if got := count(queue); got != held {
+		t.Errorf("the queue took %d messages while the proxy was cut", got-held)
+	}
+	if err := fq.Proxy().Restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitMore("after the cut", 100)
+	prod.Stop()
+	committed := prod.Committed(t, conn)
+	for _, q := range []string{queue, topic} {
+		if !pgtest.WaitFor(60*time.Second, func() bool { return relaytest.AllDelivered(committed, fauxqsLines(t, fq, q)) }) {
+			t.Fatalf("%s misses committed messages after 60 s (%d of %d)\n%s", q, count(q), len(committed), logs())
+		}
+	}
+	var last string
+	for _, l := range relaytest.ReadLines(t, out) {
+		last = l.CommitLSN
+	}
+	lastLSN := relaytest.ParseLSN(t, last)
+	if !pgtest.WaitFor(15*time.Second, func() bool { return relaytest.SlotConfirmed(t, conn, ob.Slot) > lastLSN }) {
+		t.Fatalf("the slot stays at %s, not past the last commit %s\n%s", relaytest.SlotConfirmed(t, conn, ob.Slot), lastLSN, logs())
+	}
+	relays[len(relays)-1].Stop(t)
+	var report []string
+	for _, q := range []string{queue, topic} {
+		rep := relaytest.CheckDelivered(t, q, committed, fauxqsLines(t, fq, q))
+		report = append(report, fmt.Sprintf("%s %d", q, rep.Duplicates))
+	}
+	t.Logf("%d messages committed over 8 keys; duplicates received: %s", len(committed), strings.Join(report, ", "))
 }

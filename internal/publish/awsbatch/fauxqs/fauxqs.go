@@ -319,30 +319,38 @@ func (s *Server) CreateTopic(tb testing.TB, name string) string {
 // message group in order on a FIFO queue).
 func (s *Server) Drain(tb testing.TB, name string) []Message {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := s.sqs.ReceiveMessage(ctx, &sqsapi.ReceiveMessageInput{QueueUrl: aws.String(s.QueueURL(name)), MaxNumberOfMessages: 10,
 			VisibilityTimeout: 30, MessageAttributeNames: []string{"All"},
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll}})
 		if err != nil {
+			cancel()
 			tb.Fatalf("fauxqs: ReceiveMessage %s: %v", name, err)
 		}
 		if len(out.Messages) == 0 {
+			cancel()
 			return append([]Message(nil), s.drained[name]...)
 		}
-		for _, m := range out.Messages {
+		del := &sqsapi.DeleteMessageBatchInput{QueueUrl: aws.String(s.QueueURL(name))}
+		for i, m := range out.Messages {
 			got := Message{Body: aws.ToString(m.Body), Attributes: map[string]string{},
 				GroupID: m.Attributes["MessageGroupId"], DedupID: m.Attributes["MessageDeduplicationId"]}
 			for k, v := range m.MessageAttributes {
 				got.Attributes[k] = aws.ToString(v.StringValue)
 			}
 			s.drained[name] = append(s.drained[name], got)
-			if _, err := s.sqs.DeleteMessage(ctx, &sqsapi.DeleteMessageInput{QueueUrl: aws.String(s.QueueURL(name)), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				tb.Fatalf("fauxqs: DeleteMessage %s: %v", name, err)
-			}
+			del.Entries = append(del.Entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+		res, err := s.sqs.DeleteMessageBatch(ctx, del)
+		cancel()
+		if err != nil {
+			tb.Fatalf("fauxqs: DeleteMessageBatch %s: %v", name, err)
+		}
+		if len(res.Failed) > 0 {
+			tb.Fatalf("fauxqs: DeleteMessageBatch %s: %d failed: %s", name, len(res.Failed), aws.ToString(res.Failed[0].Message))
 		}
 	}
 }
