@@ -12,9 +12,9 @@
 // ending in ".fifo") gets MessageGroupId = the ordering key (awsbatch.GroupID)
 // and MessageDeduplicationId = the outbox id, so SNS drops resends within
 // its 5-minute window; the FIFO SQS queues subscribed to it keep the
-// groups' order. Per-entry answers are partial acknowledgements, per FIFO
-// group up to the group's first failed entry, as for SQS: both sinks send
-// with one batch loop (awsbatch.Batcher).
+// groups' order. Per-entry answers are partial acknowledgements, as for
+// SQS: both sinks send with one batch loop (awsbatch.Batcher), which puts
+// at most one entry per message group in a request to a FIFO topic.
 //
 // topic_arn names the topic; its name (after the last ':') may be a
 // template with {type} and {key}, under SNS's name rules (1–256 of

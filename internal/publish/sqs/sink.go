@@ -171,11 +171,10 @@ func (s *Sink) Name() string { return s.name }
 // before anything is sent, with a publish.Rejected error naming it
 // (relay.on_refused applies). The messages of each queue go out with
 // SendMessageBatch, up to 10 entries and max_message_bytes a request, one
-// request at a time; the queues one after another (awsbatch.Batcher).
+// request at a time; the queues one after another (awsbatch.Batcher); a
+// request to a FIFO queue holds at most one entry per message group.
 // SQS answers for each entry: those it stored are reported with
-// publish.Partial — of a FIFO queue only, per message group, those before
-// the group's first failed entry (the others are sent again, and SQS's
-// deduplication drops the copies stored) — and the queue's later batches
+// publish.Partial, and after a failed entry the queue's later batches
 // are not sent. An entry SQS refuses for what it holds (its size,
 // characters, attributes) is Rejected, naming the message; a queue that
 // does not exist is Permanent, or Rejected when a template chose it
