@@ -354,3 +354,21 @@ func (s *Server) Drain(tb testing.TB, name string) []Message {
 		}
 	}
 }
+
+// Count returns how many messages queue name holds, visible, in flight
+// or delayed (GetQueueAttributes).
+func (s *Server) Count(tb testing.TB, name string) int {
+	tb.Helper()
+	out, err := s.sqs.GetQueueAttributes(context.Background(), &sqsapi.GetQueueAttributesInput{QueueUrl: aws.String(s.QueueURL(name)),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	if err != nil {
+		tb.Fatalf("fauxqs: GetQueueAttributes %s: %v", name, err)
+	}
+	n := 0
+	for _, v := range out.Attributes {
+		c, _ := strconv.Atoi(v)
+		n += c
+	}
+	return n
+}
