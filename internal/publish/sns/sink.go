@@ -96,13 +96,14 @@ func New(cfg *config.Sink, log zerolog.Logger) (publish.Sink, error) {
 func (s *Sink) Name() string { return s.name }
 
 // Publish sends msgs with PublishBatch, up to 10 messages and
-// max_message_bytes a request, one request at a time per topic, the
-// topics one after another, and reports what SNS stored as the sqs sink
-// does, with the same batch loop (awsbatch.Batcher): the same mapping,
-// MessageGroupId and MessageDeduplicationId. A message too large, or with an illegal topic
+// max_message_bytes a request (on a FIFO topic one message per group),
+// one request at a time per topic, the topics one after another, and
+// reports what SNS stored as the sqs sink does, with the same batch loop
+// (awsbatch.Batcher): the same mapping, MessageGroupId and
+// MessageDeduplicationId. A message too large, or with an illegal topic
 // name from the template, fails the call before anything is sent
-// (Rejected); a topic a template chose that does not exist is Rejected, a
-// fixed one Permanent.
+// (Rejected); a topic a template chose that does not exist is Rejected,
+// a fixed one Permanent.
 func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
