@@ -267,3 +267,109 @@ func TestIntegrationAWSSinksOnFauxqsLoseNothingThroughKill9AndACut(t *testing.T)
 	}
 	t.Logf("%d messages committed over 8 keys; duplicates received: %s", len(committed), strings.Join(report, ", "))
 }
+
+// checkHeldKeyStaysBehindItsHead is checkRefusedEntryKeepsItsPlace under
+// relay.on_refused: hold_key: the refused a2 is parked as its key's head
+// and a3, a4 are held behind it, none of them stored meanwhile, while key
+// b flows; once the destination takes a2, cdc dead-letter resend of it
+// delivers a2, a3, a4 in order (invariant 20 within one FIFO queue or
+// topic).
+func checkHeldKeyStaysBehindItsHead(t *testing.T, f fifoRefusal, rows []relaytest.Msg) {
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	cfg := ob.Config(t, "  - "+f.sink, "relay: {batch_size: 100, retry_backoff: 200ms, shutdown_timeout: 5s, on_refused: hold_key, refused_attempts: 1}")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	ob.InsertTx(t, pgtest.Connect(t, url), rows...)
+
+	p := startCDCEnv(t, awsTestEnv, "run", "--config", cfg)
+	has := func(got []keyed, id string) bool {
+		return slices.ContainsFunc(got, func(k keyed) bool { return k.id == id })
+	}
+	if !pgtest.WaitFor(60*time.Second, func() bool {
+		got := f.ids(t)
+		return has(got, rows[0].ID) && has(got, rows[1].ID) && has(got, rows[3].ID) && has(got, rows[6].ID)
+	}) {
+		t.Fatalf("a1 and key b were not delivered while a2 was refused: %v\n%s", f.ids(t), p.Stderr.String())
+	}
+	settledCount(func() int { return len(f.ids(t)) })
+	for _, r := range rows[2:6] {
+		if r.Key == "a" && has(f.ids(t), r.ID) {
+			t.Fatalf("%s of the held key a is stored before its refused head %s is resent: %v", r.ID, rows[2].ID, f.ids(t))
+		}
+	}
+	f.fix()
+	code, stdout, stderr := cdc(t, awsTestEnv, "dead-letter", "--config", cfg, "resend", rows[2].ID)
+	if code != 0 || strings.Count(stdout, "resent  ") != 3 {
+		t.Fatalf("resend of the refused head: exit %d, want 3 resent (a2, a3, a4)\n%s%s", code, stdout, stderr)
+	}
+	var got []keyed
+	if !pgtest.WaitFor(60*time.Second, func() bool { got = f.ids(t); return len(got) >= len(rows) }) {
+		t.Fatalf("the destination holds %d of %d messages after the resend\n%s", len(got), len(rows), p.Stderr.String())
+	}
+	p.Stop(t)
+	for _, key := range []string{"a", "b"} {
+		var want, have []string
+		for _, r := range rows {
+			if r.Key == key {
+				want = append(want, r.ID)
+			}
+		}
+		for _, a := range got {
+			if a.key == key {
+				have = append(have, a.id)
+			}
+		}
+		if !slices.Equal(have, want) {
+			t.Errorf("key %s arrives as %v, want %v (commit order; %s is the refused head)", key, have, want, rows[2].ID)
+		}
+	}
+}
+
+// TestIntegrationSQSFIFOHeldKeyIsNotOvertaken: under relay.on_refused:
+// hold_key, a FIFO queue (fauxqs: over its MaximumMessageSize; sqsfake:
+// FailEntries) refuses one entry of a batch and would store the rest: the
+// key's later messages stay held, out of the queue, until its head is
+// resent, and then arrive after it.
+func TestIntegrationSQSFIFOHeldKeyIsNotOvertaken(t *testing.T) {
+	t.Parallel()
+	t.Run("fauxqs", func(t *testing.T) {
+		t.Parallel()
+		fq := fauxqs.Start(t)
+		q := fq.CreateQueue(t, "walpost-held.fifo", map[string]string{"MaximumMessageSize": "1024"})
+		checkHeldKeyStaysBehindItsHead(t, fifoRefusal{
+			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, fq.URL()),
+			fix:  func() { fq.SetQueueAttributes(t, q, map[string]string{"MaximumMessageSize": "262144"}) },
+			ids: func(t *testing.T) []keyed {
+				var attrs []map[string]string
+				for _, m := range fq.Drain(t, q) {
+					attrs = append(attrs, m.Attributes)
+				}
+				return keyedArrivals(attrs)
+			},
+		}, refusedRows("refuse-me"))
+	})
+	t.Run("sqsfake", func(t *testing.T) {
+		t.Parallel()
+		srv := sqsfake.Start(t)
+		const q = "walpost-held.fifo"
+		srv.CreateQueue(q, sqsfake.QueueOptions{})
+		srv.FailEntries(func(_, body string) (string, bool) {
+			if strings.Contains(body, "refuse-me") {
+				return "InvalidParameterValue", true
+			}
+			return "", false
+		})
+		checkHeldKeyStaysBehindItsHead(t, fifoRefusal{
+			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, srv.URL()),
+			fix:  func() { srv.FailEntries(nil) },
+			ids: func(t *testing.T) []keyed {
+				var attrs []map[string]string
+				for _, m := range srv.Messages(q) {
+					attrs = append(attrs, m.Attributes)
+				}
+				return keyedArrivals(attrs)
+			},
+		}, refusedRows("refuse-me"))
+	})
+}
