@@ -30,12 +30,15 @@ const midTxRows = 50_000
 
 // midTxFault is how the connection is lost: kill ends the WAL sender
 // (pg_terminate_backend), stop freezes the relay (SIGSTOP) until the WAL
-// sender gave up on it (wal_sender_timeout), then lets it go on.
+// sender gave up on it (wal_sender_timeout), then lets it go on; restart
+// restarts PostgreSQL (pg_ctl restart -m immediate: a crash and its
+// recovery; on a cluster of the test's own).
 type midTxFault int
 
 const (
 	walSenderKilled midTxFault = iota
 	relayStopped
+	postgresRestarted
 )
 
 // midTxSetup is one run: the sinks' YAML, how many of the messages a
@@ -52,7 +55,14 @@ type midTxSetup struct {
 // inside each once 3,000 of its rows are out, and checks that every
 // message arrived once, in per-key order.
 func runMidTransactionFault(t *testing.T, fault midTxFault, setup func(t *testing.T) midTxSetup) {
-	url := pgtest.URL(t)
+	var cluster *pgtest.Cluster
+	url := ""
+	if fault == postgresRestarted {
+		cluster = pgtest.StartCluster(t, pgtest.Options{})
+		url = cluster.URL("postgres")
+	} else {
+		url = pgtest.URL(t)
+	}
 	ob := relaytest.NewOutbox(t, url)
 	if fault == relayStopped {
 		// A frozen relay sends no status updates: its WAL sender ends
@@ -72,6 +82,9 @@ func runMidTransactionFault(t *testing.T, fault midTxFault, setup func(t *testin
 	committed := tortureCommitted(t, conn, ob.Table)
 	walSender := func() int32 {
 		var pid *int32
+		if conn.IsClosed() {
+			conn = pgtest.Connect(t, url)
+		}
 		conn.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", ob.Slot).Scan(&pid)
 		if pid == nil {
 			return 0
@@ -92,6 +105,12 @@ func runMidTransactionFault(t *testing.T, fault midTxFault, setup func(t *testin
 			if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
 				t.Fatal(err)
 			}
+		case postgresRestarted:
+			if err := cluster.Restart("immediate"); err != nil {
+				t.Fatal(err)
+			}
+			conn.Close(ctx)
+			conn = pgtest.Connect(t, url)
 		case relayStopped:
 			p.Cmd.Process.Signal(syscall.SIGSTOP)
 			gone := pgtest.WaitFor(30*time.Second, func() bool { return walSender() != pid })
@@ -143,6 +162,14 @@ func TestIntegrationWALSenderKilledMidTransactionSendsNoRowTwice(t *testing.T) {
 func TestIntegrationRelayStoppedPastWalSenderTimeoutMidTransactionSendsNoRowTwice(t *testing.T) {
 	t.Parallel()
 	runMidTransactionFault(t, relayStopped, fileSetup)
+}
+
+// TestIntegrationPostgresImmediateRestartMidTransactionSendsNoRowTwice:
+// PostgreSQL restarted -m immediate inside each of two large
+// transactions; the file sink gets every message once.
+func TestIntegrationPostgresImmediateRestartMidTransactionSendsNoRowTwice(t *testing.T) {
+	t.Parallel()
+	runMidTransactionFault(t, postgresRestarted, fileSetup)
 }
 
 // TestIntegrationKafkaExactlyOnceWALSenderKilledMidTransactionCommitsNoCopy:
