@@ -212,6 +212,9 @@ func clientOpts(kc kafkaConfig) ([]kgo.Opt, *tls.Config, error) {
 		kgo.ProduceRequestTimeout(timeout),
 		kgo.MetadataMinAge(metadataMinAge),
 	}
+	if v := kc.maxVersions(); v != nil {
+		opts = append(opts, kgo.MaxVersions(v))
+	}
 	if kc.Acks != "all" {
 		// Kafka's idempotent producer needs acks=all. Without it one
 		// request at a time per broker (kgo's default) keeps the order.
