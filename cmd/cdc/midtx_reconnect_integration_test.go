@@ -179,27 +179,41 @@ func TestIntegrationPostgresImmediateRestartMidTransactionSendsNoRowTwice(t *tes
 // reach it.
 func TestIntegrationKafkaExactlyOnceWALSenderKilledMidTransactionCommitsNoCopy(t *testing.T) {
 	t.Parallel()
-	runMidTransactionFault(t, walSenderKilled, func(t *testing.T) midTxSetup {
-		kc := kafkatest.Start(t, kfake.SeedTopics(3, "eos"))
-		return midTxSetup{
-			sinks: fmt.Sprintf("  - {name: eos, kind: kafka, brokers: [%s], topic: eos, timeout: 5s, exactly_once: true, progress_topic: walpost.progress}",
-				strings.Join(kc.Addrs(), ", ")),
-			shown: func() int {
-				n := 0
-				for _, pi := range kc.PartitionInfos("eos") {
-					n += int(pi.LastStableOffset)
-				}
-				return n
-			},
-			lines: func() []relaytest.Line {
-				var out []relaytest.Line
-				for _, r := range kc.ReadCommitted(t, "eos") {
-					out = append(out, relaytest.Line{ID: recordHeader(r, "id"), Type: recordHeader(r, "type")})
-				}
-				return out
-			},
-		}
-	})
+	runMidTransactionFault(t, walSenderKilled, exactlyOnceSetup)
+}
+
+// TestIntegrationKafkaExactlyOnceRelayStoppedPastWalSenderTimeoutMidTransactionCommitsNoCopy:
+// the relay frozen past wal_sender_timeout inside each transaction, with
+// an exactly_once Kafka sink: a read_committed consumer sees every
+// message once.
+func TestIntegrationKafkaExactlyOnceRelayStoppedPastWalSenderTimeoutMidTransactionCommitsNoCopy(t *testing.T) {
+	t.Parallel()
+	runMidTransactionFault(t, relayStopped, exactlyOnceSetup)
+}
+
+// exactlyOnceSetup is an exactly_once Kafka sink on kfake; what it shows
+// is the topic's last stable offsets (transaction markers counted), what
+// it holds what a read_committed consumer reads.
+func exactlyOnceSetup(t *testing.T) midTxSetup {
+	kc := kafkatest.Start(t, kfake.SeedTopics(3, "eos"))
+	return midTxSetup{
+		sinks: fmt.Sprintf("  - {name: eos, kind: kafka, brokers: [%s], topic: eos, timeout: 5s, exactly_once: true, progress_topic: walpost.progress}",
+			strings.Join(kc.Addrs(), ", ")),
+		shown: func() int {
+			n := 0
+			for _, pi := range kc.PartitionInfos("eos") {
+				n += int(pi.LastStableOffset)
+			}
+			return n
+		},
+		lines: func() []relaytest.Line {
+			var out []relaytest.Line
+			for _, r := range kc.ReadCommitted(t, "eos") {
+				out = append(out, relaytest.Line{ID: recordHeader(r, "id"), Type: recordHeader(r, "type")})
+			}
+			return out
+		},
+	}
 }
 
 // tortureCommitted reads the "torture" messages of table: id, and the
