@@ -366,7 +366,7 @@ func (p *Pipeline) begin(e decoder.Event) {
 	}
 }
 
-// again reports whether the row at (commit, lsn, seq) was handled before
+// seen reports whether the row at (commit, lsn, seq) was handled before
 // a reconnect inside its transaction: the server's replay of it goes
 // nowhere. Otherwise it records the row as the last handled.
 func (p *Pipeline) seen(commit, lsn pglogrepl.LSN, seq uint32) bool {
