@@ -46,8 +46,10 @@ const (
 // Kafka), read once every message is there.
 type midTxSetup struct {
 	sinks string
-	shown func() int
-	lines func() []relaytest.Line
+	// sentAt maps columns.sent_at: every row must get its mark.
+	sentAt bool
+	shown  func() int
+	lines  func() []relaytest.Line
 }
 
 // runMidTransactionFault commits two transactions of midTxRows rows
@@ -70,7 +72,12 @@ func runMidTransactionFault(t *testing.T, fault midTxFault, setup func(t *testin
 		ob.URL += "&wal_sender_timeout=1s"
 	}
 	s := setup(t)
-	cfg := ob.Config(t, s.sinks, "")
+	extra := ""
+	if s.sentAt {
+		pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN sent_at timestamptz")
+		extra = "columns: {id: id, type: type, key: key, payload: payload, headers: headers, sent_at: sent_at}"
+	}
+	cfg := ob.Config(t, s.sinks, extra)
 	cdcInit(t, cfg)
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -133,6 +140,20 @@ func runMidTransactionFault(t *testing.T, fault midTxFault, setup func(t *testin
 	if replays == 0 {
 		t.Errorf("the relay logged no transaction sent again after a reconnect inside it: the fault came too late to test anything")
 	}
+	if s.sentAt {
+		// The rows handed on before a reconnect are marked too, once
+		// acknowledged: their ids stay with the transaction.
+		var unmarked int
+		if !pgtest.WaitFor(60*time.Second, func() bool {
+			if conn.IsClosed() {
+				conn = pgtest.Connect(t, url)
+			}
+			conn.QueryRow(ctx, "SELECT count(*) FROM "+ob.Table+" WHERE sent_at IS NULL").Scan(&unmarked)
+			return unmarked == 0
+		}) {
+			t.Errorf("%d of the %d delivered rows have sent_at NULL after 60 s", unmarked, len(committed))
+		}
+	}
 }
 
 // fileSetup is a file sink (no fsync: this is about copies, not
@@ -149,10 +170,14 @@ func fileSetup(t *testing.T) midTxSetup {
 
 // TestIntegrationWALSenderKilledMidTransactionSendsNoRowTwice: the WAL
 // sender terminated inside each of two large transactions; the file sink
-// gets every message once.
+// gets every message once, and with columns.sent_at every row is marked.
 func TestIntegrationWALSenderKilledMidTransactionSendsNoRowTwice(t *testing.T) {
 	t.Parallel()
-	runMidTransactionFault(t, walSenderKilled, fileSetup)
+	runMidTransactionFault(t, walSenderKilled, func(t *testing.T) midTxSetup {
+		s := fileSetup(t)
+		s.sentAt = true
+		return s
+	})
 }
 
 // TestIntegrationRelayStoppedPastWalSenderTimeoutMidTransactionSendsNoRowTwice:
