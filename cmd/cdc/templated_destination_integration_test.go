@@ -411,10 +411,9 @@ func TestIntegrationTemplatedDestinationMissingHoldsItsKey(t *testing.T) {
 			ob.InsertTx(t, conn, head, other1)
 
 			p := startCDC(t, "run", "--config", cfg)
-			// The key's later rows come once its head is held: a row of
-			// the key in the same publish call as the refused head, to
-			// another destination, may be stored before the refusal is
-			// known (a known limit: README, "Known limits").
+			// The key's later rows come once its head is held (that a
+			// row of the key read with the head is not stored ahead of
+			// it is TestIntegrationHoldKeyNothingOvertakesItsParkedHeadAcrossDestinations).
 			if !pgtest.WaitFor(60*time.Second, func() bool { h := statusHeld(t, cfg); return p.Exited() || len(h) == 1 }) || p.Exited() {
 				t.Fatalf("the key was not held (relay exited: %v)\n%s", p.Exited(), p.Stderr.String())
 			}
