@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -243,10 +244,19 @@ func as(token string) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// screenshot saves the window as docs/console/NAME.png: the pictures of
-// the docs are made here, so that they stay true.
+// updateScreenshots: go test -run TestIntegrationConsoleInABrowser ./cmd/cdc -update
+// rewrites the pictures in docs/console/; without it no test writes a
+// tracked file.
+var updateScreenshots = flag.Bool("update", false, "rewrite docs/console/*.png from the browser test")
+
+// screenshot saves the window as docs/console/NAME.png with -update: the
+// pictures of the docs are made here, so that they stay true. Without
+// -update it captures nothing.
 func screenshot(name string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if !*updateScreenshots {
+			return nil
+		}
 		png, err := chromedp.CaptureScreenshot()(ctx, t)
 		if err != nil {
 			return err
