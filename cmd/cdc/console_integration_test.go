@@ -178,6 +178,12 @@ func TestIntegrationConsoleAPIReleasesAHeldKeyInOrder(t *testing.T) {
 		!strings.Contains(string(d.HeldKeys[0].Head.RowData), cs.bad.ID) {
 		t.Fatalf("held keys %+v, want k1 with 7 parked behind %s, its row shown", d.HeldKeys, cs.bad.ID)
 	}
+	// The page shows the held row as JSON with how to fix it, its sink
+	// as "all sinks".
+	if code, page := cs.api(t, "GET", "/console/", consoleViewToken, "", ""); code != 200 || !strings.Contains(page, "Fix it before Release") ||
+		!strings.Contains(page, "UPDATE "+cs.dlq) || !strings.Contains(page, "all sinks") || strings.Contains(page, "sink -") {
+		t.Errorf("GET /console/: %d, want the held row with how to fix it, for all sinks\n%s", code, page)
+	}
 	_, sess := cs.api(t, "GET", "/api/v1/session", consoleViewToken, "", "")
 	release := `{"sink": "-", "key": "k1"}`
 	if code, body := cs.api(t, "POST", src+"/release", consoleViewToken, csrfOf(t, sess), release); code != http.StatusForbidden {
@@ -466,7 +472,7 @@ func TestIntegrationConsoleOfAFleetShowsEverySource(t *testing.T) {
 		code, body := cs.api(t, "GET", "/api/v1/sources", consoleViewToken, "", "")
 		got = console.Sources{}
 		return code == 200 && json.Unmarshal([]byte(body), &got) == nil && len(got.Sources) == 2 &&
-			got.Sources[0].Sinks[0].Published == 0 && got.Sources[1].Sinks[0].Published == 2 &&
+			got.Sources[0].Throughput[0].Published == 0 && got.Sources[1].Throughput[0].Published == 2 &&
 			got.Sources[0].State == "streaming" && got.Sources[1].State == "streaming"
 	}) {
 		t.Fatalf("the console's sources %+v, want alpha (0 published) and beta (2)\n%s", got, p.Logs())

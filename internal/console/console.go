@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	"github.com/walpost/walpost/internal/relay"
 )
 
 // Source is one source of the process: its name (the fleet's, or the
@@ -140,7 +140,6 @@ func (c *Console) sourceNamed(name string) *source {
 // metricsOf is what the process's metrics say of a source.
 type metricsOf struct {
 	published map[string]float64 // walpost_messages_published_total by sink
-	failing   map[string]bool    // walpost_sink_failing by sink
 	stalled   float64            // walpost_slot_stalled_seconds
 	inflight  float64            // walpost_oldest_inflight_seconds
 }
@@ -148,44 +147,19 @@ type metricsOf struct {
 // metrics reads src's series from the Gatherer: those with its source
 // label in a fleet, all of them otherwise.
 func (c *Console) metrics(src *source) metricsOf {
-	m := metricsOf{published: map[string]float64{}, failing: map[string]bool{}}
-	if c.gather == nil {
-		return m
-	}
-	families, err := c.gather.Gather()
-	if err != nil && len(families) == 0 {
-		return m
-	}
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range s.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if v, ok := labels["source"]; ok && c.fleet != nil && v != src.name {
-				continue
-			}
-			switch f.GetName() {
-			case "walpost_messages_published_total":
-				m.published[labels["sink"]] = value(s)
-			case "walpost_sink_failing":
-				m.failing[labels["sink"]] = value(s) > 0
-			case "walpost_slot_stalled_seconds":
-				m.stalled = value(s)
-			case "walpost_oldest_inflight_seconds":
-				m.inflight = value(s)
-			}
+	m := metricsOf{published: map[string]float64{}}
+	for _, s := range relay.Gathered(c.gather) {
+		if v, ok := s.Labels["source"]; ok && c.fleet != nil && v != src.name {
+			continue
+		}
+		switch s.Name {
+		case "walpost_messages_published_total":
+			m.published[s.Labels["sink"]] = s.Value
+		case "walpost_slot_stalled_seconds":
+			m.stalled = s.Value
+		case "walpost_oldest_inflight_seconds":
+			m.inflight = s.Value
 		}
 	}
 	return m
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return 0
 }

@@ -73,12 +73,36 @@ const resendAttempts = 5
 // (the table's column types unreadable included) in its Outcome.Err;
 // Resend returns how many failed. It stops early only when ctx ends.
 func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
-	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
-	r, err := newResender(ctx, cfg, log)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
 	if err != nil {
 		return 0, err
 	}
-	defer r.close()
+	defer conn.Close(context.Background())
+	r := NewResender(conn, cfg, log)
+	defer r.Close()
+	return r.Resend(ctx, parked, report)
+}
+
+// Resender resends parked rows (Resend, Release) on the connection to the
+// state tables' server it is given, and on sinks it opens on first use.
+// Not safe for concurrent use.
+type Resender struct{ r *resender }
+
+// NewResender returns a Resender on conn, which the caller closes after
+// Close.
+func NewResender(conn *pgx.Conn, cfg *config.Config, log zerolog.Logger) *Resender {
+	ss, _ := newSinks(cfg, "", log)
+	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox()), keys: envsig.Keys(cfg.Postgres.MessageKeys)}
+	return &Resender{&resender{conn: conn, ss: ss, un: un, tables: store.TablesOf(cfg)}}
+}
+
+// Close closes the sinks the Resender opened.
+func (x *Resender) Close() { x.r.ss.close() }
+
+// Resend is the package's Resend on x's connection and sinks.
+func (x *Resender) Resend(ctx context.Context, parked []store.Parked, report func(Outcome)) (failed int, err error) {
+	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
+	r := x.r
 	released := map[[2]string]bool{} // (sink, key) released by this call
 	selected := map[string]bool{}    // sink/at of each row of parked
 	for _, p := range parked {
@@ -127,37 +151,17 @@ func lockedError(err error) error {
 // or on_refused: hold_key), and resends the rest of its key's parked messages
 // in order, which releases the key (release). report gets each resent
 // message's Outcome; Release returns how many failed.
-func Release(ctx context.Context, cfg *config.Config, head store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
+func (x *Resender) Release(ctx context.Context, head store.Parked, report func(Outcome)) (failed int, err error) {
 	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
-	r, err := newResender(ctx, cfg, log)
-	if err != nil {
-		return 0, err
-	}
-	defer r.close()
-	return r.release(ctx, head, true, nil, report)
+	return x.r.release(ctx, head, true, nil, report)
 }
 
-// resender publishes parked rows again on connections of its own.
+// resender publishes parked rows again on sinks of its own.
 type resender struct {
 	conn   *pgx.Conn
 	ss     *sinks
 	un     *unmapped
 	tables store.Tables
-}
-
-func newResender(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*resender, error) {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
-	if err != nil {
-		return nil, err
-	}
-	ss, _ := newSinks(cfg, "", log)
-	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox()), keys: envsig.Keys(cfg.Postgres.MessageKeys)}
-	return &resender{conn: conn, ss: ss, un: un, tables: store.TablesOf(cfg)}, nil
-}
-
-func (r *resender) close() {
-	r.ss.close()
-	r.conn.Close(context.Background())
 }
 
 // resend publishes p again, without marking it: a message kept as the
