@@ -154,12 +154,6 @@ func (r *Relay) setStream(s *replication.Stream, w *pipeline.Window, ready bool)
 	r.mu.Unlock()
 }
 
-// restart marks a cycle's error after which the relay starts a new cycle
-// (after a backoff) instead of stopping.
-type restart struct{ error }
-
-func (e restart) Unwrap() error { return e.error }
-
 // Run relays until ctx ends (graceful: returns nil once drained and
 // confirmed) or a stage fails for good (returns its error). See the
 // package documentation for the cycles it runs.
@@ -167,21 +161,20 @@ func (r *Relay) Run(ctx context.Context) error {
 	retry := backoff.New(replication.BackoffStart, r.cfg.Postgres.ReconnectBackoff.D())
 	held := false // a cycle streamed: the slot existed where this process streamed
 	for {
-		streamed, err := r.cycle(ctx)
-		held = held || streamed
-		var re restart
-		if !errors.As(err, &re) {
-			x := r.explain()
-			return x.InvalidSlot(x.MissingSlot(err, held))
+		end := r.cycle(ctx)
+		held = held || end.streamed
+		then, err := r.onCycleEnd(end, held) // errpolicy.go
+		if then == stop {
+			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if streamed {
+		if end.streamed {
 			retry.Reset()
 		}
 		wait := retry.Next()
-		if errors.Is(err, replication.ErrSlotLost) {
+		if then == restartNow {
 			wait = 0 // wait for the slot at once, as a standby
 			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
 		} else {
@@ -194,8 +187,18 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // cycle runs one cycle: check, acquire, read the slot's state, open the
-// sinks, stream. streamed reports whether it got as far as streaming.
-func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
+// sinks, stream; it says how it ended. An error while ctx ends is a clean
+// stop (nil).
+func (r *Relay) cycle(ctx context.Context) cycleEnd {
+	streamed, confirmed, err := r.runCycle(ctx)
+	if err != nil && ctx.Err() != nil && !streamed {
+		err = nil // SIGINT/SIGTERM before streaming: a clean stop, nothing read
+	}
+	return cycleEnd{streamed: streamed, confirmed: confirmed, err: err}
+}
+
+// runCycle is cycle's work.
+func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrepl.LSN, err error) {
 	cfg := r.cfg
 	connecting := r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot)
 	if cfg.Postgres.FromStandby() {
@@ -203,10 +206,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}
 	connecting.Msg("connecting")
 	if err := r.check(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, nil // SIGINT/SIGTERM during the check: a clean stop, nothing read
-		}
-		return false, err
+		return false, 0, err
 	}
 	tracker := checkpoint.New(0)
 	drained := make(chan struct{}) // closed once every sink drained after the stream stopped
@@ -225,46 +225,35 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}, confirmer)
 	r.setStream(stream, nil, false)
 	if err := stream.Acquire(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		return false, err
+		return false, 0, err
 	}
 	// The slot is ours: what the relay knows of its state, it reads now.
 	st, err := r.readState(ctx)
 	if err != nil {
 		stream.Release()
-		if ctx.Err() != nil {
-			return false, nil // SIGINT/SIGTERM while reading it: a clean stop
-		}
-		return false, err
+		return false, 0, err
 	}
 	tracker.Progress(st.confirmed)
 	sinks, err := r.openSinks(ctx)
 	if err != nil {
 		stream.Release()
-		switch {
-		case ctx.Err() != nil:
-			return false, nil
-		case errors.Is(err, context.DeadlineExceeded):
+		if errors.Is(err, context.DeadlineExceeded) {
 			// A sink waited too long (the file sink's lock, held by an
 			// instance that lost the slot but has not noticed yet): let
 			// go of the slot and try again.
-			return false, restart{err}
+			err = transient{err}
 		}
-		return false, err
+		return false, 0, err
 	}
 	defer r.closeSinks(sinks)
 	if err := r.resumeSinks(ctx, sinks, &st); err != nil {
 		stream.Release()
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		return false, err
+		return false, 0, err
 	}
 	r.adopted = st.adopted
 	r.held = st.held
-	return true, r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
+	err = r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
+	return true, tracker.Confirmed(), err
 }
 
 // check verifies, read-only, what the relay needs of the server. Failing
@@ -280,19 +269,9 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 func (r *Relay) check(ctx context.Context) error {
 	conns, err := replication.OpenConns(ctx, r.cfg.Postgres.URL, r.cfg.Postgres.PrimaryURL)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, pgconnect.ErrURL) {
-			return err
-		}
-		if pgconnect.Refused(err) {
-			return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
-		}
-		if isTopology(err) {
-			return err // a failed check, not a fault that passes
-		}
-		return restart{err}
+		// The server may be starting: a fault that passes, unless it
+		// refused the role or the check failed (errpolicy.go).
+		return transient{err}
 	}
 	defer conns.Close()
 	conn, state := conns.Slot, conns.State
@@ -356,17 +335,6 @@ func (r *Relay) check(ctx context.Context) error {
 	return r.checkRetention(ctx, state)
 }
 
-// isTopology reports the refusals of replication.CheckTopology.
-func isTopology(err error) bool {
-	for _, k := range []error{replication.ErrStandbyNoPrimary, replication.ErrNotStandby, replication.ErrSameServer,
-		replication.ErrNotPrimary, replication.ErrStandbyVersion, replication.ErrWALLevel} {
-		if errors.Is(err, k) {
-			return true
-		}
-	}
-	return false
-}
-
 // slotState is what a relay holding the slot reads of it.
 type slotState struct {
 	confirmed pglogrepl.LSN
@@ -378,7 +346,7 @@ type slotState struct {
 func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
-		return slotState{}, restart{err}
+		return slotState{}, transient{err}
 	}
 	defer conn.Close(context.Background())
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
@@ -387,13 +355,13 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	}
 	if r.stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
 		if conn, err = pgconnect.Connect(ctx, r.stateURL); err != nil {
-			return slotState{}, restart{err}
+			return slotState{}, transient{err}
 		}
 		defer conn.Close(context.Background())
 	}
 	progress, err := store.LoadProgress(ctx, conn, r.tables)
 	if err != nil {
-		return slotState{}, restart{err}
+		return slotState{}, transient{err}
 	}
 	for name, p := range progress {
 		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).Uint32("seq", p.Seq).
@@ -406,7 +374,7 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	held, err := store.ListHolds(ctx, conn, r.tables)
 	switch {
 	case err != nil && (policyOf(r.cfg.Relay.OnInvalid).Hold || policyOf(r.cfg.Relay.OnRefused).Hold):
-		return slotState{}, restart{err}
+		return slotState{}, transient{err}
 	case err != nil: // no hold_key policy: the role need not read the table
 		r.log.Warn().Err(err).Msg("reading the held keys failed; going on without (relay.on_invalid and on_refused are not hold_key)")
 	}
@@ -465,7 +433,7 @@ func (r *Relay) resumeSinks(ctx context.Context, sinks []publish.Sink, st *slotS
 			if publish.IsPermanent(err) {
 				return err
 			}
-			return restart{err}
+			return transient{err}
 		}
 		if !found {
 			continue
@@ -543,7 +511,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 				return nil
 			}
 			r.log.Warn().Str("slot", cfg.Postgres.Slot).Msg("the standby the slot is read on (postgres.url) was promoted; starting a new cycle, which reads the slot and writes the state on it")
-			return restart{errors.New("relay: the standby of postgres.url was promoted")}
+			return ErrStandbyPromoted
 		})
 	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
@@ -580,7 +548,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 
 	err := g.Wait()
 	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
-	return r.cycleError(err, tracker.Confirmed())
+	return err
 }
 
 // newPipeline builds the stage between the stream and the sinks, with the
@@ -628,23 +596,6 @@ func policyOf(p config.Policy) pipeline.Policy {
 // explain is what the explanations of a stop need (internal/explain).
 func (r *Relay) explain() explain.Run {
 	return explain.Run{Config: r.cfg, ConfigPath: r.ConfigPath, Tables: r.tables, Target: r.target, SlotRead: r.metrics.slotRead}
-}
-
-// cycleError turns the error a cycle's stages ended with into Run's: what
-// to tell the operator of a bad row, and which errors start a new cycle.
-func (r *Relay) cycleError(err error, confirmed pglogrepl.LSN) error {
-	var stop *pipeline.StopAtRow
-	switch {
-	case errors.As(err, &stop):
-		return r.explain().Stop(stop, confirmed)
-	case errors.Is(err, decoder.ErrProtocol):
-		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, confirmed)}
-	case errors.Is(err, replication.ErrSlotLost):
-		return restart{err}
-	case explain.IsPublicationGone(err):
-		return r.explain().PublicationGone(err)
-	}
-	return err
 }
 
 // runner builds the runner of one sink, settling what it is done with
