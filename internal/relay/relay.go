@@ -75,15 +75,6 @@ type Relay struct {
 	target  replication.Target
 	tables  store.Tables
 	metrics *Metrics
-	// sentStmt is the UPDATE that fills in columns.sent_at (from the
-	// check), "" when it is not mapped.
-	sentStmt string
-	// retention deletes delivered rows (relay.retention; from the check),
-	// nil when it is off.
-	retention *retention.Job
-	// shape is the outbox table's OID, columns and time column (from the
-	// check).
-	shape outboxdb.Shape
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -93,19 +84,10 @@ type Relay struct {
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
 
-	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged (once a run).
-	emitWarned bool
-	// topologyLogged: decoding from a standby was logged (once a run).
-	topologyLogged bool
-	// stateURL is where the cycle writes its state (from the check):
-	// postgres.primary_url when the slot is read on a standby, else
-	// postgres.url (also when the standby was promoted).
-	stateURL string
-	// adopted: the transactions whose adopt messages are rows, as the
-	// cycle read them (adoptedXids).
-	adopted []uint32
-	// held: the keys held when the cycle started (store.ListHolds).
-	held []store.Hold
+	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged
+	// (once a run); topologyLogged: decoding from a standby was. The only
+	// fields a cycle sets; what it finds is its cycleState.
+	emitWarned, topologyLogged bool
 
 	mu     sync.Mutex
 	stream *replication.Stream
@@ -186,6 +168,24 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// cycleState is what one cycle found before it streams: what the check
+// read of the server and what the relay holding the slot read of it
+// (readState). streamCycle runs on it; nothing of it stays on the Relay.
+type cycleState struct {
+	// stateURL is where the cycle writes its state: postgres.primary_url
+	// when the slot is read on a standby, else postgres.url (also when
+	// the standby was promoted).
+	stateURL string
+	// sentStmt is the UPDATE that fills in columns.sent_at, "" when it is
+	// not mapped.
+	sentStmt string
+	// retention deletes delivered rows (relay.retention), nil when off.
+	retention *retention.Job
+	// shape is the outbox table's OID, columns and time column.
+	shape outboxdb.Shape
+	slotState
+}
+
 // cycle runs one cycle: check, acquire, read the slot's state, open the
 // sinks, stream; it says how it ended. An error while ctx ends is a clean
 // stop (nil).
@@ -205,15 +205,16 @@ func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrep
 		connecting = connecting.Str("primary", pgconnect.DescribeURL(cfg.Postgres.PrimaryURL))
 	}
 	connecting.Msg("connecting")
-	if err := r.check(ctx); err != nil {
+	cs, err := r.check(ctx)
+	if err != nil {
 		return false, 0, err
 	}
 	tracker := checkpoint.New(0)
 	drained := make(chan struct{}) // closed once every sink drained after the stream stopped
 	var confirmer replication.Confirmer = tracker
 	var marker *sentat.Marker
-	if r.sentStmt != "" {
-		marker = sentat.New(r.stateURL, r.sentStmt, tracker, r.log)
+	if cs.sentStmt != "" {
+		marker = sentat.New(cs.stateURL, cs.sentStmt, tracker, r.log)
 		confirmer = marker // the slot waits for rows to be marked sent
 	}
 	stream := replication.NewStream(replication.StreamOptions{
@@ -228,12 +229,11 @@ func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrep
 		return false, 0, err
 	}
 	// The slot is ours: what the relay knows of its state, it reads now.
-	st, err := r.readState(ctx)
-	if err != nil {
+	if cs.slotState, err = r.readState(ctx, cs.stateURL); err != nil {
 		stream.Release()
 		return false, 0, err
 	}
-	tracker.Progress(st.confirmed)
+	tracker.Progress(cs.confirmed)
 	sinks, err := r.openSinks(ctx)
 	if err != nil {
 		stream.Release()
@@ -246,17 +246,16 @@ func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrep
 		return false, 0, err
 	}
 	defer r.closeSinks(sinks)
-	if err := r.resumeSinks(ctx, sinks, &st); err != nil {
+	if err := r.resumeSinks(ctx, sinks, &cs.slotState); err != nil {
 		stream.Release()
 		return false, 0, err
 	}
-	r.adopted = st.adopted
-	r.held = st.held
-	err = r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
+	err = r.streamCycle(ctx, stream, tracker, marker, drained, sinks, &cs)
 	return true, tracker.Confirmed(), err
 }
 
-// check verifies, read-only, what the relay needs of the server. Failing
+// check verifies, read-only, what the relay needs of the server, and
+// returns what the cycle needs of it (all but slotState). Failing
 // to connect is worth another cycle (the server may be starting), unless
 // the server refused the role or database (pgconnect.Refused); a failed
 // check is not.
@@ -266,18 +265,19 @@ func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrep
 // (postgres.url) and what the relay writes on the primary; the topology
 // is checked first (replication.CheckTopology) and hot_standby_feedback
 // off is a warning (replication.Topology.Cautions).
-func (r *Relay) check(ctx context.Context) error {
+func (r *Relay) check(ctx context.Context) (cycleState, error) {
+	var cs cycleState
 	conns, err := replication.OpenConns(ctx, r.cfg.Postgres.URL, r.cfg.Postgres.PrimaryURL)
 	if err != nil {
 		// The server may be starting: a fault that passes, unless it
 		// refused the role or the check failed (errpolicy.go).
-		return transient{err}
+		return cs, transient{err}
 	}
 	defer conns.Close()
 	conn, state := conns.Slot, conns.State
-	r.stateURL = r.cfg.Postgres.URL
+	cs.stateURL = r.cfg.Postgres.URL
 	if conns.Standby() {
-		r.stateURL = r.cfg.Postgres.PrimaryURL
+		cs.stateURL = r.cfg.Postgres.PrimaryURL
 	}
 	if conns.Standby() || conns.Topology.Promoted {
 		if !r.topologyLogged {
@@ -289,37 +289,37 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 	}
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
-		return err
+		return cs, err
 	}
 	if risk, err := outboxdb.EmitRisk(ctx, state, r.cfg); err != nil {
-		return err
+		return cs, err
 	} else if risk != "" && !r.emitWarned {
 		r.emitWarned = true
 		r.log.Warn().Str("prefix", r.cfg.Postgres.MessagePrefix).Msg(risk)
 	}
 	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
-		return err
+		return cs, err
 	}
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
 	r.metrics.slotRead(info)
 	// An invalidated slot goes on to START_REPLICATION, whose error (the
 	// server's message and DETAIL) explain.Run.InvalidSlot explains.
 	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
-		return err
+		return cs, err
 	}
 	if r.cfg.Postgres.FailoverSlot {
 		if err := replication.CheckFailoverSlot(ctx, conn, r.target.Slot); err != nil {
-			return err
+			return cs, err
 		}
 	}
 	if !r.target.TableLess {
-		if r.shape, err = outboxdb.LookupOutbox(ctx, state, r.cfg); err != nil {
-			return err
+		if cs.shape, err = outboxdb.LookupOutbox(ctx, state, r.cfg); err != nil {
+			return cs, err
 		}
 	}
 	if r.target.Outbox.Columns.Has(layout.SentAt) {
-		if r.sentStmt, err = sentat.Check(ctx, state, r.target.Outbox); err != nil {
-			return err
+		if cs.sentStmt, err = sentat.Check(ctx, state, r.target.Outbox); err != nil {
+			return cs, err
 		}
 	}
 	open, err := store.CheckOwners(ctx, state, r.tables, store.TrustOf(r.cfg))
@@ -327,12 +327,13 @@ func (r *Relay) check(ctx context.Context) error {
 		r.log.Warn().Str("schema", o.Schema).Msg(o.String())
 	}
 	if err != nil {
-		return err
+		return cs, err
 	}
 	if err := store.Check(ctx, state, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
-		return err
+		return cs, err
 	}
-	return r.checkRetention(ctx, state)
+	cs.retention, err = r.checkRetention(ctx, state, cs.stateURL)
+	return cs, err
 }
 
 // slotState is what a relay holding the slot reads of it.
@@ -343,7 +344,9 @@ type slotState struct {
 	held      []store.Hold // store.ListHolds
 }
 
-func (r *Relay) readState(ctx context.Context) (slotState, error) {
+// readState reads the slot's state, its position on postgres.url and the
+// rest where the cycle writes its state (stateURL).
+func (r *Relay) readState(ctx context.Context, stateURL string) (slotState, error) {
 	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
 		return slotState{}, transient{err}
@@ -353,8 +356,8 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	if err != nil {
 		return slotState{}, err
 	}
-	if r.stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
-		if conn, err = pgconnect.Connect(ctx, r.stateURL); err != nil {
+	if stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
+		if conn, err = pgconnect.Connect(ctx, stateURL); err != nil {
 			return slotState{}, transient{err}
 		}
 		defer conn.Close(context.Background())
@@ -373,7 +376,7 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	}
 	held, err := store.ListHolds(ctx, conn, r.tables)
 	switch {
-	case err != nil && (policyOf(r.cfg.Relay.OnInvalid).Hold || policyOf(r.cfg.Relay.OnRefused).Hold):
+	case err != nil && (r.cfg.Relay.OnInvalid == config.HoldKey || r.cfg.Relay.OnRefused == config.HoldKey):
 		return slotState{}, transient{err}
 	case err != nil: // no hold_key policy: the role need not read the table
 		r.log.Warn().Err(err).Msg("reading the held keys failed; going on without (relay.on_invalid and on_refused are not hold_key)")
@@ -465,7 +468,7 @@ func (r *Relay) closeSinks(sinks []publish.Sink) {
 // fails: the stream, the heartbeat, the pipeline, one runner per sink and
 // the progress store, under one errgroup.
 func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tracker *checkpoint.Tracker, marker *sentat.Marker,
-	drained chan struct{}, sinks []publish.Sink, loaded map[string]store.Position) error {
+	drained chan struct{}, sinks []publish.Sink, cs *cycleState) error {
 	cfg := r.cfg
 	window := pipeline.NewWindow(cfg.Relay.WindowMessages, cfg.Relay.WindowBytes)
 	g, gctx := errgroup.WithContext(context.Background())
@@ -483,29 +486,29 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	// take turns more often (see BENCHMARKS.md, "What each optimisation
 	// bought").
 	events := make(chan []replication.Event, 64)
-	parked := store.NewDeadLetter(r.stateURL, r.tables)
+	parked := store.NewDeadLetter(cs.stateURL, r.tables)
 	defer parked.Close()
 	relations := make(chan struct{}, 1) // a Relation message: the coverage watcher looks
-	p := r.newPipeline(tracker, window, marker, parked, loaded, relations)
-	progress := store.NewProgress(r.stateURL, r.tables, loaded, r.log)
+	p := r.newPipeline(cs, tracker, window, marker, parked, relations)
+	progress := store.NewProgress(cs.stateURL, r.tables, cs.progress, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
 	if marker != nil {
 		g.Go(func() error { return marker.Run(sd.read, sentAtInterval) })
 	}
-	if job := r.retention; job != nil {
+	if job := cs.retention; job != nil {
 		g.Go(func() error { return job.Run(sd.read) }) // off the hot path; never stops the relay
 	}
 	if !r.target.TableLess {
-		w := coverage.New(coverage.Options{Config: cfg, URL: r.stateURL, Target: r.target, Tables: r.tables,
-			TimeColumn: r.shape.TimeColumn, Pipeline: p, Tracker: tracker, Relations: relations,
+		w := coverage.New(coverage.Options{Config: cfg, URL: cs.stateURL, Target: r.target, Tables: r.tables,
+			TimeColumn: cs.shape.TimeColumn, Pipeline: p, Tracker: tracker, Relations: relations,
 			Metrics: r.metrics.coverage, Log: r.log})
 		// What covers the outbox now is recorded before anything streams;
 		// then the watcher runs off the hot path and never stops the relay.
 		w.First(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
-	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
+	if cs.stateURL != cfg.Postgres.URL { // the slot on a standby
 		g.Go(func() error { // docs/operations.md, "Decoding from a standby"
 			if !replication.WatchPromotion(sd.read, cfg.Postgres.URL) {
 				return nil
@@ -518,7 +521,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	g.Go(func() error {
 		// A standby writes no WAL: the heartbeat's message is written on
 		// the primary and reaches the slot through the standby's replay.
-		return replication.RunHeartbeat(sd.read, r.stateURL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
+		return replication.RunHeartbeat(sd.read, cs.stateURL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
 	})
 	g.Go(func() error {
 		err := p.Run(gctx, events) // closes the sinks' channels
@@ -530,7 +533,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	})
 	var runners sync.WaitGroup
 	for i, s := range sinks {
-		runner, done := r.runner(s, p.Out(i), tracker, window, progress)
+		runner, done := r.runner(cs, s, p.Out(i), tracker, window, progress)
 		defer done()
 		runners.Add(1)
 		g.Go(func() error {
@@ -552,21 +555,21 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 }
 
 // newPipeline builds the stage between the stream and the sinks, with the
-// positions each sink acknowledged before (loaded); marker is nil when
-// columns.sent_at is not mapped.
-func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window, marker *sentat.Marker,
-	parked *store.DeadLetter, loaded map[string]store.Position, relations chan<- struct{}) *pipeline.Pipeline {
+// positions each sink acknowledged before (cs.progress); marker is nil
+// when columns.sent_at is not mapped.
+func (r *Relay) newPipeline(cs *cycleState, tracker *checkpoint.Tracker, window *pipeline.Window, marker *sentat.Marker,
+	parked *store.DeadLetter, relations chan<- struct{}) *pipeline.Pipeline {
 	cfg := r.cfg
 	dec := outboxdb.NewDecoder(cfg)
-	if r.adopted != nil {
-		dec.AdoptFrom(r.adopted)
+	if cs.adopted != nil {
+		dec.AdoptFrom(cs.adopted)
 	}
-	if r.shape.OID != 0 {
-		dec.SetOutbox(r.shape.OID, r.shape.Columns)
+	if cs.shape.OID != 0 {
+		dec.SetOutbox(cs.shape.OID, cs.shape.Columns)
 	}
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		Invalid: policyOf(cfg.Relay.OnInvalid), TableLess: cfg.Postgres.TableLess(),
-		HoldStore: parked, Holds: r.held, // keys held before are held whatever the policy now
+		HoldStore: parked, Holds: cs.held, // keys held before are held whatever the policy now
 		OnExpired: cfg.Relay.OnExpired, Expired: parked,
 		Metrics: r.metrics.pipelineMetrics(), Log: r.log,
 		Relation: func() {
@@ -580,7 +583,7 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	}
 	for _, s := range cfg.Sinks {
 		o.Routes = append(o.Routes, s.Route)
-		o.Acked = append(o.Acked, loaded[s.Name])
+		o.Acked = append(o.Acked, cs.progress[s.Name])
 		o.SinkNames = append(o.SinkNames, s.Name)
 	}
 	return pipeline.New(o)
@@ -590,7 +593,13 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 // takes it: stop parks nothing, dead_letter parks, hold_key parks and
 // holds the key.
 func policyOf(p config.Policy) pipeline.Policy {
-	return pipeline.Policy{Park: p.Parks(), Hold: p == config.HoldKey}
+	switch {
+	case p == config.HoldKey:
+		return pipeline.HoldKey
+	case p.Parks():
+		return pipeline.Park
+	}
+	return pipeline.Stop
 }
 
 // explain is what the explanations of a stop need (internal/explain).
@@ -600,7 +609,7 @@ func (r *Relay) explain() explain.Run {
 
 // runner builds the runner of one sink, settling what it is done with
 // (pipeline.Settler); done releases what it holds once the run is over.
-func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *checkpoint.Tracker, window *pipeline.Window,
+func (r *Relay) runner(cs *cycleState, s publish.Sink, in <-chan []publish.Delivery, tracker *checkpoint.Tracker, window *pipeline.Window,
 	progress *store.Progress) (runner *publish.Runner, done func()) {
 	cfg := r.cfg
 	sinkName := s.Name()
@@ -612,15 +621,15 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	}
 	done = func() {}
 	so.Refused = policyOf(cfg.Relay.OnRefused)
-	hold := so.Refused.Hold
-	for _, h := range r.held {
+	hold := so.Refused == pipeline.HoldKey
+	for _, h := range cs.held {
 		hold = hold || h.Sink == sinkName // held before: held whatever the policy now
 	}
-	if so.Refused.Park || hold {
-		dead := store.NewDeadLetter(r.stateURL, r.tables)
+	if so.Refused.Parks() || hold {
+		dead := store.NewDeadLetter(cs.stateURL, r.tables)
 		so.Refusals, done = dead, dead.Close
 		if hold {
-			so.HoldStore, so.Holds = dead, r.held
+			so.HoldStore, so.Holds = dead, cs.held
 		}
 	}
 	settler := pipeline.NewSettler(so)
@@ -639,7 +648,7 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}
-	if so.Refused.Park {
+	if so.Refused.Parks() {
 		opt.Refused = settler.Refused
 	}
 	if hold {
