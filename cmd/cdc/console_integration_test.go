@@ -485,3 +485,56 @@ func TestIntegrationConsoleOfAFleetShowsEverySource(t *testing.T) {
 	}
 	p.Stop(t)
 }
+
+// TestIntegrationConsoleReleasesThroughTheRelaysOwnFileSink: the README's
+// setup, a file sink with relay.on_invalid: hold_key and the console on.
+// A bad row holds its key; once the row is fixed, the release clicked on
+// the console of that same cdc run goes through the relay's own file sink
+// (its file is locked by the relay: a sink of the console's own could not
+// write it) and delivers the key's messages in order, which the sink's
+// published count includes; cdc dead-letter beside the running relay says
+// at once what to do instead.
+func TestIntegrationConsoleReleasesThroughTheRelaysOwnFileSink(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out),
+		fmt.Sprintf("relay: {on_invalid: hold_key}\nhttp: {listen: '%s', console: true, operate_token: %s}", addr, consoleOperateToken))
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	msgs := []relaytest.Msg{relaytest.NewMsg("t", "k1", 1), relaytest.NewMsg("t", "k1", 2), relaytest.NewMsg("t", "k1", 3), relaytest.NewMsg("t", "k2", 4)}
+	insertHeldTest(t, ob, conn, msgs, map[string]bool{msgs[1].ID: true})
+	relay := startCDC(t, "run", "--config", cfg)
+	cs := &consoleSetup{addr: addr, relay: relay}
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{msgs[0], msgs[3]}, 60*time.Second, relay.Stderr.String)
+	pgtest.Await(t, 30*time.Second, "k1 held", func() bool { return len(statusHeld(t, cfg)) == 1 })
+
+	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"t"') WHERE message_id = '%s'`, dlq, msgs[1].ID))
+	if code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", msgs[1].ID); code != 1 || !strings.Contains(stdout+stderr, "stop that cdc run") ||
+		!strings.Contains(stdout+stderr, "console") {
+		t.Errorf("cdc dead-letter resend beside the relay: exit %d, want 1 saying what to do\n%s%s", code, stdout, stderr)
+	}
+	_, sess := cs.api(t, "GET", "/api/v1/session", consoleOperateToken, "", "")
+	src := "/api/v1/sources/" + ob.Slot
+	code, body := cs.api(t, "POST", src+"/release", consoleOperateToken, csrfOf(t, sess), `{"sink": "-", "key": "k1"}`)
+	if code != http.StatusOK || strings.Count(body, `"result": "resent"`) != 2 {
+		t.Fatalf("release through the relay's file sink: %d, want 200 and 2 resent\n%s\n%s", code, body, relay.Logs())
+	}
+	lines := relaytest.ReadLines(t, out)
+	if len(lines) != 4 || lines[2].ID != msgs[1].ID || lines[3].ID != msgs[2].ID {
+		t.Fatalf("the file holds %+v, want k1's fixed row and the one held behind it after the others", lines)
+	}
+	var got console.Detail
+	if code, body := cs.api(t, "GET", src, consoleOperateToken, "", ""); code != 200 || json.Unmarshal([]byte(body), &got) != nil ||
+		len(got.Throughput) != 1 || got.Throughput[0].Published != 4 {
+		t.Errorf("after the release: %d, throughput %+v, want 4 published (2 released)\n%s", code, got.Throughput, body)
+	}
+	relay.Stop(t)
+}

@@ -54,7 +54,9 @@ prints both. An id names every row of that message (one per sink that
 refused it); --sink narrows to one sink. A running relay is no
 obstacle: resend publishes on connections of its own; but a file sink's
 file is the relay's while it runs (its lock): resend to it fails at once,
-changing nothing, saying to stop the relay first. The table needs the
+changing nothing, saying to release from the relay's console
+(http.console, which writes through the relay's own sinks) or to stop
+the relay first. The table needs the
 current columns (resent_at, seq): cdc init adds them after an upgrade.
 With log.format: json set (in the file or CDC_LOG_FORMAT), its log and
 errors on stderr are JSON records; list, show and resend report on stdout.`

@@ -99,7 +99,7 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 	if shared.HTTP.Listen != "" {
 		var cs []console.Source
 		for _, s := range sources {
-			cs = append(cs, console.Source{Name: s.Name, Config: s.Config})
+			cs = append(cs, console.Source{Name: s.Name, Config: s.Config, Sinks: f.Lent(s.Name)})
 		}
 		consoleCtx, stopConsole := context.WithCancel(ctx)
 		defer stopConsole()

@@ -64,7 +64,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 	if err != nil || res.Failed > 0 {
 		ev = c.log.Warn()
 	}
-	ev = ev.Str("source", src.name).Str("slot", src.cfg.Postgres.Slot).Str("action", string(action)).Str("role", roleOf(r).String()).
+	ev = ev.Str("source", src.Name).Str("slot", src.Config.Postgres.Slot).Str("action", string(action)).Str("role", roleOf(r).String()).
 		Str("remote", r.RemoteAddr).Strs("messages", refs(res.Outcomes)).Int("failed", res.Failed).Strs("released", res.Released)
 	if err != nil {
 		ev.Str("error", c.redact(err.Error())).Msg("console: " + string(action) + " refused")
@@ -94,11 +94,11 @@ func refs(out []ops.Outcome) []string {
 // act does action on src's parked messages that req names, through one
 // ops.Room, as cdc dead-letter does: the rules are the same.
 func (c *Console) act(ctx context.Context, src *source, action ops.Kind, req ActionRequest) (ActionResult, error) {
-	res := ActionResult{Source: src.name, Result: ops.Result{Action: action, Outcomes: []ops.Outcome{}, Released: []string{}}}
+	res := ActionResult{Source: src.Name, Result: ops.Result{Action: action, Outcomes: []ops.Outcome{}, Released: []string{}}}
 	if action != ops.Release && (len(req.Messages) == 0) == (req.Group == "") {
 		return res, fmt.Errorf("%w: give messages (their refs) or a group, one or the other", ops.ErrBadAction)
 	}
-	room, err := ops.Open(ctx, src.cfg, ops.Options{Log: c.log, Redact: c.redact})
+	room, err := ops.Open(ctx, src.Config, ops.Options{Log: c.log, Redact: c.redact, Sinks: src.Sinks})
 	if err != nil {
 		return res, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/relay"
 )
 
@@ -22,6 +23,9 @@ import (
 type Source struct {
 	Name   string
 	Config *config.Config
+	// Sinks returns the sinks of its relay in this process while it
+	// streams (relay.Relay.Lent): the actions publish through them.
+	Sinks func() []publish.Sink
 }
 
 // Options configure a Console.
@@ -64,8 +68,7 @@ type Console struct {
 
 // source is a Source with its lag history.
 type source struct {
-	name string
-	cfg  *config.Config
+	Source
 	hist *history
 }
 
@@ -91,7 +94,7 @@ func New(o Options) (*Console, error) {
 	c := &Console{http: o.HTTP, gather: o.Gatherer, fleet: o.Fleet, log: o.Log, redact: o.Redact, every: o.SampleEvery,
 		csrf: hex.EncodeToString(b), page: page}
 	for _, s := range o.Sources {
-		c.sources = append(c.sources, &source{name: s.Name, cfg: s.Config, hist: &history{window: time.Hour}})
+		c.sources = append(c.sources, &source{Source: s, hist: &history{window: time.Hour}})
 	}
 	return c, nil
 }
@@ -130,7 +133,7 @@ func secureHeaders(h http.Handler) http.Handler {
 // sourceNamed returns the source called name, or nil.
 func (c *Console) sourceNamed(name string) *source {
 	for _, s := range c.sources {
-		if s.name == name {
+		if s.Name == name {
 			return s
 		}
 	}
@@ -149,7 +152,7 @@ type metricsOf struct {
 func (c *Console) metrics(src *source) metricsOf {
 	m := metricsOf{published: map[string]float64{}}
 	for _, s := range relay.Gathered(c.gather) {
-		if v, ok := s.Labels["source"]; ok && c.fleet != nil && v != src.name {
+		if v, ok := s.Labels["source"]; ok && c.fleet != nil && v != src.Name {
 			continue
 		}
 		switch s.Name {

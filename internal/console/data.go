@@ -52,19 +52,15 @@ const maxShown = 500
 // detail reads src through one ops.Room: its status and, withParked,
 // its parked messages by failure. Read-only.
 func (c *Console) detail(ctx context.Context, src *source, withParked bool) Detail {
-	v := SourceView{Name: src.name, Status: ops.Status{Slot: src.cfg.Postgres.Slot, Sinks: []ops.SinkStatus{}, HeldKeys: []ops.HeldKey{}, Warnings: []string{},
+	v := SourceView{Name: src.Name, Status: ops.Status{Slot: src.Config.Postgres.Slot, Sinks: []ops.SinkStatus{}, HeldKeys: []ops.HeldKey{}, Warnings: []string{},
 		OutboxWarnings: []string{}}, Throughput: []SinkRate{}, History: src.hist.list()}
 	if c.fleet != nil {
-		for _, s := range c.fleet().Sources {
-			if s.Name == src.name {
-				v.State = s.State
-			}
-		}
+		v.State = c.fleet().StateOf(src.Name)
 	}
 	met := c.metrics(src)
 	v.LagSeconds, v.OldestSeconds = met.stalled, met.inflight
 	rate := rates(v.History)
-	for _, s := range src.cfg.Sinks {
+	for _, s := range src.Config.Sinks {
 		sr := SinkRate{Name: s.Name, Published: met.published[s.Name]}
 		if r, ok := rate[s.Name]; ok {
 			sr.RatePerSecond = &r
@@ -72,7 +68,7 @@ func (c *Console) detail(ctx context.Context, src *source, withParked bool) Deta
 		v.Throughput = append(v.Throughput, sr)
 	}
 	d := Detail{SourceView: v, Groups: []ops.Group{}}
-	room, err := ops.Open(ctx, src.cfg, ops.Options{Log: c.log, Redact: c.redact})
+	room, err := ops.Open(ctx, src.Config, ops.Options{Log: c.log, Redact: c.redact, Sinks: src.Sinks})
 	if err != nil {
 		d.Error = c.redact(err.Error())
 		return d

@@ -73,8 +73,8 @@ func (c *Console) sample(ctx context.Context, src *source) Sample {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
-	if s.LagBytes, err = ops.Lag(ctx, src.cfg); err != nil {
-		c.log.Debug().Err(err).Str("source", src.name).Msg("console: sampling the slot's lag")
+	if s.LagBytes, err = ops.Lag(ctx, src.Config); err != nil {
+		c.log.Debug().Err(err).Str("source", src.Name).Msg("console: sampling the slot's lag")
 	}
 	return s
 }

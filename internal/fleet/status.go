@@ -68,6 +68,17 @@ type Report struct {
 	Sources      []Status `json:"sources"`
 }
 
+// StateOf returns the state of the source called name, "" when there is
+// none.
+func (r Report) StateOf(name string) string {
+	for _, s := range r.Sources {
+		if s.Name == name {
+			return s.State
+		}
+	}
+	return ""
+}
+
 // Report returns the state of every source, in the order of their files.
 func (f *Fleet) Report() Report {
 	failing := f.failingSinks()

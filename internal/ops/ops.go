@@ -10,6 +10,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/replication"
 	"github.com/walpost/walpost/internal/store"
@@ -21,6 +22,11 @@ type Options struct {
 	Log zerolog.Logger
 	// Redact cuts secrets out of the errors a view shows (nil: none).
 	Redact func(string) string
+	// Sinks, when set, returns the sinks of the relay running in this
+	// process (relay.Relay.Lent): the actions publish through them
+	// (replay.Resender.Borrow), so that the console of cdc run acts beside
+	// the relay, a file sink included.
+	Sinks func() []publish.Sink
 }
 
 // Room is one source's operations: its configuration and the connection
@@ -31,6 +37,7 @@ type Room struct {
 	t       store.Tables
 	log     zerolog.Logger
 	redact  func(string) string
+	sinks   func() []publish.Sink
 	checked bool // trust and the dead-letter table's readiness checked (ready)
 }
 
@@ -44,7 +51,7 @@ func Open(ctx context.Context, cfg *config.Config, o Options) (*Room, error) {
 	if o.Redact == nil {
 		o.Redact = func(s string) string { return s }
 	}
-	return &Room{cfg: cfg, conns: conns, t: store.TablesOf(cfg), log: o.Log, redact: o.Redact}, nil
+	return &Room{cfg: cfg, conns: conns, t: store.TablesOf(cfg), log: o.Log, redact: o.Redact, sinks: o.Sinks}, nil
 }
 
 // Close closes the Room's connections.
@@ -69,7 +76,11 @@ func (r *Room) ready(ctx context.Context) error {
 
 // resender is a replay.Resender on the Room's connection.
 func (r *Room) resender() *replay.Resender {
-	return replay.NewResender(r.conns.State, r.cfg, r.log)
+	x := replay.NewResender(r.conns.State, r.cfg, r.log)
+	if r.sinks != nil {
+		x.Borrow(r.sinks)
+	}
+	return x
 }
 
 // ErrNotFound is in the error for names that select no parked row (a

@@ -93,6 +93,7 @@ type Relay struct {
 	stream *replication.Stream
 	window *pipeline.Window
 	ready  bool
+	lent   []*publish.Lent // the streaming cycle's sinks, lent (Lent)
 }
 
 // New validates the sinks' settings. It does no I/O: no sink is opened
@@ -164,6 +165,53 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		if !backoff.Sleep(ctx, wait) {
 			return nil
+		}
+	}
+}
+
+// Lent returns the sinks of the cycle streaming now, in the order of the
+// configuration, lent for publishing beside their runners (publish.Lent:
+// the console's resends); nil when none streams. A sink that keeps its
+// progress at the destination (publish.Resumer: the exactly-once Kafka
+// sink) is not lent (nil): a resend opens its own.
+func (r *Relay) Lent() []publish.Sink {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lent == nil {
+		return nil
+	}
+	out := make([]publish.Sink, len(r.lent))
+	for i, l := range r.lent {
+		if l != nil {
+			out[i] = l
+		}
+	}
+	return out
+}
+
+// lend lends the cycle's sinks (Lent) until retire.
+func (r *Relay) lend(sinks []publish.Sink) []*publish.Lent {
+	lent := make([]*publish.Lent, len(sinks))
+	for i, s := range sinks {
+		if _, resumes := s.(publish.Resumer); !resumes {
+			published := r.metrics.published.WithLabelValues(s.Name())
+			lent[i] = publish.Lend(s, func(n int) { published.Add(float64(n)) })
+		}
+	}
+	r.mu.Lock()
+	r.lent = lent
+	r.mu.Unlock()
+	return lent
+}
+
+// retire takes the lent sinks back before they are closed.
+func (r *Relay) retire(lent []*publish.Lent) {
+	r.mu.Lock()
+	r.lent = nil
+	r.mu.Unlock()
+	for _, l := range lent {
+		if l != nil {
+			l.Retire()
 		}
 	}
 }
@@ -478,6 +526,8 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	defer r.setStream(stream, window, false)
 	r.metrics.watch(tracker, window, stream)
 	defer r.metrics.cycleEnded()
+	lent := r.lend(sinks)
+	defer r.retire(lent)
 
 	// Batches the stream read but the pipeline has not taken: at most
 	// 64 KiB of message data each (replication's maxBatchBytes, or one
@@ -533,7 +583,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	})
 	var runners sync.WaitGroup
 	for i, s := range sinks {
-		runner, done := r.runner(cs, s, p.Out(i), tracker, window, progress)
+		runner, done := r.runner(cs, s, lent[i], p.Out(i), tracker, window, progress)
 		defer done()
 		runners.Add(1)
 		g.Go(func() error {
@@ -609,7 +659,7 @@ func (r *Relay) explain() explain.Run {
 
 // runner builds the runner of one sink, settling what it is done with
 // (pipeline.Settler); done releases what it holds once the run is over.
-func (r *Relay) runner(cs *cycleState, s publish.Sink, in <-chan []publish.Delivery, tracker *checkpoint.Tracker, window *pipeline.Window,
+func (r *Relay) runner(cs *cycleState, s publish.Sink, lent *publish.Lent, in <-chan []publish.Delivery, tracker *checkpoint.Tracker, window *pipeline.Window,
 	progress *store.Progress) (runner *publish.Runner, done func()) {
 	cfg := r.cfg
 	sinkName := s.Name()
@@ -647,6 +697,9 @@ func (r *Relay) runner(cs *cycleState, s publish.Sink, in <-chan []publish.Deliv
 		Failed:          func(err error) { progress.Failing(sinkName, sinkError(secrets, err)) },
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
+	}
+	if lent != nil { // a nil *Lent is not a nil Locker
+		opt.Lock = lent
 	}
 	if so.Refused.Parks() {
 		opt.Refused = settler.Refused

@@ -96,6 +96,12 @@ func NewResender(conn *pgx.Conn, cfg *config.Config, log zerolog.Logger) *Resend
 	return &Resender{&resender{conn: conn, ss: ss, un: un, tables: store.TablesOf(cfg)}}
 }
 
+// Borrow makes x publish through a running relay's sinks (lent:
+// relay.Relay.Lent, publish.Lent) whenever it lends them, rather than
+// open sinks of its own: beside the relay, a file sink's file is the
+// relay's.
+func (x *Resender) Borrow(lent func() []publish.Sink) { x.r.ss.lent = lent }
+
 // Close closes the sinks the Resender opened.
 func (x *Resender) Close() { x.r.ss.close() }
 
@@ -143,7 +149,8 @@ func (x *Resender) Resend(ctx context.Context, parked []store.Parked, report fun
 // lockedError is what a resend says when a file sink's file is held by
 // another process, a running relay: nothing more is resent.
 func lockedError(err error) error {
-	return fmt.Errorf("%w; a file sink cannot be written beside the relay that holds its file: stop that cdc run, run this command again, "+
+	return fmt.Errorf("%w; a file sink cannot be written beside the relay that holds its file: resend or release it from the console of that cdc run "+
+		"(http.console: it publishes through the relay's own sinks), or stop that cdc run, run this command again, "+
 		"then start the relay (the messages not resent stay parked, a held key stays held, and the relay goes on with its other keys meanwhile)", err)
 }
 
