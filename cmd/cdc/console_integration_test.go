@@ -515,6 +515,12 @@ func TestIntegrationConsoleReleasesThroughTheRelaysOwnFileSink(t *testing.T) {
 	cs := &consoleSetup{addr: addr, relay: relay}
 	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{msgs[0], msgs[3]}, 60*time.Second, relay.Stderr.String)
 	pgtest.Await(t, 30*time.Second, "k1 held", func() bool { return len(statusHeld(t, cfg)) == 1 })
+	// cdc status tells the held message from the bad row, and its exit
+	// code tells a script that keys are held.
+	if code, stdout, _ := cdc(t, nil, "status", "--config", cfg); code != heldExit ||
+		!strings.Contains(stdout, "rows that could not be mapped: 1, held behind their key's first: 1") {
+		t.Errorf("cdc status with k1 held: exit %d, want %d, one row that could not be mapped and one held\n%s", code, heldExit, stdout)
+	}
 
 	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"t"') WHERE message_id = '%s'`, dlq, msgs[1].ID))
 	if code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", msgs[1].ID); code != 1 || !strings.Contains(stdout+stderr, "stop that cdc run") ||
@@ -535,6 +541,9 @@ func TestIntegrationConsoleReleasesThroughTheRelaysOwnFileSink(t *testing.T) {
 	if code, body := cs.api(t, "GET", src, consoleOperateToken, "", ""); code != 200 || json.Unmarshal([]byte(body), &got) != nil ||
 		len(got.Throughput) != 1 || got.Throughput[0].Published != 4 {
 		t.Errorf("after the release: %d, throughput %+v, want 4 published (2 released)\n%s", code, got.Throughput, body)
+	}
+	if code, stdout, _ := cdc(t, nil, "status", "--config", cfg); code != 0 {
+		t.Errorf("cdc status after the release: exit %d, want 0\n%s", code, stdout)
 	}
 	relay.Stop(t)
 }

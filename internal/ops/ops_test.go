@@ -71,3 +71,18 @@ func TestHumanBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestAJSONColumnOfAnUnmappedRowShowsAsJSON: a row that could not be
+// mapped keeps its columns as text; a json or jsonb payload shows as
+// JSON (not an escaped string), a refused message's line as it is.
+func TestAJSONColumnOfAnUnmappedRowShowsAsJSON(t *testing.T) {
+	unmapped := Message{RowData: json.RawMessage(`{"id": "x", "type": "", "payload": "{\"a\": [1, 2]}", "key": "[k"}`)}
+	if got := string(unmapped.Shown()); got != `{"id":"x","key":"[k","payload":{"a":[1,2]},"type":""}` {
+		t.Errorf("Shown = %s", got)
+	}
+	line := Message{RowData: json.RawMessage(`{"payload": "{\"a\": 1}"}`)}
+	line.p.Sink = "out"
+	if got := string(line.Shown()); got != string(line.RowData) {
+		t.Errorf("a refused message's line shown as %s, want it as it is", got)
+	}
+}

@@ -218,7 +218,7 @@ func WriteShow(w io.Writer, msgs []Message) {
 		if m.HeldBehind != nil {
 			fmt.Fprintf(w, "held_behind: %s\n", *m.HeldBehind)
 		}
-		fmt.Fprintf(w, "row_data:\n  %s\n", Pretty(m.RowData, "  "))
+		fmt.Fprintf(w, "row_data:\n  %s\n", Pretty(m.Shown(), "  "))
 		if fix := m.Fix(); fix != "" {
 			fmt.Fprintf(w, "to fix it:   %s\n", fix)
 		}
@@ -233,6 +233,29 @@ func Pretty(raw json.RawMessage, prefix string) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// Shown is the row's row_data as the page and cdc dead-letter show print
+// it: for a row that could not be mapped (its columns' text values), a
+// value that is a JSON object or array (a json or jsonb column) shows as
+// JSON, not as an escaped string; a fix may write it so (resend takes a
+// JSON value as its text).
+func (m *Message) Shown() json.RawMessage {
+	var vals map[string]json.RawMessage
+	if m.p.IsLine() || json.Unmarshal(m.RowData, &vals) != nil {
+		return m.RowData
+	}
+	for k, v := range vals {
+		var s string
+		if json.Unmarshal(v, &s) == nil && len(s) > 0 && (s[0] == '{' || s[0] == '[') && json.Valid([]byte(s)) {
+			vals[k] = json.RawMessage(s)
+		}
+	}
+	b, err := json.Marshal(vals)
+	if err != nil {
+		return m.RowData
+	}
+	return b
 }
 
 // Fix says how to correct the row in the dead-letter table before a

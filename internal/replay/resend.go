@@ -508,8 +508,10 @@ func decodeParked(dec *decoder.Decoder, rows *Rows, p *store.Parked) (*message.M
 	return m, nil
 }
 
-// parkedText returns the value of row_data's field name: a string, or the
-// bytes of {"base64": ...}; nil when absent.
+// parkedText returns the value of row_data's field name: a string, the
+// bytes of {"base64": ...}, or the text of any other JSON value (a json or
+// jsonb column's value fixed by an operator as JSON rather than as a JSON
+// string); nil when absent.
 func parkedText(vals map[string]json.RawMessage, name string) (*string, error) {
 	raw, ok := vals[name]
 	if !ok {
@@ -519,11 +521,16 @@ func parkedText(vals map[string]json.RawMessage, name string) (*string, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		return &s, nil
 	}
-	var b struct{ Base64 []byte }
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return nil, fmt.Errorf("row_data: %q is neither a string nor {\"base64\": ...}", name)
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) == nil && len(obj) == 1 && obj["base64"] != nil {
+		var b struct{ Base64 []byte }
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return nil, fmt.Errorf("row_data: %q: {\"base64\": ...} holds no base64: %w", name, err)
+		}
+		s = string(b.Base64)
+		return &s, nil
 	}
-	s = string(b.Base64)
+	s = string(raw)
 	return &s, nil
 }
 
