@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walpost/walpost/internal/ops"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 	"github.com/walpost/walpost/internal/publish/natsjs"
@@ -419,7 +420,7 @@ func TestIntegrationTemplatedDestinationMissingHoldsItsKey(t *testing.T) {
 			}
 			ob.InsertTx(t, conn, heldOK, heldMissing, other2)
 			var got []arrival
-			var held []heldKeyRep
+			var held []ops.HeldKey
 			if !pgtest.WaitFor(60*time.Second, func() bool {
 				got = b.received(t)
 				if p.Exited() || !hasAll(got, typeOK, other1, other2) {

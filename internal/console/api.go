@@ -2,11 +2,12 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/walpost/walpost/internal/ops"
 )
 
 // readTimeout bounds the reads of a page or an API answer.
@@ -37,7 +38,7 @@ type Sources struct {
 func (c *Console) serveSources(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	out := Sources{Role: roleOf(r).String(), Sources: eachSource(c.sources, func(s *source) SourceView { return c.view(ctx, s) })}
+	out := Sources{Role: roleOf(r).String(), Sources: eachSource(c.sources, func(s *source) SourceView { return c.detail(ctx, s, false).SourceView })}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -49,15 +50,13 @@ func (c *Console) serveSource(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	writeJSON(w, http.StatusOK, c.detail(ctx, src))
+	writeJSON(w, http.StatusOK, c.detail(ctx, src, true))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	ops.WriteJSON(w, v)
 }
 
 // writeError answers {"error": msg}.

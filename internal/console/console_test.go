@@ -228,17 +228,6 @@ func TestConsoleTakesHTTPAuthAsTheOperator(t *testing.T) {
 	}
 }
 
-func TestFingerprintGroupsOneCause(t *testing.T) {
-	a := Fingerprint(`row 0/16B3748:2: column "type" is empty (id 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b, 42 bytes)` + "\nmore")
-	b := Fingerprint(`row 0/2A00:0: column "type" is empty (id 0190a1b2-0000-7e5f-8a9b-0c1d2e3f4a5c, 7 bytes)`)
-	if a != b {
-		t.Errorf("Fingerprint: %q and %q, want one fingerprint", a, b)
-	}
-	if c := Fingerprint("webhook: 400 Bad Request"); c == a {
-		t.Errorf("two causes share the fingerprint %q", c)
-	}
-}
-
 func TestHistoryKeepsTheLastHourAndRates(t *testing.T) {
 	h := &history{window: time.Hour}
 	t0 := time.Now()
@@ -306,7 +295,7 @@ func TestConsoleOfAFleetShowsEachSourcesStateAndOwnMetrics(t *testing.T) {
 	}
 	for _, s := range got.Sources {
 		w := want[s.Name]
-		if s.State != w.state || len(s.Sinks) != 1 || s.Sinks[0].Published != w.published || s.Error == "" || strings.Contains(s.Error, "secretpw") {
+		if s.State != w.state || len(s.Throughput) != 1 || s.Throughput[0].Published != w.published || s.Error == "" || strings.Contains(s.Error, "secretpw") {
 			t.Errorf("source %s: %+v, want state %s, %v published, the error without the password", s.Name, s, w.state, w.published)
 		}
 	}

@@ -42,13 +42,13 @@ type Options struct {
 	// DeadLetters parks the rows the pipeline may not publish and answers
 	// whether `cdc skip` parked one.
 	DeadLetters DeadLetters
-	// Invalid is relay.on_invalid: without Invalid.Park, Run stops at a
-	// bad row with a *StopAtRow; with Park it parks the row and goes on;
-	// with Park and Hold the row is parked as the head of its ordering
-	// key, and every later message of the key is parked behind it
-	// (HoldStore) until the key is released.
+	// Invalid is relay.on_invalid: with Stop, Run stops at a bad row
+	// with a *StopAtRow; with Park it parks the row and goes on; with
+	// HoldKey the row is parked as the head of its ordering key, and
+	// every later message of the key is parked behind it (HoldStore)
+	// until the key is released.
 	Invalid Policy
-	// HoldStore parks by key: required with Invalid.Hold or Holds.
+	// HoldStore parks by key: required with Invalid HoldKey or Holds.
 	HoldStore HoldStore
 	// Holds are the keys held for every sink when the run starts
 	// (store.ListHolds, sink ""), held whatever Invalid is.
@@ -89,7 +89,7 @@ type Pipeline struct {
 	skip      []store.Position // per sink: what it acknowledged before a restart
 	dead      DeadLetters
 	onInvalid Policy    // relay.on_invalid
-	holds     HoldStore // with onInvalid.Hold
+	holds     HoldStore // with onInvalid HoldKey
 	held      *heldKeys // keys held for every sink
 	marker    Marker
 	onRel     func() // Options.Relation
@@ -441,9 +441,9 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error, fromFill bool
 		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
 			Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
 		return nil
-	case !p.onInvalid.Park && fromFill:
+	case !p.onInvalid.Parks() && fromFill:
 		return &StopAtRow{Err: de, Fill: true}
-	case !p.onInvalid.Park:
+	case !p.onInvalid.Parks():
 		return p.stopUnlessSkipped(ctx, &StopAtRow{Err: de})
 	}
 	if p.onInvalid.holds() {

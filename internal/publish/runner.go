@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -24,6 +25,9 @@ type Delivery struct {
 
 // RunnerOptions tunes a Runner.
 type RunnerOptions struct {
+	// Lock, when set, is held around each Publish: the sink is lent to
+	// others between them (Lent).
+	Lock sync.Locker
 	// BatchSize is the most deliveries per Publish call (default 1000).
 	BatchSize int
 	// MaxBackoff caps the wait between attempts of a failed batch
@@ -399,10 +403,16 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 			return nil
 		}
 		var err error
+		if r.opt.Lock != nil {
+			r.opt.Lock.Lock()
+		}
 		if r.schedules {
 			err = r.sink.Publish(ctx, r.msgs)
 		} else {
 			err = PublishOnTime(ctx, r.sink, r.msgs, time.Now())
+		}
+		if r.opt.Lock != nil {
+			r.opt.Lock.Unlock()
 		}
 		progress := r.record(err)
 		r.ackDurable()
