@@ -68,7 +68,7 @@ func TestAReconnectInsideATransactionHandsNoSinkWhatItHad(t *testing.T) {
 // after the prefix go by the key's state as usual.
 func TestAReconnectInsideATransactionParksAndHoldsNothingTwice(t *testing.T) {
 	f := &fakeHolds{released: map[string]bool{}}
-	h := start(t, Options{Invalid: Policy{Park: true, Hold: true}, HoldStore: f})
+	h := start(t, Options{Invalid: HoldKey, HoldStore: f})
 	open := keyedTxn(7, 0x100, 0x1F0, []string{"a", "b", "b", "a", "b", "a"},
 		row{1, "t"}, row{2, ""}, row{3, "t"}, row{4, "t"}, row{5, "t"}, row{6, "t"})
 	h.send(batch(relation(0x100), open[:5])) // Begin and rows 1–4
@@ -96,7 +96,7 @@ func TestAReconnectInsideATransactionParksAndHoldsNothingTwice(t *testing.T) {
 // ahead of it.
 func TestRepeatedReconnectsInsideATransactionHandOnEachRowOnce(t *testing.T) {
 	m := &fakeMarker{}
-	h := start(t, Options{Marker: m, Invalid: Policy{Park: true}})
+	h := start(t, Options{Marker: m, Invalid: Park})
 	m.h = h
 	open := txn(7, 0x100, 0x1F0, row{1, "t"}, row{2, ""}, row{3, "t"}, row{4, "t"}, row{5, "t"})
 	h.send(batch(relation(0x100), open[:3])) // Begin, rows 1 and 2
