@@ -65,6 +65,7 @@ import (
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/sentat"
 	"github.com/walpost/walpost/internal/store"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Relay is one configured relay.
@@ -92,6 +93,9 @@ type Relay struct {
 	// fleet of sources, internal/fleet); the stream enters it before each
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
+	// Tracing, when set, records each delivery as a publish span
+	// (tracing:; internal/tracing). Nil: tracing off, nothing recorded.
+	Tracing *tracing.Provider
 
 	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged (once a run).
 	emitWarned bool
@@ -693,6 +697,11 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	}
 	if hold {
 		opt.Hold = settler
+	}
+	for i := range cfg.Sinks {
+		if cfg.Sinks[i].Name == sinkName {
+			opt.Trace = r.Tracing.Sink(&cfg.Sinks[i], tracing.Relay) // nil when off
+		}
 	}
 	return publish.NewRunner(s, in, opt), done
 }

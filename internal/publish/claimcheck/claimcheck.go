@@ -231,6 +231,6 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	c.Headers[HeaderRef] = ref
 	c.Headers[HeaderSize] = strconv.Itoa(len(m.Payload))
 	c.Headers[HeaderSHA256] = hex.EncodeToString(sum[:])
-	s.opt.Log.Debug().Str("msg_id", m.ID).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
+	s.opt.Log.Debug().Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
 	return &c, nil
 }
