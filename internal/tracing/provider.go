@@ -113,6 +113,7 @@ func Resolve(c *config.Tracing, getenv func(string) string) (Settings, error) {
 // Sink returns nil. Safe for concurrent use.
 type Provider struct {
 	tp      *sdktrace.TracerProvider
+	metrics *Metrics
 	tracer  trace.Tracer
 	sampler Sampler
 	s       Settings
@@ -140,12 +141,13 @@ func New(ctx context.Context, s Settings, version string, reg prometheus.Registe
 			res = r
 		}
 	}
-	q := NewQueue(exp, s.QueueSize, NewMetrics(reg), log)
+	m := NewMetrics(reg)
+	q := NewQueue(exp, s.QueueSize, m, log)
 	// The sampling is Sampler's, decided before a span is started; the
 	// SDK records every span it is given.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q), sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	p := &Provider{tp: tp, tracer: tp.Tracer("github.com/walpost/walpost/relay", trace.WithInstrumentationVersion(version)),
+	p := &Provider{tp: tp, metrics: m, tracer: tp.Tracer("github.com/walpost/walpost/relay", trace.WithInstrumentationVersion(version)),
 		sampler: NewSampler(s.Sampler, s.SampleRatio), s: s}
 	log.Info().Str("protocol", s.Protocol).Str("endpoint", p.endpoint()).Str("sampler", s.Sampler).Float64("sample_ratio", s.SampleRatio).
 		Int("queue_size", s.QueueSize).Msg("tracing: publish spans exported over OTLP")

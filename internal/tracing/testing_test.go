@@ -13,3 +13,6 @@ func newTestProvider(s Sampler) (*Provider, *tracetest.InMemoryExporter) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	return &Provider{tp: tp, tracer: tp.Tracer("test"), sampler: s}, exp
 }
+
+// metricsForTest returns p's counters.
+func (p *Provider) metricsForTest() *Metrics { return p.metrics }
