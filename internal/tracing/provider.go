@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -141,6 +142,12 @@ func New(ctx context.Context, s Settings, version string, reg prometheus.Registe
 			res = r
 		}
 	}
+	// The SDK's own errors (an exporter's, a bad attribute) go to the log,
+	// not to stderr's plain text beside the JSON records; export failures
+	// are counted and warned about by the queue.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Debug().Err(err).Msg("tracing: OpenTelemetry SDK error")
+	}))
 	m := NewMetrics(reg)
 	q := NewQueue(exp, s.QueueSize, m, log)
 	// The sampling is Sampler's, decided before a span is started; the
