@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,7 +284,8 @@ func (j jaeger) get(t *testing.T, traceID string) *jTrace {
 func (j jaeger) search(t *testing.T, service, key, value string) []jTrace {
 	t.Helper()
 	tags, _ := json.Marshal(map[string]string{key: value})
-	resp, err := http.Get(j.query + "/api/traces?service=" + service + "&lookback=1h&limit=20&tags=" + string(tags))
+	q := url.Values{"service": {service}, "lookback": {"1h"}, "limit": {"20"}, "tags": {string(tags)}}
+	resp, err := http.Get(j.query + "/api/traces?" + q.Encode())
 	if err != nil {
 		t.Fatalf("searching Jaeger: %v", err)
 	}
