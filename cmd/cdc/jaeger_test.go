@@ -36,14 +36,22 @@ var (
 // building it at once.
 func jaegerBin(t *testing.T) string {
 	t.Helper()
-	jaegerOnce.Do(func() { jaegerPath, jaegerErr = buildJaeger() })
+	jaegerOnce.Do(func() {
+		// A cold build takes many minutes on a loaded machine: it gets at
+		// most 15, and never the last 3 of the test binary's -timeout.
+		limit := 15 * time.Minute
+		if d, ok := t.Deadline(); ok {
+			limit = min(limit, time.Until(d)-3*time.Minute)
+		}
+		jaegerPath, jaegerErr = buildJaeger(limit)
+	})
 	if jaegerErr != nil {
 		t.Skipf("no Jaeger to read traces from: %v", jaegerErr)
 	}
 	return jaegerPath
 }
 
-func buildJaeger() (string, error) {
+func buildJaeger(limit time.Duration) (string, error) {
 	dir := filepath.Join(os.TempDir(), "walpost-jaeger", jaegerVersion)
 	if d := os.Getenv("WALPOST_JAEGER_CACHE"); d != "" {
 		dir = filepath.Join(d, jaegerVersion)
@@ -77,11 +85,17 @@ func buildJaeger() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no go command to build Jaeger with: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	if limit <= 0 {
+		return "", fmt.Errorf("no time left in the test binary's -timeout to build it; build it once: cd tools/jaeger && go build -o %s github.com/jaegertracing/jaeger/cmd/jaeger", bin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gobin, "build", "-o", bin+".tmp", "github.com/jaegertracing/jaeger/cmd/jaeger")
 	cmd.Dir = mod
 	if out, err := cmd.CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("building github.com/jaegertracing/jaeger/cmd/jaeger@%s in tools/jaeger took more than %v; build it once: cd tools/jaeger && go build -o %s github.com/jaegertracing/jaeger/cmd/jaeger", jaegerVersion, limit.Round(time.Second), bin)
+		}
 		return "", fmt.Errorf("building github.com/jaegertracing/jaeger/cmd/jaeger@%s in tools/jaeger: %v\n%s", jaegerVersion, err, out)
 	}
 	return bin, os.Rename(bin+".tmp", bin)
