@@ -154,7 +154,28 @@ func checkChain(t *testing.T, tr *jTrace, row tracedRow, system, dest string, re
 	if process.StartTime < publish.StartTime {
 		t.Errorf("the receiver's span starts before the publish span")
 	}
+	logWaterfall(t, tr)
 	return publish
+}
+
+// logWaterfall logs tr's spans in start order, each under its parent
+// (go test -v shows the waterfall docs/operations.md quotes).
+func logWaterfall(t *testing.T, tr *jTrace) {
+	spans := slices.Clone(tr.Spans)
+	slices.SortFunc(spans, func(a, b jSpan) int { return int(a.StartTime - b.StartTime) })
+	depth := map[string]int{}
+	t0 := spans[0].StartTime
+	var b strings.Builder
+	for _, s := range spans {
+		d := 0
+		if p := s.parent(); p != "" {
+			d = depth[p] + 1
+		}
+		depth[s.SpanID] = d
+		fmt.Fprintf(&b, "\n%s%-28s %-8s +%8.3f ms %9.3f ms  %v", strings.Repeat("  ", d), s.OperationName, tr.service(s),
+			float64(s.StartTime-t0)/1000, float64(s.Duration)/1000, s.events())
+	}
+	t.Logf("trace %s:%s", tr.TraceID, b.String())
 }
 
 func opNames(tr *jTrace) []string {
