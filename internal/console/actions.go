@@ -13,6 +13,7 @@ import (
 	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/replay"
 	"github.com/walpost/walpost/internal/store"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // ActionRequest is the body of POST /api/v1/sources/NAME/ACTION: the
@@ -81,6 +82,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 	defer c.acting.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
+	ctx = tracing.WithProvider(ctx, c.tracing) // a resend's publish spans
 	res, err := c.act(ctx, src, action, req)
 	ev := c.log.Info()
 	if err != nil || res.Failed > 0 {

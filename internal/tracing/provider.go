@@ -242,8 +242,8 @@ const (
 	Relay Mode = iota
 	// Replay is cdc replay: a message sent again from the outbox table.
 	Replay
-	// Resend is cdc dead-letter resend: a parked message published
-	// again.
+	// Resend is cdc dead-letter resend (and the console's resend): a
+	// parked message published again.
 	Resend
 )
 
