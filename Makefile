@@ -13,8 +13,8 @@ export GOTOOLCHAIN := go1.27.3
 # Packages whose tests run under the race detector (the pipeline's
 # concurrent stages, and the sinks with concurrency of their own: Kafka's
 # producer, the webhook's lanes, NATS's async publishes; tracing's export
-# queue); the others run once without it, beside cmd/cdc's long run (RACE_RE excludes these from
-# that run).
+# queue); the others run once without it, beside cmd/cdc's long run
+# (RACE_RE excludes these from that run).
 RACE_PKGS := ./internal/relay/... ./internal/replication/... ./internal/checkpoint/... ./internal/publish ./internal/publish/kafka/... \
 	./internal/publish/webhook/... ./internal/publish/natsjs/... ./internal/pipeline/... ./internal/fleet/... ./internal/tracing
 RACE_RE := /internal/(relay|replication|checkpoint|pipeline|fleet|tracing)(/|$$)|/internal/publish$$|/internal/publish/(kafka|webhook|natsjs)(/|$$)
