@@ -65,6 +65,7 @@ import (
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/sentat"
 	"github.com/walpost/walpost/internal/store"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Relay is one configured relay.
@@ -83,6 +84,9 @@ type Relay struct {
 	// fleet of sources, internal/fleet); the stream enters it before each
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
+	// Tracing, when set, records each delivery as a publish span
+	// (tracing:; internal/tracing). Nil: tracing off, nothing recorded.
+	Tracing *tracing.Provider
 
 	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged
 	// (once a run); topologyLogged: decoding from a standby was. The only
@@ -706,6 +710,11 @@ func (r *Relay) runner(cs *cycleState, s publish.Sink, lent *publish.Lent, in <-
 	}
 	if hold {
 		opt.Hold = settler
+	}
+	for i := range cfg.Sinks {
+		if cfg.Sinks[i].Name == sinkName {
+			opt.Trace = r.Tracing.Sink(&cfg.Sinks[i], tracing.Relay) // nil when off
+		}
 	}
 	return publish.NewRunner(s, in, opt), done
 }

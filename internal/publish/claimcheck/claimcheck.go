@@ -227,6 +227,6 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	// leaves the column's walpost-* entries out (docs/security.md, "The
 	// relay's headers").
 	c.ClaimCheck = &message.ClaimRef{Ref: ref, Size: len(m.Payload), SHA256: hex.EncodeToString(sum[:])}
-	s.opt.Log.Debug().Str("msg_id", m.ID).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
+	s.opt.Log.Debug().Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
 	return &c, nil
 }
