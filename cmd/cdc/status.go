@@ -22,6 +22,9 @@ func statusCmd(e *cmdEnv) error {
 	if err != nil {
 		return err
 	}
+	if st.Slot.Exists {
+		st.Cautions = append(st.Cautions, kafkaProgressCautions(e.ctx, e.cfg, st)...)
+	}
 	if e.opts.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

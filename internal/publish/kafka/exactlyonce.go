@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -35,7 +39,13 @@ type txnState struct {
 	slot   string
 	id     string // the transactional id
 	key    []byte // the progress record's key
+	walEnd pglogrepl.LSN
 	client *kgo.Client
+	// pids are the producer ids this process's producers got for id, and
+	// epoch the current producer's epoch (restartTxn): a progress record
+	// is this sink's only when one of them wrote it, in a transaction.
+	pids  map[int64]bool
+	epoch int16
 	// broken: the last transaction's outcome is not known (an error after
 	// BeginTransaction). The next Publish starts a new producer, which
 	// aborts whatever is still open, and reads the committed progress
@@ -57,31 +67,33 @@ type progressValue struct {
 func TransactionalID(slot, sink string) string { return "walpost." + slot + "." + sink }
 
 // Resume implements publish.Resumer. Without exactly_once it does nothing
-// (ok false). With it, it makes sure the progress topic exists (creating
+// (not Found). With it, it makes sure the progress topic exists (creating
 // it compacted, one partition, when missing), starts the transactional
 // producer (which fences any other producer with the same transactional
 // id and aborts its open transaction) and reads the committed progress of
-// the sink on slot.
-func (s *Sink) Resume(ctx context.Context, slot string) (publish.Position, bool, error) {
+// the sink on opts.Slot, trusting only a record its own producer wrote
+// (readProgress).
+func (s *Sink) Resume(ctx context.Context, opts publish.ResumeOptions) (publish.Resumed, error) {
 	if !s.exactlyOnce {
-		return publish.Position{}, false, nil
+		return publish.Resumed{}, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.txn != nil {
 		s.txn.client.Close()
 	}
-	s.txn = &txnState{slot: slot, id: TransactionalID(slot, s.name), key: []byte(slot + "/" + s.name)}
+	s.txn = &txnState{slot: opts.Slot, id: TransactionalID(opts.Slot, s.name), key: []byte(opts.Slot + "/" + s.name),
+		walEnd: opts.WALEnd, pids: map[int64]bool{}}
 	if err := s.ensureProgressTopic(ctx); err != nil {
 		s.txn.broken = true
-		return publish.Position{}, false, err
+		return publish.Resumed{}, err
 	}
 	return s.restartTxn(ctx)
 }
 
 // restartTxn starts a new transactional producer and reads the committed
 // progress.
-func (s *Sink) restartTxn(ctx context.Context) (publish.Position, bool, error) {
+func (s *Sink) restartTxn(ctx context.Context) (publish.Resumed, error) {
 	t := s.txn
 	if t.client != nil {
 		t.client.Close()
@@ -91,23 +103,28 @@ func (s *Sink) restartTxn(ctx context.Context) (publish.Position, bool, error) {
 	opts := append(append([]kgo.Opt{}, s.opts...), kgo.TransactionalID(t.id), kgo.MaxBufferedRecords(s.batchSize+1))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return publish.Position{}, false, fmt.Errorf("kafka: sink %s: %w", s.name, err)
+		return publish.Resumed{}, fmt.Errorf("kafka: sink %s: %w", s.name, err)
 	}
 	t.client = cl
 	ictx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if _, _, err := cl.ProducerID(ictx); err != nil {
-		return publish.Position{}, false, s.txnError(fmt.Sprintf("starting the transactional producer %q", t.id), err)
-	}
-	pos, ok, err := s.readProgress(ctx)
+	pid, epoch, err := cl.ProducerID(ictx)
 	if err != nil {
-		return publish.Position{}, false, err
+		return publish.Resumed{}, s.txnError(fmt.Sprintf("starting the transactional producer %q", t.id), err)
+	}
+	t.pids[pid], t.epoch = true, epoch
+	res, refused, err := s.readProgress(ctx)
+	if err != nil {
+		return publish.Resumed{}, err
+	}
+	for _, f := range refused {
+		s.reportForged(f)
 	}
 	t.broken = false
-	s.log.Info().Str("transactional_id", t.id).Str("progress_topic", s.progressTopic).Bool("found", ok).
-		Str("commit_lsn", pos.CommitLSN.String()).Str("lsn", pos.LSN.String()).Uint32("seq", pos.Seq).
+	s.log.Info().Str("transactional_id", t.id).Int64("producer_id", pid).Int16("producer_epoch", epoch).Str("progress_topic", s.progressTopic).
+		Bool("found", res.Found).Str("commit_lsn", res.Pos.CommitLSN.String()).Str("lsn", res.Pos.LSN.String()).Uint32("seq", res.Pos.Seq).
 		Msg("kafka sink with exactly_once: transactional producer started, other instances with this id fenced")
-	return pos, ok, nil
+	return res, nil
 }
 
 // txnError wraps err from a transactional step: Permanent when Kafka says
@@ -183,41 +200,56 @@ func (s *Sink) progressPartitions(ctx context.Context) (int, error) {
 // readProgress reads the sink's last committed progress record: it lists
 // the partition's offsets (progressOffsets), then reads the partition from
 // its start with isolation level read_committed up to the end (control
-// records kept, so that the record before the last stable offset, which is
-// never of an aborted transaction, is always seen).
-func (s *Sink) readProgress(ctx context.Context) (publish.Position, bool, error) {
+// records kept: they end each transaction, and the record before the last
+// stable offset, which is never of an aborted transaction, is always
+// seen). It returns the position of the last record of the sink's key
+// that trust accepts, and each record of the key after it that trust
+// refuses (counted in Refused).
+func (s *Sink) readProgress(ctx context.Context) (publish.Resumed, []refusal, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*s.timeout)
 	defer cancel()
 	n, err := s.progressPartitions(ctx)
 	if err != nil || n == 0 {
-		return publish.Position{}, false, err
+		return publish.Resumed{}, nil, err
 	}
 	t := s.txn
 	part := kgo.StickyKeyPartitioner(nil).ForTopic(s.progressTopic).Partition(&kgo.Record{Key: t.key}, n)
 	start, end, err := s.progressOffsets(ctx, int32(part))
 	if err != nil || end <= start {
-		return publish.Position{}, false, err
+		return publish.Resumed{}, nil, err
 	}
 	opts := append(append([]kgo.Opt{}, s.opts...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.progressTopic: {int32(part): kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return publish.Position{}, false, fmt.Errorf("kafka: sink %s: %w", s.name, err)
+		return publish.Resumed{}, nil, fmt.Errorf("kafka: sink %s: %w", s.name, err)
 	}
 	defer cl.Close()
 	var (
-		last  *progressValue
-		found bool
+		res     publish.Resumed
+		refused []refusal                   // after the last accepted record
+		open    = map[int64][]*kgo.Record{} // the key's records in each producer's open transaction
 	)
+	judge := func(r *kgo.Record, why string) {
+		var pos publish.Position
+		if why == "" {
+			pos, why = s.trust(r)
+		}
+		if why != "" {
+			refused = append(refused, refusal{r, why})
+			return
+		}
+		res.Pos, res.Found, refused = pos, true, refused[:0]
+	}
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return publish.Position{}, false, fmt.Errorf("kafka: reading the progress topic %q up to offset %d: %w", s.progressTopic, end, err)
+			return publish.Resumed{}, nil, fmt.Errorf("kafka: reading the progress topic %q up to offset %d: %w", s.progressTopic, end, err)
 		}
 		for _, fe := range fs.Errors() {
 			if !errors.Is(fe.Err, context.Canceled) {
-				return publish.Position{}, false, s.txnError(fmt.Sprintf("reading the progress topic %q", s.progressTopic), fe.Err)
+				return publish.Resumed{}, nil, s.txnError(fmt.Sprintf("reading the progress topic %q", s.progressTopic), fe.Err)
 			}
 		}
 		done := false
@@ -225,26 +257,108 @@ func (s *Sink) readProgress(ctx context.Context) (publish.Position, bool, error)
 			if r.Offset >= end-1 {
 				done = true
 			}
-			if r.Attrs.IsControl() || string(r.Key) != string(t.key) {
-				return
-			}
-			var v progressValue
-			if json.Unmarshal(r.Value, &v) == nil {
-				last, found = &v, true
+			switch {
+			case r.Attrs.IsControl():
+				// The end of r.ProducerID's transaction: the sink writes
+				// one progress record per transaction, so a transaction
+				// with more of its key holds one it did not write.
+				recs := open[r.ProducerID]
+				delete(open, r.ProducerID)
+				for _, pr := range recs {
+					why := ""
+					if len(recs) > 1 {
+						why = fmt.Sprintf("one of %d progress records of this sink in one transaction (the sink writes one per transaction)", len(recs))
+					}
+					judge(pr, why)
+				}
+			case string(r.Key) != string(t.key):
+			case r.Attrs.IsTransactional():
+				open[r.ProducerID] = append(open[r.ProducerID], r)
+			default:
+				judge(r, "")
 			}
 		})
 		if done {
 			break
 		}
 	}
-	if !found {
-		return publish.Position{}, false, nil
+	res.Refused = len(refused)
+	return res, refused, nil
+}
+
+// refusal is a progress record trust refused, and why.
+type refusal struct {
+	r   *kgo.Record
+	why string
+}
+
+// trust returns the position of r, a committed record of the sink's key
+// on the progress topic, and "" when the sink's own transactional
+// producer wrote it: written in a transaction, by a producer id this
+// process's producers got for the sink's transactional id, at an epoch
+// before the current one (each new producer bumps it), with a value
+// naming this slot and sink, at a position not past the server's WAL.
+// Otherwise it says why not. A producer id that changed (the
+// transactional id expired after transactional.id.expiration.ms unused,
+// or its epochs ran out) is refused too: the sink then resumes from the
+// progress table, which costs duplicates, never a skipped message
+// (docs/security.md, "Progress topic").
+func (s *Sink) trust(r *kgo.Record) (publish.Position, string) {
+	t := s.txn
+	switch {
+	case !r.Attrs.IsTransactional():
+		return publish.Position{}, "written outside a transaction (the sink writes its progress only in its own transactions)"
+	case !t.pids[r.ProducerID]:
+		return publish.Position{}, fmt.Sprintf("written by producer id %d, not by this sink's transactional producer (transactional id %q, producer id %s)"+
+			"; if nothing else wrote it, the transactional id expired unused (transactional.id.expiration.ms) or its epochs ran out, and Kafka gave it a new producer id",
+			r.ProducerID, t.id, pidList(t.pids))
+	case r.ProducerEpoch > t.epoch:
+		return publish.Position{}, fmt.Sprintf("written at producer epoch %d, after this sink's current epoch %d", r.ProducerEpoch, t.epoch)
 	}
-	pos, err := last.position()
+	var v progressValue
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return publish.Position{}, fmt.Sprintf("its value is not a progress record: %v", err)
+	}
+	if v.Slot != t.slot || v.Sink != s.name {
+		return publish.Position{}, fmt.Sprintf("its value names slot %q and sink %q", v.Slot, v.Sink)
+	}
+	pos, err := v.position()
 	if err != nil {
-		return publish.Position{}, false, fmt.Errorf("kafka: the progress topic %q holds a record for %s that cannot be read: %w", s.progressTopic, t.key, err)
+		return publish.Position{}, fmt.Sprintf("its value is not a progress record: %v", err)
 	}
-	return pos, true, nil
+	if t.walEnd != 0 && pos.CommitLSN > t.walEnd {
+		return publish.Position{}, fmt.Sprintf("its commit_lsn %s is past the server's WAL position %s", pos.CommitLSN, t.walEnd)
+	}
+	return pos, ""
+}
+
+// pidList names the producer ids in pids.
+func pidList(pids map[int64]bool) string {
+	var out []string
+	for id := range pids {
+		out = append(out, strconv.FormatInt(id, 10))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// forgedAdvice is what to do about a forged progress record.
+const forgedAdvice = "the sink resumes from the progress table instead (messages after that position are sent again: duplicates, nothing skipped). " +
+	"Find who wrote it (the brokers' audit log) and leave WRITE on the progress topic to the relay's principal alone (docs/security.md, \"Progress topic\")"
+
+// reportForged logs f at error level: what it is, where, and what to do.
+func (s *Sink) reportForged(f refusal) {
+	s.log.Error().Str("progress_topic", f.r.Topic).Int32("partition", f.r.Partition).Int64("offset", f.r.Offset).
+		Int64("producer_id", f.r.ProducerID).Str("key", string(f.r.Key)).Str("value", truncate(f.r.Value, 200)).Str("reason", f.why).
+		Msg("kafka sink with exactly_once: forged progress record refused: the sink's own transactional producer did not write it; " + forgedAdvice)
+}
+
+// truncate returns b as text, cut to n bytes.
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
 }
 
 func (v *progressValue) position() (publish.Position, error) {
@@ -337,11 +451,11 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 	t := s.txn
 	skip := 0
 	if t.broken {
-		pos, ok, err := s.restartTxn(ctx)
+		res, err := s.restartTxn(ctx)
 		if err != nil {
 			return fmt.Errorf("kafka: publishing %s: restarting the transactional producer after an earlier failure: %w", publish.DescribeCall(msgs), err)
 		}
-		for ok && skip < len(msgs) && pos.Covers(msgs[skip]) {
+		for res.Found && skip < len(msgs) && res.Pos.Covers(msgs[skip]) {
 			skip++
 		}
 		if skip == len(msgs) {
@@ -376,6 +490,9 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 		return publish.Partial(s.txnError(fmt.Sprintf("committing the transaction of %s", publish.DescribeCall(msgs)), err), done)
 	}
 	t.broken = false
+	if pid, _, err := t.client.ProducerID(cctx); err == nil {
+		t.pids[pid] = true // a new one when the epochs ran out at this commit
+	}
 	return nil
 }
 
@@ -399,4 +516,66 @@ func (s *Sink) abort(ctx context.Context, t *txnState) {
 	if err := t.client.EndTransaction(ctx, kgo.TryAbort); err == nil {
 		t.broken = false
 	}
+}
+
+// CheckProgress reads the sink's committed progress on slot as Resume
+// does, without taking anything over (cdc status: the transactional
+// producer's id is asked of the transaction coordinator, no producer
+// starts), and describes each progress record a relay would refuse as
+// forged (trust). walEnd is the server's WAL position. It returns nil
+// without exactly_once.
+func (s *Sink) CheckProgress(ctx context.Context, slot string, walEnd pglogrepl.LSN) ([]string, error) {
+	if !s.exactlyOnce {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := &txnState{slot: slot, id: TransactionalID(slot, s.name), key: []byte(slot + "/" + s.name), walEnd: walEnd,
+		pids: map[int64]bool{}, epoch: math.MaxInt16}
+	pid, err := s.currentProducerID(ctx, t.id)
+	if err != nil {
+		return nil, err
+	}
+	if pid >= 0 {
+		t.pids[pid] = true
+	}
+	prev := s.txn
+	s.txn = t
+	defer func() { s.txn = prev }()
+	_, refused, err := s.readProgress(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range refused {
+		out = append(out, fmt.Sprintf("sink %s: forged progress record on topic %s partition %d offset %d (%s); a relay does not resume from it: %s",
+			s.name, f.r.Topic, f.r.Partition, f.r.Offset, f.why, forgedAdvice))
+	}
+	return out, nil
+}
+
+// currentProducerID returns the producer id the transaction coordinator
+// holds for the transactional id, -1 when it holds none.
+func (s *Sink) currentProducerID(ctx context.Context, id string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req := kmsg.NewPtrDescribeTransactionsRequest()
+	req.TransactionalIDs = []string{id}
+	resp, err := req.RequestWith(ctx, s.client)
+	if err != nil {
+		return 0, fmt.Errorf("kafka: describing the transactional id %q: %w", id, err)
+	}
+	for _, ts := range resp.TransactionStates {
+		if ts.TransactionalID != id {
+			continue
+		}
+		switch err := kerr.ErrorForCode(ts.ErrorCode); {
+		case errors.Is(err, kerr.TransactionalIDNotFound):
+			return -1, nil
+		case err != nil:
+			return 0, fmt.Errorf("kafka: describing the transactional id %q: %w", id, err)
+		}
+		return ts.ProducerID, nil
+	}
+	return -1, nil
 }
