@@ -184,7 +184,8 @@ type Resumer interface {
 	// progress table: duplicates, never a skipped message). An error
 	// marked with Permanent stops the relay; others start a new cycle.
 	// From Resume on, Publish writes each batch together with its
-	// progress.
+	// progress, and never commits a message at or before the last
+	// position it knows committed (docs/sinks/kafka.md, "Exactly once").
 	Resume(ctx context.Context, opts ResumeOptions) (Resumed, error)
 }
 
@@ -207,6 +208,14 @@ type Resumed struct {
 	// did not accept (not written by its own producer, or past WALEnd):
 	// each is logged as forged; Pos is from before them, or not Found.
 	Refused int
+}
+
+// GuardCounted is implemented by a sink that drops the messages of a
+// Publish call it already holds (the kafka sink with exactly_once: a
+// replay after the replication connection dropped inside a transaction);
+// the relay hands it the counter of those before the first Publish.
+type GuardCounted interface {
+	SetGuardCounter(interface{ Add(float64) })
 }
 
 // Scheduler is implemented by a sink that may hold a message back until

@@ -664,6 +664,9 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	if cc, ok := s.(publish.ClaimChecked); ok {
 		cc.SetClaimCheckMetrics(r.metrics.claimCheckMetrics(sinkName))
 	}
+	if gc, ok := s.(publish.GuardCounted); ok {
+		gc.SetGuardCounter(r.metrics.guarded.WithLabelValues(sinkName))
+	}
 	done = func() {}
 	so.Refused = policyOf(cfg.Relay.OnRefused)
 	hold := so.Refused.Hold

@@ -46,12 +46,31 @@ type txnState struct {
 	// is this sink's only when one of them wrote it, in a transaction.
 	pids  map[int64]bool
 	epoch int16
+	// committed is the position of the last message the sink knows
+	// Kafka holds from it (valid when hasCommitted): read at Resume, then
+	// raised by each commit. Publish never commits a message at or before
+	// it (the replay guard; docs/sinks/kafka.md, "Exactly once").
+	committed    publish.Position
+	hasCommitted bool
+	// replaying counts the messages the guard dropped since the replay
+	// began (noteReplay); 0 when no replay is under way.
+	replaying int
 	// broken: the last transaction's outcome is not known (an error after
 	// BeginTransaction). The next Publish starts a new producer, which
 	// aborts whatever is still open, and reads the committed progress
 	// to leave out what the last transaction did commit.
 	broken bool
 }
+
+// raise moves committed up to pos, never back.
+func (t *txnState) raise(pos publish.Position) {
+	if !t.covers(&message.Message{CommitLSN: pos.CommitLSN, LSN: pos.LSN, Seq: pos.Seq}) {
+		t.committed, t.hasCommitted = pos, true
+	}
+}
+
+// covers reports whether m is at or before committed.
+func (t *txnState) covers(m *message.Message) bool { return t.hasCommitted && t.committed.Covers(m) }
 
 // progressValue is the progress record's value (JSON).
 type progressValue struct {
@@ -91,8 +110,12 @@ func (s *Sink) Resume(ctx context.Context, opts publish.ResumeOptions) (publish.
 	return s.restartTxn(ctx)
 }
 
-// restartTxn starts a new transactional producer and reads the committed
-// progress.
+// SetGuardCounter implements publish.GuardCounted: c counts the messages
+// the replay guard drops (publishTxn). Not concurrently with Publish.
+func (s *Sink) SetGuardCounter(c interface{ Add(float64) }) { s.guard = c }
+
+// restartTxn starts a new transactional producer, reads the committed
+// progress and raises the committed position to it.
 func (s *Sink) restartTxn(ctx context.Context) (publish.Resumed, error) {
 	t := s.txn
 	if t.client != nil {
@@ -119,6 +142,9 @@ func (s *Sink) restartTxn(ctx context.Context) (publish.Resumed, error) {
 	}
 	for _, f := range refused {
 		s.reportForged(f)
+	}
+	if res.Found {
+		t.raise(res.Pos)
 	}
 	t.broken = false
 	s.log.Info().Str("transactional_id", t.id).Int64("producer_id", pid).Int16("producer_epoch", epoch).Str("progress_topic", s.progressTopic).
@@ -447,30 +473,62 @@ func (s *Sink) progressRecord(m *message.Message) kgo.Record {
 // earlier transaction of unknown outcome turns out to have committed
 // (reported with publish.Partial): the next call starts a new producer
 // and reads the progress first.
+//
+// A message at or before the committed position (txnState.committed) is
+// never sent again: it is left out of the transaction and reported
+// durable. Before a restart of the producer that is a replay (the
+// replication connection dropped inside a PostgreSQL transaction and the
+// server sent it again from its start): it is logged and counted. So the
+// progress record, the position of the transaction's last message, only
+// moves forward.
 func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []kgo.Record) error {
 	t := s.txn
-	skip := 0
-	if t.broken {
-		res, err := s.restartTxn(ctx)
-		if err != nil {
-			return fmt.Errorf("kafka: publishing %s: restarting the transactional producer after an earlier failure: %w", publish.DescribeCall(msgs), err)
-		}
-		for res.Found && skip < len(msgs) && res.Pos.Covers(msgs[skip]) {
-			skip++
-		}
-		if skip == len(msgs) {
-			return nil // the transaction whose outcome was not known committed
+	total := len(msgs)
+	done := make([]bool, total)
+	replayed := 0
+	for i, m := range msgs {
+		if t.covers(m) {
+			done[i] = true
+			replayed++
 		}
 	}
-	total := len(msgs)
-	done := publish.DonePrefix(total, skip)
-	msgs, recs = msgs[skip:], recs[skip:]
+	if t.broken {
+		if _, err := s.restartTxn(ctx); err != nil {
+			return publish.Partial(fmt.Errorf("kafka: publishing %s: restarting the transactional producer after an earlier failure: %w", publish.DescribeCall(msgs), err), done)
+		}
+		// restartTxn raised committed to what the transaction of unknown
+		// outcome committed, if it did.
+		for i, m := range msgs {
+			done[i] = t.covers(m)
+		}
+	}
+	s.noteReplay(msgs, replayed)
+	keep := make([]int, 0, total)
+	for i := range msgs {
+		if !done[i] {
+			keep = append(keep, i)
+		}
+	}
+	if len(keep) == 0 {
+		return nil // every message is in Kafka already
+	}
+	if len(keep) < total {
+		kmsgs, krecs := make([]*message.Message, len(keep)), make([]kgo.Record, len(keep))
+		for j, i := range keep {
+			kmsgs[j], krecs[j] = msgs[i], recs[i]
+		}
+		msgs, recs = kmsgs, krecs
+	}
+	last := msgs[len(msgs)-1]
+	if t.covers(last) { // cannot happen: covered messages were left out
+		return fmt.Errorf("kafka: publishing %s: the progress record would go back to %s from %s", publish.DescribeCall(msgs), last.LSN, t.committed.LSN)
+	}
 	if err := t.client.BeginTransaction(); err != nil {
 		t.broken = true
 		return publish.Partial(fmt.Errorf("kafka: publishing %s: beginning a transaction: %w", publish.DescribeCall(msgs), err), done)
 	}
 	t.broken = true // until committed
-	all := append(recs[:len(recs):len(recs)], s.progressRecord(msgs[len(msgs)-1]))
+	all := append(recs[:len(recs):len(recs)], s.progressRecord(last))
 	// Groups of batch_size messages and, in the last, the progress record
 	// (the producer buffers one record more: restartTxn).
 	c, errs, err := s.produce(ctx, t.client, all, s.batchSize+1)
@@ -479,7 +537,7 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return publish.Partial(fmt.Errorf("kafka: publishing %s: %w", publish.DescribeCall(msgs), ctxErr), done)
 		}
-		named := append(msgs[:len(msgs):len(msgs)], msgs[len(msgs)-1]) // the progress record is named after the last message
+		named := append(msgs[:len(msgs):len(msgs)], last) // the progress record is named after the last message
 		return publish.Partial(s.failed(ctx, t.client, c, named, all, errs, len(msgs), total), done)
 	}
 	// Not canceled with ctx: a commit cut short leaves its outcome
@@ -490,10 +548,32 @@ func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []k
 		return publish.Partial(s.txnError(fmt.Sprintf("committing the transaction of %s", publish.DescribeCall(msgs)), err), done)
 	}
 	t.broken = false
+	t.raise(publish.PositionOf(last))
 	if pid, _, err := t.client.ProducerID(cctx); err == nil {
 		t.pids[pid] = true // a new one when the epochs ran out at this commit
 	}
 	return nil
+}
+
+// noteReplay logs and counts the n messages of msgs the guard drops: a warning when a replay reaches the guard, and when it is
+// over, how many messages it did not send again (a replay spans many
+// calls: one line each would flood the log).
+func (s *Sink) noteReplay(msgs []*message.Message, n int) {
+	t := s.txn
+	switch {
+	case n > 0 && t.replaying == 0:
+		s.log.Warn().Str("first", msgs[0].ID).Str("lsn", msgs[0].LSN.String()).
+			Str("committed_commit_lsn", t.committed.CommitLSN.String()).Str("committed_lsn", t.committed.LSN.String()).
+			Msg("kafka sink with exactly_once: a replay reached the exactly-once guard: messages Kafka already holds from this sink are handed to it again " +
+				"(the replication connection dropped inside a transaction?); they are not sent again")
+	case n == 0 && t.replaying > 0:
+		s.log.Info().Int("messages", t.replaying).Msg("kafka sink with exactly_once: the replay is over; the exactly-once guard did not send its messages again")
+		t.replaying = 0
+	}
+	t.replaying += n
+	if n > 0 && s.guard != nil {
+		s.guard.Add(float64(n))
+	}
 }
 
 // abortWait bounds abort: what it does not finish in that time (records

@@ -379,3 +379,45 @@ func TestIntegrationExactlyOnceResumeRefusesForgedProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationExactlyOnceReplayIsDroppedByTheGuard: messages handed to
+// the sink again after it committed them (a replay after the replication
+// connection dropped inside a transaction) are not committed again: a
+// read_committed consumer sees each message once, the guard counts them,
+// and the progress does not go back.
+func TestIntegrationExactlyOnceReplayIsDroppedByTheGuard(t *testing.T) {
+	topic := uniqueTopic("guard")
+	fk := startKafka(t, kfake.SeedTopics(2, topic))
+	s := newSink(t, fk.addrs, topic, "exactly_once: true")
+	var guarded counter
+	s.SetGuardCounter(&guarded)
+	resume(t, s, "slot")
+	g := sinktest.NewGen(67)
+	first, second := g.Interleave(30, sinktest.Keys(3)...), g.Interleave(30, sinktest.Keys(3)...)
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), first); err != nil {
+		t.Fatal(err)
+	}
+	replay := append(append([]*message.Message{}, first[10:]...), second...)
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), replay); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), first[:5]); err != nil { // all of it replayed
+		t.Fatal(err)
+	}
+	if guarded.n != 25 {
+		t.Errorf("the guard counted %v messages, want 25", guarded.n)
+	}
+	want := append(append([]*message.Message{}, first...), second...)
+	got := readCommitted(t, fk, topic)
+	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, nil)
+	if len(got) != len(want) {
+		t.Errorf("read_committed sees %d records for %d messages", len(got), len(want))
+	}
+	if pos, ok := resume(t, newSink(t, fk.addrs, topic, "exactly_once: true"), "slot"); !ok || pos != publish.PositionOf(second[len(second)-1]) {
+		t.Errorf("resumed at %+v, want the last message's position: the progress went back", pos)
+	}
+}
+
+type counter struct{ n float64 }
+
+func (c *counter) Add(v float64) { c.n += v }

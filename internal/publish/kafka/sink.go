@@ -66,7 +66,8 @@ type Sink struct {
 
 	exactlyOnce   bool
 	progressTopic string
-	txn           *txnState // nil until Resume (exactly_once only); guarded by mu
+	txn           *txnState                 // nil until Resume (exactly_once only); guarded by mu
+	guard         interface{ Add(float64) } // counts what the replay guard drops; nil: not counted
 
 	mu sync.Mutex // serializes Publish and Resume
 
