@@ -210,12 +210,23 @@ type Resumed struct {
 	Refused int
 }
 
-// GuardCounted is implemented by a sink that drops the messages of a
-// Publish call it already holds (the kafka sink with exactly_once: a
-// replay after the replication connection dropped inside a transaction);
-// the relay hands it the counter of those before the first Publish.
-type GuardCounted interface {
-	SetGuardCounter(interface{ Add(float64) })
+// SinkCounters are counters of what a sink alone sees; a nil one counts
+// nothing. Each is safe for concurrent use (a prometheus.Counter is one).
+type SinkCounters struct {
+	// ReplaysDropped: messages of a Publish call the sink already holds
+	// and did not send again (the kafka sink with exactly_once: a replay
+	// after the replication connection dropped inside a transaction).
+	ReplaysDropped interface{ Add(float64) }
+	// Reordered: messages the broker stored after an earlier message of
+	// the same partition failed in the same call (the kafka sink; never
+	// expected: each is logged at error level).
+	Reordered interface{ Add(float64) }
+}
+
+// Counted is implemented by a sink that counts in SinkCounters; the relay
+// hands them before the first Publish.
+type Counted interface {
+	SetSinkCounters(SinkCounters)
 }
 
 // Scheduler is implemented by a sink that may hold a message back until

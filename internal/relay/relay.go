@@ -664,8 +664,9 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	if cc, ok := s.(publish.ClaimChecked); ok {
 		cc.SetClaimCheckMetrics(r.metrics.claimCheckMetrics(sinkName))
 	}
-	if gc, ok := s.(publish.GuardCounted); ok {
-		gc.SetGuardCounter(r.metrics.guarded.WithLabelValues(sinkName))
+	if sc, ok := s.(publish.Counted); ok {
+		sc.SetSinkCounters(publish.SinkCounters{ReplaysDropped: r.metrics.guarded.WithLabelValues(sinkName),
+			Reordered: r.metrics.reordered.WithLabelValues(sinkName)})
 	}
 	done = func() {}
 	so.Refused = policyOf(cfg.Relay.OnRefused)

@@ -110,10 +110,6 @@ func (s *Sink) Resume(ctx context.Context, opts publish.ResumeOptions) (publish.
 	return s.restartTxn(ctx)
 }
 
-// SetGuardCounter implements publish.GuardCounted: c counts the messages
-// the replay guard drops (publishTxn). Not concurrently with Publish.
-func (s *Sink) SetGuardCounter(c interface{ Add(float64) }) { s.guard = c }
-
 // restartTxn starts a new transactional producer, reads the committed
 // progress and raises the committed position to it.
 func (s *Sink) restartTxn(ctx context.Context) (publish.Resumed, error) {
@@ -571,8 +567,8 @@ func (s *Sink) noteReplay(msgs []*message.Message, n int) {
 		t.replaying = 0
 	}
 	t.replaying += n
-	if n > 0 && s.guard != nil {
-		s.guard.Add(float64(n))
+	if n > 0 && s.counters.ReplaysDropped != nil {
+		s.counters.ReplaysDropped.Add(float64(n))
 	}
 }
 

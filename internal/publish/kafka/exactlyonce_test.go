@@ -390,7 +390,7 @@ func TestIntegrationExactlyOnceReplayIsDroppedByTheGuard(t *testing.T) {
 	fk := startKafka(t, kfake.SeedTopics(2, topic))
 	s := newSink(t, fk.addrs, topic, "exactly_once: true")
 	var guarded counter
-	s.SetGuardCounter(&guarded)
+	s.SetSinkCounters(publish.SinkCounters{ReplaysDropped: &guarded})
 	resume(t, s, "slot")
 	g := sinktest.NewGen(67)
 	first, second := g.Interleave(30, sinktest.Keys(3)...), g.Interleave(30, sinktest.Keys(3)...)
