@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
@@ -171,17 +171,11 @@ func (s *Sink) ensureProgressTopic(ctx context.Context) error {
 	if n, err := s.progressPartitions(ctx); err != nil || n > 0 {
 		return err
 	}
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = int32(s.timeout / time.Millisecond)
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = s.progressTopic, 1, -1
-	c := kmsg.NewCreateTopicsRequestTopicConfig()
-	c.Name, c.Value = "cleanup.policy", kmsg.StringPtr("compact")
-	rt.Configs = append(rt.Configs, c)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, s.client)
-	if err == nil && len(resp.Topics) == 1 {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	adm := s.admin()
+	adm.SetTimeoutMillis(int32(s.timeout / time.Millisecond))
+	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, s.progressTopic)
+	if err == nil {
+		err = resp.Err
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		err = fmt.Errorf("kafka: creating the progress topic %q: %w", s.progressTopic, err)
@@ -193,30 +187,24 @@ func (s *Sink) ensureProgressTopic(ctx context.Context) error {
 	return nil
 }
 
+// admin returns the admin client over the sink's producer.
+func (s *Sink) admin() *kadm.Client { return kadm.NewClient(s.client) }
+
 // progressPartitions returns the number of partitions of the progress
 // topic, 0 when it does not exist.
 func (s *Sink) progressPartitions(ctx context.Context) (int, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(s.progressTopic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, s.client)
+	topics, err := s.admin().ListTopics(ctx, s.progressTopic)
 	if err != nil {
 		return 0, fmt.Errorf("kafka: looking up the progress topic %q: %w", s.progressTopic, err)
 	}
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != s.progressTopic {
-			continue
-		}
-		switch err := kerr.ErrorForCode(t.ErrorCode); {
-		case errors.Is(err, kerr.UnknownTopicOrPartition):
-			return 0, nil
-		case err != nil:
-			return 0, s.txnError(fmt.Sprintf("looking up the progress topic %q", s.progressTopic), err)
-		}
-		return len(t.Partitions), nil
+	t, ok := topics[s.progressTopic]
+	switch {
+	case !ok || errors.Is(t.Err, kerr.UnknownTopicOrPartition):
+		return 0, nil
+	case t.Err != nil:
+		return 0, s.txnError(fmt.Sprintf("looking up the progress topic %q", s.progressTopic), t.Err)
 	}
-	return 0, nil
+	return len(t.Partitions), nil
 }
 
 // readProgress reads the sink's last committed progress record: it lists
@@ -404,44 +392,33 @@ func (v *progressValue) position() (publish.Position, error) {
 // stable offset stops at it, and a progress record of this sink after
 // it would be missed). It waits while ctx lasts.
 func (s *Sink) progressOffsets(ctx context.Context, part int32) (start, end int64, err error) {
-	list := func(ts int64, isolation int8) (int64, error) {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.ReplicaID = -1
-		req.IsolationLevel = isolation // 1, read_committed: the latest is the last stable offset
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = s.progressTopic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = part, ts
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, s.client)
+	adm := s.admin()
+	list := func(f func(context.Context, ...string) (kadm.ListedOffsets, error)) (int64, error) {
+		offsets, err := f(ctx, s.progressTopic)
+		if err == nil {
+			err = offsets.Error()
+		}
 		if err != nil {
 			return 0, err
 		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if p.Partition == part {
-					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-						return 0, err
-					}
-					return p.Offset, nil
-				}
-			}
+		o, ok := offsets.Lookup(s.progressTopic, part)
+		if !ok {
+			return 0, fmt.Errorf("no answer for partition %d", part)
 		}
-		return 0, fmt.Errorf("no answer for partition %d", part)
+		return o.Offset, nil
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("kafka: listing the offsets of the progress topic %q: %w", s.progressTopic, err)
 	}
-	if start, err = list(-2, 0); err != nil {
+	if start, err = list(adm.ListStartOffsets); err != nil {
 		return 0, 0, wrap(err)
 	}
-	hw, err := list(-1, 0)
+	hw, err := list(adm.ListEndOffsets)
 	if err != nil {
 		return 0, 0, wrap(err)
 	}
 	for {
-		if end, err = list(-1, 1); err != nil {
+		if end, err = list(adm.ListCommittedOffsets); err != nil { // the last stable offset
 			return 0, 0, wrap(err)
 		}
 		if end >= hw {
@@ -635,23 +612,16 @@ func (s *Sink) CheckProgress(ctx context.Context, slot string, walEnd pglogrepl.
 func (s *Sink) currentProducerID(ctx context.Context, id string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req := kmsg.NewPtrDescribeTransactionsRequest()
-	req.TransactionalIDs = []string{id}
-	resp, err := req.RequestWith(ctx, s.client)
+	described, err := s.admin().DescribeTransactions(ctx, id)
 	if err != nil {
 		return 0, fmt.Errorf("kafka: describing the transactional id %q: %w", id, err)
 	}
-	for _, ts := range resp.TransactionStates {
-		if ts.TransactionalID != id {
-			continue
-		}
-		switch err := kerr.ErrorForCode(ts.ErrorCode); {
-		case errors.Is(err, kerr.TransactionalIDNotFound):
-			return -1, nil
-		case err != nil:
-			return 0, fmt.Errorf("kafka: describing the transactional id %q: %w", id, err)
-		}
-		return ts.ProducerID, nil
+	d, ok := described[id]
+	switch {
+	case !ok || errors.Is(d.Err, kerr.TransactionalIDNotFound):
+		return -1, nil
+	case d.Err != nil:
+		return 0, fmt.Errorf("kafka: describing the transactional id %q: %w", id, d.Err)
 	}
-	return -1, nil
+	return d.ProducerID, nil
 }
