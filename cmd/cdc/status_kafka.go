@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
-	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/kafka"
 )
@@ -19,8 +19,10 @@ const kafkaProgressTimeout = 15 * time.Second
 // kafkaProgressCautions reads the progress topic of every kafka sink with
 // exactly_once, as cdc run would at its next start, and returns a caution
 // for each progress record it would refuse as forged (docs/security.md,
-// "Progress topic"), or for a topic it could not read.
-func kafkaProgressCautions(ctx context.Context, cfg *config.Config, st *admin.Status) []string {
+// "Progress topic"), or for a topic it could not read. walEnd is the
+// server's WAL position. The console does not call it: its status view
+// is polled, and this reads a topic.
+func kafkaProgressCautions(ctx context.Context, cfg *config.Config, walEnd pglogrepl.LSN) []string {
 	var out []string
 	for i := range cfg.Sinks {
 		sc := &cfg.Sinks[i]
@@ -37,7 +39,7 @@ func kafkaProgressCautions(ctx context.Context, cfg *config.Config, st *admin.St
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, kafkaProgressTimeout)
-		found, err := s.CheckProgress(cctx, cfg.Postgres.Slot, st.Slot.CurrentWAL)
+		found, err := s.CheckProgress(cctx, cfg.Postgres.Slot, walEnd)
 		cancel()
 		s.Close()
 		switch {

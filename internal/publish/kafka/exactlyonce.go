@@ -236,22 +236,22 @@ func (s *Sink) readProgress(ctx context.Context) (publish.Resumed, []refusal, er
 		return publish.Resumed{}, nil, fmt.Errorf("kafka: sink %s: %w", s.name, err)
 	}
 	defer cl.Close()
-	var (
-		res     publish.Resumed
-		refused []refusal                   // after the last accepted record
-		open    = map[int64][]*kgo.Record{} // the key's records in each producer's open transaction
-	)
-	judge := func(r *kgo.Record, why string) {
-		var pos publish.Position
-		if why == "" {
-			pos, why = s.trust(r)
-		}
-		if why != "" {
-			refused = append(refused, refusal{r, why})
-			return
-		}
-		res.Pos, res.Found, refused = pos, true, refused[:0]
+	// The key's records in offset order, each with its transaction: a
+	// producer's records between two of its control records (a
+	// transaction's end). The sink writes one progress record per
+	// transaction, so a transaction with more of its key holds one it did
+	// not write. A transaction whose end is not seen (librdkafka's mock
+	// writes no markers) is not counted.
+	type cand struct {
+		r   *kgo.Record
+		txn int // index in txns; -1 outside a transaction
 	}
+	var (
+		cands []cand
+		txns  []int             // records of the key in each transaction
+		ended []bool            // the transaction's control record was seen
+		open  = map[int64]int{} // each producer's open transaction
+	)
 	for {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -269,28 +269,42 @@ func (s *Sink) readProgress(ctx context.Context) (publish.Resumed, []refusal, er
 			}
 			switch {
 			case r.Attrs.IsControl():
-				// The end of r.ProducerID's transaction: the sink writes
-				// one progress record per transaction, so a transaction
-				// with more of its key holds one it did not write.
-				recs := open[r.ProducerID]
-				delete(open, r.ProducerID)
-				for _, pr := range recs {
-					why := ""
-					if len(recs) > 1 {
-						why = fmt.Sprintf("one of %d progress records of this sink in one transaction (the sink writes one per transaction)", len(recs))
-					}
-					judge(pr, why)
+				if i, ok := open[r.ProducerID]; ok {
+					ended[i] = true
+					delete(open, r.ProducerID)
 				}
 			case string(r.Key) != string(t.key):
 			case r.Attrs.IsTransactional():
-				open[r.ProducerID] = append(open[r.ProducerID], r)
+				i, ok := open[r.ProducerID]
+				if !ok {
+					i = len(txns)
+					txns, ended = append(txns, 0), append(ended, false)
+					open[r.ProducerID] = i
+				}
+				txns[i]++
+				cands = append(cands, cand{r: r, txn: i})
 			default:
-				judge(r, "")
+				cands = append(cands, cand{r: r, txn: -1})
 			}
 		})
 		if done {
 			break
 		}
+	}
+	var (
+		res     publish.Resumed
+		refused []refusal // after the last accepted record
+	)
+	for _, c := range cands {
+		pos, why := s.trust(c.r)
+		if c.txn >= 0 && ended[c.txn] && txns[c.txn] > 1 {
+			why = fmt.Sprintf("one of %d progress records of this sink in one transaction (the sink writes one per transaction)", txns[c.txn])
+		}
+		if why != "" {
+			refused = append(refused, refusal{c.r, why})
+			continue
+		}
+		res.Pos, res.Found, refused = pos, true, refused[:0]
 	}
 	res.Refused = len(refused)
 	return res, refused, nil
@@ -453,7 +467,11 @@ func (s *Sink) progressRecord(m *message.Message) kgo.Record {
 // replication connection dropped inside a PostgreSQL transaction and the
 // server sent it again from its start): it is logged and counted. So the
 // progress record, the position of the transaction's last message, only
-// moves forward.
+// moves forward. A deliberate re-send of an older message (cdc
+// dead-letter resend, the console's resend) must therefore never come
+// through a resumed sink: those open a sink of their own without Resume
+// (publishing with the idempotent producer), and the relay does not lend
+// a publish.Resumer (relay.Relay.Lent).
 func (s *Sink) publishTxn(ctx context.Context, msgs []*message.Message, recs []kgo.Record) error {
 	t := s.txn
 	total := len(msgs)
