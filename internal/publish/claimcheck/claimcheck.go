@@ -115,6 +115,14 @@ type Sink struct {
 // (publish.ClaimChecked); before it, none. Not concurrently with Publish.
 func (s *Sink) SetClaimCheckMetrics(m publish.ClaimCheckMetrics) { s.metrics = m }
 
+// SetSinkCounters hands c to the inner sink when it counts in them
+// (publish.Counted). Not concurrently with Publish.
+func (s *Sink) SetSinkCounters(c publish.SinkCounters) {
+	if sc, ok := s.inner.(publish.Counted); ok {
+		sc.SetSinkCounters(c)
+	}
+}
+
 // resumingSink is a Sink around a publish.Resumer, which it stays.
 type resumingSink struct {
 	*Sink
