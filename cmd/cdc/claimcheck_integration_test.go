@@ -347,9 +347,15 @@ func TestIntegrationClaimCheckScheduledPayloadArrivesNoEarlier(t *testing.T) {
 	t.Parallel()
 	s := newClaimCheckSetupOf(t, &claimCheckSetup{scheduled: true})
 	rows := claimCheckRows()
+	// The relay streams before the rows are written, so that its start on
+	// a busy machine does not eat into the 3 s (the small message was once
+	// delivered after the scheduled one, the relay having started late).
+	p := startCDC(t, "run", "--config", s.cfg)
+	if !pgtest.WaitFor(60*time.Second, func() bool { return strings.Contains(p.Stderr.String(), `"message":"streaming"`) }) {
+		t.Fatalf("the relay did not start streaming\n%s", p.Logs())
+	}
 	deliverAt := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
 	insertScheduled(t, s.ob, scheduledMsg{Msg: rows[0], DeliverAt: deliverAt, ExpiresAt: deliverAt.Add(time.Hour)}, scheduledMsg{Msg: rows[1]})
-	p := startCDC(t, "run", "--config", s.cfg)
 	s.waitReceived(t, p, rows)
 	p.Stop(t)
 	s.mu.Lock()
