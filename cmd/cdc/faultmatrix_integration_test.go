@@ -287,7 +287,7 @@ type faultSettings struct {
 }
 
 func faultSettingsFromEnv(t *testing.T) faultSettings {
-	s := faultSettings{seed: uint64(time.Now().UnixNano()), kinds: faultKinds, bigRows: 5000, pending: os.Getenv("WALPOST_FAULT_PENDING") == "1"}
+	s := faultSettings{seed: uint64(time.Now().UnixNano()), kinds: faultKinds, bigRows: 3000, pending: os.Getenv("WALPOST_FAULT_PENDING") == "1"}
 	switch v := os.Getenv("WALPOST_FAULTS"); v {
 	case "", "short":
 	case "long":
@@ -717,7 +717,7 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			}
 			kind = kinds[rng.IntN(len(kinds))]
 		}
-		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
 			moreHeld()
 		}
