@@ -29,6 +29,7 @@ import (
 	"github.com/walpost/walpost/internal/publish/natsjs"
 	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
+	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 	"github.com/walpost/walpost/internal/relaytest"
 	"github.com/walpost/walpost/internal/tcpproxy"
 )
@@ -65,6 +66,7 @@ var pendingCells = map[string]string{
 	"kafka-eos/" + faultSIGSTOP:     "issue 43 §1: as walsender-midtx (the WAL sender ends at wal_sender_timeout while the relay lives)",
 	"kafka/" + faultNoDest:          "hold_key with a templated destination: a later message of the held key in the same batch, to a destination that exists, is acknowledged before the refused one is parked (branch stream)",
 	"nats/" + faultNoDest:           "as kafka/refused-no-dest (branch stream)",
+	"sqs/" + faultNoDest:            "as kafka/refused-no-dest (branch stream; README, Known limits)",
 	"kafka-eos/" + faultPGImmediate: "issue 43 §1: as walsender-midtx (the relay reconnects by itself after the crash restart)",
 	// Found by this harness: with columns.sent_at mapped, the relay
 	// confirms WAL only once its rows are marked; a fast shutdown ends
@@ -119,6 +121,7 @@ var faultFamilies = []struct {
 	{"kafka-eos", func(t *testing.T) *faultFamily { return kafkaFaultFamily(t, true) }},
 	{"nats", natsFaultFamily},
 	{"rabbitmq", rabbitFaultFamily},
+	{"sqs", sqsFaultFamily},
 }
 
 func fileFaultFamily(t *testing.T) *faultFamily {
@@ -255,6 +258,35 @@ func rabbitFaultFamily(t *testing.T) *faultFamily {
 			return n + len(got)
 		},
 		outage: func() func() { proxy.Cut(); return func() { proxy.Restore() } },
+		tooBig: 100 << 10,
+		noDest: true,
+	}
+}
+
+// sqsFaultFamily: the SQS stand-in in the test process with queues
+// "torture" and "held" (MaximumMessageSize 64 KiB); queue template
+// "{type}". Its outage is the stand-in stopped (every connection closed,
+// mid-batch too) and started again on its port.
+func sqsFaultFamily(t *testing.T) *faultFamily {
+	srv := sqsfake.Start(t)
+	for _, q := range []string{"torture", "held"} {
+		srv.CreateQueue(q, sqsfake.QueueOptions{MaxMessageSize: 64 << 10})
+	}
+	read := func(*testing.T) []relaytest.Line {
+		return append(sqsLines(srv, "torture"), sqsLines(srv, "held")...)
+	}
+	return &faultFamily{
+		sinks: fmt.Sprintf("  - {name: sqs, kind: sqs, queue: '{type}', region: us-east-1, endpoint: %q, max_message_bytes: 65536, max_retries: 0, timeout: 5s}", srv.URL()),
+		read:  map[string]func(*testing.T) []relaytest.Line{"sqs": read},
+		count: func() int { return len(srv.Messages("torture")) + len(srv.Messages("held")) },
+		outage: func() func() {
+			srv.Stop()
+			return func() {
+				if err := srv.Start(); err != nil {
+					t.Errorf("starting the SQS stand-in again: %v", err)
+				}
+			}
+		},
 		tooBig: 100 << 10,
 		noDest: true,
 	}
@@ -565,8 +597,9 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			done <- pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return ob.Insert(ctx, tx, msgs...) })
 		}()
 		want := before + s.bigRows/5
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for fam.count() < want && time.Now().Before(deadline) {
+			rs.supervise()
 			select {
 			case err := <-done:
 				if err != nil {
@@ -605,6 +638,10 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			msgs = append(msgs, m)
 			held = append(held, heldSeq{m.ID, key, i, i == 2})
 		}
+		// Not while another family restarts the server: the rows must
+		// commit, and their outcome be known.
+		cl.mu.RLock()
+		defer cl.mu.RUnlock()
 		ob.InsertTx(t, db(), msgs...)
 	}
 	// moreHeld commits one more row of every held key: it must be parked
@@ -628,9 +665,9 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			msgs = append(msgs, m)
 			held = append(held, heldSeq{m.ID, key, seq + 1, false})
 		}
-		if err := pgx.BeginFunc(ctx, db(), func(tx pgx.Tx) error { return ob.Insert(ctx, tx, msgs...) }); err != nil {
-			held = held[:len(held)-len(msgs)] // not committed (a restart): not expected
-		}
+		cl.mu.RLock()
+		defer cl.mu.RUnlock()
+		ob.InsertTx(t, db(), msgs...)
 	}
 
 	inject := func(kind string) string {
@@ -641,10 +678,12 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			rs.gone(a)
 			rs.start()
 		case faultKill9MidTx:
-			note := bigTx(func() { a.p.Kill9(t) })
-			rs.gone(a)
-			rs.start()
-			return note
+			return bigTx(func() {
+				a := rs.active()
+				a.p.Kill9(t)
+				rs.gone(a)
+				rs.start()
+			})
 		case faultSIGTERM:
 			a.p.Cmd.Process.Signal(syscall.SIGTERM)
 			if code := a.p.Wait(60 * time.Second); code != 0 {
@@ -658,6 +697,7 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			})
 		case faultSIGSTOP:
 			return bigTx(func() {
+				a := rs.active()
 				a.p.Cmd.Process.Signal(syscall.SIGSTOP)
 				defer a.p.Cmd.Process.Signal(syscall.SIGCONT)
 				var pid *int32
