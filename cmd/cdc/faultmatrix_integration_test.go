@@ -458,6 +458,20 @@ func (rs *faultRelays) supervise() {
 	}
 }
 
+// kill9 kills r with SIGKILL and, with again, starts a new relay in its
+// place. A relay that exited meanwhile by itself is supervised instead.
+func (rs *faultRelays) kill9(r *faultRelay, again bool) {
+	if r.p.Exited() {
+		rs.supervise()
+		return
+	}
+	r.p.Kill9(rs.t)
+	rs.gone(r)
+	if again {
+		rs.start()
+	}
+}
+
 // gone drops a relay that ended.
 func (rs *faultRelays) gone(r *faultRelay) {
 	rs.relays = slices.DeleteFunc(rs.relays, func(x *faultRelay) bool { return x == r })
@@ -546,6 +560,7 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 	var held []heldSeq // held-key rows, in commit order
 	heldKeys := 0
 	bigTxs := 0
+	drainsCut := 0 // SIGTERMs that ended in exit 3
 	var sentAtSeen, sentAtBad int
 	// sentAtSample: the rows marked sent (read first) must all be held by
 	// every sink (read after): marks come only after every ack.
@@ -674,20 +689,21 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 		a := rs.active()
 		switch kind {
 		case faultKill9:
-			a.p.Kill9(t)
-			rs.gone(a)
-			rs.start()
+			rs.kill9(a, true)
 		case faultKill9MidTx:
 			return bigTx(func() {
-				a := rs.active()
-				a.p.Kill9(t)
-				rs.gone(a)
-				rs.start()
+				rs.kill9(rs.active(), true)
 			})
 		case faultSIGTERM:
 			a.p.Cmd.Process.Signal(syscall.SIGTERM)
-			if code := a.p.Wait(60 * time.Second); code != 0 {
-				t.Errorf("%s: SIGTERM: exit %d, want 0\n%s", name, code, a.p.Logs())
+			// 0, or 3 when relay.shutdown_timeout cut the drain (nothing
+			// lost: docs/operations.md), which a busy machine can take.
+			switch code := a.p.Wait(60 * time.Second); code {
+			case 0:
+			case 3:
+				drainsCut++
+			default:
+				t.Errorf("%s: SIGTERM: exit %d, want 0 (or 3: the drain cut)\n%s", name, code, a.p.Logs())
 			}
 			rs.gone(a)
 			rs.start()
@@ -726,12 +742,19 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 		case faultCut:
 			fam.outage()()
 		case faultStandby:
-			sb := rs.start()
-			if !pgtest.WaitFor(30*time.Second, func() bool { return strings.Contains(sb.p.Stderr.String(), "held by another process") }) {
-				t.Fatalf("%s: the second instance did not wait for the slot\n%s", name, sb.p.Logs())
+			rs.start()
+			if !pgtest.WaitFor(30*time.Second, func() bool {
+				rs.supervise() // it may exit while the server restarts
+				for _, r := range rs.relays {
+					if r != a && strings.Contains(r.p.Stderr.String(), "held by another process") {
+						return true
+					}
+				}
+				return false
+			}) {
+				t.Fatalf("%s: the second instance did not wait for the slot\n%s", name, rs.allLogs())
 			}
-			a.p.Kill9(t)
-			rs.gone(a)
+			rs.kill9(a, false)
 		case faultTooLarge, faultNoDest:
 			heldTx(kind)
 		}
@@ -844,6 +867,9 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 		kindsRun = append(kindsRun, e.kind)
 	}
 	tries, failed := prod.Attempts()
+	if drainsCut > 0 {
+		t.Logf("%s: %d SIGTERMs ended in exit 3: relay.shutdown_timeout (10s) cut the drain", name, drainsCut)
+	}
 	if len(rs.exits) > 0 {
 		t.Logf("%s: %d relays exited by themselves and were started again (as a supervisor would): %s", name, len(rs.exits), strings.Join(rs.exits, " | "))
 	}
