@@ -61,22 +61,27 @@ var faultKinds = []string{faultKill9, faultKill9MidTx, faultSIGTERM, faultWALSen
 
 // pendingCells are the cells (family/fault) known to fail on main, with
 // why; they are left out of a run unless WALPOST_FAULT_PENDING=1. When the
-// fix lands, delete the line: the cell then runs in every make test.
+// fix lands, delete the lines: the cells then run in every make test.
 var pendingCells = map[string]string{
-	"kafka-eos/" + faultWALSender:   "issue 43 §1: a reconnect inside a cycle re-sends the replayed prefix, which the exactly_once sink commits a second time (branches stream and kafka)",
+	// Fixed by branch kafka (the exactly-once sink's replay guard):
+	// checked with it merged, the three cells pass. Delete on merging it.
+	"kafka-eos/" + faultWALSender:   "issue 43 §1: a reconnect inside a cycle re-sends the replayed prefix, which the exactly_once sink commits a second time (branches kafka and stream)",
 	"kafka-eos/" + faultSIGSTOP:     "issue 43 §1: as walsender-midtx (the WAL sender ends at wal_sender_timeout while the relay lives)",
-	"kafka/" + faultNoDest:          "hold_key with a templated destination: a later message of the held key in the same batch, to a destination that exists, is acknowledged before the refused one is parked (branch stream)",
-	"nats/" + faultNoDest:           "as kafka/refused-no-dest (branch stream)",
-	"sqs/" + faultNoDest:            "as kafka/refused-no-dest (branch stream; README, Known limits)",
-	"sns/" + faultNoDest:            "as kafka/refused-no-dest (branch stream; README, Known limits; passes when the refused message and the next of its key go out in different calls)",
-	"pubsub/" + faultNoDest:         "as kafka/refused-no-dest (branch stream; README, Known limits)",
 	"kafka-eos/" + faultPGImmediate: "issue 43 §1: as walsender-midtx (the relay reconnects by itself after the crash restart)",
-	// Found by this harness: with columns.sent_at mapped, the relay
-	// confirms WAL only once its rows are marked; a fast shutdown ends
-	// the relay's marking connection and refuses new ones, then waits for
-	// the logical WAL sender's client to confirm the end of the WAL: it
-	// never does, and pg_ctl stop -m fast gives up after 60 s.
-	"*/" + faultPGFast: "found by this harness: with columns.sent_at mapped, pg_ctl stop -m fast waits for the relay to confirm the end of the WAL, which waits for marks the shutting-down server refuses (no fix yet)",
+	// hold_key with templated destinations (branch stream). Delete on
+	// merging it, for each sink its fix covers.
+	"kafka/" + faultNoDest:  "hold_key with a templated destination: a later message of the held key in the same batch, to a destination that exists, is acknowledged before the refused one is parked (branch stream)",
+	"nats/" + faultNoDest:   "as kafka/refused-no-dest (branch stream)",
+	"sqs/" + faultNoDest:    "as kafka/refused-no-dest (branch stream; README, Known limits)",
+	"sns/" + faultNoDest:    "as kafka/refused-no-dest (branch stream; README, Known limits; passes when the refused message and the next of its key go out in different calls)",
+	"pubsub/" + faultNoDest: "as kafka/refused-no-dest (branch stream; README, Known limits)",
+	// Found by this harness, no fix yet: with columns.sent_at mapped, the
+	// relay confirms WAL only once its rows are marked; a fast shutdown
+	// ends the relay's marking connection and refuses new ones, then
+	// waits for the logical WAL sender's client to confirm the end of the
+	// WAL: it never does, and pg_ctl stop -m fast gives up after 60 s.
+	// WALPOST_FAULT_SENT_AT=off runs these cells (they pass).
+	"*/" + faultPGFast: "found by this harness: with columns.sent_at mapped, pg_ctl stop -m fast waits for the relay to confirm the end of the WAL, which waits for marks the shutting-down server refuses (no fix yet; WALPOST_FAULT_SENT_AT=off runs the cell)",
 }
 
 // pendingCell returns why the cell of family and fault kind is pending,
@@ -394,18 +399,21 @@ func faultProxy(t *testing.T, target string) *tcpproxy.Proxy {
 // faults that long); WALPOST_FAULT_SEED replays a run's choices;
 // WALPOST_FAULT_KINDS and WALPOST_FAULT_SINKS (comma-separated) narrow it
 // to some fault kinds and families; WALPOST_FAULT_PENDING=1 runs the
-// pending cells too.
+// pending cells too; WALPOST_FAULT_SENT_AT=off leaves columns.sent_at
+// unmapped (no sent_at check), which lets the pg-fast cells run.
 type faultSettings struct {
 	seed     uint64
 	duration time.Duration // 0: each kind once
 	kinds    []string
 	families []string
 	pending  bool
-	bigRows  int // rows of a big transaction
+	sentAt   bool // columns.sent_at mapped (WALPOST_FAULT_SENT_AT=off unmaps it)
+	bigRows  int  // rows of a big transaction
 }
 
 func faultSettingsFromEnv(t *testing.T) faultSettings {
-	s := faultSettings{seed: uint64(time.Now().UnixNano()), kinds: faultKinds, bigRows: 3000, pending: os.Getenv("WALPOST_FAULT_PENDING") == "1"}
+	s := faultSettings{seed: uint64(time.Now().UnixNano()), kinds: faultKinds, bigRows: 3000, pending: os.Getenv("WALPOST_FAULT_PENDING") == "1",
+		sentAt: os.Getenv("WALPOST_FAULT_SENT_AT") != "off"}
 	switch v := os.Getenv("WALPOST_FAULTS"); v {
 	case "", "short":
 	case "long":
@@ -595,6 +603,8 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			fam.tooBig == 0 && k == faultTooLarge,
 			!fam.noDest && k == faultNoDest:
 			continue // not for this family
+		case k == faultPGFast && !s.sentAt:
+			// Pending only because of sent_at (pendingCells).
 		case pendingCell(name, k) != "" && !s.pending:
 			t.Logf("cell %s/%s left out (pending; WALPOST_FAULT_PENDING=1 runs it): %s", name, k, pendingCell(name, k))
 			continue
@@ -606,7 +616,7 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN sent_at timestamptz")
 	cfg := ob.Config(t, fam.sinks, "relay: {batch_size: 100, shutdown_timeout: 10s, retry_backoff: 500ms, on_refused: hold_key, refused_attempts: 1}\n"+
-		"columns: {id: id, type: type, key: key, payload: payload, headers: headers, sent_at: sent_at}")
+		map[bool]string{true: "columns: {id: id, type: type, key: key, payload: payload, headers: headers, sent_at: sent_at}"}[s.sentAt])
 	addPostgres(t, cfg, "reconnect_backoff: 1s", "standby_poll: 300ms")
 	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
 	cdcInit(t, cfg)
@@ -977,7 +987,7 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 		report = append(report, fmt.Sprintf("%s: %d committed, %d duplicates, %d parked", sink, r.Committed, r.Duplicates, len(p[sink])))
 	}
 	sentAtSample()
-	if sentAtSeen == 0 {
+	if s.sentAt && sentAtSeen == 0 {
 		t.Errorf("%s: no row was ever seen with sent_at set: the sent_at check proved nothing", name)
 	}
 	var kindsRun []string
