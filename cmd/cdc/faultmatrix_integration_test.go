@@ -62,19 +62,10 @@ var faultKinds = []string{faultKill9, faultKill9MidTx, faultSIGTERM, faultWALSen
 // pendingCells are the cells (family/fault) known to fail on main, with
 // why; they are left out of a run unless WALPOST_FAULT_PENDING=1. When the
 // fix lands, delete the lines: the cells then run in every make test.
+// (The kafka-eos cells of a connection lost mid-transaction and every
+// family's refused-no-dest were pending until branch stream's fixes of
+// issue 43.1 and of hold_key across destinations reached main.)
 var pendingCells = map[string]string{
-	// Fixed by branch kafka (the exactly-once sink's replay guard):
-	// checked with it merged, the three cells pass. Delete on merging it.
-	"kafka-eos/" + faultWALSender:   "issue 43 §1: a reconnect inside a cycle re-sends the replayed prefix, which the exactly_once sink commits a second time (branches kafka and stream)",
-	"kafka-eos/" + faultSIGSTOP:     "issue 43 §1: as walsender-midtx (the WAL sender ends at wal_sender_timeout while the relay lives)",
-	"kafka-eos/" + faultPGImmediate: "issue 43 §1: as walsender-midtx (the relay reconnects by itself after the crash restart)",
-	// hold_key with templated destinations (branch stream). Delete on
-	// merging it, for each sink its fix covers.
-	"kafka/" + faultNoDest:  "hold_key with a templated destination: a later message of the held key in the same batch, to a destination that exists, is acknowledged before the refused one is parked (branch stream)",
-	"nats/" + faultNoDest:   "as kafka/refused-no-dest (branch stream)",
-	"sqs/" + faultNoDest:    "as kafka/refused-no-dest (branch stream; README, Known limits)",
-	"sns/" + faultNoDest:    "as kafka/refused-no-dest (branch stream; README, Known limits; passes when the refused message and the next of its key go out in different calls)",
-	"pubsub/" + faultNoDest: "as kafka/refused-no-dest (branch stream; README, Known limits)",
 	// Found by this harness, no fix yet: with columns.sent_at mapped, the
 	// relay confirms WAL only once its rows are marked; a fast shutdown
 	// ends the relay's marking connection and refuses new ones, then
@@ -412,7 +403,7 @@ type faultSettings struct {
 }
 
 func faultSettingsFromEnv(t *testing.T) faultSettings {
-	s := faultSettings{seed: uint64(time.Now().UnixNano()), kinds: faultKinds, bigRows: 3000, pending: os.Getenv("WALPOST_FAULT_PENDING") == "1",
+	s := faultSettings{seed: uint64(time.Now().UnixNano()), kinds: faultKinds, bigRows: 2000, pending: os.Getenv("WALPOST_FAULT_PENDING") == "1",
 		sentAt: os.Getenv("WALPOST_FAULT_SENT_AT") != "off"}
 	switch v := os.Getenv("WALPOST_FAULTS"); v {
 	case "", "short":
@@ -707,36 +698,32 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			msgs[i].Payload = string(b)
 		}
 		before := fam.count()
-		done := make(chan error, 1)
-		go func() {
+		// Committed while no other family restarts the server (the
+		// relay decodes it only once committed, so nothing is lost by
+		// waiting); the read lock is let go before the fault, which may
+		// be a restart.
+		cl.mu.RLock()
+		err := func() error {
 			c, err := pgx.Connect(ctx, url)
 			if err != nil {
-				done <- err
-				return
+				return err
 			}
 			defer c.Close(ctx)
-			done <- pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return ob.Insert(ctx, tx, msgs...) })
+			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return ob.Insert(ctx, tx, msgs...) })
 		}()
+		cl.mu.RUnlock()
+		if err != nil {
+			fault()
+			return fmt.Sprintf("the big transaction failed (%v)", err)
+		}
 		want := before + s.bigRows/5
 		deadline := time.Now().Add(30 * time.Second)
 		for fam.count() < want && time.Now().Before(deadline) {
 			rs.supervise()
-			select {
-			case err := <-done:
-				if err != nil {
-					fault()
-					return fmt.Sprintf("the big transaction failed (%v)", err)
-				}
-				done <- nil
-			default:
-			}
 			time.Sleep(2 * time.Millisecond)
 		}
 		at := fam.count() - before
 		fault()
-		if err := <-done; err != nil {
-			return fmt.Sprintf("the big transaction failed (%v)", err)
-		}
 		return fmt.Sprintf("sinks held %d more messages (big transaction %d rows)", at, s.bigRows)
 	}
 	// heldTx commits a held-key sequence of three rows whose second the
@@ -812,6 +799,15 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			case 0:
 			case 3:
 				drainsCut++
+			case 1:
+				// The relay's exit when its dead-letter connection broke
+				// at an earlier restart (README, Known limits): counted
+				// with the other exits; anything else is a failure.
+				if last := lastLine(a.p.Stderr.String()); strings.Contains(last, "dead-letter: ") {
+					rs.exits = append(rs.exits, last)
+					break
+				}
+				t.Errorf("%s: SIGTERM: exit 1, want 0 (or 3: the drain cut)\n%s", name, a.p.Logs())
 			default:
 				t.Errorf("%s: SIGTERM: exit %d, want 0 (or 3: the drain cut)\n%s", name, code, a.p.Logs())
 			}
@@ -897,7 +893,7 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 			}
 			kind = kinds[rng.IntN(len(kinds))]
 		}
-		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
 			moreHeld()
 		}
