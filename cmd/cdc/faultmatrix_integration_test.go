@@ -603,6 +603,16 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 		kinds = append(kinds, k)
 	}
 	url := cl.URL("postgres")
+	// The cleanups registered by the setup below drop the outbox, slot and
+	// dead-letter table: they run under the read lock (taken by a cleanup
+	// registered after them, so run before them, once the relays are
+	// gone), which this one, run after them, lets go.
+	locked := false
+	t.Cleanup(func() {
+		if locked {
+			cl.mu.RUnlock()
+		}
+	})
 	cl.mu.RLock()
 	ob := relaytest.NewOutbox(t, url)
 	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN sent_at timestamptz")
@@ -612,15 +622,6 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
 	cdcInit(t, cfg)
 	cl.mu.RUnlock()
-	// The cleanups registered so far drop the outbox, slot and dead-letter
-	// table: they run under the read lock, after the relays are gone (the
-	// cleanups registered later run first).
-	locked := false
-	t.Cleanup(func() {
-		if locked {
-			cl.mu.RUnlock()
-		}
-	})
 	ctx := context.Background()
 	// A connection of the family's own, made again after a restart.
 	var conn *pgx.Conn
