@@ -295,6 +295,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.kafkaMem, "kafka-mem", false, "keep the kfake broker's log in memory instead of on disk")
 	flag.StringVar(&o.root, "root", "", "repository root, where ./cmd/cdc is (default: found from the working directory up, by its go.mod)")
 	flag.StringVar(&o.cdcPkg, "cdc-pkg", "./cmd/cdc", "package of the relay binary to build and measure")
+	flag.StringVar(&tracingRatio, "tracing", "off", "walpost's runs with tracing: off, or on with this sample ratio (1: a publish span per message, 0.01: one in a hundred), exported over OTLP/HTTP to a receiver in the bench that discards them; compare with a run without")
 	flag.StringVar(&kafkaSinkExtra, "kafka-sink-extra", "", "keys added to the kafka sink's settings of walpost's runs, e.g. 'exactly_once: true', to compare settings")
 	flag.StringVar(&o.receiveBuffer, "receive-buffer", "", "postgres.receive_buffer of walpost's runs (auto, kernel or bytes; default: not set, i.e. the relay's default, auto), to compare settings")
 	flag.StringVar(&o.pprofDir, "pprof", "", "directory for CPU profiles of walpost over each paced run and of both instances over the idle-fleet window (relative to the repository root unless absolute; http.pprof; read them with go tool pprof)")
@@ -374,6 +375,12 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
+	stopTracing, err := startTracingSink()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	defer stopTracing()
 	b, err := newBench(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -134,7 +134,7 @@ sinks:
 %s
 http: {listen: "127.0.0.1:%d", pprof: %t}
 log: {level: info, format: json}
-`, url, n.Qualified(), n.Publication, n.Slot, rb, sinks, port, pprof)
+%s`, url, n.Qualified(), n.Publication, n.Slot, rb, sinks, port, pprof, tracingYAML)
 	p := filepath.Join(dir, "cdc.yaml")
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }

@@ -150,6 +150,21 @@
 // make the loop fetch an object of its choosing. docs/claim-check.md in
 // the repository has the format and the retention of the objects.
 //
+// # Tracing
+//
+// Process records a receive span, "process <table>" (kind consumer,
+// messaging.operation.type process, messaging.message.id,
+// walpost.inbox.result: processed or duplicate; an error status when it
+// fails), with Options.TracerProvider or OpenTelemetry's global provider,
+// as a child of the trace context in ctx, and runs the effect under it:
+// the effect's own spans are its children. The receive loops and
+// HTTPHandler put the message's W3C traceparent (and tracestate) into ctx
+// first (ContextFromHeaders), so producer, relay and receiver are one
+// trace (docs/operations.md, "Tracing"); a receiver of its own calls
+// ContextWithTraceparent with the message's header before Process. The
+// package depends on the OpenTelemetry API only: without an SDK installed
+// nothing is recorded and Process costs what it did.
+//
 // # Concurrency
 //
 // Inbox, SQLInbox and the handler are safe for concurrent use with a pool

@@ -151,7 +151,8 @@ func HTTPHandler[Tx any](p Processor[Tx], effect func(ctx context.Context, tx Tx
 			d.Request = r.Clone(r.Context())
 			d.Request.Header = signed
 		}
-		res, err := p.Process(r.Context(), id, func(ctx context.Context, tx Tx) error {
+		// Process's span continues the trace of the request's traceparent.
+		res, err := p.Process(ContextFromHeaders(r.Context(), r.Header.Get), id, func(ctx context.Context, tx Tx) error {
 			return effect(ctx, tx, d)
 		})
 		if err != nil {

@@ -87,7 +87,9 @@ func (ib *Inbox) EnsureTable(ctx context.Context) error {
 // be redelivered. An error from the commit itself may hide a commit that
 // happened; the redelivery then returns Duplicate. Process is safe for
 // concurrent use (see Inbox).
-func (ib *Inbox) Process(ctx context.Context, msgID string, effect func(ctx context.Context, tx pgx.Tx) error) (Result, error) {
+func (ib *Inbox) Process(ctx context.Context, msgID string, effect func(ctx context.Context, tx pgx.Tx) error) (res Result, err error) {
+	ctx, span := ib.c.startProcess(ctx, msgID)
+	defer func() { endProcess(span, res, err) }()
 	if msgID == "" {
 		return 0, ErrEmptyID
 	}

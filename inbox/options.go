@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultRetention is how long Cleanup keeps a processed message id when
@@ -28,6 +30,11 @@ type Options struct {
 	// no statement holds many row locks or runs long. Zero means
 	// DefaultCleanupBatch; it must not be negative.
 	CleanupBatch int
+	// TracerProvider records the span of each Process call ("process
+	// <table>", a child of the message's trace: ContextWithTraceparent);
+	// nil: OpenTelemetry's global provider (otel.GetTracerProvider), which
+	// records nothing until an OpenTelemetry SDK is installed.
+	TracerProvider trace.TracerProvider
 }
 
 // core is what the pgx and database/sql inboxes share: validated options
@@ -40,6 +47,7 @@ type core struct {
 	lockSQL    string // serializes EnsureTable across processes
 	insertSQL  string
 	cleanupSQL string
+	tracer     trace.Tracer
 
 	// afterCleanupBatch, when set (by tests), is called with the number of
 	// ids each Cleanup statement deleted.
@@ -73,6 +81,7 @@ func newCore(opts Options) (*core, error) {
 		batch:     opts.CleanupBatch,
 		ddl:       ddlStatements(opts.Table),
 		lockSQL:   `SELECT pg_advisory_xact_lock(hashtext($1))`,
+		tracer:    tracerOf(opts.TracerProvider),
 		// ON CONFLICT DO NOTHING waits for a concurrent transaction that
 		// inserted the same id: if it commits, this reports 0 rows; if it
 		// rolls back, this inserts.

@@ -58,7 +58,9 @@ func (ib *SQLInbox) EnsureTable(ctx context.Context) error {
 // Process is Inbox.Process for database/sql: effect gets the *sql.Tx, and
 // must not commit or roll it back. A panicking effect is rolled back and
 // reported as an error wrapping ErrPanicked, as by Inbox.Process.
-func (ib *SQLInbox) Process(ctx context.Context, msgID string, effect func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
+func (ib *SQLInbox) Process(ctx context.Context, msgID string, effect func(ctx context.Context, tx *sql.Tx) error) (result Result, err error) {
+	ctx, span := ib.c.startProcess(ctx, msgID)
+	defer func() { endProcess(span, result, err) }()
 	if msgID == "" {
 		return 0, ErrEmptyID
 	}

@@ -55,29 +55,27 @@
 //
 // # Trace context
 //
-// The trace context does not cross the outbox by itself. Enqueue stores a
-// W3C traceparent in the headers (key "traceparent"), and the relay puts it
-// on the broker message. The traceparent comes from, in order: the
-// message's own Headers["traceparent"], Writer.Traceparent, and the
-// context (ContextWithTraceparent). walpost does not depend on
-// OpenTelemetry; to take the traceparent from the active OpenTelemetry span,
-// hook its propagator into Writer.Traceparent:
+// The trace context does not cross the outbox by itself. Enqueue and Emit
+// record a producer span, "create <table>" (kind producer, the messaging
+// semantic conventions' create operation: messaging.message.id,
+// walpost.outbox.id, walpost.outbox.type, walpost.outbox.key), and store
+// its W3C traceparent in the headers (key "traceparent"); the relay puts
+// the headers on the broker message and records its publish span as a
+// child of that span (docs/operations.md, "Tracing"), and the inbox
+// package's receive span continues it.
 //
-//	import (
-//		"go.opentelemetry.io/otel"
-//		"go.opentelemetry.io/otel/propagation"
-//	)
+// The span's parent is the traceparent given for the message, in order:
+// the message's own Headers["traceparent"], Writer.Traceparent, the
+// context (ContextWithTraceparent); else the OpenTelemetry span active in
+// ctx. The span is recorded with Writer.TracerProvider, or OpenTelemetry's
+// global provider (otel.GetTracerProvider). The package depends on the
+// OpenTelemetry API only: without an SDK installed (or when the sampler
+// drops the span) nothing is recorded and the given traceparent, if any,
+// is stored as it is, as before. So with an SDK installed:
 //
-//	var w = outbox.Writer{
-//		Traceparent: func(ctx context.Context) string {
-//			carrier := propagation.MapCarrier{}
-//			otel.GetTextMapPropagator().Inject(ctx, carrier)
-//			return carrier.Get("traceparent")
-//		},
-//	}
-//
-// (otel.SetTextMapPropagator(propagation.TraceContext{}) must have been
-// called, as the OpenTelemetry SDK setup usually does.)
+//	ctx, span := tracer.Start(ctx, "place order")
+//	defer span.End()
+//	err := outbox.Enqueue(ctx, tx, msg) // create public.outbox, child of "place order"
 //
 // # Concurrency
 //

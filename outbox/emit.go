@@ -95,7 +95,7 @@ func EmitSQL(ctx context.Context, tx SQLExecer, msg Message, opts ...EmitOption)
 // whatever the database's encoding.
 const emitStmt = "SELECT pg_logical_emit_message(true, $1::text, $2::bytea)"
 
-func emit(ctx context.Context, msg Message, opts []EmitOption, exec func(string, []any) error) error {
+func emit(ctx context.Context, msg Message, opts []EmitOption, exec func(string, []any) error) (err error) {
 	o := emitOptionsOf(opts)
 	if err := o.check(); err != nil {
 		return err
@@ -103,6 +103,9 @@ func emit(ctx context.Context, msg Message, opts []EmitOption, exec func(string,
 	if msg.ID == "" {
 		msg.ID = NewID()
 	}
+	ctx, span := startCreate(ctx, nil, func() string { return Writer{}.givenTraceparent(ctx, msg.Headers) },
+		msg.ID, msg.Type, msg.Key, o.prefix)
+	defer func() { endCreate(span, err) }()
 	env, err := envelope(ctx, msg, o)
 	if err != nil {
 		return err

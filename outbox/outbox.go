@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walpost/walpost/internal/layout"
 )
@@ -112,6 +113,11 @@ type Writer struct {
 	// returns "", the traceparent from ContextWithTraceparent is used. A
 	// traceparent set in Message.Headers takes precedence over both.
 	Traceparent func(ctx context.Context) string
+	// TracerProvider records the producer span of each message ("create
+	// <table>", see the package documentation, "Trace context"); nil:
+	// OpenTelemetry's global provider (otel.GetTracerProvider), which
+	// records nothing until an OpenTelemetry SDK is installed.
+	TracerProvider trace.TracerProvider
 	// DeleteAfterInsert deletes the row again, in the same transaction,
 	// right after inserting it: the WAL keeps the insert, which the relay
 	// streams, and the table stays empty with no cleanup job, but nothing
@@ -178,8 +184,19 @@ func (w Writer) EnqueueSQL(ctx context.Context, tx SQLExecer, msg Message) error
 	})
 }
 
-// insert prepares msg's INSERT and runs it with exec.
-func (w Writer) insert(ctx context.Context, msg Message, exec func(stmt string, args []any) error) error {
+// insert prepares msg's INSERT and runs it with exec, in msg's producer
+// span (startCreate).
+func (w Writer) insert(ctx context.Context, msg Message, exec func(stmt string, args []any) error) (err error) {
+	if msg.ID == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("outbox: generating message id: %w", err)
+		}
+		msg.ID = u.String()
+	}
+	ctx, span := startCreate(ctx, w.TracerProvider, func() string { return w.givenTraceparent(ctx, msg.Headers) },
+		msg.ID, msg.Type, msg.Key, w.table())
+	defer func() { endCreate(span, err) }()
 	stmt, args, err := w.prepare(ctx, msg)
 	if err != nil {
 		return err
@@ -296,14 +313,19 @@ func (w Writer) prepare(ctx context.Context, msg Message) (string, []any, error)
 // headers returns the headers to store: h plus the traceparent, if any. It
 // returns h itself when there is nothing to add.
 func (w Writer) headers(ctx context.Context, h map[string]string) (map[string]string, error) {
+	producer := producerTraceparent(ctx) // the producer span's, when one records
 	if tp, ok := h[TraceparentHeader]; ok {
 		if err := ValidateTraceparent(tp); err != nil {
 			return nil, fmt.Errorf("header %s: %w", TraceparentHeader, err)
 		}
-		return h, nil
+		if producer == "" {
+			return h, nil
+		}
 	}
 	var tp string
-	if w.Traceparent != nil {
+	if producer != "" {
+		tp = producer
+	} else if w.Traceparent != nil {
 		tp = w.Traceparent(ctx)
 		if tp != "" {
 			if err := ValidateTraceparent(tp); err != nil {
@@ -321,6 +343,22 @@ func (w Writer) headers(ctx context.Context, h map[string]string) (map[string]st
 	maps.Copy(out, h)
 	out[TraceparentHeader] = tp
 	return out, nil
+}
+
+// givenTraceparent is the traceparent given for a message, the parent of
+// its producer span: its own header, Writer.Traceparent's, the context's
+// (ContextWithTraceparent); "" when none (the span active in ctx is the
+// parent then).
+func (w Writer) givenTraceparent(ctx context.Context, h map[string]string) string {
+	if tp, ok := h[TraceparentHeader]; ok {
+		return tp
+	}
+	if w.Traceparent != nil {
+		if tp := w.Traceparent(ctx); tp != "" {
+			return tp
+		}
+	}
+	return TraceparentFromContext(ctx)
 }
 
 // encodePayload returns p as JSON bytes (see Message.Payload).

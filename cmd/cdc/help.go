@@ -33,6 +33,7 @@ var runEnv = []envVar{
 	{"GOMAXPROCS", "how many threads run Go code at once; wins over relay.procs"},
 	{"CDC_MAX_ACTIVE", "--max-active when the flag is not given"},
 	{"CDC_CONSOLE_SAMPLE_EVERY", "how often the console samples the slot's lag for its chart (default 30s)"},
+	{"OTEL_TRACES_EXPORTER", "otlp turns tracing on without a tracing: block, none turns it off; the other OTEL_* variables fill what tracing: leaves out (docs/operations.md, \"Tracing\")"},
 }
 
 const usageExit = "2  usage or configuration error (nothing was done)"

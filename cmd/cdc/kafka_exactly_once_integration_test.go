@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -164,4 +165,83 @@ func kafkaUnderFaults(t *testing.T, kc kafkaCluster, extra string, eos bool) {
 	}
 	t.Logf("%d messages committed; faults: kill -9 ×%d, kafka outage ×%d; duplicates: plain (idempotent producer) %d, exactly_once (read_committed) %d",
 		len(committed), counts["kill -9"], counts["kafka outage"], plain.Duplicates, copies.Duplicates)
+}
+
+// TestIntegrationKafkaExactlyOnceForgedProgressRecordSkipsNothing: a
+// client that may write the progress topic produces one plain record of
+// the sink's key at commit LSN FFFFFFF0/0 while the relay is stopped.
+// The next `cdc run` refuses it (the sink's own transactional producer did
+// not write it), says so in its log and `cdc status` says so too, resumes
+// from the progress table, and a read_committed consumer sees every row
+// committed after the real position (docs/security.md, "Progress topic").
+func TestIntegrationKafkaExactlyOnceForgedProgressRecordSkipsNothing(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	kc := kafkatest.Start(t, kfake.SeedTopics(2, "eos"))
+	sinks := fmt.Sprintf("  - {name: eos, kind: kafka, brokers: [%s], topic: eos, timeout: 2s, exactly_once: true}", strings.Join(kc.Addrs(), ", "))
+	cfg := ob.Config(t, sinks, "")
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	var all []relaytest.Msg
+	insert := func(n int) {
+		var msgs []relaytest.Msg
+		for i := range n {
+			msgs = append(msgs, relaytest.NewMsg("order.created", fmt.Sprintf("k%d", i%3), len(all)+i))
+		}
+		ob.InsertTx(t, conn, msgs...)
+		all = append(all, msgs...)
+	}
+	delivered := func() (missing, copies int) {
+		seen := map[string]int{}
+		for _, r := range kc.ReadCommitted(t, "eos") {
+			seen[recordHeader(r, "id")]++
+		}
+		for _, m := range all {
+			switch n := seen[m.ID]; {
+			case n == 0:
+				missing++
+			case n > 1:
+				copies += n - 1
+			}
+		}
+		return missing, copies
+	}
+
+	insert(20)
+	p := startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { m, _ := delivered(); return m == 0 }) {
+		t.Fatalf("the first rows did not reach Kafka\n%s", p.Logs())
+	}
+	p.Stop(t)
+
+	// Anyone with WRITE on the topic: no transaction, no transactional id.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	forged := &kgo.Record{Topic: "walpost.progress", Key: []byte(ob.Slot + "/eos"),
+		Value: []byte(fmt.Sprintf(`{"slot":%q,"sink":"eos","commit_lsn":"FFFFFFF0/0","lsn":"FFFFFFF0/0","seq":0}`, ob.Slot))}
+	if err := cl.ProduceSync(context.Background(), forged).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	_, status, _ := cdc(t, nil, "status", "--config", cfg)
+	if !strings.Contains(status, "forged progress record") {
+		t.Errorf("cdc status does not report the forged progress record:\n%s", status)
+	}
+
+	insert(20)
+	p = startCDC(t, "run", "--config", cfg)
+	if !pgtest.WaitFor(30*time.Second, func() bool { m, _ := delivered(); return m == 0 }) {
+		missing, _ := delivered()
+		t.Fatalf("%d of the %d rows committed after the forged record never reached Kafka\n%s", missing, 20, p.Logs())
+	}
+	p.Stop(t)
+	if _, copies := delivered(); copies != 0 {
+		t.Errorf("read_committed sees %d copies", copies)
+	}
+	if logs := p.Stderr.String(); !strings.Contains(logs, "forged progress record") || !strings.Contains(logs, `"offset":`) {
+		t.Errorf("the relay did not report the forged progress record:\n%s", p.Logs())
+	}
 }

@@ -132,6 +132,12 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, stopTracing, err := startTracing(ctx, cmd, cfg, r, reg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc %s: config %s: tracing: %v\n", cmd.name, o.config, err)
+		return 2
+	}
+	defer stopTracing()
 	if cmd.trusts {
 		err = admin.CheckTrust(ctx, cfg)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Durations in the log are whole milliseconds, in fields named with the
@@ -103,7 +104,7 @@ func runCmd(e *cmdEnv) error {
 		ctx, stopConsole := context.WithCancel(e.ctx)
 		defer stopConsole()
 		routes, err := consoleRoutes(ctx, cfg.HTTP, console.Options{Sources: []console.Source{{Name: cfg.Postgres.Slot, Config: cfg, Sinks: e.relay.Lent}},
-			Gatherer: reg, Log: log, Redact: redact.NewSet(cfg.Secrets()...).Redact})
+			Gatherer: reg, Log: log, Redact: redact.NewSet(cfg.Secrets()...).Redact, Tracing: tracing.FromContext(e.ctx)})
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/walpost/walpost/internal/ops"
 )
 
@@ -23,6 +25,10 @@ func statusCmd(e *cmdEnv) error {
 	st, err := room.Status(e.ctx)
 	if err != nil {
 		return err
+	}
+	if st.Exists {
+		wal, _ := pglogrepl.ParseLSN(st.CurrentWAL)
+		st.Warnings = append(st.Warnings, kafkaProgressCautions(e.ctx, e.cfg, wal)...)
 	}
 	if e.opts.json {
 		if err := ops.WriteJSON(e.stdout, st); err != nil {

@@ -130,7 +130,9 @@ func (l *loop[Tx]) handle(ctx context.Context, m kafka.Message) error {
 	if id == "" {
 		return l.poison(ctx, m, fmt.Errorf("inboxkafka: %s: no %q header: %w", where(m), l.opts.IDHeader, inbox.ErrEmptyID))
 	}
-	res, err := inbox.ProcessRetrying(ctx, l.p, id, func(ctx context.Context, tx Tx) error {
+	// Process's span continues the trace of the record's traceparent.
+	traced := inbox.ContextFromHeaders(ctx, func(name string) string { return lastHeader(m, name) })
+	res, err := inbox.ProcessRetrying(traced, l.p, id, func(ctx context.Context, tx Tx) error {
 		value, err := l.opts.ClaimCheck.Resolve(ctx, func(name string) string {
 			v := ""
 			for _, h := range m.Headers {
@@ -225,6 +227,17 @@ func messageID(m kafka.Message, header string) string {
 		}
 	}
 	return id
+}
+
+// lastHeader returns the value of m's last header named name, or "".
+func lastHeader(m kafka.Message, name string) string {
+	v := ""
+	for _, h := range m.Headers {
+		if h.Key == name {
+			v = string(h.Value)
+		}
+	}
+	return v
 }
 
 // where names a record for errors: topic[partition]@offset.

@@ -161,7 +161,8 @@ func (l *loop[Tx]) handle(ctx context.Context, m jetstream.Msg) error {
 	if id == "" {
 		return l.poison(ctx, m, fmt.Errorf("inboxnats: %s: no %q header: %w", where(m), l.opts.IDHeader, inbox.ErrEmptyID))
 	}
-	res, effectFailed, err := inbox.ProcessOnce(ctx, l.p, id, func(ctx context.Context, tx Tx) error {
+	// Process's span continues the trace of the message's traceparent.
+	res, effectFailed, err := inbox.ProcessOnce(inbox.ContextFromHeaders(ctx, m.Headers().Get), l.p, id, func(ctx context.Context, tx Tx) error {
 		data, err := l.opts.ClaimCheck.Resolve(ctx, m.Headers().Get, m.Data())
 		if err != nil {
 			return fmt.Errorf("inboxnats: %s: %w", where(m), err)

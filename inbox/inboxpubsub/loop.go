@@ -101,7 +101,9 @@ func Loop[Tx any](ctx context.Context, sub Subscriber, p inbox.Processor[Tx],
 		if id == "" {
 			err = fmt.Errorf("inboxpubsub: message %s: %w (no attribute %s or %s)", msg.ID, inbox.ErrEmptyID, AttrID, AttrCloudEventID)
 		} else {
-			res, err = p.Process(ctx, id, func(ctx context.Context, tx Tx) error {
+			// Process's span continues the trace of the message's traceparent.
+			traced := inbox.ContextFromHeaders(ctx, func(name string) string { return msg.Attributes[name] })
+			res, err = p.Process(traced, id, func(ctx context.Context, tx Tx) error {
 				data, err := opts.ClaimCheck.Resolve(ctx, func(name string) string { return msg.Attributes[name] }, msg.Data)
 				if err != nil {
 					return fmt.Errorf("inboxpubsub: message %s: %w", msg.ID, err)

@@ -119,7 +119,9 @@ func (l *loop[Tx]) handle(ctx context.Context, d amqp.Delivery) error {
 	if id == "" {
 		return l.poison(ctx, d, fmt.Errorf("inboxrabbit: %s: no message_id: %w", where(d), inbox.ErrEmptyID))
 	}
-	res, effectFailed, err := inbox.ProcessOnce(ctx, l.p, id, func(ctx context.Context, tx Tx) error {
+	// Process's span continues the trace of the message's traceparent.
+	traced := inbox.ContextFromHeaders(ctx, func(name string) string { v, _ := d.Headers[name].(string); return v })
+	res, effectFailed, err := inbox.ProcessOnce(traced, l.p, id, func(ctx context.Context, tx Tx) error {
 		body, err := l.opts.ClaimCheck.Resolve(ctx, func(name string) string { v, _ := d.Headers[name].(string); return v }, d.Body)
 		if err != nil {
 			return fmt.Errorf("inboxrabbit: %s: %w", where(d), err)

@@ -216,7 +216,9 @@ func (l *loop[Tx]) handle(ctx context.Context, msg *azservicebus.ReceivedMessage
 	var res inbox.Result
 	if err == nil {
 		msg.Body = body
-		res, err = l.p.Process(ctx, msg.MessageID, func(ctx context.Context, tx Tx) error {
+		// Process's span continues the trace of the message's traceparent.
+		traced := inbox.ContextFromHeaders(ctx, func(name string) string { v, _ := msg.ApplicationProperties[name].(string); return v })
+		res, err = l.p.Process(traced, msg.MessageID, func(ctx context.Context, tx Tx) error {
 			return l.effect(ctx, tx, msg)
 		})
 	} else {

@@ -310,7 +310,14 @@ func (l *loop[Tx]) handle(ctx context.Context, msg types.Message) bool {
 	if id == "" {
 		err = fmt.Errorf("inboxsqs: message %s: %w (no attribute %s or %s)", aws.ToString(msg.MessageId), inbox.ErrEmptyID, AttrID, AttrCloudEventID)
 	} else {
-		res, err = l.p.Process(ctx, id, func(ctx context.Context, tx Tx) error {
+		// Process's span continues the trace of the message's traceparent.
+		traced := inbox.ContextFromHeaders(ctx, func(name string) string {
+			if a, ok := msg.MessageAttributes[name]; ok {
+				return aws.ToString(a.StringValue)
+			}
+			return ""
+		})
+		res, err = l.p.Process(traced, id, func(ctx context.Context, tx Tx) error {
 			msg, err := l.resolve(ctx, msg)
 			if err != nil {
 				return err

@@ -27,6 +27,9 @@ type Config struct {
 	Sinks    []Sink   `yaml:"sinks"`
 	HTTP     HTTP     `yaml:"http"`
 	Log      Log      `yaml:"log"`
+	// Tracing configures OpenTelemetry spans (config/tracing.go); nil
+	// when the file has no tracing: block.
+	Tracing *Tracing `yaml:"tracing"`
 
 	// src is where each setting's value came from, by field path, for
 	// errors (Validate); empty for a Config not made by Parse.

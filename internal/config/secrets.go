@@ -48,6 +48,11 @@ func (c *Config) Secrets() []string {
 		add(a.Password, a.BearerToken)
 	}
 	add(c.HTTP.ViewToken, c.HTTP.OperateToken)
+	if t := c.Tracing; t != nil {
+		for _, v := range t.Headers {
+			add(v)
+		}
+	}
 	if cc := c.Relay.ClaimCheck; cc != nil && cc.ConnectionString != "" {
 		add(cc.ConnectionString)
 		add(redact.ConnectionStringSecrets(cc.ConnectionString)...)

@@ -25,14 +25,14 @@ var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // Validate checks every setting and returns the first error, an *Error
 // naming the setting. The order is fixed: the settings in the order the
 // file's sections are documented (postgres, columns, relay, sinks, http,
-// log), each section's in the order of its struct's fields, then the
+// log, tracing), each section's in the order of its struct's fields, then the
 // checks across settings (two columns of one name, two sinks of one name).
 // It checks postgres.url with pgconn.ParseConfig, which reads the files the
 // URL names (sslrootcert, sslcert, sslkey, a service file) and PG*
 // environment variables, as connecting will.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{
-		c.validatePostgres, c.validateSource, c.validateColumns, c.validateRelay, c.validateRetention, c.validateSinks, c.validateClaimCheck, c.validateHTTP, c.validateLog,
+		c.validatePostgres, c.validateSource, c.validateColumns, c.validateRelay, c.validateRetention, c.validateSinks, c.validateClaimCheck, c.validateHTTP, c.validateLog, c.validateTracing,
 		c.validateColumnsDistinct, c.validateSinkNamesDistinct,
 	} {
 		if err := check(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/internal/ops"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // ActionRequest is the body of POST /api/v1/sources/NAME/ACTION: the
@@ -59,6 +60,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 	defer c.acting.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
+	ctx = tracing.WithProvider(ctx, c.tracing) // a resend's publish spans
 	res, err := c.act(ctx, src, action, req)
 	ev := c.log.Info()
 	if err != nil || res.Failed > 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/fleet"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Source is one source of the process: its name (the fleet's, or the
@@ -46,6 +47,9 @@ type Options struct {
 	// SampleEvery is how often Run samples the lag (default 30s); the
 	// history keeps the last hour.
 	SampleEvery time.Duration
+	// Tracing, when set, records the resends' publish spans (tracing:;
+	// internal/tracing); nil: none.
+	Tracing *tracing.Provider
 }
 
 // ErrNoSources is New's error without a source.
@@ -60,6 +64,7 @@ type Console struct {
 	log     zerolog.Logger
 	redact  func(string) string
 	every   time.Duration
+	tracing *tracing.Provider
 	csrf    string
 	page    *template.Template
 	// acting is held by the action running: one at a time.
@@ -91,7 +96,7 @@ func New(o Options) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{http: o.HTTP, gather: o.Gatherer, fleet: o.Fleet, log: o.Log, redact: o.Redact, every: o.SampleEvery,
+	c := &Console{http: o.HTTP, gather: o.Gatherer, fleet: o.Fleet, log: o.Log, redact: o.Redact, every: o.SampleEvery, tracing: o.Tracing,
 		csrf: hex.EncodeToString(b), page: page}
 	for _, s := range o.Sources {
 		c.sources = append(c.sources, &source{Source: s, hist: &history{window: time.Hour}})

@@ -32,7 +32,7 @@ func (p *Pipeline) unlessExpired(ctx context.Context, m *message.Message) (*mess
 	if !m.Expired(now) {
 		return m, nil
 	}
-	ev := p.log.Warn().Str("msg_id", m.ID).Str("type", m.Type).Str("lsn", m.LSN.String()).Uint32("seq", m.Seq).
+	ev := p.log.Warn().Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Str("type", m.Type).Str("lsn", m.LSN.String()).Uint32("seq", m.Seq).
 		Time("expires_at", m.ExpiresAt)
 	if !m.DeliverAt.IsZero() {
 		ev = ev.Time("deliver_at", m.DeliverAt)

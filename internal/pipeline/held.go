@@ -68,11 +68,11 @@ func (h *heldKeys) hold(ctx context.Context, m *message.Message) (bool, error) {
 	if !held {
 		delete(h.keys, key)
 		h.gauge.Set(float64(len(h.keys)))
-		h.log.Info().Str("key", key).Str("msg_id", m.ID).Msg("held key released (its parked messages were resent or dropped): its messages are published again")
+		h.log.Info().Str("key", key).Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Msg("held key released (its parked messages were resent or dropped): its messages are published again")
 		return false, nil
 	}
 	h.held.Inc()
-	h.log.Warn().Str("msg_id", m.ID).Str("lsn", m.LSN.String()).Uint32("seq", m.Seq).Str("key", key).
+	h.log.Warn().Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Str("lsn", m.LSN.String()).Uint32("seq", m.Seq).Str("key", key).
 		Msg("message of a held key parked behind the key's " + h.behind)
 	return true, nil
 }

@@ -72,7 +72,7 @@ func (s *Settler) Refused(ctx context.Context, d publish.Delivery, cause error) 
 		return fmt.Errorf("%w; the refusal: %v", err, cause)
 	}
 	s.o.Metrics.Refused.Inc()
-	s.o.Log.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
+	s.o.Log.Error().Str("msg_id", d.Msg.ID).Str("trace_id", d.Msg.TraceID()).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
 		Str("type", d.Msg.Type).Str("error", cause.Error()).
 		Msg("message refused by the sink for good; parked in the dead-letter table; going on")
 	s.settle([]publish.Delivery{d}, false)
@@ -112,7 +112,7 @@ func (s *Settler) refusedHead(ctx context.Context, d publish.Delivery, cause err
 	s.o.Metrics.Refused.Inc()
 	key := d.Msg.OrderingKey()
 	s.held.add(key, store.PositionOf(d.Msg))
-	s.o.Log.Error().Str("msg_id", d.Msg.ID).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
+	s.o.Log.Error().Str("msg_id", d.Msg.ID).Str("trace_id", d.Msg.TraceID()).Str("lsn", d.Msg.LSN.String()).Uint32("seq", d.Msg.Seq).Str("commit_lsn", d.Msg.CommitLSN.String()).
 		Str("type", d.Msg.Type).Str("key", key).Str("error", cause.Error()).
 		Msg("message refused by the sink for good; parked in the dead-letter table; its key is held for this sink: its later messages are parked behind it until cdc dead-letter resend or drop of it; the other keys go on")
 	s.settle([]publish.Delivery{d}, false)

@@ -62,7 +62,10 @@ type RunnerOptions struct {
 	// hold_key): a message it Holds is handed to its Hold, in order, once
 	// every message before it is settled, instead of being published.
 	Hold Holder
-	Log  zerolog.Logger
+	// Trace, if set, records the deliveries as trace spans (tracing:;
+	// internal/tracing). Nil when tracing is off: nothing is called.
+	Trace Tracer
+	Log   zerolog.Logger
 }
 
 // Holder holds the messages of keys a sink refused a message of
@@ -225,6 +228,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.batch, r.settled = r.pending[:n:n], 0
 		r.durable = r.durable[:n]
 		clear(r.durable)
+		if r.opt.Trace != nil {
+			r.opt.Trace.Batch(r.batch)
+		}
 		err := r.send(ctx, n)
 		clear(r.msgs[:n]) // drop references to payloads
 		r.batch = nil
@@ -320,6 +326,9 @@ func (r *Runner) hold(ctx context.Context, i int) (bool, error) {
 	if err != nil || !held {
 		return false, err
 	}
+	if r.opt.Trace != nil {
+		r.opt.Trace.Held(r.batch[i])
+	}
 	r.settled = i + 1
 	r.ackDurable()
 	return true, nil
@@ -372,6 +381,9 @@ func (r *Runner) oneByOne(ctx context.Context, hi int, first error) error {
 			// publish acked it, and the durable messages after it.
 		case IsRejected(err):
 			refused++
+			if r.opt.Trace != nil {
+				r.opt.Trace.Refused(r.batch[i], err)
+			}
 			if err := r.opt.Refused(ctx, r.batch[i], err); err != nil {
 				return err
 			}
@@ -437,11 +449,14 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 			retry.Reset()
 		}
 		wait := retry.Next()
+		if r.opt.Trace != nil {
+			r.opt.Trace.Retry(r.msgs, attempt, err, wait)
+		}
 		ev := r.opt.Log.Warn().Err(err).Int("attempt", attempt).Int("batch", len(r.msgs))
 		if progress > 0 {
 			ev = ev.Int("durable", progress)
 		}
-		ev.Str("first_msg_id", r.msgs[0].ID).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in_ms", wait).
+		ev.Str("first_msg_id", r.msgs[0].ID).Str("trace_id", r.msgs[0].TraceID()).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in_ms", wait).
 			Msg("publish failed; retrying the messages not yet durable (the slot is not confirmed past them)")
 		if err := r.sleep(ctx, wait); err != nil {
 			return err
@@ -487,6 +502,9 @@ func (r *Runner) ackDurable() {
 		end++
 	}
 	if end > r.settled {
+		if r.opt.Trace != nil {
+			r.opt.Trace.Acked(r.batch[r.settled:end:end])
+		}
 		r.opt.Ack(r.batch[r.settled:end:end])
 		r.settled = end
 	}

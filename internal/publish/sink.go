@@ -172,15 +172,61 @@ func (p Position) Covers(m *message.Message) bool {
 // position and the progress table's, so that a message the destination
 // already holds from this sink is not sent to it again.
 type Resumer interface {
-	// Resume takes over the destination for the sink on slot: it fences
-	// any other instance writing there for the same slot and sink (a
-	// stale one's next write fails, Permanent), and returns the position
-	// of the last message the destination durably holds from this sink,
-	// with ok false when it holds none or the sink keeps no progress
-	// (its configuration does not ask for it). An error marked with
-	// Permanent stops the relay; others start a new cycle. From Resume
-	// on, Publish writes each batch together with its progress.
-	Resume(ctx context.Context, slot string) (pos Position, ok bool, err error)
+	// Resume takes over the destination for the sink on opts.Slot: it
+	// fences any other instance writing there for the same slot and sink
+	// (a stale one's next write fails, Permanent), and returns the
+	// position of the last message the destination durably holds from
+	// this sink, with Found false when it holds none or the sink keeps no
+	// progress (its configuration does not ask for it). A position is
+	// returned only when the sink can prove it wrote it itself and it is
+	// not past opts.WALEnd; any other progress record is left out,
+	// logged, and counted in Refused (the relay then resumes from the
+	// progress table: duplicates, never a skipped message). An error
+	// marked with Permanent stops the relay; others start a new cycle.
+	// From Resume on, Publish writes each batch together with its
+	// progress, and never commits a message at or before the last
+	// position it knows committed (docs/sinks/kafka.md, "Exactly once").
+	Resume(ctx context.Context, opts ResumeOptions) (Resumed, error)
+}
+
+// ResumeOptions are what the relay knows when it calls Resume.
+type ResumeOptions struct {
+	Slot string
+	// WALEnd is the server's WAL position (pg_current_wal_lsn(), on a
+	// standby pg_last_wal_replay_lsn()) read after the relay took the
+	// slot and before this cycle sent anything: every message of the
+	// stream, so every position a sink wrote, is at or before it. Zero:
+	// not known, no bound (tests).
+	WALEnd pglogrepl.LSN
+}
+
+// Resumed is Resume's result.
+type Resumed struct {
+	Pos   Position
+	Found bool
+	// Refused counts the progress records at the destination the sink
+	// did not accept (not written by its own producer, or past WALEnd):
+	// each is logged as forged; Pos is from before them, or not Found.
+	Refused int
+}
+
+// SinkCounters are counters of what a sink alone sees; a nil one counts
+// nothing. Each is safe for concurrent use (a prometheus.Counter is one).
+type SinkCounters struct {
+	// ReplaysDropped: messages of a Publish call the sink already holds
+	// and did not send again (the kafka sink with exactly_once: a replay
+	// after the replication connection dropped inside a transaction).
+	ReplaysDropped interface{ Add(float64) }
+	// Reordered: messages the broker stored after an earlier message of
+	// the same partition failed in the same call (the kafka sink; never
+	// expected: each is logged at error level).
+	Reordered interface{ Add(float64) }
+}
+
+// Counted is implemented by a sink that counts in SinkCounters; the relay
+// hands them before the first Publish.
+type Counted interface {
+	SetSinkCounters(SinkCounters)
 }
 
 // Scheduler is implemented by a sink that may hold a message back until

@@ -31,6 +31,9 @@ type Metrics struct {
 	heldKeys         *prometheus.GaugeVec
 	retentionDeleted prometheus.Counter
 	forged           *prometheus.CounterVec
+	forgedProgress   *prometheus.CounterVec // publish.Resumed.Refused, per sink
+	guarded          *prometheus.CounterVec // publish.SinkCounters.ReplaysDropped
+	reordered        *prometheus.CounterVec // publish.SinkCounters.Reordered
 	expired          *prometheus.CounterVec
 
 	// Claim checks (relay.claim_check), per sink that has one.
@@ -81,6 +84,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Delivered outbox rows deleted by relay.retention."}),
 		forged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_forged_messages_total",
 			Help: "Messages that claimed to be outbox messages without the proof the relay requires (kind envelope: no valid signature under postgres.message_keys; adopt: an adopt message cdc init did not write); never published."}, []string{"kind"}),
+		forgedProgress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_forged_progress_records_total",
+			Help: "Progress records at a destination (the kafka sink's progress topic with exactly_once) that its own producer did not provably write, or past the server's WAL position; never resumed from (docs/security.md, \"Progress topic\")."}, []string{"sink"}),
+		guarded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_exactly_once_replays_dropped_total",
+			Help: "Messages an exactly_once sink was handed again after it committed them (a replay after the replication connection dropped) and dropped instead of committing them twice."}, []string{"sink"}),
+		reordered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reordered_messages_total",
+			Help: "Messages a broker stored after an earlier message of the same partition failed in the same publish call (the kafka sink): a key's order may be broken; each is logged at error level. Never expected."}, []string{"sink"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_expired_total",
 			Help: "Messages whose expires_at had passed when the relay read them, by what relay.on_expired did: drop, dead_letter (parked for their sinks) or send."}, []string{"action"}),
 		claimUploads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_claim_check_uploads_total",
@@ -113,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.decoded, m.published, m.failing, m.latency, m.deadLettered, m.refused, m.held, m.heldKeys, m.retentionDeleted,
-			m.forged, m.expired, m.claimUploads, m.claimBytes, m.claimFailures, m.foreignRelations, m.coverage.Gaps, m.coverage.GapRows, m.coverage.NotPublished, m.coverage.GapOpen,
+			m.forged, m.forgedProgress, m.guarded, m.reordered, m.expired, m.claimUploads, m.claimBytes, m.claimFailures, m.foreignRelations, m.coverage.Gaps, m.coverage.GapRows, m.coverage.NotPublished, m.coverage.GapOpen,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_confirmed_lsn",
 				Help: "The LSN confirmed to the slot (as a number)."}, m.confirmed),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_deliveries",
@@ -192,6 +201,7 @@ func (m *Metrics) addSinks(names []string) {
 		m.held.WithLabelValues(name)
 		m.heldKeys.WithLabelValues(name).Set(0)
 		m.latency.WithLabelValues(name)
+		m.forgedProgress.WithLabelValues(name)
 	}
 }
 

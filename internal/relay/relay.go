@@ -65,6 +65,7 @@ import (
 	"github.com/walpost/walpost/internal/retention"
 	"github.com/walpost/walpost/internal/sentat"
 	"github.com/walpost/walpost/internal/store"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Relay is one configured relay.
@@ -83,6 +84,9 @@ type Relay struct {
 	// fleet of sources, internal/fleet); the stream enters it before each
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
+	// Tracing, when set, records each delivery as a publish span
+	// (tracing:; internal/tracing). Nil: tracing off, nothing recorded.
+	Tracing *tracing.Provider
 
 	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged
 	// (once a run); topologyLogged: decoding from a standby was. The only
@@ -387,6 +391,7 @@ func (r *Relay) check(ctx context.Context) (cycleState, error) {
 // slotState is what a relay holding the slot reads of it.
 type slotState struct {
 	confirmed pglogrepl.LSN
+	walEnd    pglogrepl.LSN // the server's WAL position once the slot was held (publish.ResumeOptions)
 	progress  map[string]store.Position
 	adopted   []uint32     // adoptedXids
 	held      []store.Hold // store.ListHolds
@@ -433,7 +438,7 @@ func (r *Relay) readState(ctx context.Context, stateURL string) (slotState, erro
 		r.log.Warn().Str("sink", h.Sink).Str("key", h.Key).Str("head", store.FormatAt(h.Head.LSN, h.Head.Seq)).
 			Msg("key held behind a parked message: its messages are parked until cdc dead-letter resend or drop of that message")
 	}
-	return slotState{confirmed: info.ConfirmedFlush, progress: progress, adopted: adopted, held: held}, nil
+	return slotState{confirmed: info.ConfirmedFlush, walEnd: info.CurrentWAL, progress: progress, adopted: adopted, held: held}, nil
 }
 
 // sentAtInterval is how often acknowledged rows are marked sent
@@ -478,7 +483,7 @@ func (r *Relay) resumeSinks(ctx context.Context, sinks []publish.Sink, st *slotS
 		if !ok {
 			continue
 		}
-		pos, found, err := rs.Resume(ctx, r.target.Slot)
+		res, err := rs.Resume(ctx, publish.ResumeOptions{Slot: r.target.Slot, WALEnd: st.walEnd})
 		if err != nil {
 			err = fmt.Errorf("resuming sink %s from its progress at the destination: %w", s.Name(), err)
 			if publish.IsPermanent(err) {
@@ -486,9 +491,13 @@ func (r *Relay) resumeSinks(ctx context.Context, sinks []publish.Sink, st *slotS
 			}
 			return transient{err}
 		}
-		if !found {
+		if res.Refused > 0 {
+			r.metrics.forgedProgress.WithLabelValues(s.Name()).Add(float64(res.Refused))
+		}
+		if !res.Found {
 			continue
 		}
+		pos := res.Pos
 		at := &message.Message{CommitLSN: pos.CommitLSN, LSN: pos.LSN, Seq: pos.Seq}
 		if cur, ok := st.progress[s.Name()]; ok && cur.Covers(at) {
 			continue
@@ -669,6 +678,10 @@ func (r *Relay) runner(cs *cycleState, s publish.Sink, lent *publish.Lent, in <-
 	if cc, ok := s.(publish.ClaimChecked); ok {
 		cc.SetClaimCheckMetrics(r.metrics.claimCheckMetrics(sinkName))
 	}
+	if sc, ok := s.(publish.Counted); ok {
+		sc.SetSinkCounters(publish.SinkCounters{ReplaysDropped: r.metrics.guarded.WithLabelValues(sinkName),
+			Reordered: r.metrics.reordered.WithLabelValues(sinkName)})
+	}
 	done = func() {}
 	so.Refused = policyOf(cfg.Relay.OnRefused)
 	hold := so.Refused == pipeline.HoldKey
@@ -706,6 +719,11 @@ func (r *Relay) runner(cs *cycleState, s publish.Sink, lent *publish.Lent, in <-
 	}
 	if hold {
 		opt.Hold = settler
+	}
+	for i := range cfg.Sinks {
+		if cfg.Sinks[i].Name == sinkName {
+			opt.Trace = r.Tracing.Sink(&cfg.Sinks[i], tracing.Relay) // nil when off
+		}
 	}
 	return publish.NewRunner(s, in, opt), done
 }

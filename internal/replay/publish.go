@@ -10,6 +10,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // publish sends a batch of rows to the sinks their routes take, each
@@ -69,6 +70,7 @@ func (rp *replayer) publish(ctx context.Context, batch []row, res *Result) error
 				}
 			},
 		}
+		opt.Trace = tracing.FromContext(ctx).Sink(&rp.cfg.Sinks[i], tracing.Replay) // nil when off
 		if rp.o.SkipRejected {
 			opt.Refused = func(_ context.Context, d publish.Delivery, err error) error {
 				rejected.Add(1)

@@ -22,6 +22,7 @@ import (
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/store"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Outcome is what Resend did with one parked row.
@@ -394,8 +395,21 @@ func resendTo(ctx context.Context, ss *sinks, to []int, msg *message.Message) ([
 		if err != nil {
 			return names, err
 		}
+		// A resend's publish span (tracing:; nil when off), in the row's
+		// trace.
+		tr := tracing.FromContext(ctx).Sink(&ss.cfg.Sinks[i], tracing.Resend)
+		d := []publish.Delivery{{Msg: msg}}
+		if tr != nil {
+			tr.Batch(d)
+		}
 		if err := publishOne(ctx, sink, msg); err != nil {
+			if tr != nil {
+				tr.Refused(d[0], err) // still parked
+			}
 			return names, fmt.Errorf("sink %s: %w", sink.Name(), err)
+		}
+		if tr != nil {
+			tr.Acked(d)
 		}
 	}
 	return names, nil

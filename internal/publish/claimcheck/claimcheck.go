@@ -115,6 +115,14 @@ type Sink struct {
 // (publish.ClaimChecked); before it, none. Not concurrently with Publish.
 func (s *Sink) SetClaimCheckMetrics(m publish.ClaimCheckMetrics) { s.metrics = m }
 
+// SetSinkCounters hands c to the inner sink when it counts in them
+// (publish.Counted). Not concurrently with Publish.
+func (s *Sink) SetSinkCounters(c publish.SinkCounters) {
+	if sc, ok := s.inner.(publish.Counted); ok {
+		sc.SetSinkCounters(c)
+	}
+}
+
 // resumingSink is a Sink around a publish.Resumer, which it stays.
 type resumingSink struct {
 	*Sink
@@ -227,6 +235,6 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	// leaves the column's walpost-* entries out (docs/security.md, "The
 	// relay's headers").
 	c.ClaimCheck = &message.ClaimRef{Ref: ref, Size: len(m.Payload), SHA256: hex.EncodeToString(sum[:])}
-	s.opt.Log.Debug().Str("msg_id", m.ID).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
+	s.opt.Log.Debug().Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
 	return &c, nil
 }

@@ -106,13 +106,17 @@
 //     not acknowledged are retried, in their order, before anything after
 //     the batch is sent (the sink also serializes Publish itself).
 //  2. Within a call, the messages go out in groups of at most batch_size.
-//     The producer flushes by hand: a group's records are all buffered
-//     before any is sent, and the next group only once every record of
-//     the one before has its outcome. When the producer gives up on a
+//     The producer flushes by hand: a group's records are all in their
+//     partitions' buffers before any is sent (for a topic whose
+//     partitions the producer does not know yet, the flush waits until
+//     metadata came and every record was moved in: call.waitPlaced), and
+//     the next group only once every record of the one before has its
+//     outcome. When the producer gives up on a
 //     record (timeout, or an error no retry fixes) it fails every record
 //     buffered after it in its partition (its "gapless ordering"), so no
 //     record of a group is stored after an earlier one of its partition
-//     that failed.
+//     that failed (were one ever, checkOrder logs it at error level and
+//     counts it: walpost_reordered_messages_total).
 //  3. When records fail, Publish reports with publish.Partial what Kafka
 //     acknowledged: per topic, the records before the first that failed
 //     or is still unanswered. By 2 that is, per partition, a prefix of

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,11 +30,14 @@ func readCommitted(t testing.TB, fk *fakeKafka, topic string) []*message.Message
 
 func resume(t testing.TB, s *Sink, slot string) (publish.Position, bool) {
 	t.Helper()
-	pos, ok, err := s.Resume(sinktest.Context(t, 20*time.Second), slot)
+	res, err := s.Resume(sinktest.Context(t, 20*time.Second), publish.ResumeOptions{Slot: slot})
 	if err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
-	return pos, ok
+	if res.Refused > 0 {
+		t.Fatalf("Resume refused %d progress records", res.Refused)
+	}
+	return res.Pos, res.Found
 }
 
 // TestIntegrationExactlyOnceResumesFromTheCommittedProgress: with
@@ -193,9 +197,9 @@ func TestIntegrationExactlyOnceCommitOfUnknownOutcomeIsNotRepeated(t *testing.T)
 // keeps no progress at the destination.
 func TestResumeWithoutExactlyOnceDoesNothing(t *testing.T) {
 	s := newSink(t, []string{"127.0.0.1:9"}, "t")
-	pos, ok, err := s.Resume(context.Background(), "slot")
-	if err != nil || ok || pos != (publish.Position{}) {
-		t.Fatalf("Resume = %+v, %v, %v; want nothing", pos, ok, err)
+	res, err := s.Resume(context.Background(), publish.ResumeOptions{Slot: "slot"})
+	if err != nil || res != (publish.Resumed{}) {
+		t.Fatalf("Resume = %+v, %v; want nothing", res, err)
 	}
 }
 
@@ -309,3 +313,111 @@ func TestIntegrationExactlyOnceRefusedMessageAbortsItsBatch(t *testing.T) {
 		t.Errorf("read_committed sees %d records for %d messages", len(got), len(rest))
 	}
 }
+
+// forge writes a progress record for slot/events with cl (a plain
+// producer, or one with its own transactional id) at commit LSN at.
+func forge(t testing.TB, fk *fakeKafka, opts []kgo.Opt, slot, at string) {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(fk.addrs...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := sinktest.Context(t, 10*time.Second)
+	txn := cl.OptValue(kgo.TransactionalID) != ""
+	if txn {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := fmt.Sprintf(`{"slot":%q,"sink":"events","commit_lsn":%q,"lsn":%q,"seq":0}`, slot, at, at)
+	r := &kgo.Record{Topic: defaultProgressTopic, Key: []byte(slot + "/events"), Value: []byte(v)}
+	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if txn {
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestIntegrationExactlyOnceResumeRefusesForgedProgress: a progress
+// record the sink's own transactional producer did not write (a plain
+// producer's; another transactional id's; one past the server's WAL
+// position) is refused and counted: Resume returns the sink's last own
+// progress before it, never the forged position.
+func TestIntegrationExactlyOnceResumeRefusesForgedProgress(t *testing.T) {
+	topic := uniqueTopic("forged")
+	fk := startKafka(t, kfake.SeedTopics(1, topic))
+	g := sinktest.NewGen(66)
+	batch := g.Interleave(10, "k")
+	real := publish.PositionOf(batch[len(batch)-1])
+	s := newSink(t, fk.addrs, topic, "exactly_once: true")
+	resume(t, s, "slot")
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), batch); err != nil {
+		t.Fatal(err)
+	}
+	wal := real.CommitLSN + 1<<20
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+		at   string
+	}{
+		{"a plain producer's", nil, "FFFFFFF0/0"},
+		{"another transactional id's", []kgo.Opt{kgo.TransactionalID("walpost.other.events")}, "FFFFFFF0/0"},
+		{"the sink's own, past the WAL", []kgo.Opt{kgo.TransactionalID(TransactionalID("slot", "events"))}, (wal + 1).String()},
+	} {
+		forge(t, fk, tc.opts, "slot", tc.at)
+		res, err := newSink(t, fk.addrs, topic, "exactly_once: true").Resume(sinktest.Context(t, 20*time.Second),
+			publish.ResumeOptions{Slot: "slot", WALEnd: wal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Found || res.Pos != real || res.Refused == 0 {
+			t.Errorf("after %s forged record: resumed %+v, want the real position %+v and the record refused", tc.name, res, real)
+		}
+	}
+}
+
+// TestIntegrationExactlyOnceReplayIsDroppedByTheGuard: messages handed to
+// the sink again after it committed them (a replay after the replication
+// connection dropped inside a transaction) are not committed again: a
+// read_committed consumer sees each message once, the guard counts them,
+// and the progress does not go back.
+func TestIntegrationExactlyOnceReplayIsDroppedByTheGuard(t *testing.T) {
+	topic := uniqueTopic("guard")
+	fk := startKafka(t, kfake.SeedTopics(2, topic))
+	s := newSink(t, fk.addrs, topic, "exactly_once: true")
+	var guarded counter
+	s.SetSinkCounters(publish.SinkCounters{ReplaysDropped: &guarded})
+	resume(t, s, "slot")
+	g := sinktest.NewGen(67)
+	first, second := g.Interleave(30, sinktest.Keys(3)...), g.Interleave(30, sinktest.Keys(3)...)
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), first); err != nil {
+		t.Fatal(err)
+	}
+	replay := append(append([]*message.Message{}, first[10:]...), second...)
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), replay); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(sinktest.Context(t, 10*time.Second), first[:5]); err != nil { // all of it replayed
+		t.Fatal(err)
+	}
+	if guarded.n != 25 {
+		t.Errorf("the guard counted %v messages, want 25", guarded.n)
+	}
+	want := append(append([]*message.Message{}, first...), second...)
+	got := readCommitted(t, fk, topic)
+	sinktest.CheckDelivered(t, sinktest.Features{CommitTime: time.Millisecond}, want, got, nil)
+	if len(got) != len(want) {
+		t.Errorf("read_committed sees %d records for %d messages", len(got), len(want))
+	}
+	if pos, ok := resume(t, newSink(t, fk.addrs, topic, "exactly_once: true"), "slot"); !ok || pos != publish.PositionOf(second[len(second)-1]) {
+		t.Errorf("resumed at %+v, want the last message's position: the progress went back", pos)
+	}
+}
+
+type counter struct{ n float64 }
+
+func (c *counter) Add(v float64) { c.n += v }
