@@ -22,7 +22,7 @@ RACE_RE := /internal/(relay|replication|checkpoint|pipeline|fleet|tracing)(/|$$)
 FUZZ_TARGETS := internal/config:FuzzLoad internal/decoder:FuzzDecode internal/decoder:FuzzDecodeEnvelope internal/publish/file:FuzzFileTailRepair internal/publish:FuzzJSONLine internal/replication:FuzzCutReader
 FUZZTIME ?= 5s
 
-.PHONY: build demo test vet race fuzz bench bench-quick bench-report bench-test
+.PHONY: build demo test vet race fuzz torture bench bench-quick bench-report bench-test
 
 build:
 	$(GO) build -o bin/cdc ./cmd/cdc
@@ -50,6 +50,16 @@ fuzz:
 		echo "fuzz $$name ($(FUZZTIME)) ./$$pkg"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZTIME) ./$$pkg; \
 	done
+
+# The fault matrix at length (docs/testing.md, "The fault matrix"): faults
+# at random for 5 minutes per sink family, the families in parallel (make
+# test runs each fault kind once). WALPOST_FAULTS=20m sets another length,
+# WALPOST_FAULT_SEED=N replays a run's choices, WALPOST_FAULT_SINKS and
+# WALPOST_FAULT_KINDS narrow it, WALPOST_FAULT_PENDING=1 adds the pending
+# cells.
+WALPOST_FAULTS ?= long
+torture:
+	WALPOST_FAULTS=$(WALPOST_FAULTS) $(GO) test -count=1 -timeout 90m -v -run '^TestIntegrationFaultMatrix$$' ./cmd/cdc
 
 # Benchmarks (not part of the tests): see BENCHMARKS.md. bench/ is a module
 # of its own (its go.mod replaces the product's module with ../), so that
