@@ -18,7 +18,8 @@
 // `cdc run` creates nothing), acquires the slot (a standby waits here, with
 // no sink open), and only then reads what it needs to know of the slot's
 // state (its confirmed position, each sink's progress), opens the sinks,
-// moves the progress of a sink that keeps its own at the destination
+// checks them (publish.Starter: a capability the broker lacks stops the
+// run here, before it streams), moves the progress of a sink that keeps its own at the destination
 // (publish.Resumer) to where the destination says it is, and streams. A cycle ends, and the next one starts after a backoff,
 // when the server cannot be reached at start, when another process took
 // the slot while the stream reconnected (the sinks are closed before the
@@ -255,6 +256,13 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer r.closeSinks(sinks)
+	if err := r.startSinks(ctx, sinks); err != nil {
+		stream.Release()
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, err
+	}
 	if err := r.resumeSinks(ctx, sinks, &st); err != nil {
 		stream.Release()
 		if ctx.Err() != nil {
@@ -443,6 +451,31 @@ func (r *Relay) openSinks(ctx context.Context) ([]publish.Sink, error) {
 		sinks = append(sinks, s)
 	}
 	return sinks, nil
+}
+
+// startSinks runs each sink's start-up check (publish.Starter: it
+// connects and checks what the configuration needs of the destination),
+// so that a capability the broker lacks stops the relay here, before it
+// streams, and not at the first message (docs/design.md, "Start-up
+// checks"). A Permanent error stops the relay; any other (the broker
+// cannot be reached now) is logged, and the sink's first Publish tries
+// again, as before.
+func (r *Relay) startSinks(ctx context.Context, sinks []publish.Sink) error {
+	sctx, cancel := context.WithTimeout(ctx, sinkOpenTimeout)
+	defer cancel()
+	for _, s := range sinks {
+		err := publish.Start(sctx, s)
+		switch {
+		case err == nil:
+		case publish.IsPermanent(err):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err() // SIGINT/SIGTERM: the caller stops cleanly
+		default: // the timeout included: the sink's first Publish tries again
+			r.log.Warn().Err(err).Str("sink", s.Name()).Msg("sink not reachable at start; its first publish tries again")
+		}
+	}
+	return nil
 }
 
 // resumeSinks asks each sink that keeps its own progress at the
