@@ -51,21 +51,9 @@ var (
 // the server: wal_level=logical, a role allowed to replicate, the outbox
 // table and its mapped columns. Each failure says what to do.
 func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
-	var level string
-	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		return fmt.Errorf("reading wal_level: %w", err)
-	}
-	if level != "logical" {
-		return fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", ErrWALLevel, level)
-	}
-	var super, repl bool
-	var role string
-	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&role, &super, &repl); err != nil {
-		return fmt.Errorf("reading role attributes: %w", err)
-	}
-	if !super && !repl {
-		return fmt.Errorf("%w: role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION as a superuser (and allow it a replication connection in pg_hba.conf)",
-			ErrPrivileges, role, pgx.Identifier{role}.Sanitize())
+	role, err := CheckReplication(ctx, conn)
+	if err != nil {
+		return err
 	}
 	if t.TableLess {
 		return checkMessagesServer(ctx, conn)
@@ -112,6 +100,29 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 			t.QualifiedTable(), pgx.Identifier{role}.Sanitize())
 	}
 	return nil
+}
+
+// CheckReplication checks, on an ordinary connection, what logical
+// replication needs of the server and the role: wal_level=logical and
+// the REPLICATION attribute (or a superuser). It returns the role's name.
+// cdc init runs it before it creates anything.
+func CheckReplication(ctx context.Context, conn *pgx.Conn) (role string, err error) {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return "", fmt.Errorf("reading wal_level: %w", err)
+	}
+	if level != "logical" {
+		return "", fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", ErrWALLevel, level)
+	}
+	var super, repl bool
+	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&role, &super, &repl); err != nil {
+		return "", fmt.Errorf("reading role attributes: %w", err)
+	}
+	if !super && !repl {
+		return "", fmt.Errorf("%w: role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION as a superuser (and allow it a replication connection in pg_hba.conf)",
+			ErrPrivileges, role, pgx.Identifier{role}.Sanitize())
+	}
+	return role, nil
 }
 
 // checkOrder checks columns.order, when set: a column of the table, of
