@@ -138,3 +138,28 @@ func countPublications(t *testing.T, url, name string) int {
 	}
 	return n
 }
+
+// TestIntegrationEachCommandResolvesOnlyTheVariablesItUses: a migrations
+// job with only the database's variables runs cdc init; cdc status and
+// cdc dead-letter list need neither the sinks' secrets nor
+// http.view_token; cdc run, which uses them, still refuses their absence
+// (exit 2) naming the variable (docs/operations.md, "What each command
+// needs").
+func TestIntegrationEachCommandResolvesOnlyTheVariablesItUses(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	cfg := ob.Config(t, "  - {name: sb, kind: servicebus, connection_string: '${WALPOST_TEST_UNSET_SB}', queue: orders}",
+		"http: {listen: '127.0.0.1:0', console: true, view_token: '${WALPOST_TEST_UNSET_VIEW_TOKEN}'}")
+	relaytest.WithDeadLetterTable(t, url, cfg)
+	for _, args := range [][]string{{"init"}, {"status"}, {"dead-letter", "list"}} {
+		code, stdout, stderr := cdc(t, nil, append(args, "--config", cfg)...)
+		if code != 0 {
+			t.Errorf("cdc %s without the sinks' and http's variables: exit %d, want 0:\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+	code, stdout, stderr := cdc(t, nil, "run", "--config", cfg)
+	if code != 2 || !strings.Contains(stderr, "WALPOST_TEST_UNSET_SB is not set") {
+		t.Errorf("cdc run without a sink's variable: exit %d, want 2 naming it:\n%s%s", code, stdout, stderr)
+	}
+}

@@ -101,7 +101,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // cdc run are logged as log.format says; the other commands' are one
 // plain line on stderr: "cdc status: …".
 func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
-	cfg, err := config.Load(o.config)
+	cfg, err := config.LoadFor(o.config, unusedSettings(cmd, o)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "cdc %s: %v\n", cmd.name, err)
 		return 2

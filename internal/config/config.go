@@ -31,6 +31,9 @@ type Config struct {
 	// src is where each setting's value came from, by field path, for
 	// errors (Validate); empty for a Config not made by Parse.
 	src map[string]source
+	// unresolved are the fields left empty for an unset ${VAR} that the
+	// command does not use (LoadFor).
+	unresolved []string
 }
 
 // Postgres says where the outbox is and how it is replicated.
@@ -430,20 +433,51 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // Load reads, expands, decodes, overrides from the environment, defaults and
 // validates the file at path.
 func Load(path string) (*Config, error) {
+	return LoadFor(path)
+}
+
+// LoadFor is Load for a command that does not use the settings under
+// unused (top-level keys or field paths: "sinks", "http",
+// "relay.claim_check"): a ${VAR} there that is not set is no error; the
+// value is left empty, its field listed by Unresolved, and the section it
+// is in is not validated (cdc init run by a migrations job that talks to
+// PostgreSQL only, without the sinks' secrets: docs/operations.md, "What
+// each command needs").
+func LoadFor(path string, unused ...string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
-	c, err := Parse(b, os.LookupEnv)
+	c, err := ParseFor(b, os.LookupEnv, unused...)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
 }
 
+// Unresolved lists the fields left empty because a ${VAR} in them was not
+// set and the command does not use them (LoadFor), in file order.
+func (c *Config) Unresolved() []string { return c.unresolved }
+
+// UnresolvedUnder reports whether a field at or below field was left
+// unresolved (LoadFor).
+func (c *Config) UnresolvedUnder(field string) bool {
+	for _, u := range c.unresolved {
+		if under(u, field) {
+			return true
+		}
+	}
+	return false
+}
+
 // Parse is Load on bytes, with lookup standing for the environment. Its
 // errors are *Error values (see the package doc for the steps).
 func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+	return ParseFor(b, lookup)
+}
+
+// ParseFor is LoadFor on bytes.
+func ParseFor(b []byte, lookup func(string) (string, bool), unused ...string) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		e := syntaxError(err)
@@ -458,10 +492,11 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, &Error{Msg: fmt.Sprintf("the file has more than %d values, counting each use of an alias (an alias bomb?)", maxVisits)}
 	}
 	refs := map[*yaml.Node]expansion{}
-	if err := expandTree(&root, "", lookup, refs); err != nil {
+	x := &expandOptions{unused: unused}
+	if err := expandTree(&root, "", lookup, refs, x); err != nil {
 		return nil, err
 	}
-	c := &Config{src: map[string]source{}}
+	c := &Config{src: map[string]source{}, unresolved: x.unresolved}
 	d := &decoder{refs: refs, src: c.src}
 	if err := d.decode(&root, reflect.ValueOf(c).Elem(), ""); err != nil {
 		return nil, err

@@ -386,6 +386,9 @@ func (c *Config) validateSinkNamesDistinct() error {
 // bearer_token, one or the other; and the console's tokens. No error
 // quotes a value.
 func (c *Config) validateHTTP() error {
+	if c.UnresolvedUnder("http") {
+		return nil // a command that does not use it, with a ${VAR} unset (LoadFor)
+	}
 	if err := c.validateConsole(); err != nil {
 		return err
 	}

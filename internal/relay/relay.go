@@ -123,7 +123,7 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 	}
 	var names, claimChecked []string
 	for i := range cfg.Sinks {
-		open, err := publish.Prepare(i, &cfg.Sinks[i], log)
+		open, err := prepareSink(cfg, i, log)
 		if err != nil {
 			return nil, err
 		}
@@ -136,6 +136,19 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 	r.metrics.addSinks(names)
 	r.metrics.addClaimChecks(claimChecked)
 	return r, nil
+}
+
+// prepareSink checks sinks[i]'s settings and returns its Opener. A sink with
+// a ${VAR} left unresolved (config.LoadFor: a command that does not use
+// the sinks) is not checked, and its Opener fails.
+func prepareSink(cfg *config.Config, i int, log zerolog.Logger) (publish.Opener, error) {
+	at := fmt.Sprintf("sinks[%d]", i)
+	if !cfg.UnresolvedUnder(at) {
+		return publish.Prepare(i, &cfg.Sinks[i], log)
+	}
+	return func(context.Context) (publish.Sink, error) {
+		return nil, fmt.Errorf("%s (%s): a ${VAR} of its settings is not set", at, cfg.Sinks[i].Name)
+	}, nil
 }
 
 // Close releases what New made (nothing today: sinks are opened and
