@@ -51,6 +51,7 @@ import (
 	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	"github.com/walpost/walpost/internal/pgconnect"
 	_ "github.com/walpost/walpost/internal/publish/claimcheck" // relay.claim_check, a sink's claim_check
 	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
@@ -138,6 +139,7 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout, stderr: stderr})
 	}
+	err = pgconnect.ExplainRefused(err) // the server's refusal first, and what to fix
 	switch {
 	case err == nil:
 		return 0

@@ -481,6 +481,9 @@ func ParseFor(b []byte, lookup func(string) (string, bool), unused ...string) (*
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		e := syntaxError(err)
+		if l := misindented(b, e.Line, e.Msg); l != e.Line {
+			e.Line, e.Msg = l, e.Msg+": this line is indented less than the one before and more than its parent; align it with the keys of its mapping"
+		}
 		if bytes.Contains(b, []byte("${")) {
 			e.Msg += ` (a ${VAR} inside [ ] or { } must be quoted: '${VAR}')`
 		}
@@ -497,7 +500,7 @@ func ParseFor(b []byte, lookup func(string) (string, bool), unused ...string) (*
 		return nil, err
 	}
 	c := &Config{src: map[string]source{}, unresolved: x.unresolved}
-	d := &decoder{refs: refs, src: c.src}
+	d := &decoder{refs: refs, src: c.src, collect: true}
 	if err := d.decode(&root, reflect.ValueOf(c).Elem(), ""); err != nil {
 		return nil, err
 	}
@@ -505,10 +508,47 @@ func ParseFor(b []byte, lookup func(string) (string, bool), unused ...string) (*
 		return nil, err
 	}
 	c.SetDefaults()
-	if err := c.Validate(); err != nil {
+	// Every mistake at once: the settings that did not decode, then the
+	// first of each section's checks that does not blame one of them.
+	var errs []error
+	for _, e := range d.errs {
+		errs = append(errs, e)
+	}
+	if err := joinErrors(append(errs, c.validate(d.errs)...)); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// misindented returns the line to blame for the YAML error msg that the
+// parser reported at line: for "did not find expected key" (a key
+// indented less than its mapping's, but more than the parent's: "
+// sinks:" under "  url: …"), the parser names the line before the
+// mistake; the mistake is the first line of content after it when that
+// one is indented less. Otherwise line itself.
+func misindented(b []byte, line int, msg string) int {
+	if line <= 0 || !strings.Contains(msg, "did not find expected key") {
+		return line
+	}
+	lines := strings.Split(string(b), "\n")
+	content := func(s string) bool { t := strings.TrimSpace(s); return t != "" && !strings.HasPrefix(t, "#") }
+	indent := func(s string) int { return len(s) - len(strings.TrimLeft(s, " ")) }
+	base := -1
+	for i := min(line, len(lines)) - 1; i >= 0; i-- {
+		if content(lines[i]) {
+			base = indent(lines[i])
+			break
+		}
+	}
+	for i := line; i < len(lines); i++ {
+		if content(lines[i]) {
+			if indent(lines[i]) < base {
+				return i + 1
+			}
+			break
+		}
+	}
+	return line
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

@@ -134,15 +134,16 @@ func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	f, ok := factories[cfg.Kind]
 	if !ok {
 		regMu.Unlock()
-		return nil, fmt.Errorf("sinks[%d].kind: unknown kind %q (one of %s)", index, cfg.Kind, strings.Join(Kinds(), ", "))
+		return nil, &config.Error{Field: fmt.Sprintf("sinks[%d].kind", index), Line: cfg.LineOf("kind"),
+			Msg: fmt.Sprintf("unknown kind %q (one of %s)", cfg.Kind, strings.Join(Kinds(), ", "))}
 	}
 	_, schedules := schedulers[cfg.Kind]
 	regMu.Unlock()
 	if cfg.DeliverAt && !schedules {
-		return nil, fmt.Errorf("sinks[%d] (%s): columns.deliver_at is mapped, but a %s sink cannot hold a message back until its deliver_at "+
-			"(the broker has no scheduled delivery), and walpost never sends a message early: remove columns.deliver_at, "+
-			"or send such messages through a sink that can: %s",
-			index, cfg.Name, cfg.Kind, SchedulingKinds())
+		return nil, &config.Error{Field: fmt.Sprintf("sinks[%d].kind", index), Line: cfg.LineOf("kind"),
+			Msg: fmt.Sprintf("sink %s: columns.deliver_at is mapped, but a %s sink cannot hold a message back until its deliver_at "+
+				"(the broker has no scheduled delivery), and walpost never sends a message early: remove columns.deliver_at, "+
+				"or send such messages through a sink that can: %s", cfg.Name, cfg.Kind, SchedulingKinds())}
 	}
 	setRowHeaderLog(log)
 	slog := log.With().Str("sink", cfg.Name).Logger()
