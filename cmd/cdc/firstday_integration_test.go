@@ -3,7 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,5 +167,106 @@ func TestIntegrationEachCommandResolvesOnlyTheVariablesItUses(t *testing.T) {
 	code, stdout, stderr := cdc(t, nil, "run", "--config", cfg)
 	if code != 2 || !strings.Contains(stderr, "WALPOST_TEST_UNSET_SB is not set") {
 		t.Errorf("cdc run without a sink's variable: exit %d, want 2 naming it:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestConfigMistakesAllAtOnceEachAtItsLine: three mistakes in one file are
+// three lines of one run's error (exit 2), each with its line; a
+// mis-indented key is blamed on its own line, not the one before; an
+// unknown sink kind and columns.deliver_at with a sink that cannot
+// schedule name their line; cdc help lists cdc run's exit code 3.
+func TestConfigMistakesAllAtOnceEachAtItsLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for i, c := range []struct {
+		yaml string
+		want []string
+	}{
+		{"postgres:\n  url: postgres://x@127.0.0.1/db\n  slott: s\nrelay: {batch_size: -1}\nsinks:\n  - {name: out, kind: stdout}\nlog: {level: loud}\n",
+			[]string{"3 errors:", `postgres.slott: unknown key "slott"`, "(line 3)", "relay.batch_size: -1", "(line 4)", `log.level: "loud"`, "(line 7)"}},
+		{"postgres:\n  url: postgres://x@127.0.0.1/db\n sinks:\n  - {name: out, kind: stdout}\n", []string{"did not find expected key", "(line 3)"}},
+		{"postgres:\n  url: postgres://x@127.0.0.1/db\nsinks:\n  - name: out\n    kind: fiel\n", []string{`sinks[0].kind: unknown kind "fiel"`, "(line 5)"}},
+		{"postgres:\n  url: postgres://x@127.0.0.1/db\ncolumns: {deliver_at: deliver_at}\nsinks:\n  - name: out\n    kind: stdout\n",
+			[]string{"columns.deliver_at is mapped, but a stdout sink cannot hold a message back", "(line 6)"}},
+		{"postgres:\n  url: postgres://x@127.0.0.1/db\nsinks:\n  - {name: a, kind: fiel}\n  - {name: b, kind: file}\n",
+			[]string{"2 errors:", `unknown kind "fiel" (one of`, "(line 4)", "sinks[1] (b): path: empty", "(line 5)"}},
+	} {
+		path := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
+		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := cdc(t, nil, "run", "--config", path)
+		for _, w := range c.want {
+			if code != 2 || !strings.Contains(stderr, w) {
+				t.Errorf("case %d: exit %d, want 2 and an error with %q:\n%s%s", i, code, w, stdout, stderr)
+				break
+			}
+		}
+	}
+	if code, stdout, _ := cdc(t, nil, "help"); code != 0 || !strings.Contains(stdout, "cdc run 3 when relay.shutdown_timeout cut its drain") {
+		t.Errorf("cdc help: exit %d, want 0 and the exit codes with run's 3:\n%s", code, stdout)
+	}
+}
+
+// TestIntegrationStatusSaysWhatToFixWhenTheServerRefusesThePassword: cdc
+// status with a wrong password says first what the server refused and
+// what to fix, as cdc run does, not pgx's "tls error: server refused TLS
+// connection" of its first attempt (sslmode=prefer).
+func TestIntegrationStatusSaysWhatToFixWhenTheServerRefusesThePassword(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	cdcInit(t, ob.Config(t, "  - {name: out, kind: discard}", ""))
+	role := pgtest.Name(t, "pw")
+	pgtest.Exec(t, url, "CREATE ROLE "+role+" SUPERUSER LOGIN PASSWORD 'right-Pw-2291'")
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP ROLE IF EXISTS "+role) })
+	withHBA(t, url, "host all "+role+" 127.0.0.1/32 scram-sha-256")
+	wrong := ob
+	wrong.URL = fmt.Sprintf("postgres://%s:wrong-Pw-7730@%s/postgres", role, serverAddr(url))
+	code, stdout, stderr := cdc(t, nil, "status", "--config", wrong.Config(t, "  - {name: out, kind: discard}", ""))
+	if code != 1 || !strings.HasPrefix(stderr, "cdc status: password authentication failed") ||
+		!strings.Contains(stderr, "fix the user, password or database of postgres.url") || strings.Contains(stderr, "wrong-Pw-7730") {
+		t.Errorf("cdc status with a wrong password: exit %d, want 1 saying first that the password was refused and what to fix:\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestIntegrationSIGTERMWhileASinkFailsSaysWhatTheDrainWaitsFor: SIGTERM
+// while the only sink fails (a webhook answering 503) logs at once what
+// the drain waits for (the deliveries in flight, the failing sink and its
+// error) and for how long (relay.shutdown_timeout), instead of a silence
+// of that long before exit 3; each failed attempt's line says how long
+// the attempt took (attempt_ms) besides the wait after it (retry_in_ms).
+func TestIntegrationSIGTERMWhileASinkFailsSaysWhatTheDrainWaitsFor(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: hook, kind: webhook, url: %q, timeout: 2s}", srv.URL),
+		"relay: {shutdown_timeout: 3s, retry_backoff: 200ms}")
+	cdcInit(t, cfg)
+	p := startCDC(t, "run", "--config", cfg)
+	ob.InsertTx(t, pgtest.Connect(t, url), relaytest.NewMsg("t", "k", 1))
+	pgtest.Await(t, 60*time.Second, "a failed attempt logged", func() bool { return strings.Contains(p.Stderr.String(), `"retry_in_ms"`) })
+	if log := p.Stderr.String(); !strings.Contains(log, `"attempt_ms"`) {
+		t.Errorf("the failed attempt's line does not say how long the attempt took:\n%s", log)
+	}
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	signalled := time.Now()
+	pgtest.Await(t, 2*time.Second, "a log line at the signal saying what the drain waits for", func() bool {
+		return strings.Contains(p.Stderr.String(), "stopping: waiting up to relay.shutdown_timeout (3s) for the sinks to acknowledge 1 deliveries in flight")
+	})
+	if code := p.Wait(30 * time.Second); code != 3 {
+		t.Fatalf("exit %d, want 3 (the drain cut)\n%s", code, p.Stderr.String())
+	}
+	if log := p.Stderr.String(); !strings.Contains(log, `"failing":["hook (`) || !strings.Contains(log, "503") {
+		t.Errorf("the line at the signal does not name the failing sink and its error:\n%s", log)
+	}
+	if took := time.Since(signalled); took < 2*time.Second {
+		t.Errorf("exited %v after SIGTERM, before relay.shutdown_timeout", took)
 	}
 }

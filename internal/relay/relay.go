@@ -112,6 +112,9 @@ type Relay struct {
 	stream *replication.Stream
 	window *pipeline.Window
 	ready  bool
+	// failing: the sinks whose last attempt failed, with its error (for
+	// the log line at SIGINT/SIGTERM: logDrain).
+	failing map[string]string
 }
 
 // New validates the sinks' settings. It does no I/O: no sink is opened
@@ -122,16 +125,25 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 		r.metrics = NewMetrics(nil)
 	}
 	var names, claimChecked []string
+	var errs []error // every sink's mistake at once
 	for i := range cfg.Sinks {
 		open, err := prepareSink(cfg, i, log)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		r.openers = append(r.openers, open)
 		names = append(names, cfg.Sinks[i].Name)
 		if cfg.Sinks[i].ClaimCheck != nil {
 			claimChecked = append(claimChecked, cfg.Sinks[i].Name)
 		}
+	}
+	switch len(errs) {
+	case 0:
+	case 1:
+		return nil, errs[0]
+	default:
+		return nil, config.Errors(errs)
 	}
 	r.metrics.addSinks(names)
 	r.metrics.addClaimChecks(claimChecked)
@@ -308,7 +320,7 @@ func (r *Relay) check(ctx context.Context) error {
 			return err
 		}
 		if pgconnect.Refused(err) {
-			return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
+			return pgconnect.ExplainRefused(err)
 		}
 		if isTopology(err) {
 			return err // a failed check, not a fault that passes
@@ -551,6 +563,10 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	defer sd.close()
 	r.setStream(stream, window, true)
 	defer r.setStream(stream, window, false)
+	r.mu.Lock()
+	r.failing = nil // this cycle's sinks
+	r.mu.Unlock()
+	defer context.AfterFunc(ctx, func() { r.logDrain(window) })()
 	r.metrics.watch(tracker, window, stream)
 	defer r.metrics.cycleEnded()
 
@@ -725,12 +741,16 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		MaxBackoff: cfg.Relay.RetryBackoff.D(),
 		Ack:        settler.Ack,
 		Failing: func(f bool) {
+			r.setFailing(sinkName, f, "")
 			r.metrics.setFailing(sinkName, f)
 			if !f {
 				progress.Failing(sinkName, "")
 			}
 		},
-		Failed:          func(err error) { progress.Failing(sinkName, sinkError(secrets, err)) },
+		Failed: func(err error) {
+			r.setFailing(sinkName, true, sinkError(secrets, err))
+			progress.Failing(sinkName, sinkError(secrets, err))
+		},
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}
