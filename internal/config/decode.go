@@ -1,8 +1,8 @@
 package config
 
 import (
-	"errors"
 	"encoding"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
