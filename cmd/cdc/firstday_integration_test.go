@@ -270,3 +270,23 @@ func TestIntegrationSIGTERMWhileASinkFailsSaysWhatTheDrainWaitsFor(t *testing.T)
 		t.Errorf("exited %v after SIGTERM, before relay.shutdown_timeout", took)
 	}
 }
+
+// TestIntegrationAColumnNamedInAnotherCaseIsNamed: a column created
+// without quotes (EF Core's InviatoIl stored as inviatoil) and mapped as
+// written in the model: cdc init and cdc run exit 1 naming the column the
+// table has and the mapping to write, as the table's error does for a
+// table name.
+func TestIntegrationAColumnNamedInAnotherCaseIsNamed(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	pgtest.Exec(t, url, "ALTER TABLE "+ob.Table+" ADD COLUMN InviatoIl timestamptz") // unquoted: stored as inviatoil
+	cfg := ob.Config(t, "  - {name: out, kind: discard}", "columns: {sent_at: InviatoIl}")
+	for _, cmd := range []string{"init", "run"} {
+		code, stdout, stderr := cdc(t, nil, cmd, "--config", cfg)
+		stderr = strings.ReplaceAll(stderr, `\"`, `"`) // cdc run logs JSON
+		if code != 1 || !strings.Contains(stderr, `no column "InviatoIl", but it has "inviatoil"`) || !strings.Contains(stderr, "set columns.sent_at: inviatoil") {
+			t.Errorf("cdc %s with columns.sent_at naming a column folded to lower case: exit %d, want 1 naming inviatoil and the mapping to write:\n%s%s", cmd, code, stdout, stderr)
+		}
+	}
+}

@@ -84,8 +84,12 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	}
 	for role, col := range t.Outbox.Columns {
 		if col != "" && !set[col] {
+			field := layout.Role(role).Field()
+			if hint := ColumnCaseHint(field, col, have); hint != "" {
+				return fmt.Errorf("%w: %s: table %s has no column %q, %s", ErrNoColumn, field, t.name(), col, hint)
+			}
 			return fmt.Errorf("%w: %s: table %s has no column %q (it has %s); fix the mapping under columns: (use \"-\" for key or headers if the table has none)",
-				ErrNoColumn, layout.Role(role).Field(), t.name(), col, strings.Join(have, ", "))
+				ErrNoColumn, field, t.name(), col, strings.Join(have, ", "))
 		}
 	}
 	if err := checkOrder(ctx, conn, t, set, have); err != nil {
@@ -134,6 +138,9 @@ func checkOrder(ctx context.Context, conn *pgx.Conn, t Target, set map[string]bo
 		return nil
 	}
 	if !set[o] {
+		if hint := ColumnCaseHint("columns.order", o, have); hint != "" {
+			return fmt.Errorf("%w: columns.order: table %s has no column %q, %s", ErrNoColumn, t.name(), o, hint)
+		}
 		return fmt.Errorf("%w: columns.order: table %s has no column %q (it has %s); name the column that numbers the rows as they are inserted, or leave columns.order out",
 			ErrNoColumn, t.name(), o, strings.Join(have, ", "))
 	}
