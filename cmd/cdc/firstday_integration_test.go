@@ -164,6 +164,24 @@ func TestIntegrationEachCommandResolvesOnlyTheVariablesItUses(t *testing.T) {
 			t.Errorf("cdc %s without the sinks' and http's variables: exit %d, want 0:\n%s%s", strings.Join(args, " "), code, stdout, stderr)
 		}
 	}
+	// Several sources in one cdc status (docs/fleet.md): the same.
+	ob2 := relaytest.NewOutbox(t, url)
+	dir := t.TempDir()
+	for name, c := range map[string]string{"a.yaml": cfg, "b.yaml": ob2.Config(t, "  - {name: sb, kind: servicebus, connection_string: '${WALPOST_TEST_UNSET_SB}', queue: orders}", "")} {
+		b, err := os.ReadFile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, stdout, stderr := cdc(t, nil, "init", "--config", filepath.Join(dir, "b.yaml")); code != 0 {
+		t.Fatalf("cdc init of the second source: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := cdc(t, nil, "status", "--config", filepath.Join(dir, "a.yaml"), "--config", filepath.Join(dir, "b.yaml")); code != 0 {
+		t.Errorf("cdc status of two sources without the sinks' and http's variables: exit %d, want 0:\n%s%s", code, stdout, stderr)
+	}
 	code, stdout, stderr := cdc(t, nil, "run", "--config", cfg)
 	if code != 2 || !strings.Contains(stderr, "WALPOST_TEST_UNSET_SB is not set") {
 		t.Errorf("cdc run without a sink's variable: exit %d, want 2 naming it:\n%s%s", code, stdout, stderr)
