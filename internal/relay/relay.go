@@ -266,6 +266,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	tracker.Progress(st.confirmed)
+	opening := time.Now()
 	sinks, err := r.openSinks(ctx)
 	if err != nil {
 		stream.Release()
@@ -281,7 +282,7 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	defer r.closeSinks(sinks)
-	if err := r.startSinks(ctx, sinks); err != nil {
+	if err := r.startSinks(ctx, sinks, opening.Add(sinkOpenTimeout)); err != nil {
 		stream.Release()
 		if ctx.Err() != nil {
 			return false, nil
@@ -484,9 +485,10 @@ func (r *Relay) openSinks(ctx context.Context) ([]publish.Sink, error) {
 // streams, and not at the first message (docs/design.md, "Start-up
 // checks"). A Permanent error stops the relay; any other (the broker
 // cannot be reached now) is logged, and the sink's first Publish tries
-// again, as before.
-func (r *Relay) startSinks(ctx context.Context, sinks []publish.Sink) error {
-	sctx, cancel := context.WithTimeout(ctx, sinkOpenTimeout)
+// again, as before. Opening and checking share sinkOpenTimeout (until
+// deadline): the slot is held and silent meanwhile.
+func (r *Relay) startSinks(ctx context.Context, sinks []publish.Sink, deadline time.Time) error {
+	sctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for _, s := range sinks {
 		err := publish.Start(sctx, s)
