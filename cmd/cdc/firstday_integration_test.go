@@ -206,8 +206,8 @@ func TestConfigMistakesAllAtOnceEachAtItsLine(t *testing.T) {
 		{"postgres:\n  url: postgres://x@127.0.0.1/db\nsinks:\n  - name: out\n    kind: fiel\n", []string{`sinks[0].kind: unknown kind "fiel"`, "(line 5)"}},
 		{"postgres:\n  url: postgres://x@127.0.0.1/db\ncolumns: {deliver_at: deliver_at}\nsinks:\n  - name: out\n    kind: stdout\n",
 			[]string{"columns.deliver_at is mapped, but a stdout sink cannot hold a message back", "(line 6)"}},
-		{"postgres:\n  url: postgres://x@127.0.0.1/db\nsinks:\n  - {name: a, kind: fiel}\n  - {name: b, kind: file}\n",
-			[]string{"2 errors:", `unknown kind "fiel" (one of`, "(line 4)", "sinks[1] (b): path: empty", "(line 5)"}},
+		{"postgres:\n  url: postgres://x@127.0.0.1/db\n  slott: s\nsinks:\n  - {name: a, kind: fiel}\n  - {name: b, kind: file}\n",
+			[]string{"3 errors:", `postgres.slott: unknown key "slott"`, `unknown kind "fiel" (one of`, "(line 5)", "sinks[1] (b): path: empty", "(line 6)"}},
 	} {
 		path := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
 		if err := os.WriteFile(path, []byte(c.yaml), 0o644); err != nil {

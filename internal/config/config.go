@@ -9,8 +9,10 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -514,7 +516,9 @@ func ParseFor(b []byte, lookup func(string) (string, bool), unused ...string) (*
 	for _, e := range d.errs {
 		errs = append(errs, e)
 	}
-	if err := joinErrors(append(errs, c.validate(d.errs)...)); err != nil {
+	errs = append(errs, c.validate(d.errs)...)
+	errs = append(errs, c.checkSinks(errs)...)
+	if err := joinErrors(errs); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -549,6 +553,48 @@ func misindented(b []byte, line int, msg string) int {
 		}
 	}
 	return line
+}
+
+// sinkCheck validates one sink's kind-specific settings
+// (RegisterSinkCheck); nil until the sink registry registers it.
+var (
+	sinkCheckMu sync.Mutex
+	sinkCheck   func(index int, s *Sink) error
+)
+
+// RegisterSinkCheck makes Parse check each sink's kind-specific settings
+// with f (publish.Check, which knows the kinds), so that one run reports a
+// sink's mistakes with the rest of the file's. Without it (a program that
+// imports no sink), the kinds are checked when the sinks are prepared.
+func RegisterSinkCheck(f func(index int, s *Sink) error) {
+	sinkCheckMu.Lock()
+	defer sinkCheckMu.Unlock()
+	sinkCheck = f
+}
+
+// checkSinks runs the registered sink check on every sink with no error
+// among found about it and no ${VAR} left unresolved (LoadFor).
+func (c *Config) checkSinks(found []error) []error {
+	sinkCheckMu.Lock()
+	check := sinkCheck
+	sinkCheckMu.Unlock()
+	if check == nil {
+		return nil
+	}
+	var errs []error
+	for i := range c.Sinks {
+		at := fmt.Sprintf("sinks[%d]", i)
+		if c.UnresolvedUnder(at) || c.Sinks[i].Kind == "" || slices.ContainsFunc(found, func(err error) bool {
+			var e *Error
+			return errors.As(err, &e) && (under(e.Field, at) || e.Field == "sinks")
+		}) {
+			continue
+		}
+		if err := check(i, &c.Sinks[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

@@ -113,7 +113,12 @@ func Register(kind string, f Factory) {
 		panic("publish: sink kind registered twice: " + kind)
 	}
 	factories[kind] = f
+	checkOnce.Do(func() { config.RegisterSinkCheck(Check) })
 }
+
+// checkOnce registers Check with config at the first kind registered (a
+// program without kinds, such as a test of the config alone, checks none).
+var checkOnce sync.Once
 
 // Kinds lists the registered sink kinds, sorted.
 func Kinds() []string {
@@ -130,6 +135,20 @@ func Kinds() []string {
 // Prepare validates the sink configured as sinks[index] and returns its
 // Opener (see Factory). It does no I/O.
 func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
+	setRowHeaderLog(log)
+	return prepare(index, cfg, log)
+}
+
+// Check validates the sink configured as sinks[index] as Prepare does,
+// logging nothing. Once a kind is registered, config.Parse runs it
+// (config.RegisterSinkCheck) so that a sink's mistakes are reported with
+// the file's others, in one run.
+func Check(index int, cfg *config.Sink) error {
+	_, err := prepare(index, cfg, zerolog.Nop())
+	return err
+}
+
+func prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	regMu.Lock()
 	f, ok := factories[cfg.Kind]
 	if !ok {
@@ -145,7 +164,6 @@ func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 				"(the broker has no scheduled delivery), and walpost never sends a message early: remove columns.deliver_at, "+
 				"or send such messages through a sink that can: %s", cfg.Name, cfg.Kind, SchedulingKinds())}
 	}
-	setRowHeaderLog(log)
 	slog := log.With().Str("sink", cfg.Name).Logger()
 	open, err := f(cfg, slog)
 	if err != nil {
