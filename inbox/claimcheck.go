@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // The headers of a claim-checked message (docs/claim-check.md): walpost's
@@ -30,6 +33,15 @@ const (
 // back and delivered again).
 var ErrClaimCheck = errors.New("inbox: claim check")
 
+// ErrClaimCheckScope means a claim-checked message names an object outside
+// the stores its ClaimCheck may read (Scoped, WithClaimCheck's scope): it
+// is refused, never fetched. It wraps ErrClaimCheck. The relay never
+// sends such a reference (it carries its own headers apart from the row's
+// and leaves the row's walpost-* entries out), so it comes from another
+// writer of the queue or topic: docs/security.md, "The claim-check
+// fetchers' scope".
+var ErrClaimCheckScope = fmt.Errorf("%w: reference outside the fetcher's scope", ErrClaimCheck)
+
 // Fetcher reads the object a claim-checked message names. The fetchers
 // for Azure Blob Storage and S3 are in inbox/claimazblob and
 // inbox/claims3, so that package inbox needs no cloud SDK.
@@ -37,6 +49,15 @@ type Fetcher interface {
 	// Fetch returns the whole object at ref, the value of the
 	// walpost-claim-check header. An error is retried by redelivery.
 	Fetch(ctx context.Context, ref string) ([]byte, error)
+}
+
+// Scoped is implemented by a Fetcher that reads only some objects
+// (claimazblob.Fetcher, claims3.Fetcher: one container or bucket, and a
+// name prefix). CheckScope returns nil when ref is an object f may read,
+// else an error wrapping ErrClaimCheckScope saying why not. A ClaimCheck
+// fetches no reference CheckScope refuses.
+type Scoped interface {
+	CheckScope(ref string) error
 }
 
 // FetcherFunc adapts a function to Fetcher.
@@ -51,20 +72,79 @@ func (f FetcherFunc) Fetch(ctx context.Context, ref string) ([]byte, error) { re
 // It is safe for concurrent use when its Fetcher is.
 type ClaimCheck struct {
 	fetcher Fetcher
+	scope   []string
 }
 
 // WithClaimCheck returns the ClaimCheck of a receive loop that fetches
 // claim-checked payloads with f (claimazblob.New, claims3.New, or several
 // stores behind one FetcherFunc that picks by the reference's scheme).
-func WithClaimCheck(f Fetcher) *ClaimCheck {
-	return &ClaimCheck{fetcher: f}
+//
+// It fetches only references under one of scope's prefixes, or that f
+// accepts when it is Scoped (claimazblob.New and claims3.New are: they
+// take the container or bucket, and the prefix, they may read), and
+// refuses any other with ErrClaimCheckScope, never fetching it; so is a
+// reference with a query, a fragment, or a . or .. path segment. A
+// prefix names the store and ends its path with a slash, e.g.
+// "s3://BUCKET/walpost/"; a FetcherFunc without one refuses every
+// reference. Changed by issue 42: before it, any reference a message
+// named was fetched.
+func WithClaimCheck(f Fetcher, scope ...string) *ClaimCheck {
+	c := &ClaimCheck{fetcher: f, scope: slices.Clone(scope)}
+	for i, p := range c.scope {
+		// A prefix that names only a bucket or host ("s3://outbox")
+		// would also match "s3://outbox-other/…": end it with a slash.
+		if _, rest, ok := strings.Cut(p, "://"); ok && !strings.Contains(rest, "/") {
+			c.scope[i] = p + "/"
+		}
+	}
+	return c
+}
+
+// allowed returns nil when c may fetch ref, or an error wrapping
+// ErrClaimCheckScope saying why not.
+func (c *ClaimCheck) allowed(ref string) error {
+	if strings.ContainsAny(ref, "?#\\") {
+		return fmt.Errorf("%w: %s has a query, fragment or backslash: refused, not fetched", ErrClaimCheckScope, ref)
+	}
+	path := ref
+	if _, rest, ok := strings.Cut(ref, "://"); ok {
+		path = rest
+	}
+	path, err := url.PathUnescape(path)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrClaimCheckScope, ref, err)
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%w: %s has a . or .. segment: refused, not fetched", ErrClaimCheckScope, ref)
+		}
+	}
+	for _, p := range c.scope {
+		if p != "" && strings.HasPrefix(ref, p) {
+			return nil
+		}
+	}
+	if s, ok := c.fetcher.(Scoped); ok {
+		err := s.CheckScope(ref)
+		if err != nil && !errors.Is(err, ErrClaimCheckScope) {
+			err = fmt.Errorf("%w: %w", ErrClaimCheckScope, err)
+		}
+		return err
+	}
+	if len(c.scope) == 0 {
+		return fmt.Errorf("%w: message names %s, but the ClaimCheck has no scope to read (give claims3.New or claimazblob.New "+
+			"the bucket or container the relay's claim_check writes to, or WithClaimCheck the reference prefix)", ErrClaimCheckScope, ref)
+	}
+	return fmt.Errorf("%w: %s is not under %s, the store this loop reads: refused, not fetched "+
+		"(the relay writes only there; another writer of the queue named it)", ErrClaimCheckScope, ref, strings.Join(c.scope, " or "))
 }
 
 // Resolve returns a message's payload: body itself when header (a lookup
 // of the message's headers by name, "" when absent) has no
-// walpost-claim-check, else the object it names, fetched and checked
-// against walpost-claim-check-size and walpost-claim-check-sha256. Errors
-// wrap ErrClaimCheck. With c nil, it returns body.
+// walpost-claim-check, else the object it names, when within c's scope
+// (WithClaimCheck), fetched and checked against walpost-claim-check-size
+// and walpost-claim-check-sha256. Errors wrap ErrClaimCheck. With c nil,
+// it returns body.
 func (c *ClaimCheck) Resolve(ctx context.Context, header func(name string) string, body []byte) ([]byte, error) {
 	if c == nil {
 		return body, nil
@@ -75,6 +155,9 @@ func (c *ClaimCheck) Resolve(ctx context.Context, header func(name string) strin
 	}
 	if c.fetcher == nil {
 		return nil, fmt.Errorf("%w: message names %s, but the ClaimCheck has no Fetcher", ErrClaimCheck, ref)
+	}
+	if err := c.allowed(ref); err != nil {
+		return nil, err
 	}
 	size, err := strconv.ParseInt(header(HeaderClaimCheckSize), 10, 64)
 	if err != nil || size < 0 {

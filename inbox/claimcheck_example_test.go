@@ -11,9 +11,11 @@ import (
 )
 
 // A receive loop resolves claim-checked messages with
-// Options.ClaimCheck: inbox.WithClaimCheck(claimazblob.New(client)) or
-// claims3.New(client). Resolve is what the loops call; this fetcher
-// serves one object from memory.
+// Options.ClaimCheck: inbox.WithClaimCheck(claimazblob.New(client,
+// container, "walpost/")) or claims3.New(client, bucket, "walpost/"),
+// which read that container or bucket only. Resolve is what the loops
+// call; this fetcher serves one object from memory, and the scope given
+// to WithClaimCheck is what it may read.
 func ExampleWithClaimCheck() {
 	payload := []byte(`{"scan": "…1 MiB…"}`)
 	sum := sha256.Sum256(payload)
@@ -24,7 +26,7 @@ func ExampleWithClaimCheck() {
 	}
 	cc := inbox.WithClaimCheck(inbox.FetcherFunc(func(ctx context.Context, ref string) ([]byte, error) {
 		return payload, nil // claimazblob.Fetcher downloads the blob at ref
-	}))
+	}), "https://acct.blob.core.windows.net/outbox-payloads/")
 	body, err := cc.Resolve(context.Background(), func(name string) string { return headers[name] }, []byte{})
 	fmt.Println(string(body), err)
 	// Output: {"scan": "…1 MiB…"} <nil>

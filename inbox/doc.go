@@ -142,8 +142,13 @@
 // Options.ClaimCheck, set to WithClaimCheck(f), fetches the object with
 // f (inbox/claimazblob, inbox/claims3), checks it, and hands the effect
 // the message with the payload as its body; a failed fetch counts as a
-// failing effect (ErrClaimCheck). docs/claim-check.md in the repository
-// has the format and the retention of the objects.
+// failing effect (ErrClaimCheck). It fetches only from the store its
+// relay writes to: claimazblob.New and claims3.New take the container or
+// bucket and the prefix they may read, WithClaimCheck takes reference
+// prefixes for a FetcherFunc, and any other reference is refused before
+// any request (ErrClaimCheckScope): another writer of the queue cannot
+// make the loop fetch an object of its choosing. docs/claim-check.md in
+// the repository has the format and the retention of the objects.
 //
 // # Concurrency
 //

@@ -67,7 +67,7 @@ func newClaimCheckSetupOf(t *testing.T, s *claimCheckSetup) *claimCheckSetup {
 	s.container = "cc" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	s.az.CreateContainer(t, s.container)
 	s.start(t, fmt.Sprintf("{store: azblob, container: %s, connection_string: %q, timeout: 5s}", s.container, s.az.ConnectionString()),
-		claimazblob.New(s.az.Client(t)), nil)
+		claimazblob.New(s.az.Client(t), s.container, "walpost/"), nil)
 	return s
 }
 
@@ -321,7 +321,7 @@ func TestIntegrationClaimCheckS3CarriesA1MiBPayload(t *testing.T) {
 	creds := credentials.NewStaticCredentialsProvider("AKIDTEST", "walpost-test-secret", "")
 	client := s3.New(s3.Options{Region: "us-east-1", Credentials: creds, BaseEndpoint: aws.String(srv.URL), UsePathStyle: true})
 	s := &claimCheckSetup{}
-	s.start(t, fmt.Sprintf("{store: s3, bucket: walpost-cc, endpoint: %q, path_style: true, region: us-east-1}", srv.URL), claims3.New(client),
+	s.start(t, fmt.Sprintf("{store: s3, bucket: walpost-cc, endpoint: %q, path_style: true, region: us-east-1}", srv.URL), claims3.New(client, "walpost-cc", "walpost/"),
 		[]string{"AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=walpost-test-secret"})
 	rows := claimCheckRows()
 	s.ob.InsertTx(t, pgtest.Connect(t, s.ob.URL), rows...)

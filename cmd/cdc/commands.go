@@ -60,8 +60,9 @@ type command struct {
 	// $CDC_CONFIG only, and the usage line ends with argsUsage.
 	argsUsage string
 	// trusts: the command reads walpost's state tables to decide what it
-	// publishes, parks or skips (skip, recover, resync, replay,
-	// dead-letter): before it runs, it refuses state tables, and triggers
+	// publishes, parks or skips (skip, recover, resync, replay; cdc
+	// dead-letter through internal/ops, on its one connection): before it
+	// runs, it refuses state tables, and triggers
 	// on them or on the outbox, that no trusted role owns, as cdc init and
 	// cdc run do (admin.CheckTrust; docs/security.md).
 	trusts bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -177,13 +178,22 @@ func TestIntegrationConsoleAPIReleasesAHeldKeyInOrder(t *testing.T) {
 		!strings.Contains(string(d.HeldKeys[0].Head.RowData), cs.bad.ID) {
 		t.Fatalf("held keys %+v, want k1 with 7 parked behind %s, its row shown", d.HeldKeys, cs.bad.ID)
 	}
-	_, sess := cs.api(t, "GET", "/api/v1/session", consoleViewToken, "", "")
-	release := `{"sink": "-", "key": "k1"}`
-	if code, body := cs.api(t, "POST", src+"/release", consoleViewToken, csrfOf(t, sess), release); code != http.StatusForbidden {
-		t.Errorf("release with the view token: %d %s, want 403", code, body)
+	// The page shows the held row as JSON with how to fix it, its sink
+	// as "all sinks".
+	if code, page := cs.api(t, "GET", "/console/", consoleViewToken, "", ""); code != 200 || !strings.Contains(page, "Fix it before Release") ||
+		!strings.Contains(page, "UPDATE "+cs.dlq) || !strings.Contains(page, "all sinks") || strings.Contains(page, "sink -") {
+		t.Errorf("GET /console/: %d, want the held row with how to fix it, for all sinks\n%s", code, page)
 	}
+	_, sess := cs.api(t, "GET", "/api/v1/session", consoleViewToken, "", "")
+	if strings.Contains(sess, "csrf_token") {
+		t.Errorf("the view token's session holds the CSRF token: %s", sess)
+	}
+	release := `{"sink": "-", "key": "k1"}`
 	_, sess = cs.api(t, "GET", "/api/v1/session", consoleOperateToken, "", "")
 	csrf := csrfOf(t, sess)
+	if code, body := cs.api(t, "POST", src+"/release", consoleViewToken, csrf, release); code != http.StatusForbidden {
+		t.Errorf("release with the view token: %d %s, want 403", code, body)
+	}
 	if code, body := cs.api(t, "POST", src+"/release", consoleOperateToken, "", release); code != http.StatusForbidden {
 		t.Errorf("release without the CSRF token: %d %s, want 403", code, body)
 	}
@@ -243,10 +253,19 @@ func as(token string) chromedp.Action[chromedp.Void] {
 	})
 }
 
-// screenshot saves the window as docs/console/NAME.png: the pictures of
-// the docs are made here, so that they stay true.
+// updateScreenshots: go test -run TestIntegrationConsoleInABrowser ./cmd/cdc -update
+// rewrites the pictures in docs/console/; without it no test writes a
+// tracked file.
+var updateScreenshots = flag.Bool("update", false, "rewrite docs/console/*.png from the browser test")
+
+// screenshot saves the window as docs/console/NAME.png with -update: the
+// pictures of the docs are made here, so that they stay true. Without
+// -update it captures nothing.
 func screenshot(name string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if !*updateScreenshots {
+			return nil
+		}
 		png, err := chromedp.CaptureScreenshot()(ctx, t)
 		if err != nil {
 			return err
@@ -456,7 +475,7 @@ func TestIntegrationConsoleOfAFleetShowsEverySource(t *testing.T) {
 		code, body := cs.api(t, "GET", "/api/v1/sources", consoleViewToken, "", "")
 		got = console.Sources{}
 		return code == 200 && json.Unmarshal([]byte(body), &got) == nil && len(got.Sources) == 2 &&
-			got.Sources[0].Sinks[0].Published == 0 && got.Sources[1].Sinks[0].Published == 2 &&
+			got.Sources[0].Throughput[0].Published == 0 && got.Sources[1].Throughput[0].Published == 2 &&
 			got.Sources[0].State == "streaming" && got.Sources[1].State == "streaming"
 	}) {
 		t.Fatalf("the console's sources %+v, want alpha (0 published) and beta (2)\n%s", got, p.Logs())
@@ -468,4 +487,66 @@ func TestIntegrationConsoleOfAFleetShowsEverySource(t *testing.T) {
 		}
 	}
 	p.Stop(t)
+}
+
+// TestIntegrationConsoleReleasesThroughTheRelaysOwnFileSink: the README's
+// setup, a file sink with relay.on_invalid: hold_key and the console on.
+// A bad row holds its key; once the row is fixed, the release clicked on
+// the console of that same cdc run goes through the relay's own file sink
+// (its file is locked by the relay: a sink of the console's own could not
+// write it) and delivers the key's messages in order, which the sink's
+// published count includes; cdc dead-letter beside the running relay says
+// at once what to do instead.
+func TestIntegrationConsoleReleasesThroughTheRelaysOwnFileSink(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ob := relaytest.NewOutbox(t, url)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := ob.Config(t, fmt.Sprintf("  - {name: out, kind: file, path: %s}", out),
+		fmt.Sprintf("relay: {on_invalid: hold_key}\nhttp: {listen: '%s', console: true, operate_token: %s}", addr, consoleOperateToken))
+	dlq := relaytest.WithDeadLetterTable(t, url, cfg)
+	cdcInit(t, cfg)
+	conn := pgtest.Connect(t, url)
+	msgs := []relaytest.Msg{relaytest.NewMsg("t", "k1", 1), relaytest.NewMsg("t", "k1", 2), relaytest.NewMsg("t", "k1", 3), relaytest.NewMsg("t", "k2", 4)}
+	insertHeldTest(t, ob, conn, msgs, map[string]bool{msgs[1].ID: true})
+	relay := startCDC(t, "run", "--config", cfg)
+	cs := &consoleSetup{addr: addr, relay: relay}
+	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{msgs[0], msgs[3]}, 60*time.Second, relay.Stderr.String)
+	pgtest.Await(t, 30*time.Second, "k1 held", func() bool { return len(statusHeld(t, cfg)) == 1 })
+	// cdc status tells the held message from the bad row, and its exit
+	// code tells a script that keys are held.
+	if code, stdout, _ := cdc(t, nil, "status", "--config", cfg); code != heldExit ||
+		!strings.Contains(stdout, "rows that could not be mapped: 1, held behind their key's first: 1") {
+		t.Errorf("cdc status with k1 held: exit %d, want %d, one row that could not be mapped and one held\n%s", code, heldExit, stdout)
+	}
+
+	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE %s SET row_data = jsonb_set(row_data, '{type}', '"t"') WHERE message_id = '%s'`, dlq, msgs[1].ID))
+	if code, stdout, stderr := cdc(t, nil, "dead-letter", "--config", cfg, "resend", msgs[1].ID); code != 1 || !strings.Contains(stdout+stderr, "stop that cdc run") ||
+		!strings.Contains(stdout+stderr, "console") {
+		t.Errorf("cdc dead-letter resend beside the relay: exit %d, want 1 saying what to do\n%s%s", code, stdout, stderr)
+	}
+	_, sess := cs.api(t, "GET", "/api/v1/session", consoleOperateToken, "", "")
+	src := "/api/v1/sources/" + ob.Slot
+	code, body := cs.api(t, "POST", src+"/release", consoleOperateToken, csrfOf(t, sess), `{"sink": "-", "key": "k1"}`)
+	if code != http.StatusOK || strings.Count(body, `"result": "resent"`) != 2 {
+		t.Fatalf("release through the relay's file sink: %d, want 200 and 2 resent\n%s\n%s", code, body, relay.Logs())
+	}
+	lines := relaytest.ReadLines(t, out)
+	if len(lines) != 4 || lines[2].ID != msgs[1].ID || lines[3].ID != msgs[2].ID {
+		t.Fatalf("the file holds %+v, want k1's fixed row and the one held behind it after the others", lines)
+	}
+	var got console.Detail
+	if code, body := cs.api(t, "GET", src, consoleOperateToken, "", ""); code != 200 || json.Unmarshal([]byte(body), &got) != nil ||
+		len(got.Throughput) != 1 || got.Throughput[0].Published != 4 {
+		t.Errorf("after the release: %d, throughput %+v, want 4 published (2 released)\n%s", code, got.Throughput, body)
+	}
+	if code, stdout, _ := cdc(t, nil, "status", "--config", cfg); code != 0 {
+		t.Errorf("cdc status after the release: exit %d, want 0\n%s", code, stdout)
+	}
+	relay.Stop(t)
 }

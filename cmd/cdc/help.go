@@ -75,7 +75,8 @@ invalidated by the server: wal_status lost, for cdc recover) and when the
 slot is in danger (wal_status unreserved: beyond max_slot_wal_keep_size).`
 
 var statusExits = []string{"0  the slot exists and cdc run can use it (wal_status unreserved is a warning only)",
-	"1  the slot is missing or unusable (invalidated: wal_status lost; another plugin or database; or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit}
+	"1  the slot is missing or unusable (invalidated: wal_status lost; another plugin or database; or not a failover slot with postgres.failover_slot), or the server could not be read", usageExit,
+	"4  nothing above, but keys are held (relay.on_invalid or on_refused: hold_key): their messages wait for an operator (held_keys)"}
 
 const skipAbout = `Park in the dead-letter table the one row a relay with relay.on_invalid:
 stop stops at, so that the next cdc run goes past it. Stop every relay on
@@ -100,7 +101,8 @@ func printOverview(w io.Writer) {
 	fmt.Fprint(w, `
 Exit codes: 0 success, 1 runtime error, 2 usage or configuration error;
 cdc run 3 when relay.shutdown_timeout cut its drain (nothing lost: the next
-run sends again what was in flight), cdc replay 130 when interrupted.
+run sends again what was in flight), cdc status 4 when keys are held,
+cdc replay 130 when interrupted.
 The config file is --config F or the one argument F, else $CDC_CONFIG, else
 ./cdc.yaml. Run 'cdc <command> --help' for a command's flags, exit codes and
 environment variables.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walpost/walpost/internal/ops"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/relaytest"
 )
@@ -65,11 +66,11 @@ func takenOf(e *laneEndpoint, key string) int {
 }
 
 // statusHeld runs cdc status --json and returns its held_keys.
-func statusHeld(t *testing.T, cfg string) []heldKeyRep {
+func statusHeld(t *testing.T, cfg string) []ops.HeldKey {
 	t.Helper()
 	_, stdout, stderr := cdc(t, nil, "status", "--json", "--config", cfg)
 	var st struct {
-		HeldKeys []heldKeyRep `json:"held_keys"`
+		HeldKeys []ops.HeldKey `json:"held_keys"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
 		t.Fatalf("cdc status --json: %v\n%s%s", err, stdout, stderr)

@@ -325,9 +325,7 @@ func TestIntegrationReadmeConfigurationReferenceDelivers(t *testing.T) {
 		{`(?m)^  slot: walpost_outbox `, "  slot: " + ob.Slot + " "},
 		{`"127\.0\.0\.1:9092"`, `"` + kc.Addrs()[0] + `"`},
 		{`127\.0\.0\.1:9187`, "127.0.0.1:0"},
-		{`(?m)^  progress_table: public\.walpost_sink_progress `, "  progress_table: public." + ob.Slot + "_progress "},
-		{`(?m)^  dead_letter_table: public\.walpost_dead_letter `, "  dead_letter_table: public." + ob.Slot + "_dlq "},
-		{`(?m)^  coverage_table: public\.walpost_coverage `, "  coverage_table: public." + ob.Slot + "_coverage "},
+		{`(?m)^  state_schema: public `, "  state_schema: " + ob.Slot + "_state "},
 	} {
 		re := regexp.MustCompile(r.re)
 		if !re.MatchString(y) {
@@ -335,10 +333,8 @@ func TestIntegrationReadmeConfigurationReferenceDelivers(t *testing.T) {
 		}
 		y = re.ReplaceAllString(y, r.with)
 	}
-	t.Cleanup(func() {
-		pgtest.Exec(t, url, "DROP TABLE IF EXISTS public."+ob.Slot+"_progress", "DROP TABLE IF EXISTS public."+ob.Slot+"_dlq",
-			"DROP TABLE IF EXISTS public."+ob.Slot+"_coverage")
-	})
+	pgtest.Exec(t, url, "CREATE SCHEMA "+ob.Slot+"_state")
+	t.Cleanup(func() { pgtest.Exec(t, url, "DROP SCHEMA IF EXISTS "+ob.Slot+"_state CASCADE") })
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "cdc.yaml")
 	writeFile(t, cfg, y)

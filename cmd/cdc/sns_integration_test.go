@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/internal/pgtest"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 	"github.com/walpost/walpost/internal/publish/sns/snsfake"
-	"github.com/walpost/walpost/internal/publish/sqs"
 	"github.com/walpost/walpost/internal/relaytest"
 	"github.com/walpost/walpost/internal/tcpproxy"
 )
@@ -20,7 +20,7 @@ import (
 func snsLines(srv *snsfake.Server, topic string) []relaytest.Line {
 	var lines []relaytest.Line
 	for _, m := range srv.Messages(topic) {
-		lines = append(lines, relaytest.Line{ID: m.Attributes[sqs.AttrID], Type: m.Attributes[sqs.AttrType]})
+		lines = append(lines, relaytest.Line{ID: m.Attributes[awsbatch.AttrID], Type: m.Attributes[awsbatch.AttrType]})
 	}
 	return lines
 }
@@ -176,7 +176,7 @@ func TestIntegrationSNSQuickStartDelivers(t *testing.T) {
 	pgtest.Await(t, 30*time.Second, "the README's INSERT in "+flags[2], func() bool { return srv.Count(flags[2]) >= 1 })
 	p.Stop(t)
 	msgs := srv.Messages(flags[2])
-	if m := msgs[0]; len(msgs) != 1 || m.GroupID != "order-1" || m.Body != `{"total": 42}` || m.Attributes[sqs.AttrKey] != "order-1" || m.DedupID != m.Attributes[sqs.AttrID] {
+	if m := msgs[0]; len(msgs) != 1 || m.GroupID != "order-1" || m.Body != `{"total": 42}` || m.Attributes[awsbatch.AttrKey] != "order-1" || m.DedupID != m.Attributes[awsbatch.AttrID] {
 		t.Fatalf("want one message of group order-1 with the README's payload, got %+v", msgs)
 	}
 }

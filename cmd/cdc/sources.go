@@ -99,7 +99,7 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 	if shared.HTTP.Listen != "" {
 		var cs []console.Source
 		for _, s := range sources {
-			cs = append(cs, console.Source{Name: s.Name, Config: s.Config})
+			cs = append(cs, console.Source{Name: s.Name, Config: s.Config, Sinks: f.Lent(s.Name)})
 		}
 		consoleCtx, stopConsole := context.WithCancel(ctx)
 		defer stopConsole()
@@ -156,7 +156,7 @@ type sourceStatus struct {
 
 // statusSources is cdc status on several sources: each source's status
 // (text: under a line naming it; --json: one object {"sources": […]}),
-// exit 1 when any source's would.
+// exit 1 when any source's would, else 4 when any holds a key.
 func statusSources(ctx context.Context, sources []fleet.Source, o *options, stdout, stderr io.Writer) int {
 	code := 0
 	var all []sourceStatus
@@ -177,8 +177,14 @@ func statusSources(ctx context.Context, sources []fleet.Source, o *options, stdo
 		if out.Len() > 0 {
 			st.Status = json.RawMessage(bytes.TrimSpace(out.Bytes()))
 		}
-		if err != nil {
+		if ec := (*exitCode)(nil); errors.As(err, &ec) && ec.code == heldExit {
+			if code == 0 { // 1, a source that failed, wins over keys held
+				code = heldExit
+			}
+		} else if err != nil {
 			code = 1
+		}
+		if err != nil {
 			msg := err.Error()
 			st.Error = &msg
 			if !o.json {

@@ -81,11 +81,11 @@ func TestIntegrationStatusJSONCarriesEveryField(t *testing.T) {
 	if lag < 1_000_000 || lag != float64(int64(lag)) {
 		t.Errorf("lag_bytes %v: want the exact bytes of ~2 MB of WAL", st["lag_bytes"])
 	}
-	if b, _ := json.Marshal(st["sinks"]); string(b) != `[{"acknowledged_commit_lsn":"0/10","failing":false,"failing_since":null,"last_error":null,"last_error_at":null,"name":"out"},`+
-		`{"acknowledged_commit_lsn":null,"failing":false,"failing_since":null,"last_error":null,"last_error_at":null,"name":"audit"}]` {
+	if b, _ := json.Marshal(st["sinks"]); string(b) != `[{"acknowledged_commit_lsn":"0/10","acknowledged_commit_time":null,"failing":false,"failing_since":null,"last_error":null,"last_error_at":null,"name":"out"},`+
+		`{"acknowledged_commit_lsn":null,"acknowledged_commit_time":null,"failing":false,"failing_since":null,"last_error":null,"last_error_at":null,"name":"audit"}]` {
 		t.Errorf("sinks: %s", b)
 	}
-	if b, _ := json.Marshal(st["dead_letters"]); string(b) != fmt.Sprintf(`{"refused":{"audit":1},"table":"%s","total":2,"unmappable":1}`, dlq) {
+	if b, _ := json.Marshal(st["dead_letters"]); string(b) != fmt.Sprintf(`{"held":0,"refused":{"audit":1},"table":"%s","total":2,"unmappable":1}`, dlq) {
 		t.Errorf("dead_letters: %s", b)
 	}
 	if b, _ := json.Marshal(st["warnings"]); string(b) != "[]" {

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walpost/walpost/internal/ops"
 	"github.com/walpost/walpost/internal/pgtest"
 	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 	"github.com/walpost/walpost/internal/publish/natsjs"
@@ -411,16 +412,15 @@ func TestIntegrationTemplatedDestinationMissingHoldsItsKey(t *testing.T) {
 			ob.InsertTx(t, conn, head, other1)
 
 			p := startCDC(t, "run", "--config", cfg)
-			// The key's later rows come once its head is held: a row of
-			// the key in the same publish call as the refused head, to
-			// another destination, may be stored before the refusal is
-			// known (a known limit: README, "Known limits").
+			// The key's later rows come once its head is held (that a
+			// row of the key read with the head is not stored ahead of
+			// it is TestIntegrationHoldKeyNothingOvertakesItsParkedHeadAcrossDestinations).
 			if !pgtest.WaitFor(60*time.Second, func() bool { h := statusHeld(t, cfg); return p.Exited() || len(h) == 1 }) || p.Exited() {
 				t.Fatalf("the key was not held (relay exited: %v)\n%s", p.Exited(), p.Stderr.String())
 			}
 			ob.InsertTx(t, conn, heldOK, heldMissing, other2)
 			var got []arrival
-			var held []heldKeyRep
+			var held []ops.HeldKey
 			if !pgtest.WaitFor(60*time.Second, func() bool {
 				got = b.received(t)
 				if p.Exited() || !hasAll(got, typeOK, other1, other2) {

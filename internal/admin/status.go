@@ -22,14 +22,15 @@ import (
 // Status is what cdc status found: the slot, and when it exists each
 // sink's progress and the parked messages. cmd/cdc prints it.
 type Status struct {
-	Slot     replication.SlotInfo
-	Progress map[string]store.Position // by sink
-	Parked   map[string]int            // by sink; "" for rows that could not be mapped
-	Held     []store.Hold              // keys held behind a parked message (relay.on_invalid or on_refused: hold_key)
-	Warnings []string                  // why cdc run would refuse the slot
-	Cautions []string                  // what threatens the slot or the stream (wal_status unreserved, outboxdb.EmitRisk); not a refusal
-	Coverage []string                  // why rows may not reach the sinks (coverageWarnings)
-	Failing  map[string]store.Health   // by sink: the sinks a relay recorded failing (store.LoadHealth)
+	Slot       replication.SlotInfo
+	Progress   map[string]store.Position // by sink
+	Parked     map[string]int            // by sink; "" for rows that could not be mapped; held ones not included
+	HeldBehind map[string]int            // by sink: valid messages parked only because their key is held
+	Held       []store.Hold              // keys held behind a parked message (relay.on_invalid or on_refused: hold_key)
+	Warnings   []string                  // why cdc run would refuse the slot
+	Cautions   []string                  // what threatens the slot or the stream (wal_status unreserved, outboxdb.EmitRisk); not a refusal
+	Coverage   []string                  // why rows may not reach the sinks (coverageWarnings)
+	Failing    map[string]store.Health   // by sink: the sinks a relay recorded failing (store.LoadHealth)
 	// Topology is where the slot is read: on a standby with
 	// postgres.primary_url (replication.CheckTopology).
 	Topology replication.Topology
@@ -46,10 +47,17 @@ func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
 		return nil, err
 	}
 	defer conns.Close()
+	return ReadStatusOn(ctx, cfg, conns)
+}
+
+// ReadStatusOn is ReadStatus on connections the caller opened
+// (replication.OpenConns) and closes. Read-only.
+func ReadStatusOn(ctx context.Context, cfg *config.Config, conns *replication.Conns) (*Status, error) {
 	// The slot is read on postgres.url, the rest where the state tables
 	// are (postgres.primary_url when the slot is on a standby).
 	src, conn := conns.Slot, conns.State
 	st := &Status{cfg: cfg, Topology: conns.Topology}
+	var err error
 	if st.Slot, err = replication.ReadSlot(ctx, src, cfg.Postgres.Slot); err != nil {
 		return nil, err
 	}
@@ -82,7 +90,7 @@ func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
 	if st.Progress, err = store.LoadProgress(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading sink progress: %w", err)
 	}
-	if st.Parked, err = store.DeadLetterCounts(ctx, conn, store.TablesOf(cfg)); err != nil {
+	if st.Parked, st.HeldBehind, err = store.ParkedCounts(ctx, conn, store.TablesOf(cfg)); err != nil {
 		return nil, fmt.Errorf("reading the dead-letter table: %w", err)
 	}
 	if st.Held, err = store.ListHolds(ctx, conn, store.TablesOf(cfg)); err != nil {

@@ -85,6 +85,13 @@ type Postgres struct {
 	// (pg_logical_emit_message) so that the slot can advance past WAL of
 	// unrelated tables. 0 disables it (default 10s).
 	HeartbeatInterval *Duration `yaml:"heartbeat_interval"`
+	// StateSchema is the schema of walpost's state tables: the progress,
+	// dead-letter, adopt, coverage and retention marks tables are
+	// STATE_SCHEMA.walpost_sink_progress, .walpost_dead_letter,
+	// .walpost_adopt, .walpost_coverage and .walpost_retention_marks
+	// (default public). The five keys that name them one by one are
+	// deprecated (Deprecations).
+	StateSchema string `yaml:"state_schema"`
 	// ProgressTable keeps each sink's last acknowledged position, so that
 	// after a restart a sink that was ahead of the slot does not get
 	// messages again (default public.walpost_sink_progress; "-" disables).
@@ -662,10 +669,11 @@ func (c *Config) SetDefaults() {
 	def(&p.Table, "public.outbox")
 	def(&p.Publication, "walpost_outbox")
 	def(&p.Slot, "walpost_outbox")
-	def(&p.ProgressTable, "public.walpost_sink_progress")
-	def(&p.DeadLetterTable, "public.walpost_dead_letter")
-	def(&p.AdoptTable, "public.walpost_adopt")
-	def(&p.CoverageTable, "public.walpost_coverage")
+	def(&p.StateSchema, "public")
+	def(&p.ProgressTable, p.StateSchema+".walpost_sink_progress")
+	def(&p.DeadLetterTable, p.StateSchema+".walpost_dead_letter")
+	def(&p.AdoptTable, p.StateSchema+".walpost_adopt")
+	def(&p.CoverageTable, p.StateSchema+".walpost_coverage")
 	if p.GapMargin == 0 {
 		p.GapMargin = Duration(time.Minute)
 	}

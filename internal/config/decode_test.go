@@ -17,7 +17,7 @@ func TestErrorsAreFieldWhatIsWrongAndLine(t *testing.T) {
 	const sink = "sinks: [{name: a, kind: stdout}]\n"
 	for _, c := range []struct{ yaml, want string }{
 		{head + "  tabel: t\n" + sink,
-			`postgres.tabel: unknown key "tabel" (check its spelling and indentation; known keys: url, primary_url, table, source, message_prefix, message_keys, message_roles, publication, slot, status_interval, heartbeat_interval, progress_table, dead_letter_table, adopt_table, coverage_table, trusted_owners, gap_margin, reconnect_backoff, standby_poll, failover_slot, receive_buffer, max_message_bytes) (line 3)`},
+			`postgres.tabel: unknown key "tabel" (check its spelling and indentation; known keys: url, primary_url, table, source, message_prefix, message_keys, message_roles, publication, slot, status_interval, heartbeat_interval, state_schema, progress_table, dead_letter_table, adopt_table, coverage_table, trusted_owners, gap_margin, reconnect_backoff, standby_poll, failover_slot, receive_buffer, max_message_bytes) (line 3)`},
 		{head + "  status_interval: 10 seconds\n" + sink,
 			`postgres.status_interval: "10 seconds" is not a duration (use e.g. 500ms, 10s, 1m) (line 3)`},
 		{head + "relay:\n  window_messages: lots\n" + sink, `relay.window_messages: "lots" is not a whole number (line 4)`},

@@ -60,7 +60,7 @@ func (c *Config) setRetentionDefaults() {
 		d := Duration(100 * time.Millisecond)
 		r.Pause = &d
 	}
-	def(&r.MarksTable, "public.walpost_retention_marks")
+	def(&r.MarksTable, c.Postgres.StateSchema+".walpost_retention_marks")
 }
 
 // validateRetention checks relay.retention, fields in struct order.

@@ -120,6 +120,9 @@ func (c *Config) validatePostgres() error {
 	if p.HeartbeatInterval != nil && p.HeartbeatInterval.D() < 0 {
 		return c.fail("postgres.heartbeat_interval", "%v is negative (0 disables the heartbeat)", p.HeartbeatInterval.D())
 	}
+	if err := c.validateTable("postgres.state_schema", p.StateSchema+".walpost_sink_progress", " (state_schema is a schema name)"); err != nil {
+		return err
+	}
 	if p.ProgressTable != "-" {
 		if err := c.validateTable("postgres.progress_table", p.ProgressTable, ` (or "-" to disable)`); err != nil {
 			return err

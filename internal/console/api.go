@@ -2,25 +2,31 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/walpost/walpost/internal/ops"
 )
 
 // readTimeout bounds the reads of a page or an API answer.
 const readTimeout = 20 * time.Second
 
-// Session is /api/v1/session: the caller's role and the CSRF token every
-// action sends in X-CSRF-Token.
+// Session is /api/v1/session: the caller's role and, for the operate
+// role only, the CSRF token every action sends in X-CSRF-Token (absent
+// for the view role, which acts on nothing).
 type Session struct {
 	Role      string `json:"role"`
-	CSRFToken string `json:"csrf_token"`
+	CSRFToken string `json:"csrf_token,omitempty"`
 }
 
 func (c *Console) serveSession(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Session{Role: roleOf(r).String(), CSRFToken: c.csrf})
+	s := Session{Role: roleOf(r).String()}
+	if roleOf(r) == RoleOperate {
+		s.CSRFToken = c.csrf
+	}
+	writeJSON(w, http.StatusOK, s)
 }
 
 // Sources is /api/v1/sources.
@@ -32,7 +38,7 @@ type Sources struct {
 func (c *Console) serveSources(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	out := Sources{Role: roleOf(r).String(), Sources: eachSource(c.sources, func(s *source) SourceView { return c.view(ctx, s) })}
+	out := Sources{Role: roleOf(r).String(), Sources: eachSource(c.sources, func(s *source) SourceView { return c.detail(ctx, s, false).SourceView })}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -44,15 +50,13 @@ func (c *Console) serveSource(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	writeJSON(w, http.StatusOK, c.detail(ctx, src))
+	writeJSON(w, http.StatusOK, c.detail(ctx, src, true))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	ops.WriteJSON(w, v)
 }
 
 // writeError answers {"error": msg}.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -45,8 +46,8 @@ func roleOf(r *http.Request) Role {
 // both console tokens; http.auth's credentials act as the operate token.
 func (c *Console) role(r *http.Request) Role {
 	h := c.http
-	if h.ViewToken == "" && h.OperateToken == "" && h.Auth == nil {
-		return RoleOperate // a loopback listener only (config.validateConsole)
+	if c.open() {
+		return RoleOperate // a loopback listener only (config.validateConsole), a local Host (authenticate)
 	}
 	var token string
 	user, pass, basic := r.BasicAuth()
@@ -87,11 +88,55 @@ func sameSecret(got, want string) bool {
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
+// open reports whether the console has no credentials configured (no
+// view_token, operate_token or http.auth): allowed on a loopback listen
+// only, where every request it answers is the operate role.
+func (c *Console) open() bool {
+	h := c.http
+	return h.ViewToken == "" && h.OperateToken == "" && h.Auth == nil
+}
+
+// localHost reports whether hostport, a request's Host or an Origin's
+// host, names the console without credentials: the host of http.listen,
+// localhost, or a loopback address (any port: a forwarded port keeps the
+// name). A page that rebinds its own DNS name to 127.0.0.1 (DNS
+// rebinding) sends its own name as the Host, never one of these
+// (docs/security.md, "The console without tokens").
+func (c *Console) localHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "" {
+		return false
+	}
+	if listen, _, err := net.SplitHostPort(c.http.Listen); err == nil && listen != "" && strings.EqualFold(host, listen) {
+		return true
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// errForeignHost is the answer to a request whose Host is not the
+// console's without credentials.
+const errForeignHost = "forbidden: without http.view_token, http.operate_token or http.auth the console answers only requests " +
+	"addressed to http.listen, localhost or a loopback address (a page of another site that resolves its name to this " +
+	"machine, DNS rebinding, would be one); open the console at http://127.0.0.1:PORT/console/, or set http.operate_token"
+
 // authenticate answers 401 with a basic challenge (a browser then asks
 // for the token as the password) to a request without a role, and
-// passes the role on.
+// passes the role on. Without credentials configured it first refuses,
+// 403, a request whose Host is not localHost's.
 func (c *Console) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.open() && !c.localHost(r.Host) {
+			http.Error(w, errForeignHost, http.StatusForbidden)
+			return
+		}
 		role := c.role(r)
 		if role == RoleNone {
 			w.Header().Set("WWW-Authenticate", `Basic realm="walpost console", charset="UTF-8"`)
@@ -116,7 +161,7 @@ func (c *Console) checkPOST(r *http.Request) (string, int) {
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
+		if err != nil || u.Host != r.Host || c.open() && !c.localHost(u.Host) {
 			return "forbidden: a request from another origin", http.StatusForbidden
 		}
 	}

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/relay"
 )
 
 // Source is one source of the process: its name (the fleet's, or the
@@ -22,6 +23,9 @@ import (
 type Source struct {
 	Name   string
 	Config *config.Config
+	// Sinks returns the sinks of its relay in this process while it
+	// streams (relay.Relay.Lent): the actions publish through them.
+	Sinks func() []publish.Sink
 }
 
 // Options configure a Console.
@@ -64,8 +68,7 @@ type Console struct {
 
 // source is a Source with its lag history.
 type source struct {
-	name string
-	cfg  *config.Config
+	Source
 	hist *history
 }
 
@@ -91,7 +94,7 @@ func New(o Options) (*Console, error) {
 	c := &Console{http: o.HTTP, gather: o.Gatherer, fleet: o.Fleet, log: o.Log, redact: o.Redact, every: o.SampleEvery,
 		csrf: hex.EncodeToString(b), page: page}
 	for _, s := range o.Sources {
-		c.sources = append(c.sources, &source{name: s.Name, cfg: s.Config, hist: &history{window: time.Hour}})
+		c.sources = append(c.sources, &source{Source: s, hist: &history{window: time.Hour}})
 	}
 	return c, nil
 }
@@ -130,7 +133,7 @@ func secureHeaders(h http.Handler) http.Handler {
 // sourceNamed returns the source called name, or nil.
 func (c *Console) sourceNamed(name string) *source {
 	for _, s := range c.sources {
-		if s.name == name {
+		if s.Name == name {
 			return s
 		}
 	}
@@ -140,7 +143,6 @@ func (c *Console) sourceNamed(name string) *source {
 // metricsOf is what the process's metrics say of a source.
 type metricsOf struct {
 	published map[string]float64 // walpost_messages_published_total by sink
-	failing   map[string]bool    // walpost_sink_failing by sink
 	stalled   float64            // walpost_slot_stalled_seconds
 	inflight  float64            // walpost_oldest_inflight_seconds
 }
@@ -148,44 +150,19 @@ type metricsOf struct {
 // metrics reads src's series from the Gatherer: those with its source
 // label in a fleet, all of them otherwise.
 func (c *Console) metrics(src *source) metricsOf {
-	m := metricsOf{published: map[string]float64{}, failing: map[string]bool{}}
-	if c.gather == nil {
-		return m
-	}
-	families, err := c.gather.Gather()
-	if err != nil && len(families) == 0 {
-		return m
-	}
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range s.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if v, ok := labels["source"]; ok && c.fleet != nil && v != src.name {
-				continue
-			}
-			switch f.GetName() {
-			case "walpost_messages_published_total":
-				m.published[labels["sink"]] = value(s)
-			case "walpost_sink_failing":
-				m.failing[labels["sink"]] = value(s) > 0
-			case "walpost_slot_stalled_seconds":
-				m.stalled = value(s)
-			case "walpost_oldest_inflight_seconds":
-				m.inflight = value(s)
-			}
+	m := metricsOf{published: map[string]float64{}}
+	for _, s := range relay.Gathered(c.gather) {
+		if v, ok := s.Labels["source"]; ok && c.fleet != nil && v != src.Name {
+			continue
+		}
+		switch s.Name {
+		case "walpost_messages_published_total":
+			m.published[s.Labels["sink"]] = s.Value
+		case "walpost_slot_stalled_seconds":
+			m.stalled = s.Value
+		case "walpost_oldest_inflight_seconds":
+			m.inflight = s.Value
 		}
 	}
 	return m
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	}
-	return 0
 }

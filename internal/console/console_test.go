@@ -157,6 +157,53 @@ func TestConsoleWithoutTokensOnLoopbackLetsEveryRequestAct(t *testing.T) {
 	}
 }
 
+// TestConsoleWithoutTokensAnswersOnlyItsOwnHost: without credentials a
+// request whose Host is not the listen address, localhost or a loopback
+// address (a DNS-rebinding page's own name) is refused, GET and POST, and
+// a POST's Origin must name one of them; with a token the Host does not
+// matter, and the view role gets no CSRF token.
+func TestConsoleWithoutTokensAnswersOnlyItsOwnHost(t *testing.T) {
+	srv := newTestConsole(t, config.HTTP{Console: true, Listen: "127.0.0.2:9187"})
+	req := func(method, path, host, origin string) int {
+		t.Helper()
+		r, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{}`))
+		r.Host = host
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{"rebind.attacker.example:9187", "127.0.0.1.nip.io:9187", "localhost.attacker.example", "[::ffff:7f00:1]x"} {
+		if code := req("GET", "/api/v1/session", host, ""); code != http.StatusForbidden {
+			t.Errorf("GET with Host %q: %d, want 403", host, code)
+		}
+		if code := req("POST", "/api/v1/sources/orders/drop", host, "http://"+host); code != http.StatusForbidden {
+			t.Errorf("POST with Host %q: %d, want 403", host, code)
+		}
+	}
+	for _, host := range []string{"127.0.0.2:9187", "127.0.0.1:8080", "localhost:9187", "LOCALHOST", "[::1]:9187"} {
+		if code := req("GET", "/api/v1/session", host, ""); code != http.StatusOK {
+			t.Errorf("GET with Host %q: %d, want 200", host, code)
+		}
+	}
+	if code := req("POST", "/api/v1/sources/orders/drop", "127.0.0.2:9187", "http://rebind.attacker.example:9187"); code != http.StatusForbidden {
+		t.Errorf("POST with another Origin: %d, want 403", code)
+	}
+	tok := newTestConsole(t, config.HTTP{Console: true, ViewToken: viewToken, OperateToken: operateToken})
+	if code, sess, _ := do(t, "GET", tok.URL+"/api/v1/session", viewToken, nil, ""); code != 200 || strings.Contains(sess, "csrf_token") {
+		t.Errorf("the view token's session: %d %s, want 200 without csrf_token", code, sess)
+	}
+	if _, sess, _ := do(t, "GET", tok.URL+"/api/v1/session", operateToken, nil, ""); !strings.Contains(sess, "csrf_token") {
+		t.Errorf("the operate token's session %s has no csrf_token", sess)
+	}
+}
+
 // TestConsoleTakesHTTPAuthAsTheOperator: http.auth's credentials act.
 func TestConsoleTakesHTTPAuthAsTheOperator(t *testing.T) {
 	srv := newTestConsole(t, config.HTTP{Console: true, ViewToken: viewToken, Auth: &config.HTTPAuth{Username: "ops", Password: "pw-0123456789"}})
@@ -178,17 +225,6 @@ func TestConsoleTakesHTTPAuthAsTheOperator(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 401 {
 		t.Errorf("http.auth's password with another user: %d, want 401", resp.StatusCode)
-	}
-}
-
-func TestFingerprintGroupsOneCause(t *testing.T) {
-	a := Fingerprint(`row 0/16B3748:2: column "type" is empty (id 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b, 42 bytes)` + "\nmore")
-	b := Fingerprint(`row 0/2A00:0: column "type" is empty (id 0190a1b2-0000-7e5f-8a9b-0c1d2e3f4a5c, 7 bytes)`)
-	if a != b {
-		t.Errorf("Fingerprint: %q and %q, want one fingerprint", a, b)
-	}
-	if c := Fingerprint("webhook: 400 Bad Request"); c == a {
-		t.Errorf("two causes share the fingerprint %q", c)
 	}
 }
 
@@ -259,7 +295,7 @@ func TestConsoleOfAFleetShowsEachSourcesStateAndOwnMetrics(t *testing.T) {
 	}
 	for _, s := range got.Sources {
 		w := want[s.Name]
-		if s.State != w.state || len(s.Sinks) != 1 || s.Sinks[0].Published != w.published || s.Error == "" || strings.Contains(s.Error, "secretpw") {
+		if s.State != w.state || len(s.Throughput) != 1 || s.Throughput[0].Published != w.published || s.Error == "" || strings.Contains(s.Error, "secretpw") {
 			t.Errorf("source %s: %+v, want state %s, %v published, the error without the password", s.Name, s, w.state, w.published)
 		}
 	}

@@ -3,15 +3,12 @@
 // the same data and actions as JSON under /api/v1/, on the process's HTTP
 // listener, on with http.console.
 //
-// What it shows comes from the functions cdc status and cdc dead-letter
-// use (admin.ReadStatus, replay.DeadLetters), the process's metrics (a
-// prometheus.Gatherer: each sink's published count and rate, how long
-// the slot has stalled) and a history of the slot's lag it samples
-// itself, kept in memory for an hour (history.go). What it does
-// (resend, drop, release) goes through internal/replay, as cdc
-// dead-letter does, after admin.CheckTrust: the rules are the same (a
-// held key is released in order from its head, a forged envelope is
-// refused).
+// What it shows and does is internal/ops, as cdc status and cdc
+// dead-letter (one Room a request: the status and parked views, the
+// actions under the same rules), plus what only the process knows: its
+// metrics (each sink's published count and rate, how long the slot has
+// stalled) and the slot's lag history it samples itself, kept in memory
+// for an hour (history.go).
 //
 // Access (auth.go): a request carries http.view_token (read only),
 // http.operate_token or http.auth's credentials (read and act); with

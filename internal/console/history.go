@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/walpost/walpost/internal/pgconnect"
-	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/ops"
 )
 
 // Sample is the slot's lag at one instant.
@@ -73,14 +72,9 @@ func (c *Console) sample(ctx context.Context, src *source) Sample {
 	s := Sample{At: time.Now(), Published: m.published, LagSeconds: m.stalled}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgconnect.Connect(ctx, src.cfg.Postgres.URL)
-	if err != nil {
-		c.log.Debug().Err(err).Str("source", src.name).Msg("console: sampling the slot's lag")
-		return s
-	}
-	defer conn.Close(context.Background())
-	if info, err := replication.ReadSlot(ctx, conn, src.cfg.Postgres.Slot); err == nil && info.Exists {
-		s.LagBytes = info.LagBytes
+	var err error
+	if s.LagBytes, err = ops.Lag(ctx, src.Config); err != nil {
+		c.log.Debug().Err(err).Str("source", src.Name).Msg("console: sampling the slot's lag")
 	}
 	return s
 }
@@ -142,25 +136,10 @@ func chartOf(samples []Sample) chart {
 		pts = append(pts, fmt.Sprintf("%d,%s", chartW, strings.Split(pts[0], ",")[1]))
 	}
 	ch.Points = strings.Join(pts, " ")
-	ch.Max = HumanBytes(top)
+	ch.Max = ops.HumanBytes(top)
 	if top == 1 {
 		ch.Max = "0 B"
 	}
 	ch.Span = span.Round(time.Second).String()
 	return ch
-}
-
-// HumanBytes writes n in binary units with one decimal, as cdc status
-// does: "512 B", "1.5 KiB".
-func HumanBytes(n int64) string {
-	const units = "KMGTPE"
-	if n < 1024 && n > -1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/1024, 0
-	for (v >= 1024 || v <= -1024) && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }

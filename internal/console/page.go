@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"path"
 	"time"
+
+	"github.com/walpost/walpost/internal/ops"
 )
 
 //go:embed web
@@ -21,7 +23,6 @@ type pageData struct {
 	Role    string
 	Operate bool
 	CSRF    string
-	Fleet   bool
 	Now     time.Time
 	Sources []sourcePage
 }
@@ -34,8 +35,13 @@ type sourcePage struct {
 
 func parsePage() (*template.Template, error) {
 	return template.New("console.html").Funcs(template.FuncMap{
-		"bytes":  HumanBytes,
-		"pretty": func(raw json.RawMessage) string { return prettyJSON(raw) },
+		"bytes": func(n *int64) string {
+			if n == nil {
+				return "-"
+			}
+			return ops.HumanBytes(*n)
+		},
+		"pretty": func(raw json.RawMessage) string { return ops.Pretty(raw, "") },
 		"seconds": func(s float64) string {
 			return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
 		},
@@ -45,16 +51,12 @@ func parsePage() (*template.Template, error) {
 			}
 			return fmt.Sprintf("%.1f/s", *r)
 		},
-		"count": func(f float64) string { return fmt.Sprintf("%.0f", f) },
-		"when":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"sink":  sinkLabel,
-		"deref": func(s *string) string {
-			if s == nil {
-				return "-"
-			}
-			return *s
-		},
-		"dict2":  func(sink, key string) ActionRequest { return ActionRequest{Sink: sinkLabel(sink), Key: key} },
+		"count":  func(f float64) string { return fmt.Sprintf("%.0f", f) },
+		"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"sink":   ops.SinkPhrase,
+		"fix":    func(m ops.Message) string { return m.Fix() },
+		"deref":  ops.Deref,
+		"dict2":  func(sink, key string) ActionRequest { return ActionRequest{Sink: ops.SinkLabel(sink), Key: key} },
 		"refs1":  func(ref string) ActionRequest { return ActionRequest{Messages: []string{ref}} },
 		"group1": func(id string) ActionRequest { return ActionRequest{Group: id} },
 		"body": func(v any) (string, error) {
@@ -68,12 +70,12 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	role := roleOf(r)
-	d := pageData{Role: role.String(), Operate: role == RoleOperate, Fleet: c.fleet != nil, Now: time.Now()}
+	d := pageData{Role: role.String(), Operate: role == RoleOperate, Now: time.Now()}
 	if d.Operate {
 		d.CSRF = c.csrf
 	}
 	d.Sources = eachSource(c.sources, func(s *source) sourcePage {
-		det := c.detail(ctx, s)
+		det := c.detail(ctx, s, true)
 		return sourcePage{Detail: det, Chart: chartOf(det.History)}
 	})
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walpost/walpost/internal/backoff"
 	"github.com/walpost/walpost/internal/pgconnect"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
 )
@@ -283,4 +284,22 @@ func (s *source) fail(err error, wait time.Duration) {
 	s.failures.Inc()
 	s.log.Error().Err(err).Dur("retry_in_ms", wait).
 		Msg("source failed; the other sources go on; it is started again after the wait (walpost_source_failed)")
+}
+
+// Lent returns, for the source called name, the sinks its relay lends
+// while it streams (relay.Relay.Lent): the console acts through them.
+func (f *Fleet) Lent(name string) func() []publish.Sink {
+	return func() []publish.Sink {
+		for _, s := range f.sources {
+			if s.Name == name {
+				s.mu.Lock()
+				r := s.relay
+				s.mu.Unlock()
+				if r != nil {
+					return r.Lent()
+				}
+			}
+		}
+		return nil
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/walpost/walpost/internal/relay"
 )
 
 // The states of a source, as /sources and /readyz?verbose name them.
@@ -64,6 +66,17 @@ type Report struct {
 	MaxActive    int      `json:"max_active"`
 	CapacityUsed int      `json:"capacity_used"`
 	Sources      []Status `json:"sources"`
+}
+
+// StateOf returns the state of the source called name, "" when there is
+// none.
+func (r Report) StateOf(name string) string {
+	for _, s := range r.Sources {
+		if s.Name == name {
+			return s.State
+		}
+	}
+	return ""
 }
 
 // Report returns the state of every source, in the order of their files.
@@ -212,28 +225,9 @@ func (f *Fleet) failingSinks() map[string][]string {
 	if f.opt.Registry == nil {
 		return out
 	}
-	mfs, err := f.opt.Registry.Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "walpost_sink_failing" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetGauge().GetValue() != 1 {
-				continue
-			}
-			var source, sink string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "source":
-					source = l.GetValue()
-				case "sink":
-					sink = l.GetValue()
-				}
-			}
-			out[source] = append(out[source], sink)
+	for _, s := range relay.Gathered(f.opt.Registry) {
+		if s.Name == "walpost_sink_failing" && s.Value == 1 {
+			out[s.Labels["source"]] = append(out[s.Labels["source"]], s.Labels["sink"])
 		}
 	}
 	for k := range out {

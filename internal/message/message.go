@@ -5,6 +5,7 @@
 package message
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -53,6 +54,52 @@ type Message struct {
 	// envelope's expires_at), zero for never: the broker's time to live,
 	// and relay.on_expired when the relay reaches it later.
 	ExpiresAt time.Time
+	// ClaimCheck, when set, names where the claim check stored the
+	// payload (Payload is then empty). Only the claim check sets it, on
+	// its copy of the message; never the decoder: the relay's own
+	// headers never come from a row (docs/security.md, "The relay's
+	// headers").
+	ClaimCheck *ClaimRef
+}
+
+// The relay's own headers of a claim-checked message (RelayHeaders), the
+// same names as inbox.HeaderClaimCheck, inbox.HeaderClaimCheckSize and
+// inbox.HeaderClaimCheckSHA256 (a test keeps them equal). Every name
+// starting with ReservedPrefix, in any case, is the relay's: no sink
+// sends one from the headers column.
+const (
+	ReservedPrefix    = "walpost-"
+	HeaderClaimCheck  = "walpost-claim-check"
+	HeaderClaimSize   = "walpost-claim-check-size"
+	HeaderClaimSHA256 = "walpost-claim-check-sha256"
+)
+
+// ClaimRef is where the claim check stored a message's payload.
+type ClaimRef struct {
+	// Ref is the object's reference: its blob URL or s3://BUCKET/KEY.
+	Ref string
+	// Size is the payload's length in bytes.
+	Size int
+	// SHA256 is the payload's SHA-256 in lower-case hex.
+	SHA256 string
+}
+
+// Header is one header a sink writes: a name and its value.
+type Header struct{ Name, Value string }
+
+// RelayHeaders returns the relay's own headers of m, in the order sinks
+// write them, after the headers column's entries (so that they win):
+// the claim check's reference, size and SHA-256 when m.ClaimCheck is set,
+// else none.
+func (m *Message) RelayHeaders() []Header {
+	if m.ClaimCheck == nil {
+		return nil
+	}
+	return []Header{
+		{HeaderClaimCheck, m.ClaimCheck.Ref},
+		{HeaderClaimSize, strconv.Itoa(m.ClaimCheck.Size)},
+		{HeaderClaimSHA256, m.ClaimCheck.SHA256},
+	}
 }
 
 // Expired reports whether m's expiry has passed at now, or falls at or
@@ -113,6 +160,9 @@ func (m *Message) Size() int {
 	n := 160 + len(m.ID) + len(m.Type) + len(m.Key) + len(m.Payload)
 	for k, v := range m.Headers {
 		n += len(k) + len(v) + 32
+	}
+	if c := m.ClaimCheck; c != nil {
+		n += len(c.Ref) + len(c.SHA256) + 160
 	}
 	return n
 }

@@ -46,7 +46,10 @@
 //     adopt").
 //   - A Reset (a new connection) abandons the open transaction: what of it
 //     was handed on must still be acknowledged before anything after it
-//     is confirmed, and the server sends it again.
+//     is confirmed, and the server sends it again; the rows of the replay
+//     up to the last one handled before the Reset go nowhere (no sink,
+//     no park, no hold), their ids stay with the transaction for the
+//     Marker (invariant 21, "A reconnect inside a run").
 //   - Run alone writes and closes the sinks' channels; when it returns,
 //     for whatever reason, it has handed on what it gathered and closed
 //     them ("Shutdown").

@@ -63,7 +63,7 @@ func keyedTxn(xid uint32, base, commit pglogrepl.LSN, keys []string, rows ...row
 func TestHoldKeyHoldsTheKeyOfABadRow(t *testing.T) {
 	f := &fakeHolds{released: map[string]bool{}}
 	cHead := store.Position{CommitLSN: 0x2F0, LSN: rowLSN(0x200, 1)}
-	h := start(t, Options{Invalid: Policy{Park: true, Hold: true}, HoldStore: f, Holds: []store.Hold{{Key: "c", Head: cHead}, {Sink: "other", Key: "a"}}})
+	h := start(t, Options{Invalid: HoldKey, HoldStore: f, Holds: []store.Hold{{Key: "c", Head: cHead}, {Sink: "other", Key: "a"}}})
 	h.send(batch(relation(0x100),
 		keyedTxn(7, 0x100, 0x1F0, []string{"a", "b", "a", "b", "c"}, row{1, "t"}, row{2, ""}, row{3, "t"}, row{4, "t"}, row{5, "t"}),
 		keyedTxn(8, 0x200, 0x2F0, []string{"b", "c", "a"}, row{6, "t"}, row{7, "t"}, row{8, "t"})))
@@ -88,7 +88,7 @@ func TestHoldKeyHoldsTheKeyOfABadRow(t *testing.T) {
 // is unknown, so Run stops at the row (NoKey) having parked nothing.
 func TestHoldKeyStopsAtABadRowWhoseKeyCannotBeRead(t *testing.T) {
 	f := &fakeHolds{released: map[string]bool{}}
-	h := start(t, Options{Invalid: Policy{Park: true, Hold: true}, HoldStore: f})
+	h := start(t, Options{Invalid: HoldKey, HoldStore: f})
 	h.give(batch(relation(0x100), keyedTxn(7, 0x100, 0x1F0, []string{"a", "\xff"}, row{1, "t"}, row{2, "t"})))
 	var stop *StopAtRow
 	if err := h.wait(); !errors.As(err, &stop) || !stop.NoKey {
@@ -106,7 +106,7 @@ func TestHoldKeyStopsAtABadRowWhoseKeyCannotBeRead(t *testing.T) {
 // holding nothing.
 func TestHoldKeyGoesPastABadRowWithoutAKeyThatCdcSkipParked(t *testing.T) {
 	f := &fakeHolds{released: map[string]bool{}}
-	h := start(t, Options{Invalid: Policy{Park: true, Hold: true}, HoldStore: f})
+	h := start(t, Options{Invalid: HoldKey, HoldStore: f})
 	h.dead.parked[store.FormatAt(rowLSN(0x100, 1), 0)] = true
 	h.send(batch(relation(0x100), keyedTxn(7, 0x100, 0x1F0, []string{"a", "\xff", "a"}, row{1, "t"}, row{2, "t"}, row{3, "t"})))
 	ds := h.recv(0)

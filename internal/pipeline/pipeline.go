@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/checkpoint"
@@ -41,13 +42,13 @@ type Options struct {
 	// DeadLetters parks the rows the pipeline may not publish and answers
 	// whether `cdc skip` parked one.
 	DeadLetters DeadLetters
-	// Invalid is relay.on_invalid: without Invalid.Park, Run stops at a
-	// bad row with a *StopAtRow; with Park it parks the row and goes on;
-	// with Park and Hold the row is parked as the head of its ordering
-	// key, and every later message of the key is parked behind it
-	// (HoldStore) until the key is released.
+	// Invalid is relay.on_invalid: with Stop, Run stops at a bad row
+	// with a *StopAtRow; with Park it parks the row and goes on; with
+	// HoldKey the row is parked as the head of its ordering key, and
+	// every later message of the key is parked behind it (HoldStore)
+	// until the key is released.
 	Invalid Policy
-	// HoldStore parks by key: required with Invalid.Hold or Holds.
+	// HoldStore parks by key: required with Invalid HoldKey or Holds.
 	HoldStore HoldStore
 	// Holds are the keys held for every sink when the run starts
 	// (store.ListHolds, sink ""), held whatever Invalid is.
@@ -88,7 +89,7 @@ type Pipeline struct {
 	skip      []store.Position // per sink: what it acknowledged before a restart
 	dead      DeadLetters
 	onInvalid Policy    // relay.on_invalid
-	holds     HoldStore // with onInvalid.Hold
+	holds     HoldStore // with onInvalid HoldKey
 	held      *heldKeys // keys held for every sink
 	marker    Marker
 	onRel     func() // Options.Relation
@@ -107,6 +108,14 @@ type Pipeline struct {
 	targets []int           // the sinks the current message goes to
 	ids     []string        // the open transaction's message ids, for marker
 	xid     uint32          // the open transaction's id, for marker
+	// last is the position of the last row of the open transaction the
+	// pipeline handled (delivered, parked, held, or routed nowhere);
+	// replayed, after a Reset inside a transaction, is that position:
+	// the rows of the server's replay up to it were handled already and
+	// go nowhere again ("A reconnect inside a run" in docs/design.md).
+	last     store.Position
+	replayed store.Position
+	again    int // rows of the replay gone past, for the log
 
 	// The publication or the table changing under the relay (gap.go).
 	foreign map[uint32]bool // relations that are not the outbox, reported
@@ -182,9 +191,7 @@ func (p *Pipeline) Run(ctx context.Context, events <-chan []replication.Event) e
 		for _, ev := range batch {
 			switch ev.Kind {
 			case replication.Reset:
-				p.dec.Reset()
-				p.tracker.Abandon()
-				p.txn, p.ids = nil, nil
+				p.reset()
 			case replication.Keepalive:
 				if !p.dec.InTransaction() {
 					p.tracker.Progress(ev.LSN)
@@ -203,7 +210,7 @@ func (p *Pipeline) Run(ctx context.Context, events <-chan []replication.Event) e
 		if err := p.flush(ctx); err != nil {
 			return err
 		}
-		if p.pending != nil && p.txn == nil {
+		if p.pending != nil && p.txn == nil && p.replayed.CommitLSN == 0 {
 			if err := p.doFill(ctx, p.pending); err != nil {
 				return err
 			}
@@ -238,6 +245,9 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 		if !errors.As(err, &de) {
 			return err
 		}
+		if p.seen(de.CommitLSN, de.LSN, de.Seq) {
+			return nil
+		}
 		if err := p.invalid(ctx, de, false); err != nil {
 			return err
 		}
@@ -254,13 +264,16 @@ func (p *Pipeline) data(ctx context.Context, ev replication.Event) error {
 	}
 	switch e.Kind {
 	case decoder.Begin:
-		p.txn, p.xid = p.tracker.Begin(), e.Xid
+		p.begin(e)
 	case decoder.Commit:
 		return p.commit(ctx, e)
 	case decoder.Progress:
 		p.tracker.Progress(e.LSN)
 		p.pos.raise(e.LSN)
 	case decoder.Row:
+		if p.seen(e.Msg.CommitLSN, e.Msg.LSN, e.Msg.Seq) {
+			return nil
+		}
 		p.metrics.Decoded.Inc()
 		p.carried.add(e.Msg.ID)
 		if p.held.holds(e.Msg, false) {
@@ -310,8 +323,74 @@ func (p *Pipeline) commit(ctx context.Context, e decoder.Event) error {
 	}
 	p.tracker.Commit(p.txn, e.LSN)
 	p.txn = nil
+	if p.replayed.CommitLSN != 0 {
+		p.log.Info().Str("commit_lsn", p.replayed.CommitLSN.String()).Int("rows", p.again).
+			Msg("transaction sent again after a reconnect inside it: its rows handled before were not handed on again")
+		p.replayed, p.again = store.Position{}, 0
+	}
 	p.pos.raise(e.LSN)
 	return nil
+}
+
+// reset handles a new connection (replication.Reset): the decoder starts
+// afresh and the open transaction, if any, is abandoned in the tracker
+// (what of it was handed on must still be acknowledged before anything
+// after it is confirmed). The server sends that transaction again from
+// its Begin: the rows of it handled so far are remembered (replayed, and
+// their ids for the marker), so that the replay hands no sink, parks and
+// holds nothing it already had, and the marker still gets every id of
+// the transaction once, at its commit (docs/design.md, "A reconnect
+// inside a run").
+func (p *Pipeline) reset() {
+	p.dec.Reset()
+	p.tracker.Abandon()
+	if p.txn != nil && p.last.CommitLSN != 0 && !covers(p.replayed, p.last.CommitLSN, p.last.LSN, p.last.Seq) {
+		p.replayed = p.last
+	}
+	if p.replayed.CommitLSN == 0 {
+		p.ids = nil
+	}
+	p.txn = nil
+}
+
+// begin opens a transaction in the tracker. A replay that is not the
+// transaction a Reset left open (which the server does not do) drops
+// what was remembered of that one.
+func (p *Pipeline) begin(e decoder.Event) {
+	p.txn, p.xid = p.tracker.Begin(), e.Xid
+	p.last = store.Position{}
+	if r := p.replayed; r.CommitLSN != 0 && r.CommitLSN != e.CommitLSN {
+		p.log.Warn().Str("commit_lsn", e.CommitLSN.String()).Str("abandoned_commit_lsn", r.CommitLSN.String()).
+			Msg("after a reconnect the server sent another transaction than the one left open: that one's rows handed on before are not looked for")
+		p.replayed, p.ids, p.again = store.Position{}, nil, 0
+	}
+}
+
+// seen reports whether the row at (commit, lsn, seq) was handled before
+// a reconnect inside its transaction: the server's replay of it goes
+// nowhere. Otherwise it records the row as the last handled.
+func (p *Pipeline) seen(commit, lsn pglogrepl.LSN, seq uint32) bool {
+	if commit == 0 {
+		return false // not in a transaction (a non-transactional logical message)
+	}
+	if r := p.replayed; r.CommitLSN != 0 && covers(r, commit, lsn, seq) {
+		p.again++
+		return true
+	}
+	p.last = store.Position{CommitLSN: commit, LSN: lsn, Seq: seq}
+	return false
+}
+
+// covers reports whether the row at (commit, lsn, seq) is at or before
+// at (store.Position.Covers).
+func covers(at store.Position, commit, lsn pglogrepl.LSN, seq uint32) bool {
+	switch {
+	case commit != at.CommitLSN:
+		return commit < at.CommitLSN
+	case lsn != at.LSN:
+		return lsn < at.LSN
+	}
+	return seq <= at.Seq
 }
 
 // deliver takes room in the window for d to each of p.targets, tracks the
@@ -362,9 +441,9 @@ func (p *Pipeline) invalid(ctx context.Context, de *decoder.Error, fromFill bool
 		p.log.Error().Str("msg_id", de.ID).Str("lsn", de.LSN.String()).Str("commit_lsn", de.CommitLSN.String()).
 			Str("error", de.Err.Error()).Msg("message not signed with a key of postgres.message_keys: parked in the dead-letter table, not published; going on")
 		return nil
-	case !p.onInvalid.Park && fromFill:
+	case !p.onInvalid.Parks() && fromFill:
 		return &StopAtRow{Err: de, Fill: true}
-	case !p.onInvalid.Park:
+	case !p.onInvalid.Parks():
 		return p.stopUnlessSkipped(ctx, &StopAtRow{Err: de})
 	}
 	if p.onInvalid.holds() {

@@ -23,13 +23,13 @@ type SettlerOptions struct {
 	// Refusals, when set, parks what the sink refuses for good
 	// (relay.on_refused: dead_letter; Settler.Refused).
 	Refusals Refusals
-	// Refused is relay.on_refused. Refused (with Refusals) parks a refused
-	// message; with Refused.Hold too, as the head of its key for the sink:
+	// Refused is relay.on_refused. Park (with Refusals) parks a refused
+	// message; HoldKey parks it as the head of its key for the sink:
 	// every later message of the key is parked behind it (Settler.Holds,
-	// Settler.Hold) until the key is released. Without Refused.Park the
-	// runner is given no Refused and stops at a refusal.
+	// Settler.Hold) until the key is released. With Stop the runner is
+	// given no Refused and stops at a refusal.
 	Refused Policy
-	// HoldStore parks by key: required with Refused.Hold or Holds.
+	// HoldStore parks by key: required with Refused HoldKey or Holds.
 	HoldStore HoldStore
 	// Holds are the keys held for the sink when the run starts
 	// (store.ListHolds), held whatever Refused is; those of other sinks

@@ -72,8 +72,8 @@ func AppendCloudEventLine(b []byte, m *message.Message, env *envelope.Settings) 
 			b = appendField(b, k, v)
 		}
 	}
-	if len(m.Headers) > 0 {
-		b = appendField(b, ExtHeaders, string(appendHeadersObject(nil, m.Headers)))
+	if h := DataHeaders(m); len(h) > 0 {
+		b = appendField(b, ExtHeaders, string(appendHeadersObject(nil, h)))
 	}
 	switch {
 	case len(m.Payload) == 0:

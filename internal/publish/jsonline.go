@@ -109,7 +109,7 @@ func appendJSONLineTail(b []byte, m *message.Message, form payloadForm) []byte {
 		b = append(b, `","payload_encoding":"base64"`...)
 	}
 	b = append(b, `,"headers":`...)
-	b = appendHeadersObject(b, m.Headers)
+	b = appendHeadersObject(b, DataHeaders(m))
 	b = append(b, `,"lsn":"`...)
 	b = appendLSN(b, uint64(m.LSN))
 	b = append(b, `","commit_lsn":"`...)

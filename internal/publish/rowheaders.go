@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
+
+	"github.com/walpost/walpost/internal/message"
 )
 
 // The shared rule for the outbox headers column (docs/security.md, "Row
@@ -42,17 +44,33 @@ var deniedRowHeaders = map[string]string{
 	"expect":            "a connection header",
 }
 
+// reservedRowHeader is why a walpost-* entry is left out.
+const reservedRowHeader = "a name reserved for the relay's own headers (walpost-*)"
+
 // RowHeaderDenied returns why no sink may send the headers column entry
 // named name as a header or property (matched without regard to case),
 // or "" when it may: credentials (Authorization, Proxy-Authorization,
-// Cookie, Set-Cookie, WWW-Authenticate, Proxy-Authenticate) and
-// connection headers (Connection, Keep-Alive, Proxy-Connection, TE,
-// Trailer, Transfer-Encoding, Upgrade, Host, Content-Length, Expect).
+// Cookie, Set-Cookie, WWW-Authenticate, Proxy-Authenticate), connection
+// headers (Connection, Keep-Alive, Proxy-Connection, TE, Trailer,
+// Transfer-Encoding, Upgrade, Host, Content-Length, Expect) and every
+// name starting with walpost- (message.ReservedPrefix): the relay's own
+// headers, such as the claim check's reference, which the relay carries
+// apart from the row (message.RelayHeaders) so that a row cannot set
+// them.
 func RowHeaderDenied(name string) string {
+	if relayName(name) {
+		return reservedRowHeader
+	}
 	if len(name) > len("proxy-authorization") {
 		return ""
 	}
 	return deniedRowHeaders[strings.ToLower(name)]
+}
+
+// relayName reports whether name starts with walpost- in any case.
+func relayName(name string) bool {
+	n := len(message.ReservedPrefix)
+	return len(name) >= n && strings.EqualFold(name[:n], message.ReservedPrefix)
 }
 
 // KeepRowHeader reports whether a sink may send the headers column entry
@@ -65,6 +83,16 @@ func KeepRowHeader(name string) bool {
 	if why == "" {
 		return true
 	}
+	LeaveOutRowHeader(name, why)
+	return false
+}
+
+// LeaveOutRowHeader counts a headers column entry a sink leaves out
+// because it is why (a name the broker acts on, or one the sink sets
+// itself: the sink's doc lists them), in DroppedRowHeaders, and warns the
+// first time a name is left out in this process (never its value). It is
+// safe for concurrent use.
+func LeaveOutRowHeader(name, why string) {
 	droppedRowHeaders.Add(1)
 	if _, seen := warnedRowHeaders.LoadOrStore(strings.ToLower(name), true); !seen {
 		if l := rowHeaderLog.Load(); l != nil {
@@ -74,7 +102,6 @@ func KeepRowHeader(name string) bool {
 					"the message is sent without it; further entries of this name are left out without a warning")
 		}
 	}
-	return false
 }
 
 // DroppedRowHeaders returns how many headers column entries KeepRowHeader
@@ -89,3 +116,43 @@ var (
 
 // setRowHeaderLog makes log the logger of KeepRowHeader's warnings.
 func setRowHeaderLog(log zerolog.Logger) { rowHeaderLog.Store(&log) }
+
+// Why a sink leaves out a headers column entry of a name it sets itself,
+// or one its broker acts on, for LeaveOutRowHeader.
+const (
+	OwnRowHeader    = "a name the sink sets itself"
+	BrokerRowHeader = "a name the broker acts on"
+)
+
+// DataHeaders returns the headers a sink that carries them as data (in
+// the body: file, stdout, a webhook's mode batch, CloudEvents structured
+// mode) writes for m: the headers column with every walpost-* entry left
+// out (LeaveOutRowHeader), then the relay's own headers
+// (message.RelayHeaders). Credentials and connection headers stay: in the
+// body they are data, not a header of any request. It returns m.Headers
+// itself when there is nothing to leave out or add; the result is not to
+// be modified.
+func DataHeaders(m *message.Message) map[string]string {
+	relay := m.RelayHeaders()
+	reserved := 0
+	for k := range m.Headers {
+		if relayName(k) {
+			reserved++
+		}
+	}
+	if reserved == 0 && len(relay) == 0 {
+		return m.Headers
+	}
+	out := make(map[string]string, len(m.Headers)-reserved+len(relay))
+	for k, v := range m.Headers {
+		if relayName(k) {
+			LeaveOutRowHeader(k, reservedRowHeader)
+			continue
+		}
+		out[k] = v
+	}
+	for _, h := range relay {
+		out[h.Name] = h.Value
+	}
+	return out
+}

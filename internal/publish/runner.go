@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -24,6 +25,9 @@ type Delivery struct {
 
 // RunnerOptions tunes a Runner.
 type RunnerOptions struct {
+	// Lock, when set, is held around each Publish: the sink is lent to
+	// others between them (Lent).
+	Lock sync.Locker
 	// BatchSize is the most deliveries per Publish call (default 1000).
 	BatchSize int
 	// MaxBackoff caps the wait between attempts of a failed batch
@@ -74,6 +78,30 @@ type Holder interface {
 	Hold(ctx context.Context, d Delivery) (bool, error)
 }
 
+// RefusalUnits is an optional ability of a Sink, used under
+// relay.on_refused: hold_key (RunnerOptions.Hold): it tells the runner
+// within which unit of a Publish call a refusal is ordered, so that no
+// message of a key is stored while the refusal of an earlier message of
+// the key could still come back (invariant 20, docs/design.md "Held
+// keys"). A sink without it takes the whole call as one such unit.
+type RefusalUnits interface {
+	// RefusalUnit returns the unit of m — the destination it goes to (a
+	// topic, subject, queue or entity expanded from the sink's template;
+	// "" when the name is illegal: m will be refused) — with ordered true
+	// when, refusing a message of a Publish call, the sink stores none of
+	// the call's later messages of that unit and key. ordered false: a
+	// message may be refused alone while later ones are stored (NATS
+	// JetStream acknowledges each message on its own). Called from the
+	// runner's goroutine, between Publish calls.
+	RefusalUnit(m *message.Message) (unit string, ordered bool)
+}
+
+// unitOf is where a key's first message of a call goes (RefusalUnits).
+type unitOf struct {
+	unit    string
+	ordered bool
+}
+
 // minBackoff is the wait before the first retry of a batch, and again
 // after an attempt that made progress.
 const minBackoff = 100 * time.Millisecond
@@ -104,9 +132,13 @@ type Runner struct {
 	// schedules: the sink holds messages back until their deliver_at
 	// (Scheduler); otherwise PublishOnTime refuses one still to come.
 	schedules bool
-	pending   []Delivery // received, not yet in a batch
-	closed    bool
-	failing   bool // opt.Failing was last called with true
+	// units, with opt.Hold and a sink with RefusalUnits: per ordering
+	// key, where its first message of the call being formed goes.
+	refusals RefusalUnits
+	units    map[string]unitOf
+	pending  []Delivery // received, not yet in a batch
+	closed   bool
+	failing  bool // opt.Failing was last called with true
 
 	// sleep waits d or until ctx ends (ctx.Err()); tests replace it.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -131,7 +163,11 @@ func NewRunner(sink Sink, in <-chan []Delivery, opt RunnerOptions) *Runner {
 	if opt.RefusedAttempts <= 0 {
 		opt.RefusedAttempts = 3
 	}
-	return &Runner{sink: sink, in: in, opt: opt, sleep: sleep, schedules: Schedules(sink)}
+	r := &Runner{sink: sink, in: in, opt: opt, sleep: sleep, schedules: Schedules(sink)}
+	if ru, ok := sink.(RefusalUnits); ok && opt.Hold != nil {
+		r.refusals, r.units = ru, map[string]unitOf{}
+	}
+	return r
 }
 
 // sleep waits d or until ctx ends (ctx.Err()).
@@ -200,15 +236,28 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // send publishes batch[:n]; with opt.Hold, the messages it holds are
-// handed to it in order instead, and the runs between them published.
+// handed to it in order instead, and the runs between them published. A
+// run ends, too, before a message of a key whose earlier message in the
+// run goes to another unit of the sink (RefusalUnits), or to a unit in
+// which a refusal is not ordered: that message goes in the next call,
+// once the refusal of the earlier one, if any, is known and its key
+// held.
 func (r *Runner) send(ctx context.Context, n int) error {
 	if r.opt.Hold == nil {
 		return r.sendRange(ctx, 0, n)
 	}
 	released := -1 // a message whose key Hold found released: published
 	for lo := 0; lo < n; {
-		hi := lo
-		for hi < n && (hi == released || !r.opt.Hold.Holds(r.batch[hi].Msg)) {
+		hi, split := lo, false
+		clear(r.units)
+		for hi < n {
+			if hi != released && r.opt.Hold.Holds(r.batch[hi].Msg) {
+				break
+			}
+			if !r.joins(r.batch[hi].Msg) {
+				split = true
+				break
+			}
 			hi++
 		}
 		if err := r.sendRange(ctx, lo, hi); err != nil {
@@ -216,6 +265,10 @@ func (r *Runner) send(ctx context.Context, n int) error {
 		}
 		if hi == n {
 			return nil
+		}
+		if split {
+			lo = hi
+			continue
 		}
 		held, err := r.hold(ctx, hi)
 		if err != nil {
@@ -228,6 +281,24 @@ func (r *Runner) send(ctx context.Context, n int) error {
 		}
 	}
 	return nil
+}
+
+// joins reports whether m may go in the call being formed: its key has
+// no message in it yet, or that message goes to the same unit as m, one
+// in which a refusal is ordered (RefusalUnits). It records m's unit for
+// its key.
+func (r *Runner) joins(m *message.Message) bool {
+	if r.refusals == nil {
+		return true
+	}
+	unit, ordered := r.refusals.RefusalUnit(m)
+	key := m.OrderingKey()
+	first, seen := r.units[key]
+	if !seen {
+		r.units[key] = unitOf{unit: unit, ordered: ordered}
+		return true
+	}
+	return ordered && first.ordered && first.unit == unit
 }
 
 // sendRange publishes batch[lo:hi], one at a time after a refusal when
@@ -332,6 +403,9 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 			return nil
 		}
 		var err error
+		if r.opt.Lock != nil {
+			r.opt.Lock.Lock()
+		}
 		began := time.Now()
 		if r.schedules {
 			err = r.sink.Publish(ctx, r.msgs)
@@ -339,6 +413,9 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 			err = PublishOnTime(ctx, r.sink, r.msgs, began)
 		}
 		took := time.Since(began)
+		if r.opt.Lock != nil {
+			r.opt.Lock.Unlock()
+		}
 		progress := r.record(err)
 		r.ackDurable()
 		if err == nil || progress == len(r.msgs) {

@@ -658,3 +658,98 @@ func TestRunnerHoldsTheKeyOfARefusedMessageInOrder(t *testing.T) {
 		t.Fatalf("sink got %v, want %v", s.got, got)
 	}
 }
+
+// unitSink publishes each message to the unit its type names
+// (RefusalUnits): a refused message (always) is not stored, nor, when
+// ordered, any later message of its unit in the call; every other message
+// is stored (the units are independent), and the call reports them with
+// Partial.
+type unitSink struct {
+	always  map[string]bool
+	ordered bool
+	got     []string
+	calls   int
+}
+
+func (f *unitSink) Name() string { return "units" }
+func (f *unitSink) Close() error { return nil }
+func (f *unitSink) RefusalUnit(m *message.Message) (string, bool) {
+	return m.Type, f.ordered
+}
+func (f *unitSink) Publish(ctx context.Context, msgs []*message.Message) error {
+	f.calls++
+	done := make([]bool, len(msgs))
+	failed := map[string]bool{}
+	var refused error
+	for i, m := range msgs {
+		switch {
+		case f.always[m.ID]:
+			failed[m.Type] = true
+			if refused == nil {
+				refused = Rejected(fmt.Errorf("message %s too large", m.ID))
+			}
+		case f.ordered && failed[m.Type]:
+		default:
+			done[i] = true
+			f.got = append(f.got, m.ID)
+		}
+	}
+	if refused == nil {
+		return nil
+	}
+	return Partial(refused, done)
+}
+
+// TestRunnerHoldKeyNeverHasAKeyInOneCallToTwoUnits: under hold_key,
+// messages 0..11 alternate keys a and b, and each key alternates units x
+// and y (2 messages per unit in turn); 4 (a, x) is refused for good. A
+// sink whose units are independent stores a message of another unit in
+// the same call whatever happened to 4: the runner must not put a's 6 (y)
+// in 4's call, so that once 4 is refused a's later messages are held,
+// never stored ahead of it. The same with a sink that orders no refusal
+// (NATS): a key's second message never shares a call with its first.
+func TestRunnerHoldKeyNeverHasAKeyInOneCallToTwoUnits(t *testing.T) {
+	for _, ordered := range []bool{true, false} {
+		t.Run(fmt.Sprint("ordered=", ordered), func(t *testing.T) {
+			s := &unitSink{always: map[string]bool{"4": true}, ordered: ordered}
+			var events []string
+			h := &keyHolder{held: map[string]bool{}, released: map[string]bool{}, events: &events}
+			var ds []Delivery
+			for i := range 12 {
+				key, unit := string(rune('a'+i%2)), string(rune('x'+(i/2)%2))
+				ds = append(ds, Delivery{Msg: &message.Message{ID: fmt.Sprint(i), Key: key, HasKey: true, Type: unit}})
+			}
+			in := make(chan []Delivery, 1)
+			in <- ds
+			close(in)
+			r := NewRunner(s, in, RunnerOptions{BatchSize: 12, RefusedAttempts: 1, MaxBackoff: time.Millisecond, Log: zerolog.Nop(), Hold: h,
+				Ack: func(b []Delivery) {
+					for _, d := range b {
+						events = append(events, "ack "+d.Msg.ID)
+					}
+				},
+				Refused: func(ctx context.Context, d Delivery, err error) error {
+					events = append(events, "refused "+d.Msg.ID)
+					h.held[d.Msg.Key] = true
+					return nil
+				}})
+			if err := r.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var stored []string
+			for _, id := range s.got {
+				if n, _ := strconv.Atoi(id); n%2 == 0 {
+					stored = append(stored, id)
+				}
+			}
+			if !slices.Equal(stored, []string{"0", "2"}) {
+				t.Fatalf("key a: stored %v, want 0 and 2 only (nothing of a past its refused 4); events %v", stored, events)
+			}
+			want := []string{"ack 0", "ack 1", "ack 2", "ack 3", "refused 4", "ack 5", "held 6", "ack 7", "held 8", "ack 9", "held 10", "ack 11"}
+			if !slices.Equal(events, want) {
+				t.Fatalf("events\n%v\nwant\n%v", events, want)
+			}
+			t.Logf("%d Publish calls for 12 messages", s.calls)
+		})
+	}
+}

@@ -89,16 +89,41 @@ func checkKafka(t *testing.T, c *kafkatest.Cluster, topic string, want []relayte
 
 // TestIntegrationKafkaOutageLosesNothingAndHoldsTheSlot: Kafka unreachable
 // for several seconds mid-stream, then back: nothing lost, per-key order
-// kept, and the confirmed LSN did not move during the outage.
+// kept, and during the outage the slot's confirmed position never passed
+// the commit of the first transaction Kafka had not acknowledged
+// (invariant 1); once Kafka is back it passes the last.
+//
+// The bound is that commit, not the WAL position when the outage began:
+// until the relay reads the first transaction of round 1, it may confirm
+// any point before its commit, and there is WAL there that is not the
+// outbox's (the relay's own progress and sink-health writes, its
+// heartbeat, the server's standby snapshots). A keepalive or a heartbeat
+// there is a position outside every transaction the relay was sent, and
+// confirming it is what PostgreSQL expects: a transaction whose commit
+// record starts at or after the confirmed position is sent again. Under
+// load the round's first commit comes late enough for that to happen
+// (issue 43: the old bound failed with the slot at 0/155E680, 368 bytes
+// past the start of the round, before its first commit).
 func TestIntegrationKafkaOutageLosesNothingAndHoldsTheSlot(t *testing.T) {
 	url := pgtest.URL(t)
 	ob := relaytest.NewOutbox(t, url)
 	kc := kafkatest.Start(t, kfake.SeedTopics(4, "events"))
 	conn := pgtest.Connect(t, url)
 	startRelay(t, ob.Config(t, kafkaSink(kc, "events"), "relay: {retry_backoff: 300ms, shutdown_timeout: 2s}"))
+	// walInsert is the WAL insert position: taken right after a commit,
+	// it is past that commit's record.
+	walInsert := func() pglogrepl.LSN {
+		var s string
+		if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return relaytest.ParseLSN(t, s)
+	}
 
 	var all []relaytest.Msg
-	write := func(round int) {
+	// write commits round's 10 transactions and returns the WAL insert
+	// position right after the first and the last commit.
+	write := func(round int) (first, last pglogrepl.LSN) {
 		for tx := 0; tx < 10; tx++ {
 			msgs := make([]relaytest.Msg, 20)
 			for i := range msgs {
@@ -106,7 +131,11 @@ func TestIntegrationKafkaOutageLosesNothingAndHoldsTheSlot(t *testing.T) {
 			}
 			ob.InsertTx(t, conn, msgs...)
 			all = append(all, msgs...)
+			if tx == 0 {
+				first = walInsert()
+			}
 		}
+		return first, walInsert()
 	}
 	write(0)
 	checkKafka(t, kc, "events", all)
@@ -114,30 +143,17 @@ func TestIntegrationKafkaOutageLosesNothingAndHoldsTheSlot(t *testing.T) {
 		t.Fatal("slot never confirmed")
 	}
 	restore := kc.Outage(t)
-	// Every commit of round 1 starts after this position; while Kafka is
-	// down the slot may reach it (WAL of other tables) but not pass it.
-	var beforeS string
-	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&beforeS); err != nil {
-		t.Fatal(err)
-	}
-	before := relaytest.ParseLSN(t, beforeS)
-	write(1)
-	var held pglogrepl.LSN
+	firstCommit, lastCommit := write(1)
 	for i := 0; i < 6; i++ {
 		time.Sleep(500 * time.Millisecond)
-		c := relaytest.SlotConfirmed(t, conn, ob.Slot)
-		if c > before {
-			t.Fatalf("slot confirmed %s while Kafka was down, past %s where round 1 begins", c, before)
+		if c := relaytest.SlotConfirmed(t, conn, ob.Slot); c >= firstCommit {
+			t.Fatalf("slot confirmed %s while Kafka was down, past the commit of round 1's first transaction (its record ends before %s)", c, firstCommit)
 		}
-		if i > 0 && c != held {
-			t.Fatalf("slot moved from %s to %s while Kafka was down with messages in flight", held, c)
-		}
-		held = c
 	}
 	restore()
 	checkKafka(t, kc, "events", all)
-	if !pgtest.WaitFor(10*time.Second, func() bool { return relaytest.SlotConfirmed(t, conn, ob.Slot) > held }) {
-		t.Fatal("slot did not advance after Kafka came back")
+	if !pgtest.WaitFor(10*time.Second, func() bool { return relaytest.SlotConfirmed(t, conn, ob.Slot) >= lastCommit-1 }) {
+		t.Fatalf("slot at %s after Kafka came back, not past round 1's last commit (before %s)", relaytest.SlotConfirmed(t, conn, ob.Slot), lastCommit)
 	}
 }
 

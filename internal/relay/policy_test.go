@@ -12,12 +12,12 @@ import (
 // nothing, dead_letter parks, hold_key parks and holds the key.
 func TestPolicyOfMapsEachConfigWordToItsPair(t *testing.T) {
 	for word, want := range map[config.Policy]pipeline.Policy{
-		config.Stop:       {},
-		config.DeadLetter: {Park: true},
-		config.HoldKey:    {Park: true, Hold: true},
+		config.Stop:       pipeline.Stop,
+		config.DeadLetter: pipeline.Park,
+		config.HoldKey:    pipeline.HoldKey,
 	} {
 		if got := policyOf(word); got != want {
-			t.Errorf("policyOf(%s) = %+v, want %+v", word, got, want)
+			t.Errorf("policyOf(%s) = %s, want %s", word, got, want)
 		}
 	}
 }

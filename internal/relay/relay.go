@@ -76,15 +76,6 @@ type Relay struct {
 	target  replication.Target
 	tables  store.Tables
 	metrics *Metrics
-	// sentStmt is the UPDATE that fills in columns.sent_at (from the
-	// check), "" when it is not mapped.
-	sentStmt string
-	// retention deletes delivered rows (relay.retention; from the check),
-	// nil when it is off.
-	retention *retention.Job
-	// shape is the outbox table's OID, columns and time column (from the
-	// check).
-	shape outboxdb.Shape
 
 	// ConfigPath names the configuration file in the instructions the
 	// relay gives an operator (e.g. the cdc skip command line).
@@ -94,24 +85,16 @@ type Relay struct {
 	// attempt to take the slot. [fleet hook]
 	Gate replication.Gate
 
-	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged (once a run).
-	emitWarned bool
-	// topologyLogged: decoding from a standby was logged (once a run).
-	topologyLogged bool
-	// stateURL is where the cycle writes its state (from the check):
-	// postgres.primary_url when the slot is read on a standby, else
-	// postgres.url (also when the standby was promoted).
-	stateURL string
-	// adopted: the transactions whose adopt messages are rows, as the
-	// cycle read them (adoptedXids).
-	adopted []uint32
-	// held: the keys held when the cycle started (store.ListHolds).
-	held []store.Hold
+	// emitWarned: the table-less outbox's outboxdb.EmitRisk was logged
+	// (once a run); topologyLogged: decoding from a standby was. The only
+	// fields a cycle sets; what it finds is its cycleState.
+	emitWarned, topologyLogged bool
 
 	mu     sync.Mutex
 	stream *replication.Stream
 	window *pipeline.Window
 	ready  bool
+	lent   []*publish.Lent // the streaming cycle's sinks, lent (Lent)
 	// failing: the sinks whose last attempt failed, with its error (for
 	// the log line at SIGINT/SIGTERM: logDrain).
 	failing map[string]string
@@ -180,12 +163,6 @@ func (r *Relay) setStream(s *replication.Stream, w *pipeline.Window, ready bool)
 	r.mu.Unlock()
 }
 
-// restart marks a cycle's error after which the relay starts a new cycle
-// (after a backoff) instead of stopping.
-type restart struct{ error }
-
-func (e restart) Unwrap() error { return e.error }
-
 // Run relays until ctx ends (graceful: returns nil once drained and
 // confirmed) or a stage fails for good (returns its error). See the
 // package documentation for the cycles it runs.
@@ -193,21 +170,20 @@ func (r *Relay) Run(ctx context.Context) error {
 	retry := backoff.New(replication.BackoffStart, r.cfg.Postgres.ReconnectBackoff.D())
 	held := false // a cycle streamed: the slot existed where this process streamed
 	for {
-		streamed, err := r.cycle(ctx)
-		held = held || streamed
-		var re restart
-		if !errors.As(err, &re) {
-			x := r.explain()
-			return x.InvalidSlot(x.MissingSlot(err, held))
+		end := r.cycle(ctx)
+		held = held || end.streamed
+		then, err := r.onCycleEnd(end, held) // errpolicy.go
+		if then == stop {
+			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if streamed {
+		if end.streamed {
 			retry.Reset()
 		}
 		wait := retry.Next()
-		if errors.Is(err, replication.ErrSlotLost) {
+		if then == restartNow {
 			wait = 0 // wait for the slot at once, as a standby
 			r.log.Warn().Err(err).Str("slot", r.cfg.Postgres.Slot).Msg("sinks closed; waiting for the slot again")
 		} else {
@@ -219,27 +195,100 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// Lent returns the sinks of the cycle streaming now, in the order of the
+// configuration, lent for publishing beside their runners (publish.Lent:
+// the console's resends); nil when none streams. A sink that keeps its
+// progress at the destination (publish.Resumer: the exactly-once Kafka
+// sink) is not lent (nil): a resend opens its own.
+func (r *Relay) Lent() []publish.Sink {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lent == nil {
+		return nil
+	}
+	out := make([]publish.Sink, len(r.lent))
+	for i, l := range r.lent {
+		if l != nil {
+			out[i] = l
+		}
+	}
+	return out
+}
+
+// lend lends the cycle's sinks (Lent) until retire.
+func (r *Relay) lend(sinks []publish.Sink) []*publish.Lent {
+	lent := make([]*publish.Lent, len(sinks))
+	for i, s := range sinks {
+		if _, resumes := s.(publish.Resumer); !resumes {
+			published := r.metrics.published.WithLabelValues(s.Name())
+			lent[i] = publish.Lend(s, func(n int) { published.Add(float64(n)) })
+		}
+	}
+	r.mu.Lock()
+	r.lent = lent
+	r.mu.Unlock()
+	return lent
+}
+
+// retire takes the lent sinks back before they are closed.
+func (r *Relay) retire(lent []*publish.Lent) {
+	r.mu.Lock()
+	r.lent = nil
+	r.mu.Unlock()
+	for _, l := range lent {
+		if l != nil {
+			l.Retire()
+		}
+	}
+}
+
+// cycleState is what one cycle found before it streams: what the check
+// read of the server and what the relay holding the slot read of it
+// (readState). streamCycle runs on it; nothing of it stays on the Relay.
+type cycleState struct {
+	// stateURL is where the cycle writes its state: postgres.primary_url
+	// when the slot is read on a standby, else postgres.url (also when
+	// the standby was promoted).
+	stateURL string
+	// sentStmt is the UPDATE that fills in columns.sent_at, "" when it is
+	// not mapped.
+	sentStmt string
+	// retention deletes delivered rows (relay.retention), nil when off.
+	retention *retention.Job
+	// shape is the outbox table's OID, columns and time column.
+	shape outboxdb.Shape
+	slotState
+}
+
 // cycle runs one cycle: check, acquire, read the slot's state, open the
-// sinks, stream. streamed reports whether it got as far as streaming.
-func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
+// sinks, stream; it says how it ended. An error while ctx ends is a clean
+// stop (nil).
+func (r *Relay) cycle(ctx context.Context) cycleEnd {
+	streamed, confirmed, err := r.runCycle(ctx)
+	if err != nil && ctx.Err() != nil && !streamed {
+		err = nil // SIGINT/SIGTERM before streaming: a clean stop, nothing read
+	}
+	return cycleEnd{streamed: streamed, confirmed: confirmed, err: err}
+}
+
+// runCycle is cycle's work.
+func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrepl.LSN, err error) {
 	cfg := r.cfg
 	connecting := r.log.Info().Str("postgres", pgconnect.DescribeURL(cfg.Postgres.URL)).Str("slot", cfg.Postgres.Slot)
 	if cfg.Postgres.FromStandby() {
 		connecting = connecting.Str("primary", pgconnect.DescribeURL(cfg.Postgres.PrimaryURL))
 	}
 	connecting.Msg("connecting")
-	if err := r.check(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, nil // SIGINT/SIGTERM during the check: a clean stop, nothing read
-		}
-		return false, err
+	cs, err := r.check(ctx)
+	if err != nil {
+		return false, 0, err
 	}
 	tracker := checkpoint.New(0)
 	drained := make(chan struct{}) // closed once every sink drained after the stream stopped
 	var confirmer replication.Confirmer = tracker
 	var marker *sentat.Marker
-	if r.sentStmt != "" {
-		marker = sentat.New(r.stateURL, r.sentStmt, tracker, r.log)
+	if cs.sentStmt != "" {
+		marker = sentat.New(cs.stateURL, cs.sentStmt, tracker, r.log)
 		confirmer = marker // the slot waits for rows to be marked sent
 	}
 	stream := replication.NewStream(replication.StreamOptions{
@@ -251,57 +300,41 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 	}, confirmer)
 	r.setStream(stream, nil, false)
 	if err := stream.Acquire(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		return false, err
+		return false, 0, err
 	}
 	// The slot is ours: what the relay knows of its state, it reads now.
-	st, err := r.readState(ctx)
-	if err != nil {
+	if cs.slotState, err = r.readState(ctx, cs.stateURL); err != nil {
 		stream.Release()
-		if ctx.Err() != nil {
-			return false, nil // SIGINT/SIGTERM while reading it: a clean stop
-		}
-		return false, err
+		return false, 0, err
 	}
-	tracker.Progress(st.confirmed)
+	tracker.Progress(cs.confirmed)
 	opening := time.Now()
 	sinks, err := r.openSinks(ctx)
 	if err != nil {
 		stream.Release()
-		switch {
-		case ctx.Err() != nil:
-			return false, nil
-		case errors.Is(err, context.DeadlineExceeded):
+		if errors.Is(err, context.DeadlineExceeded) {
 			// A sink waited too long (the file sink's lock, held by an
 			// instance that lost the slot but has not noticed yet): let
 			// go of the slot and try again.
-			return false, restart{err}
+			err = transient{err}
 		}
-		return false, err
+		return false, 0, err
 	}
 	defer r.closeSinks(sinks)
 	if err := r.startSinks(ctx, sinks, opening.Add(sinkOpenTimeout)); err != nil {
 		stream.Release()
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		return false, err
+		return false, 0, err // ctx ended: a clean stop (cycle)
 	}
-	if err := r.resumeSinks(ctx, sinks, &st); err != nil {
+	if err := r.resumeSinks(ctx, sinks, &cs.slotState); err != nil {
 		stream.Release()
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		return false, err
+		return false, 0, err
 	}
-	r.adopted = st.adopted
-	r.held = st.held
-	return true, r.streamCycle(ctx, stream, tracker, marker, drained, sinks, st.progress)
+	err = r.streamCycle(ctx, stream, tracker, marker, drained, sinks, &cs)
+	return true, tracker.Confirmed(), err
 }
 
-// check verifies, read-only, what the relay needs of the server. Failing
+// check verifies, read-only, what the relay needs of the server, and
+// returns what the cycle needs of it (all but slotState). Failing
 // to connect is worth another cycle (the server may be starting), unless
 // the server refused the role or database (pgconnect.Refused); a failed
 // check is not.
@@ -311,28 +344,19 @@ func (r *Relay) cycle(ctx context.Context) (streamed bool, err error) {
 // (postgres.url) and what the relay writes on the primary; the topology
 // is checked first (replication.CheckTopology) and hot_standby_feedback
 // off is a warning (replication.Topology.Cautions).
-func (r *Relay) check(ctx context.Context) error {
+func (r *Relay) check(ctx context.Context) (cycleState, error) {
+	var cs cycleState
 	conns, err := replication.OpenConns(ctx, r.cfg.Postgres.URL, r.cfg.Postgres.PrimaryURL)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, pgconnect.ErrURL) {
-			return err
-		}
-		if pgconnect.Refused(err) {
-			return pgconnect.ExplainRefused(err)
-		}
-		if isTopology(err) {
-			return err // a failed check, not a fault that passes
-		}
-		return restart{err}
+		// The server may be starting: a fault that passes, unless it
+		// refused the role or the check failed (errpolicy.go).
+		return cs, transient{err}
 	}
 	defer conns.Close()
 	conn, state := conns.Slot, conns.State
-	r.stateURL = r.cfg.Postgres.URL
+	cs.stateURL = r.cfg.Postgres.URL
 	if conns.Standby() {
-		r.stateURL = r.cfg.Postgres.PrimaryURL
+		cs.stateURL = r.cfg.Postgres.PrimaryURL
 	}
 	if conns.Standby() || conns.Topology.Promoted {
 		if !r.topologyLogged {
@@ -344,37 +368,37 @@ func (r *Relay) check(ctx context.Context) error {
 		}
 	}
 	if err := replication.CheckServer(ctx, conn, r.target); err != nil {
-		return err
+		return cs, err
 	}
 	if risk, err := outboxdb.EmitRisk(ctx, state, r.cfg); err != nil {
-		return err
+		return cs, err
 	} else if risk != "" && !r.emitWarned {
 		r.emitWarned = true
 		r.log.Warn().Str("prefix", r.cfg.Postgres.MessagePrefix).Msg(risk)
 	}
 	if err := replication.CheckPublication(ctx, conn, r.target); err != nil {
-		return err
+		return cs, err
 	}
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
 	r.metrics.slotRead(info)
 	// An invalidated slot goes on to START_REPLICATION, whose error (the
 	// server's message and DETAIL) explain.Run.InvalidSlot explains.
 	if err != nil && !errors.Is(err, replication.ErrSlotInvalidated) {
-		return err
+		return cs, err
 	}
 	if r.cfg.Postgres.FailoverSlot {
 		if err := replication.CheckFailoverSlot(ctx, conn, r.target.Slot); err != nil {
-			return err
+			return cs, err
 		}
 	}
 	if !r.target.TableLess {
-		if r.shape, err = outboxdb.LookupOutbox(ctx, state, r.cfg); err != nil {
-			return err
+		if cs.shape, err = outboxdb.LookupOutbox(ctx, state, r.cfg); err != nil {
+			return cs, err
 		}
 	}
 	if r.target.Outbox.Columns.Has(layout.SentAt) {
-		if r.sentStmt, err = sentat.Check(ctx, state, r.target.Outbox); err != nil {
-			return err
+		if cs.sentStmt, err = sentat.Check(ctx, state, r.target.Outbox); err != nil {
+			return cs, err
 		}
 	}
 	open, err := store.CheckOwners(ctx, state, r.tables, store.TrustOf(r.cfg))
@@ -382,23 +406,13 @@ func (r *Relay) check(ctx context.Context) error {
 		r.log.Warn().Str("schema", o.Schema).Msg(o.String())
 	}
 	if err != nil {
-		return err
+		return cs, err
 	}
 	if err := store.Check(ctx, state, r.tables, r.cfg.Relay.DeadLetters() || len(r.cfg.Postgres.MessageKeys) > 0); err != nil {
-		return err
+		return cs, err
 	}
-	return r.checkRetention(ctx, state)
-}
-
-// isTopology reports the refusals of replication.CheckTopology.
-func isTopology(err error) bool {
-	for _, k := range []error{replication.ErrStandbyNoPrimary, replication.ErrNotStandby, replication.ErrSameServer,
-		replication.ErrNotPrimary, replication.ErrStandbyVersion, replication.ErrWALLevel} {
-		if errors.Is(err, k) {
-			return true
-		}
-	}
-	return false
+	cs.retention, err = r.checkRetention(ctx, state, cs.stateURL)
+	return cs, err
 }
 
 // slotState is what a relay holding the slot reads of it.
@@ -409,25 +423,27 @@ type slotState struct {
 	held      []store.Hold // store.ListHolds
 }
 
-func (r *Relay) readState(ctx context.Context) (slotState, error) {
+// readState reads the slot's state, its position on postgres.url and the
+// rest where the cycle writes its state (stateURL).
+func (r *Relay) readState(ctx context.Context, stateURL string) (slotState, error) {
 	conn, err := pgconnect.Connect(ctx, r.cfg.Postgres.URL)
 	if err != nil {
-		return slotState{}, restart{err}
+		return slotState{}, transient{err}
 	}
 	defer conn.Close(context.Background())
 	info, err := replication.CheckSlot(ctx, conn, r.target.Slot)
 	if err != nil {
 		return slotState{}, err
 	}
-	if r.stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
-		if conn, err = pgconnect.Connect(ctx, r.stateURL); err != nil {
-			return slotState{}, restart{err}
+	if stateURL != r.cfg.Postgres.URL { // the slot on the standby, the rest on the primary
+		if conn, err = pgconnect.Connect(ctx, stateURL); err != nil {
+			return slotState{}, transient{err}
 		}
 		defer conn.Close(context.Background())
 	}
 	progress, err := store.LoadProgress(ctx, conn, r.tables)
 	if err != nil {
-		return slotState{}, restart{err}
+		return slotState{}, transient{err}
 	}
 	for name, p := range progress {
 		r.log.Info().Str("sink", name).Str("commit_lsn", p.CommitLSN.String()).Str("lsn", p.LSN.String()).Uint32("seq", p.Seq).
@@ -439,8 +455,8 @@ func (r *Relay) readState(ctx context.Context) (slotState, error) {
 	}
 	held, err := store.ListHolds(ctx, conn, r.tables)
 	switch {
-	case err != nil && (policyOf(r.cfg.Relay.OnInvalid).Hold || policyOf(r.cfg.Relay.OnRefused).Hold):
-		return slotState{}, restart{err}
+	case err != nil && (r.cfg.Relay.OnInvalid == config.HoldKey || r.cfg.Relay.OnRefused == config.HoldKey):
+		return slotState{}, transient{err}
 	case err != nil: // no hold_key policy: the role need not read the table
 		r.log.Warn().Err(err).Msg("reading the held keys failed; going on without (relay.on_invalid and on_refused are not hold_key)")
 	}
@@ -525,7 +541,7 @@ func (r *Relay) resumeSinks(ctx context.Context, sinks []publish.Sink, st *slotS
 			if publish.IsPermanent(err) {
 				return err
 			}
-			return restart{err}
+			return transient{err}
 		}
 		if !found {
 			continue
@@ -557,7 +573,7 @@ func (r *Relay) closeSinks(sinks []publish.Sink) {
 // fails: the stream, the heartbeat, the pipeline, one runner per sink and
 // the progress store, under one errgroup.
 func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tracker *checkpoint.Tracker, marker *sentat.Marker,
-	drained chan struct{}, sinks []publish.Sink, loaded map[string]store.Position) error {
+	drained chan struct{}, sinks []publish.Sink, cs *cycleState) error {
 	cfg := r.cfg
 	window := pipeline.NewWindow(cfg.Relay.WindowMessages, cfg.Relay.WindowBytes)
 	g, gctx := errgroup.WithContext(context.Background())
@@ -571,6 +587,8 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	defer context.AfterFunc(ctx, func() { r.logDrain(window) })()
 	r.metrics.watch(tracker, window, stream)
 	defer r.metrics.cycleEnded()
+	lent := r.lend(sinks)
+	defer r.retire(lent)
 
 	// Batches the stream read but the pipeline has not taken: at most
 	// 64 KiB of message data each (replication's maxBatchBytes, or one
@@ -579,42 +597,42 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	// take turns more often (see BENCHMARKS.md, "What each optimisation
 	// bought").
 	events := make(chan []replication.Event, 64)
-	parked := store.NewDeadLetter(r.stateURL, r.tables)
+	parked := store.NewDeadLetter(cs.stateURL, r.tables)
 	defer parked.Close()
 	relations := make(chan struct{}, 1) // a Relation message: the coverage watcher looks
-	p := r.newPipeline(tracker, window, marker, parked, loaded, relations)
-	progress := store.NewProgress(r.stateURL, r.tables, loaded, r.log)
+	p := r.newPipeline(cs, tracker, window, marker, parked, relations)
+	progress := store.NewProgress(cs.stateURL, r.tables, cs.progress, r.log)
 
 	g.Go(func() error { return progress.Run(sd.read, 250*time.Millisecond, drained) })
 	if marker != nil {
 		g.Go(func() error { return marker.Run(sd.read, sentAtInterval) })
 	}
-	if job := r.retention; job != nil {
+	if job := cs.retention; job != nil {
 		g.Go(func() error { return job.Run(sd.read) }) // off the hot path; never stops the relay
 	}
 	if !r.target.TableLess {
-		w := coverage.New(coverage.Options{Config: cfg, URL: r.stateURL, Target: r.target, Tables: r.tables,
-			TimeColumn: r.shape.TimeColumn, Pipeline: p, Tracker: tracker, Relations: relations,
+		w := coverage.New(coverage.Options{Config: cfg, URL: cs.stateURL, Target: r.target, Tables: r.tables,
+			TimeColumn: cs.shape.TimeColumn, Pipeline: p, Tracker: tracker, Relations: relations,
 			Metrics: r.metrics.coverage, Log: r.log})
 		// What covers the outbox now is recorded before anything streams;
 		// then the watcher runs off the hot path and never stops the relay.
 		w.First(ctx)
 		g.Go(func() error { return w.Run(sd.read) })
 	}
-	if r.stateURL != cfg.Postgres.URL { // the slot on a standby
+	if cs.stateURL != cfg.Postgres.URL { // the slot on a standby
 		g.Go(func() error { // docs/operations.md, "Decoding from a standby"
 			if !replication.WatchPromotion(sd.read, cfg.Postgres.URL) {
 				return nil
 			}
 			r.log.Warn().Str("slot", cfg.Postgres.Slot).Msg("the standby the slot is read on (postgres.url) was promoted; starting a new cycle, which reads the slot and writes the state on it")
-			return restart{errors.New("relay: the standby of postgres.url was promoted")}
+			return ErrStandbyPromoted
 		})
 	}
 	g.Go(func() error { return stream.Run(sd.read, gctx, events) })
 	g.Go(func() error {
 		// A standby writes no WAL: the heartbeat's message is written on
 		// the primary and reaches the slot through the standby's replay.
-		return replication.RunHeartbeat(sd.read, r.stateURL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
+		return replication.RunHeartbeat(sd.read, cs.stateURL, cfg.Postgres.HeartbeatInterval.D(), stream, r.log)
 	})
 	g.Go(func() error {
 		err := p.Run(gctx, events) // closes the sinks' channels
@@ -626,7 +644,7 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	})
 	var runners sync.WaitGroup
 	for i, s := range sinks {
-		runner, done := r.runner(s, p.Out(i), tracker, window, progress)
+		runner, done := r.runner(cs, s, lent[i], p.Out(i), tracker, window, progress)
 		defer done()
 		runners.Add(1)
 		g.Go(func() error {
@@ -644,25 +662,25 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 
 	err := g.Wait()
 	r.log.Info().Str("slot", cfg.Postgres.Slot).Str("confirmed", tracker.Confirmed().String()).Msg("relay stopped")
-	return r.cycleError(err, tracker.Confirmed())
+	return err
 }
 
 // newPipeline builds the stage between the stream and the sinks, with the
-// positions each sink acknowledged before (loaded); marker is nil when
-// columns.sent_at is not mapped.
-func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window, marker *sentat.Marker,
-	parked *store.DeadLetter, loaded map[string]store.Position, relations chan<- struct{}) *pipeline.Pipeline {
+// positions each sink acknowledged before (cs.progress); marker is nil
+// when columns.sent_at is not mapped.
+func (r *Relay) newPipeline(cs *cycleState, tracker *checkpoint.Tracker, window *pipeline.Window, marker *sentat.Marker,
+	parked *store.DeadLetter, relations chan<- struct{}) *pipeline.Pipeline {
 	cfg := r.cfg
 	dec := outboxdb.NewDecoder(cfg)
-	if r.adopted != nil {
-		dec.AdoptFrom(r.adopted)
+	if cs.adopted != nil {
+		dec.AdoptFrom(cs.adopted)
 	}
-	if r.shape.OID != 0 {
-		dec.SetOutbox(r.shape.OID, r.shape.Columns)
+	if cs.shape.OID != 0 {
+		dec.SetOutbox(cs.shape.OID, cs.shape.Columns)
 	}
 	o := pipeline.Options{Decoder: dec, Tracker: tracker, Window: window, DeadLetters: parked,
 		Invalid: policyOf(cfg.Relay.OnInvalid), TableLess: cfg.Postgres.TableLess(),
-		HoldStore: parked, Holds: r.held, // keys held before are held whatever the policy now
+		HoldStore: parked, Holds: cs.held, // keys held before are held whatever the policy now
 		OnExpired: cfg.Relay.OnExpired, Expired: parked,
 		Metrics: r.metrics.pipelineMetrics(), Log: r.log,
 		Relation: func() {
@@ -676,7 +694,7 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 	}
 	for _, s := range cfg.Sinks {
 		o.Routes = append(o.Routes, s.Route)
-		o.Acked = append(o.Acked, loaded[s.Name])
+		o.Acked = append(o.Acked, cs.progress[s.Name])
 		o.SinkNames = append(o.SinkNames, s.Name)
 	}
 	return pipeline.New(o)
@@ -686,7 +704,13 @@ func (r *Relay) newPipeline(tracker *checkpoint.Tracker, window *pipeline.Window
 // takes it: stop parks nothing, dead_letter parks, hold_key parks and
 // holds the key.
 func policyOf(p config.Policy) pipeline.Policy {
-	return pipeline.Policy{Park: p.Parks(), Hold: p == config.HoldKey}
+	switch {
+	case p == config.HoldKey:
+		return pipeline.HoldKey
+	case p.Parks():
+		return pipeline.Park
+	}
+	return pipeline.Stop
 }
 
 // explain is what the explanations of a stop need (internal/explain).
@@ -694,26 +718,9 @@ func (r *Relay) explain() explain.Run {
 	return explain.Run{Config: r.cfg, ConfigPath: r.ConfigPath, Tables: r.tables, Target: r.target, SlotRead: r.metrics.slotRead}
 }
 
-// cycleError turns the error a cycle's stages ended with into Run's: what
-// to tell the operator of a bad row, and which errors start a new cycle.
-func (r *Relay) cycleError(err error, confirmed pglogrepl.LSN) error {
-	var stop *pipeline.StopAtRow
-	switch {
-	case errors.As(err, &stop):
-		return r.explain().Stop(stop, confirmed)
-	case errors.Is(err, decoder.ErrProtocol):
-		return restart{fmt.Errorf("%w; reconnecting from the confirmed position %s", err, confirmed)}
-	case errors.Is(err, replication.ErrSlotLost):
-		return restart{err}
-	case explain.IsPublicationGone(err):
-		return r.explain().PublicationGone(err)
-	}
-	return err
-}
-
 // runner builds the runner of one sink, settling what it is done with
 // (pipeline.Settler); done releases what it holds once the run is over.
-func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *checkpoint.Tracker, window *pipeline.Window,
+func (r *Relay) runner(cs *cycleState, s publish.Sink, lent *publish.Lent, in <-chan []publish.Delivery, tracker *checkpoint.Tracker, window *pipeline.Window,
 	progress *store.Progress) (runner *publish.Runner, done func()) {
 	cfg := r.cfg
 	sinkName := s.Name()
@@ -725,15 +732,15 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 	}
 	done = func() {}
 	so.Refused = policyOf(cfg.Relay.OnRefused)
-	hold := so.Refused.Hold
-	for _, h := range r.held {
+	hold := so.Refused == pipeline.HoldKey
+	for _, h := range cs.held {
 		hold = hold || h.Sink == sinkName // held before: held whatever the policy now
 	}
-	if so.Refused.Park || hold {
-		dead := store.NewDeadLetter(r.stateURL, r.tables)
+	if so.Refused.Parks() || hold {
+		dead := store.NewDeadLetter(cs.stateURL, r.tables)
 		so.Refusals, done = dead, dead.Close
 		if hold {
-			so.HoldStore, so.Holds = dead, r.held
+			so.HoldStore, so.Holds = dead, cs.held
 		}
 	}
 	settler := pipeline.NewSettler(so)
@@ -756,7 +763,10 @@ func (r *Relay) runner(s publish.Sink, in <-chan []publish.Delivery, tracker *ch
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}
-	if so.Refused.Park {
+	if lent != nil { // a nil *Lent is not a nil Locker
+		opt.Lock = lent
+	}
+	if so.Refused.Parks() {
 		opt.Refused = settler.Refused
 	}
 	if hold {

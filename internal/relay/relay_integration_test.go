@@ -389,7 +389,8 @@ func TestIntegrationStartupErrorsSayWhatToDo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.check(ctx)
+		_, err = r.check(ctx)
+		return err
 	}
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 

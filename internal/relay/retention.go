@@ -11,19 +11,17 @@ import (
 // checkRetention prepares relay.retention's job, when it is on, checking
 // what it needs of the server (docs/design.md, "Retention"). The job runs
 // beside the pipeline while the relay holds the slot (streamCycle).
-func (r *Relay) checkRetention(ctx context.Context, conn *pgx.Conn) error {
-	r.retention = nil
+func (r *Relay) checkRetention(ctx context.Context, conn *pgx.Conn, stateURL string) (*retention.Job, error) {
 	s := retention.SettingsOf(r.cfg)
 	if s == nil {
-		return nil
+		return nil, nil
 	}
-	job := retention.New(r.stateURL, *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
-	if r.stateURL != r.cfg.Postgres.URL {
+	job := retention.New(stateURL, *s, func(n int64) { r.metrics.retentionDeleted.Add(float64(n)) }, r.log)
+	if stateURL != r.cfg.Postgres.URL {
 		job.SlotOn(r.cfg.Postgres.URL) // the marks on the primary, the slot on the standby
 	}
 	if err := job.Check(ctx, conn); err != nil {
-		return err
+		return nil, err
 	}
-	r.retention = job
-	return nil
+	return job, nil
 }

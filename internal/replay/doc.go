@@ -1,11 +1,13 @@
 // Package replay publishes outbox messages again, outside the replication
-// stream, and is the home of two commands' logic (docs/operations.md, "Replay and
-// parked messages"; docs/design.md, "Command line"):
+// stream: the rows of cdc replay, and parked messages resent
+// (docs/operations.md, "Replay and parked messages"; docs/design.md,
+// "Command line"):
 //
 //	cdc replay        replay.go, bounds.go, publish.go (Replay): rows still
 //	                  in the outbox table, published again
-//	cdc dead-letter   deadletter.go (DeadLetters: list, show, drop),
-//	                  resend.go (Resend: parked messages published again)
+//	cdc dead-letter   resend.go (Resender: parked messages published
+//	                  again), which internal/ops drives for it and the
+//	                  console
 //
 // cmd/cdc parses their flags and prints their results. cdc resync
 // (internal/admin) publishes through Replay; the relay's gap fills and

@@ -73,12 +73,42 @@ const resendAttempts = 5
 // (the table's column types unreadable included) in its Outcome.Err;
 // Resend returns how many failed. It stops early only when ctx ends.
 func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
-	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
-	r, err := newResender(ctx, cfg, log)
+	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
 	if err != nil {
 		return 0, err
 	}
-	defer r.close()
+	defer conn.Close(context.Background())
+	r := NewResender(conn, cfg, log)
+	defer r.Close()
+	return r.Resend(ctx, parked, report)
+}
+
+// Resender resends parked rows (Resend, Release) on the connection to the
+// state tables' server it is given, and on sinks it opens on first use.
+// Not safe for concurrent use.
+type Resender struct{ r *resender }
+
+// NewResender returns a Resender on conn, which the caller closes after
+// Close.
+func NewResender(conn *pgx.Conn, cfg *config.Config, log zerolog.Logger) *Resender {
+	ss, _ := newSinks(cfg, "", log)
+	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox()), keys: envsig.Keys(cfg.Postgres.MessageKeys)}
+	return &Resender{&resender{conn: conn, ss: ss, un: un, tables: store.TablesOf(cfg)}}
+}
+
+// Borrow makes x publish through a running relay's sinks (lent:
+// relay.Relay.Lent, publish.Lent) whenever it lends them, rather than
+// open sinks of its own: beside the relay, a file sink's file is the
+// relay's.
+func (x *Resender) Borrow(lent func() []publish.Sink) { x.r.ss.lent = lent }
+
+// Close closes the sinks the Resender opened.
+func (x *Resender) Close() { x.r.ss.close() }
+
+// Resend is the package's Resend on x's connection and sinks.
+func (x *Resender) Resend(ctx context.Context, parked []store.Parked, report func(Outcome)) (failed int, err error) {
+	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
+	r := x.r
 	released := map[[2]string]bool{} // (sink, key) released by this call
 	selected := map[string]bool{}    // sink/at of each row of parked
 	for _, p := range parked {
@@ -119,7 +149,8 @@ func Resend(ctx context.Context, cfg *config.Config, parked []store.Parked, log 
 // lockedError is what a resend says when a file sink's file is held by
 // another process, a running relay: nothing more is resent.
 func lockedError(err error) error {
-	return fmt.Errorf("%w; a file sink cannot be written beside the relay that holds its file: stop that cdc run, run this command again, "+
+	return fmt.Errorf("%w; a file sink cannot be written beside the relay that holds its file: resend or release it from the console of that cdc run "+
+		"(http.console: it publishes through the relay's own sinks), or stop that cdc run, run this command again, "+
 		"then start the relay (the messages not resent stay parked, a held key stays held, and the relay goes on with its other keys meanwhile)", err)
 }
 
@@ -127,37 +158,17 @@ func lockedError(err error) error {
 // or on_refused: hold_key), and resends the rest of its key's parked messages
 // in order, which releases the key (release). report gets each resent
 // message's Outcome; Release returns how many failed.
-func Release(ctx context.Context, cfg *config.Config, head store.Parked, log zerolog.Logger, report func(Outcome)) (failed int, err error) {
+func (x *Resender) Release(ctx context.Context, head store.Parked, report func(Outcome)) (failed int, err error) {
 	ctx = publish.NoLockWait(ctx) // a running relay's file sink: fail at once (lockedError)
-	r, err := newResender(ctx, cfg, log)
-	if err != nil {
-		return 0, err
-	}
-	defer r.close()
-	return r.release(ctx, head, true, nil, report)
+	return x.r.release(ctx, head, true, nil, report)
 }
 
-// resender publishes parked rows again on connections of its own.
+// resender publishes parked rows again on sinks of its own.
 type resender struct {
 	conn   *pgx.Conn
 	ss     *sinks
 	un     *unmapped
 	tables store.Tables
-}
-
-func newResender(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*resender, error) {
-	conn, err := pgconnect.Connect(ctx, cfg.Postgres.StateURL())
-	if err != nil {
-		return nil, err
-	}
-	ss, _ := newSinks(cfg, "", log)
-	un := &unmapped{conn: conn, cfg: cfg, dec: decoder.New(cfg.Outbox()), keys: envsig.Keys(cfg.Postgres.MessageKeys)}
-	return &resender{conn: conn, ss: ss, un: un, tables: store.TablesOf(cfg)}, nil
-}
-
-func (r *resender) close() {
-	r.ss.close()
-	r.conn.Close(context.Background())
 }
 
 // resend publishes p again, without marking it: a message kept as the
@@ -497,8 +508,10 @@ func decodeParked(dec *decoder.Decoder, rows *Rows, p *store.Parked) (*message.M
 	return m, nil
 }
 
-// parkedText returns the value of row_data's field name: a string, or the
-// bytes of {"base64": ...}; nil when absent.
+// parkedText returns the value of row_data's field name: a string, the
+// bytes of {"base64": ...}, or the text of any other JSON value (a json or
+// jsonb column's value fixed by an operator as JSON rather than as a JSON
+// string); nil when absent.
 func parkedText(vals map[string]json.RawMessage, name string) (*string, error) {
 	raw, ok := vals[name]
 	if !ok {
@@ -508,11 +521,16 @@ func parkedText(vals map[string]json.RawMessage, name string) (*string, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		return &s, nil
 	}
-	var b struct{ Base64 []byte }
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return nil, fmt.Errorf("row_data: %q is neither a string nor {\"base64\": ...}", name)
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) == nil && len(obj) == 1 && obj["base64"] != nil {
+		var b struct{ Base64 []byte }
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return nil, fmt.Errorf("row_data: %q: {\"base64\": ...} holds no base64: %w", name, err)
+		}
+		s = string(b.Base64)
+		return &s, nil
 	}
-	s = string(b.Base64)
+	s = string(raw)
 	return &s, nil
 }
 

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -98,5 +99,18 @@ func TestResendAppliesOnExpired(t *testing.T) {
 	live := &message.Message{ID: "m2", DeliverAt: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
 	if got, err := unlessExpired(live, config.ExpiredDrop, now, p); err != nil || got != live {
 		t.Fatalf("a message not expired: %+v, %v", got, err)
+	}
+}
+
+// TestParkedTextTakesAFixWrittenAsJSON: an operator's fix of a json or
+// jsonb column may write the value as JSON; it is taken as its text, a
+// string as the string, {"base64": ...} as its bytes.
+func TestParkedTextTakesAFixWrittenAsJSON(t *testing.T) {
+	vals := map[string]json.RawMessage{"payload": json.RawMessage(`{"a": 1}`), "s": json.RawMessage(`"{\"a\": 1}"`),
+		"b": json.RawMessage(`{"base64": "aGk="}`)}
+	for name, want := range map[string]string{"payload": `{"a": 1}`, "s": `{"a": 1}`, "b": "hi"} {
+		if got, err := parkedText(vals, name); err != nil || got == nil || *got != want {
+			t.Errorf("parkedText(%s) = %v, %v; want %q", name, got, err, want)
+		}
 	}
 }

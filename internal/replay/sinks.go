@@ -20,6 +20,9 @@ type sinks struct {
 	log   zerolog.Logger
 	open  []publish.Sink // by index in cfg.Sinks; nil until opened
 	order []int          // the indexes opened, in order
+	// lent, when set, returns a running relay's sinks (publish.Lent),
+	// used instead of opening them; nil entries are opened.
+	lent func() []publish.Sink
 }
 
 // newSinks returns cfg's sinks, or only the one named only when it is not
@@ -82,6 +85,11 @@ func (s *sinks) routes(m *message.Message) []int {
 func (s *sinks) get(ctx context.Context, i int) (publish.Sink, error) {
 	if s.open[i] != nil {
 		return s.open[i], nil
+	}
+	if s.lent != nil {
+		if lent := s.lent(); i < len(lent) && lent[i] != nil {
+			return lent[i], nil // the relay's own, not closed here
+		}
 	}
 	sink, err := publish.Open(ctx, i, &s.cfg.Sinks[i], s.log)
 	if err != nil {

@@ -205,3 +205,34 @@ func DeadLetterCounts(ctx context.Context, conn *pgx.Conn, t Tables) (map[string
 	}
 	return counts, rows.Err()
 }
+
+// ParkedCounts counts the slot's parked rows by sink ("" for rows parked
+// for every sink): parked for themselves (could not be mapped, refused),
+// and held, parked only because their key was held behind another
+// (held_behind set; a table made before it has none).
+func ParkedCounts(ctx context.Context, conn *pgx.Conn, t Tables) (parked, held map[string]int, err error) {
+	if ok, err := TableExists(ctx, conn, t.DeadLetter); err != nil || !ok {
+		return nil, nil, err
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT sink, (to_jsonb(d) ->> 'held_behind') IS NOT NULL, count(*) FROM %s d WHERE slot = $1 GROUP BY 1, 2`,
+		t.DeadLetter), t.Slot)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", t.DeadLetterName, err)
+	}
+	defer rows.Close()
+	parked, held = map[string]int{}, map[string]int{}
+	for rows.Next() {
+		var s string
+		var behind bool
+		var n int
+		if err := rows.Scan(&s, &behind, &n); err != nil {
+			return nil, nil, err
+		}
+		if behind {
+			held[s] = n
+		} else {
+			parked[s] = n
+		}
+	}
+	return parked, held, rows.Err()
+}

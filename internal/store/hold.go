@@ -182,6 +182,32 @@ func KeyRows(ctx context.Context, conn *pgx.Conn, t Tables, sink, key string) ([
 		ORDER BY commit_lsn, lsn, seq`, parkedColumns, t.DeadLetter), t.Slot, sink, key)
 }
 
+// KeyHead returns the head of a held key for sink, its earliest row not
+// resent, by a keyed query; ok is false when the key is not held.
+func KeyHead(ctx context.Context, conn *pgx.Conn, t Tables, sink, key string) (head Parked, ok bool, err error) {
+	rows, err := queryParked(ctx, conn, t, fmt.Sprintf(`SELECT %s FROM %s WHERE slot = $1 AND sink = $2 AND hold_key = $3 AND resent_at IS NULL
+		ORDER BY commit_lsn, lsn, seq LIMIT 1`, parkedColumns, t.DeadLetter), t.Slot, sink, key)
+	if err != nil || len(rows) == 0 {
+		return Parked{}, false, err
+	}
+	return rows[0], true, nil
+}
+
+// Heads returns the head row of every held key, by (sink, key), in one
+// query; the table must have hold_key (ListHolds found a key).
+func Heads(ctx context.Context, conn *pgx.Conn, t Tables) (map[[2]string]Parked, error) {
+	rows, err := queryParked(ctx, conn, t, fmt.Sprintf(`SELECT DISTINCT ON (sink, hold_key) %s FROM %s
+		WHERE slot = $1 AND hold_key IS NOT NULL AND resent_at IS NULL ORDER BY sink, hold_key, commit_lsn, lsn, seq`, parkedColumns, t.DeadLetter), t.Slot)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[[2]string]Parked, len(rows))
+	for _, p := range rows {
+		out[[2]string{p.Sink, p.HoldKey}] = p
+	}
+	return out, nil
+}
+
 // SettleHeld marks p resent (drop: deletes it) under its key's advisory
 // lock and reports how many rows of the key are left not resent: 0 means
 // the key is released, and the relay publishes its next message as usual.

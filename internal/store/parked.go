@@ -124,8 +124,10 @@ type ParkedFilter struct {
 }
 
 // CheckParkedTable verifies that the dead-letter table exists and has the
-// current layout (upgrading it when the role may), with errors that say
-// to run `cdc init`.
+// current layout, with errors that say to run `cdc init`. Read-only: it
+// never upgrades a table (only cdc init and cdc run do, Check), so that
+// reading the parked messages (cdc dead-letter list, the console's GET)
+// changes nothing.
 func CheckParkedTable(ctx context.Context, conn *pgx.Conn, t Tables) error {
 	ok, err := TableExists(ctx, conn, t.DeadLetter)
 	if err != nil {
@@ -134,7 +136,12 @@ func CheckParkedTable(ctx context.Context, conn *pgx.Conn, t Tables) error {
 	if !ok {
 		return fmt.Errorf("%w: postgres.dead_letter_table: table %s does not exist (nothing was ever parked); run 'cdc init' to create it", ErrMissing, t.DeadLetterName)
 	}
-	return checkUpgraded(ctx, conn, t.DeadLetter, t.DeadLetterName, "postgres.dead_letter_table", true)
+	todo, err := pending(ctx, conn, t.DeadLetter, true)
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: postgres.dead_letter_table: table %s was made by an older walpost and lacks %s; run 'cdc init' with this config as the table's owner "+
+		"to add them (existing rows are kept; nothing was changed)", ErrUpgrade, t.DeadLetterName, strings.Join(todo, ", "))
 }
 
 // ListParked returns the slot's parked rows that f selects, in LSN order

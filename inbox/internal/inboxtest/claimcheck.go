@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,12 +39,27 @@ func NewClaim(n int) Claim {
 		return map[string]string{inbox.HeaderClaimCheck: ref, inbox.HeaderClaimCheckSize: strconv.Itoa(n), inbox.HeaderClaimCheckSHA256: hex.EncodeToString(sum[:])}
 	}
 	return Claim{Payload: p, Headers: h("mem://good"), BadHeaders: h("mem://bad"),
-		Fetcher: inbox.FetcherFunc(func(_ context.Context, ref string) ([]byte, error) {
+		Fetcher: memScoped{inbox.FetcherFunc(func(_ context.Context, ref string) ([]byte, error) {
 			if b, ok := objects[ref]; ok {
 				return b, nil
 			}
 			return nil, fmt.Errorf("no object %s", ref)
-		})}
+		})}}
+}
+
+// memScoped is a Fetcher of mem:// references (inbox.Scoped).
+type memScoped struct{ inbox.Fetcher }
+
+// CheckScope accepts mem:// references.
+func (memScoped) CheckScope(ref string) error { return checkMem(ref) }
+
+// checkMem returns nil for a mem:// reference, else an error wrapping
+// inbox.ErrClaimCheckScope.
+func checkMem(ref string) error {
+	if !strings.HasPrefix(ref, "mem://") {
+		return fmt.Errorf("%w: %s is not mem://", inbox.ErrClaimCheckScope, ref)
+	}
+	return nil
 }
 
 // MemStore is a claim check store in memory for the loops' tests: Put
@@ -64,6 +80,9 @@ func (m *MemStore) Put(_ context.Context, name string, body []byte, _ string) (s
 	m.objects["mem://"+name] = bytes.Clone(body)
 	return "mem://" + name, nil
 }
+
+// CheckScope accepts mem:// references (inbox.Scoped).
+func (m *MemStore) CheckScope(ref string) error { return checkMem(ref) }
 
 // Fetch returns the object at ref.
 func (m *MemStore) Fetch(_ context.Context, ref string) ([]byte, error) {

@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,13 +19,13 @@ import (
 	"github.com/walpost/walpost/internal/publish/envelope"
 )
 
-// The headers of a claim-checked message; the same names as
-// inbox.HeaderClaimCheck, inbox.HeaderClaimCheckSize and
+// The headers of a claim-checked message (message.RelayHeaders); the same
+// names as inbox.HeaderClaimCheck, inbox.HeaderClaimCheckSize and
 // inbox.HeaderClaimCheckSHA256 (a test keeps them equal).
 const (
-	HeaderRef    = "walpost-claim-check"
-	HeaderSize   = "walpost-claim-check-size"
-	HeaderSHA256 = "walpost-claim-check-sha256"
+	HeaderRef    = message.HeaderClaimCheck
+	HeaderSize   = message.HeaderClaimSize
+	HeaderSHA256 = message.HeaderClaimSHA256
 )
 
 // Headroom is what the default threshold leaves of a sink's
@@ -224,13 +222,11 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	c := *m
 	c.Payload = []byte{}
 	c.PayloadJSON = false
-	c.Headers = maps.Clone(m.Headers)
-	if c.Headers == nil {
-		c.Headers = make(map[string]string, 3)
-	}
-	c.Headers[HeaderRef] = ref
-	c.Headers[HeaderSize] = strconv.Itoa(len(m.Payload))
-	c.Headers[HeaderSHA256] = hex.EncodeToString(sum[:])
+	// The reference travels apart from the headers column (which the
+	// row wrote): every sink writes it after the column's entries and
+	// leaves the column's walpost-* entries out (docs/security.md, "The
+	// relay's headers").
+	c.ClaimCheck = &message.ClaimRef{Ref: ref, Size: len(m.Payload), SHA256: hex.EncodeToString(sum[:])}
 	s.opt.Log.Debug().Str("msg_id", m.ID).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
 	return &c, nil
 }

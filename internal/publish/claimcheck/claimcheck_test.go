@@ -54,8 +54,11 @@ func msg(n int) *message.Message {
 	return &message.Message{ID: uuid.NewString(), Type: "t", Payload: p, Headers: map[string]string{"tenant": "a"}}
 }
 
+// header returns a lookup of the headers a sink writes for m: the
+// headers column's entries and the relay's own.
 func header(m *message.Message) func(string) string {
-	return func(name string) string { return m.Headers[name] }
+	h := publish.DataHeaders(m)
+	return func(name string) string { return h[name] }
 }
 
 func TestHeadersMatchInbox(t *testing.T) {
@@ -94,7 +97,7 @@ func TestIntegrationClaimCheckStoresLargePayloadsBeforePublishAndInboxFetchesThe
 		t.Fatalf("the inner sink got %d messages; the small ones must pass unchanged", len(rec.got))
 	}
 	sent := rec.got[1]
-	if sent.ID != big.ID || len(sent.Payload) != 0 || sent.Headers["tenant"] != "a" || sent.Headers[HeaderSize] != fmt.Sprint(300<<10) {
+	if sent.ID != big.ID || len(sent.Payload) != 0 || sent.Headers["tenant"] != "a" || header(sent)(HeaderSize) != fmt.Sprint(300<<10) {
 		t.Fatalf("claim-checked message: id %s, %d bytes of payload, headers %v", sent.ID, len(sent.Payload), sent.Headers)
 	}
 	if len(big.Payload) != 300<<10 || len(big.Headers) != 1 {
@@ -104,7 +107,7 @@ func TestIntegrationClaimCheckStoresLargePayloadsBeforePublishAndInboxFetchesThe
 	if blobs := az.Blobs(t, container); len(blobs) != 1 || blobs[0] != want {
 		t.Fatalf("blobs %v, want [%s]", blobs, want)
 	}
-	cc := inbox.WithClaimCheck(claimazblob.New(az.Client(t)))
+	cc := inbox.WithClaimCheck(claimazblob.New(az.Client(t), container, "walpost/"))
 	got, err := cc.Resolve(context.Background(), header(sent), sent.Payload)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +225,7 @@ func TestIntegrationClaimCheckS3RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := rec.got[0]
-	if ref, want := sent.Headers[HeaderRef], "s3://walpost-cc/walpost/slot1/rec/"+big.ID; ref != want {
+	if ref, want := header(sent)(HeaderRef), "s3://walpost-cc/walpost/slot1/rec/"+big.ID; ref != want {
 		t.Fatalf("reference %s, want %s", ref, want)
 	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(context.Background())
@@ -230,7 +233,7 @@ func TestIntegrationClaimCheckS3RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(endpoint); o.UsePathStyle = true })
-	got, err := inbox.WithClaimCheck(claims3.New(client)).Resolve(context.Background(), header(sent), sent.Payload)
+	got, err := inbox.WithClaimCheck(claims3.New(client, "walpost-cc", "walpost/")).Resolve(context.Background(), header(sent), sent.Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +341,7 @@ func (c *checker) Publish(ctx context.Context, msgs []*message.Message) error {
 		stored["s3://walpost-cc/"+aws.ToString(o.Key)] = true
 	}
 	for _, m := range msgs {
-		if ref := m.Headers[HeaderRef]; ref != "" && !stored[ref] {
+		if ref := header(m)(HeaderRef); ref != "" && !stored[ref] {
 			c.t.Errorf("message %s reached the sink before its object %s was stored", m.ID, ref)
 		}
 	}
@@ -401,8 +404,8 @@ func TestIntegrationClaimCheckUploadsABatchConcurrentlyAndPublishesAfterAll(t *t
 		if m.ID != batch[i].ID {
 			t.Fatalf("message %d is %s, want %s: the batch's order changed", i, m.ID, batch[i].ID)
 		}
-		if big := len(batch[i].Payload) > 1000; big != (m.Headers[HeaderRef] != "") {
-			t.Fatalf("message %d (%d bytes): reference %q", i, len(batch[i].Payload), m.Headers[HeaderRef])
+		if big := len(batch[i].Payload) > 1000; big != (header(m)(HeaderRef) != "") {
+			t.Fatalf("message %d (%d bytes): reference %q", i, len(batch[i].Payload), header(m)(HeaderRef))
 		}
 	}
 }

@@ -1,10 +1,15 @@
 // Package claimcheck is the claim check of relay.claim_check (or a sink's
 // own claim_check): a decorator of any publish.Sink that stores each
 // payload larger than the sink's threshold in Azure Blob Storage or S3,
-// then hands the sink the message with an empty body and three headers
-// naming the object (walpost-claim-check: its URL, walpost-claim-check-size,
-// walpost-claim-check-sha256; inbox.HeaderClaimCheck and the others).
-// Receivers resolve them with inbox.WithClaimCheck (docs/claim-check.md).
+// then hands the sink the message with an empty body and the object's
+// reference in message.Message.ClaimCheck, which every sink writes as
+// three headers after the headers column's entries (walpost-claim-check:
+// its URL, walpost-claim-check-size, walpost-claim-check-sha256;
+// inbox.HeaderClaimCheck and the others; message.RelayHeaders). The
+// reference never travels in the headers column, whose walpost-* entries
+// every sink leaves out: a row cannot set it (docs/security.md, "The
+// relay's headers"). Receivers resolve them with inbox.WithClaimCheck
+// (docs/claim-check.md).
 //
 // Guarantees:
 //

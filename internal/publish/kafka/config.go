@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/publish/envelope"
@@ -66,6 +67,14 @@ type kafkaConfig struct {
 	// Timeout bounds one write attempt: dialing, a metadata request, a
 	// produce request and its acknowledgement (default 10s).
 	Timeout config.Duration `yaml:"timeout"`
+	// ProtocolVersion caps the request versions the sink uses to those of
+	// this Kafka release ("2.1", "3.7", …); empty (the default) uses the
+	// newest both the client and each broker know, as negotiated by
+	// ApiVersions. For brokers, proxies and emulators that mishandle a
+	// newer request than they know instead of answering it as KIP-511
+	// says (librdkafka's mock cluster: docs/testing.md, "Kafka: two
+	// implementations").
+	ProtocolVersion string `yaml:"protocol_version"`
 }
 
 const (
@@ -172,6 +181,9 @@ func (c *kafkaConfig) Validate() error {
 			return err
 		}
 	}
+	if c.ProtocolVersion != "" && c.maxVersions() == nil {
+		return fmt.Errorf("protocol_version: %q is not a Kafka release franz-go knows (write it as 2.1 or 3.7)", c.ProtocolVersion)
+	}
 	if err := c.validateExactlyOnce(); err != nil {
 		return err
 	}
@@ -224,4 +236,13 @@ func (c *kafkaConfig) validateExactlyOnce() error {
 		return fmt.Errorf("progress_topic: %q: a fixed name, not a template", c.ProgressTopic)
 	}
 	return nil
+}
+
+// maxVersions returns the request versions of ProtocolVersion, nil when
+// it is empty or names no release.
+func (c *kafkaConfig) maxVersions() *kversion.Versions {
+	if c.ProtocolVersion == "" {
+		return nil
+	}
+	return kversion.FromString(c.ProtocolVersion)
 }

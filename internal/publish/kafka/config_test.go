@@ -70,6 +70,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`brokers: ["h:9092"], topic: t, progress_topic: p`, "progress_topic: only with exactly_once: true"},
 		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: "p/q"`, "progress_topic: \"p/q\": kafka: illegal topic name"},
 		{`brokers: ["h:9092"], topic: t, exactly_once: true, progress_topic: "p.{type}"`, "progress_topic: \"p.{type}\": a fixed name"},
+		{`brokers: ["h:9092"], topic: t, protocol_version: "2.1"`, ""},
+		{`brokers: ["h:9092"], topic: t, protocol_version: "3.7.1"`, ""},
+		{`brokers: ["h:9092"], topic: t, protocol_version: "latest"`, `protocol_version: "latest" is not a Kafka release franz-go knows (write it as 2.1 or 3.7)`},
+		{`brokers: ["h:9092"], topic: t, protocol_version: "9.9"`, `protocol_version: "9.9" is not a Kafka release`},
 	} {
 		doc := "{name: events, kind: kafka, " + tc.yaml + "}"
 		_, err := New(sinktest.SinkConfig(t, doc), zerolog.Nop())

@@ -212,6 +212,9 @@ func clientOpts(kc kafkaConfig) ([]kgo.Opt, *tls.Config, error) {
 		kgo.ProduceRequestTimeout(timeout),
 		kgo.MetadataMinAge(metadataMinAge),
 	}
+	if v := kc.maxVersions(); v != nil {
+		opts = append(opts, kgo.MaxVersions(v))
+	}
 	if kc.Acks != "all" {
 		// Kafka's idempotent producer needs acks=all. Without it one
 		// request at a time per broker (kgo's default) keeps the order.
@@ -498,12 +501,13 @@ func acked(recs []kgo.Record, errs []error) []bool {
 // record maps an outbox message to a Kafka record in format: raw: key =
 // ordering key, value = payload as stored, headers id, type and then
 // msg.Headers in key order (entries named id or type are left out: the
-// message's own id and type win), timestamp = commit time.
+// message's own id and type win; so is every walpost-* one), then the
+// relay's own (message.RelayHeaders), timestamp = commit time.
 func record(m *message.Message, topic string) kgo.Record {
 	hs := make([]kgo.RecordHeader, 0, 2+len(m.Headers))
 	hs = append(hs, kgo.RecordHeader{Key: HeaderID, Value: []byte(m.ID)}, kgo.RecordHeader{Key: HeaderType, Value: []byte(m.Type)})
 	hs = appendHeaders(hs, m.Headers, func(k string) bool { return k == HeaderID || k == HeaderType })
-	return bare(m, topic, hs)
+	return bare(m, topic, appendRelayHeaders(hs, m))
 }
 
 // cloudEventsRecord maps an outbox message to a Kafka record in format:
@@ -513,8 +517,9 @@ func record(m *message.Message, topic string) kgo.Record {
 // (the datacontenttype), ce_partitionkey (the outbox key, unless NULL),
 // then msg.Headers in key order, leaving out entries that would read as
 // CloudEvents attributes (a name starting with ce_ in any case) or as the
-// content type: the message's own attributes win. The raw id and type
-// headers are not written: a sink writes one form.
+// content type: the message's own attributes win; then the relay's own
+// headers (message.RelayHeaders). The raw id and type headers are not
+// written: a sink writes one form.
 func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings) kgo.Record {
 	attrs := env.Attributes(m)
 	hs := make([]kgo.RecordHeader, 0, len(attrs)+2+len(m.Headers))
@@ -526,7 +531,7 @@ func cloudEventsRecord(m *message.Message, topic string, env *envelope.Settings)
 		hs = append(hs, kgo.RecordHeader{Key: HeaderPartitionKey, Value: []byte(m.Key)})
 	}
 	hs = appendHeaders(hs, m.Headers, reservedCloudEvents)
-	return bare(m, topic, hs)
+	return bare(m, topic, appendRelayHeaders(hs, m))
 }
 
 // reservedCloudEvents reports whether a headers column entry named k would
@@ -543,13 +548,28 @@ func appendHeaders(hs []kgo.RecordHeader, headers map[string]string, skip func(s
 	}
 	keys := make([]string, 0, len(headers))
 	for k := range headers {
-		if !skip(k) && publish.KeepRowHeader(k) {
-			keys = append(keys, k)
+		if !publish.KeepRowHeader(k) {
+			continue
 		}
+		if skip(k) {
+			publish.LeaveOutRowHeader(k, publish.OwnRowHeader)
+			continue
+		}
+		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(headers[k])})
+	}
+	return hs
+}
+
+// appendRelayHeaders appends the relay's own headers of m
+// (message.RelayHeaders), after the headers column's entries, none of
+// which may have their names (publish.RowHeaderDenied).
+func appendRelayHeaders(hs []kgo.RecordHeader, m *message.Message) []kgo.RecordHeader {
+	for _, h := range m.RelayHeaders() {
+		hs = append(hs, kgo.RecordHeader{Key: h.Name, Value: []byte(h.Value)})
 	}
 	return hs
 }

@@ -30,7 +30,9 @@
 //   - Then every entry of the headers column (traceparent travels), with
 //     its name's case kept. Names starting with Nats- or Walpost- (any
 //     case) are left out: the server acts on Nats-Rollup, Nats-TTL and
-//     Nats-Expected-*, and the sink's own headers win. With cloudevents,
+//     Nats-Expected-*, and the sink's and the relay's own headers
+//     (message.RelayHeaders: a claim check's walpost-claim-check, -size
+//     and -sha256, written last) win. With cloudevents,
 //     ce-* and content-type (any case) of the column are left out too. A name NATS
 //     cannot carry is refused as publish.Rejected. nats.go replaces a
 //     value's line breaks with spaces and trims white space around it, so

@@ -31,16 +31,21 @@ const (
 	cePrefix = "ce-"
 )
 
-// reservedHeader reports whether a header of the headers column named k
-// is left out because the sink sets or NATS reads a header of that name:
-// Nats-* (the server acts on Nats-Msg-Id, Nats-Expected-*, Nats-Rollup,
-// Nats-TTL, …), Walpost-*, and with CloudEvents ce-* and content-type.
-// The comparison ignores case, as receivers often do.
-func reservedHeader(k string, ce bool) bool {
-	if envelope.HasPrefixFold(k, "nats-") || envelope.HasPrefixFold(k, "walpost-") {
-		return true
+// reservedHeader returns why a header of the headers column named k is
+// left out because the sink sets or NATS reads a header of that name, or
+// "": Nats-* (the server acts on Nats-Msg-Id, Nats-Expected-*,
+// Nats-Rollup, Nats-TTL, …), Walpost-* (the sink's Walpost-Type and
+// Walpost-Key, and the relay's own headers: publish.RowHeaderDenied),
+// and with CloudEvents ce-* and content-type. The comparison ignores
+// case, as receivers often do.
+func reservedHeader(k string, ce bool) string {
+	switch {
+	case envelope.HasPrefixFold(k, "nats-"):
+		return publish.BrokerRowHeader
+	case ce && (envelope.HasPrefixFold(k, cePrefix) || strings.EqualFold(k, HeaderContentType)):
+		return publish.OwnRowHeader
 	}
-	return ce && (envelope.HasPrefixFold(k, cePrefix) || strings.EqualFold(k, HeaderContentType))
+	return ""
 }
 
 // headerKeyOK mirrors nats.go's rule for header names (printable ASCII
@@ -75,15 +80,20 @@ func headerValueProblem(v string) string {
 
 // natsMsg maps an outbox message to the NATS message published to
 // subject: the payload as data, Nats-Msg-Id = id, the identity headers of
-// the format, Walpost-Key when the key is not NULL, then the headers
-// column (reserved names left out). Header names keep their case. A
+// the format, Walpost-Key when the key is not NULL, the headers column
+// (reserved names left out), then the relay's own headers
+// (message.RelayHeaders: a claim check's reference). Header names keep their case. A
 // header name that NATS cannot carry, or a value it would change (see
 // headerValueProblem), is an error naming the header.
 func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.Msg, error) {
 	h := make(nats.Header, len(m.Headers)+8)
 	ce := env.IsCloudEvents()
 	for k, v := range m.Headers {
-		if reservedHeader(k, ce) || !publish.KeepRowHeader(k) {
+		if !publish.KeepRowHeader(k) {
+			continue
+		}
+		if why := reservedHeader(k, ce); why != "" {
+			publish.LeaveOutRowHeader(k, why)
 			continue
 		}
 		if !headerKeyOK(k) {
@@ -110,6 +120,9 @@ func natsMsg(m *message.Message, subject string, env *envelope.Settings) (*nats.
 	}
 	if m.HasKey {
 		h[HeaderKey] = []string{m.Key}
+	}
+	for _, rh := range m.RelayHeaders() {
+		h[rh.Name] = []string{rh.Value}
 	}
 	data := m.Payload
 	if data == nil {

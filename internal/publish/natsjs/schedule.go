@@ -77,6 +77,14 @@ func (s *Sink) checkVersion(sess *session) error {
 
 // errNoSchedules refuses a message whose deliver_at is still to come
 // when the sink cannot schedule it (no schedule_subject, an old server).
+// MaxTTL is the longest Nats-TTL the sink sends: 100 years. The server
+// keeps a TTL in nanoseconds added to the time of storing, so a far-future
+// expires_at (9999-12-31 saturates to 292 years) would overflow there and
+// could expire the message at once; an expires_at further ahead is sent
+// without a Nats-TTL, the stream's max_age applies
+// (docs/configuration.md, "Scheduled delivery and expiry").
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
 var errNoSchedules = errors.New("deliver_at is still to come")
 
 // schedule sets nm's headers for m's deliver_at and expires_at at now:
@@ -86,12 +94,12 @@ var errNoSchedules = errors.New("deliver_at is still to come")
 // Nats-Schedule-TTL as its Nats-TTL), and an expiry a Nats-TTL in whole
 // seconds rounded up (at least 1, the server's least). A TTL is left out
 // on a server before 2.11 (only with the table-less envelope, where no
-// column says at start; relay.on_expired still applies); a deliver_at
-// it cannot schedule is an error.
+// column says at start; relay.on_expired still applies), and when it is
+// over MaxTTL; a deliver_at it cannot schedule is an error.
 func (s *Sink) schedule(sess *session, nm *nats.Msg, m *message.Message, now time.Time) error {
 	ttl := m.TTL(now)
 	ttlText := ""
-	if ttl > 0 && atLeast(sess.version, versionTTL) {
+	if ttl > 0 && ttl <= MaxTTL && atLeast(sess.version, versionTTL) {
 		ttlText = strconv.FormatInt(max(int64((ttl+time.Second-1)/time.Second), 1), 10)
 	}
 	if m.Delay(now) <= 0 {

@@ -47,6 +47,13 @@ func TestScheduleHeaders(t *testing.T) {
 	if err := (&Sink{}).schedule(sess, nm, m, now); !errors.Is(err, errNoSchedules) || !strings.Contains(err.Error(), "schedule_subject") {
 		t.Fatalf("no schedule_subject: %v", err)
 	}
+	// A far-future expires_at gets no Nats-TTL (the server would
+	// overflow its nanoseconds), never one that expires it at once.
+	far := &message.Message{ID: m.ID, ExpiresAt: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)}
+	nm = &nats.Msg{Subject: "outbox.t", Header: nats.Header{}}
+	if err := s.schedule(sess, nm, far, now); err != nil || nm.Header.Get(HeaderTTL) != "" {
+		t.Fatalf("9999-12-31: %v, headers %v; want no Nats-TTL", err, nm.Header)
+	}
 }
 
 func TestParseVersion(t *testing.T) {

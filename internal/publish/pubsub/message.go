@@ -33,7 +33,7 @@ const (
 
 // Reasons a headers column entry is not sent, as logged.
 const (
-	dropDenied  = "credentials or connection header (docs/security.md, \"Row headers\")"
+	dropDenied  = "credentials, connection header or walpost-* (docs/security.md, \"Row headers\")"
 	dropOwn     = "a name the sink sets itself"
 	dropName    = "a name Pub/Sub refuses (over 256 bytes, or starting with goog)"
 	dropValue   = "a value over Pub/Sub's 1024 bytes"
@@ -58,6 +58,11 @@ func toMessage(m *message.Message, env *envelope.Settings, drop func(name, why s
 		if m.HasKey {
 			attrs[AttrKey] = m.Key
 		}
+	}
+	// The relay's own headers take their attributes before the headers
+	// column's entries (which may not have their names).
+	for _, h := range m.RelayHeaders() {
+		attrs[h.Name] = h.Value
 	}
 	names := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {

@@ -245,7 +245,9 @@ func (s *Sink) prepare(msgs []*message.Message) ([]outgoing, error) {
 		}
 		pub := Publishing(m, &s.env)
 		if s.exchangeType == DelayedExchangeType {
-			Delay(&pub, m, time.Now())
+			if err := Delay(&pub, m, time.Now()); err != nil {
+				return out, err
+			}
 		}
 		out = append(out, outgoing{exchange: exchange, key: key, pub: pub})
 	}
@@ -260,6 +262,17 @@ func routingHeader(k string) bool {
 	return strings.EqualFold(k, "CC") || strings.EqualFold(k, "BCC")
 }
 
+// brokerHeader reports whether a headers column entry named k is one
+// RabbitMQ or its plugins set or act on: x-delay (the delayed-message
+// exchange holds the message back for it), x-death, x-first-death-* and
+// x-last-death-* (dead-lettering's record, which receivers count
+// redeliveries by), x-received-from (shovels and federation). Compared
+// without regard to case.
+func brokerHeader(k string) bool {
+	return strings.EqualFold(k, HeaderDelay) || strings.EqualFold(k, "x-death") || strings.EqualFold(k, "x-received-from") ||
+		envelope.HasPrefixFold(k, "x-first-death-") || envelope.HasPrefixFold(k, "x-last-death-")
+}
+
 // Publishing maps an outbox message to its AMQP publishing (see the
 // package doc, "Mapping"): persistent, message_id = id, type = type,
 // content_type from the payload, timestamp = commit time (whole seconds),
@@ -270,8 +283,10 @@ func routingHeader(k string) bool {
 // cloudEvents:source, cloudEvents:type, cloudEvents:time and
 // cloudEvents:partitionkey (the key, unless NULL); a headers entry whose
 // name starts with cloudEvents: (any case) is then left out. Entries
-// named CC or BCC (routingHeader) and credentials or connection headers
-// (publish.KeepRowHeader) are always left out.
+// named CC or BCC (routingHeader), the names RabbitMQ and its plugins
+// set or act on (brokerHeader), and credentials, connection headers and
+// walpost-* names (publish.KeepRowHeader) are always left out; the
+// relay's own headers (message.RelayHeaders) come last.
 func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	var headers amqp.Table
 	n := len(m.Headers) + 1
@@ -283,10 +298,15 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 	}
 	ce := env.IsCloudEvents()
 	for k, v := range m.Headers {
-		if k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix) || routingHeader(k) || !publish.KeepRowHeader(k) {
-			continue
+		switch {
+		case !publish.KeepRowHeader(k):
+		case k == HeaderKey || ce && envelope.HasPrefixFold(k, CloudEventsPrefix):
+			publish.LeaveOutRowHeader(k, publish.OwnRowHeader)
+		case routingHeader(k) || brokerHeader(k):
+			publish.LeaveOutRowHeader(k, publish.BrokerRowHeader)
+		default:
+			headers[k] = v
 		}
-		headers[k] = v
 	}
 	if m.HasKey {
 		headers[HeaderKey] = m.Key
@@ -298,6 +318,12 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 		if m.HasKey {
 			headers[HeaderPartitionKey] = m.Key
 		}
+	}
+	for _, h := range m.RelayHeaders() {
+		if headers == nil {
+			headers = make(amqp.Table, 3)
+		}
+		headers[h.Name] = h.Value
 	}
 	if len(headers) == 0 {
 		headers = nil
@@ -316,27 +342,48 @@ func Publishing(m *message.Message, env *envelope.Settings) amqp.Publishing {
 		AppId:        AppID,
 		Body:         body,
 	}
-	if ttl := m.TTL(time.Now()); ttl > 0 {
-		// Per-message TTL in the queue, in whole milliseconds (at least 1).
+	if ttl := m.TTL(time.Now()); ttl > 0 && ttl <= MaxExpiry {
+		// Per-message TTL in the queue, in whole milliseconds (at least
+		// 1). A longer one is left out: RabbitMQ closes the channel
+		// with 406 on an expiration over MaxExpiry, and a row's
+		// far-future expires_at ('infinity' aside, 9999-12-31) must
+		// neither stop the relay nor expire the message early.
 		p.Expiration = strconv.FormatInt(max(ttl.Milliseconds(), 1), 10)
 	}
 	return p
 }
 
+// MaxExpiry is the longest per-message TTL (expiration) and x-delay
+// RabbitMQ and the delayed-message plugin take: 2^32-1 milliseconds,
+// about 49.7 days. An expires_at further ahead is sent without an
+// expiration (the message does not expire in the queue); a deliver_at
+// further ahead is refused (publish.Rejected, relay.on_refused), since
+// sending it at once would deliver it early (docs/configuration.md,
+// "Scheduled delivery and expiry").
+const MaxExpiry = (1<<32 - 1) * time.Millisecond
+
 // Delay sets the x-delay header of p, for an exchange of the
 // delayed-message plugin, to how long after now m is to be delivered, in
 // milliseconds (rounded up: never early); nothing when m is due (an
-// x-delay entry of the headers column then stays as the row says).
-func Delay(p *amqp.Publishing, m *message.Message, now time.Time) {
+// x-delay entry of the headers column is always left out: brokerHeader).
+// A delay over MaxExpiry is an error (publish.Rejected): the plugin takes
+// none longer.
+func Delay(p *amqp.Publishing, m *message.Message, now time.Time) error {
 	d := m.Delay(now)
 	if d <= 0 {
-		return
+		return nil
+	}
+	if d > MaxExpiry {
+		return publish.Rejected(fmt.Errorf("rabbitmq: %s: its deliver_at %s is more than %v ahead, the longest x-delay the delayed-message plugin takes; "+
+			"it is not sent early: park it with relay.on_refused: dead_letter (resend it once its time is near) or fix the row",
+			publish.Describe(m), m.DeliverAt.UTC().Format(time.RFC3339), MaxExpiry))
 	}
 	ms := (d + time.Millisecond - 1).Milliseconds()
 	if p.Headers == nil {
 		p.Headers = amqp.Table{}
 	}
 	p.Headers[HeaderDelay] = ms
+	return nil
 }
 
 // session returns the open session, connecting first when there is none
@@ -512,7 +559,7 @@ func (s *Sink) send(ctx context.Context, sess *session, msgs []*message.Message,
 			if stalled.Load() && ctx.Err() == nil {
 				return next, s.timedOut(sess, msgs[i], o, "sending it took longer than timeout")
 			}
-			return next, s.failure(ctx, s.closedErr(sess, err), s.about(msgs[i], o))
+			return next, s.publishFailure(ctx, s.closedErr(sess, err), msgs[i], o)
 		}
 		dcs[i] = dc
 		if i == next {
@@ -543,7 +590,7 @@ func (s *Sink) await(ctx context.Context, sess *session, timer *time.Timer, dc *
 	timer.Reset(s.timeout)
 	if !dc.Acked() {
 		if sess.ch.IsClosed() {
-			return s.failure(ctx, s.closedErr(sess, amqp.ErrClosed), s.about(m, o))
+			return s.publishFailure(ctx, s.closedErr(sess, amqp.ErrClosed), m, o)
 		}
 		return fmt.Errorf("%s: %w (a queue refused it: a full queue with x-overflow: reject-publish, or a queue failure); it is sent again",
 			s.about(m, o), errNack)
@@ -644,6 +691,22 @@ func (s *Sink) failure(ctx context.Context, err error, what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return publish.Permanent(fmt.Errorf("%s: %w; %s", what, err, v.hint))
+}
+
+// publishFailure is failure for m, published as o, except that RabbitMQ
+// closing the channel with 406 PRECONDITION_FAILED over the publish is
+// that message's refusal (publish.Rejected: relay.on_refused decides, and
+// the runner tries it alone first): RabbitMQ answers so to a property of
+// the message (an expiration or x-delay it does not take, a body over
+// max_message_size), and the next message may well go through. A
+// message in flight behind it on the same channel is sent again.
+func (s *Sink) publishFailure(ctx context.Context, err error, m *message.Message, o *outgoing) error {
+	var ae *amqp.Error
+	if ctx.Err() == nil && errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return publish.Rejected(fmt.Errorf("%s: RabbitMQ refused the message: %w (a property it does not take: an expiration or x-delay over %v, "+
+			"or a body over the server's max_message_size); park it with relay.on_refused: dead_letter, or fix the row", s.about(m, o), err, MaxExpiry))
+	}
+	return s.failure(ctx, err, s.about(m, o))
 }
 
 // drop forgets sess and closes it in the background (a graceful close

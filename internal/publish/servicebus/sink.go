@@ -389,7 +389,7 @@ func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azser
 		Body:        body,
 	}
 	ce := env != nil && env.IsCloudEvents()
-	if len(m.Headers) > 0 || ce {
+	if len(m.Headers) > 0 || ce || m.ClaimCheck != nil {
 		sm.ApplicationProperties = properties(m, ce, env)
 		for _, h := range CorrelationHeaders {
 			if v := m.Headers[h]; v != "" {
@@ -409,25 +409,39 @@ func toMessage(m *message.Message, sessions bool, env *envelope.Settings) *azser
 // after now (Service Bus enqueues it then: no receiver sees it before)
 // and its TimeToLive from m's expires_at, counted from when it is
 // enqueued (Service Bus's ExpiresAt is the enqueued time plus the time
-// to live), and returns sm.
+// to live; none over MaxTimeToLive), and returns sm.
 func schedule(sm *azservicebus.Message, m *message.Message, now time.Time) *azservicebus.Message {
 	if m.Delay(now) > 0 {
 		at := m.DeliverAt.UTC()
 		sm.ScheduledEnqueueTime = &at
 	}
-	if ttl := m.TTL(now); ttl > 0 {
+	if ttl := m.TTL(now); ttl > 0 && ttl <= MaxTimeToLive {
 		sm.TimeToLive = &ttl
 	}
 	return sm
 }
 
-// properties returns m's application properties: the headers column, the
-// traceparent again as Diagnostic-Id, and with ce the CloudEvents
-// attributes (see toMessage).
+// MaxTimeToLive is the longest TimeToLive the sink sends: AMQP's ttl
+// header is 32-bit milliseconds (about 49.7 days), and the client
+// truncates a longer one without an error, so that a far-future
+// expires_at (9999-12-31, 300 years) would become a few days or hours
+// and the message would expire early. An expires_at further ahead is
+// sent without a TimeToLive: the entity's default time to live applies
+// (docs/configuration.md, "Scheduled delivery and expiry").
+const MaxTimeToLive = (1<<32 - 1) * time.Millisecond
+
+// properties returns m's application properties: the headers column
+// (walpost-* entries left out), the traceparent again as Diagnostic-Id,
+// with ce the CloudEvents attributes (see toMessage), then the relay's
+// own headers (message.RelayHeaders).
 func properties(m *message.Message, ce bool, env *envelope.Settings) map[string]any {
 	props := make(map[string]any, len(m.Headers)+7)
 	for k, v := range m.Headers {
-		if ce && envelope.HasPrefixFold(k, PrefixCloudEvents) || !publish.KeepRowHeader(k) {
+		if !publish.KeepRowHeader(k) {
+			continue
+		}
+		if ce && envelope.HasPrefixFold(k, PrefixCloudEvents) {
+			publish.LeaveOutRowHeader(k, publish.OwnRowHeader)
 			continue
 		}
 		props[k] = v
@@ -444,6 +458,9 @@ func properties(m *message.Message, ce bool, env *envelope.Settings) map[string]
 		if m.HasKey {
 			props[PropertyPartitionKey] = m.Key
 		}
+	}
+	for _, h := range m.RelayHeaders() {
+		props[h.Name] = h.Value
 	}
 	return props
 }

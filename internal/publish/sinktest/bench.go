@@ -15,14 +15,21 @@ import (
 // ns/op is the latency of a call of that size, msgs/s the throughput.
 func BenchPublish(b *testing.B, s publish.Sink, batch int) {
 	b.Helper()
+	BenchPublishKeys(b, s, batch, 16)
+}
+
+// BenchPublishKeys is BenchPublish over nkeys keys, taking turns (1: every
+// message of one key).
+func BenchPublishKeys(b *testing.B, s publish.Sink, batch, nkeys int) {
+	b.Helper()
 	g := NewGen(99)
 	const batches = 16
-	keys := Keys(16)
+	keys := Keys(nkeys)
 	pool := make([][]*message.Message, batches)
 	for i := range pool {
 		pool[i] = make([]*message.Message, batch)
 		for j := range pool[i] {
-			pool[i][j] = g.SizedMessage(keys[(i*batch+j)%16], 300)
+			pool[i][j] = g.SizedMessage(keys[(i*batch+j)%nkeys], 300)
 		}
 	}
 	ctx := context.Background()

@@ -4,16 +4,17 @@
 // a time per topic, and reports a message durable only once SNS answered
 // that it published it.
 //
-// The message is the sqs sink's form (sqs.Encode): the body is the
+// The message is the sqs sink's form (awsbatch.Encode): the body is the
 // payload, or its base64 with the attribute body-encoding; String
 // attributes id, type, key (or the ce- attributes with format:
 // cloudevents) and the headers column within SNS's 10 message attributes,
 // what is left out logged once per name and reason. A FIFO topic (a name
-// ending in ".fifo") gets MessageGroupId = the ordering key (sqs.GroupID)
+// ending in ".fifo") gets MessageGroupId = the ordering key (awsbatch.GroupID)
 // and MessageDeduplicationId = the outbox id, so SNS drops resends within
 // its 5-minute window; the FIFO SQS queues subscribed to it keep the
-// groups' order. Per-entry answers are partial acknowledgements, per FIFO
-// group up to the group's first failed entry, as for SQS.
+// groups' order. Per-entry answers are partial acknowledgements, as for
+// SQS: both sinks send with one batch loop (awsbatch.Batcher), which puts
+// at most one entry per message group in a request to a FIFO topic.
 //
 // topic_arn names the topic; its name (after the last ':') may be a
 // template with {type} and {key}, under SNS's name rules (1–256 of

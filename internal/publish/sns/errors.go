@@ -1,7 +1,7 @@
 package sns
 
 import (
-	"github.com/walpost/walpost/internal/publish/sqs"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 )
 
 const (
@@ -18,7 +18,7 @@ const (
 // codeVerdicts maps SNS error codes (of a request, or of one entry of
 // PublishBatch) to their handling; codes not listed are transient when
 // the fault is the server's and permanent when it is the sender's.
-var codeVerdicts = map[string]sqs.Verdict{
+var codeVerdicts = map[string]awsbatch.Verdict{
 	"NotFound":                     {Permanent: true, Hint: hintNotFound},
 	"AuthorizationError":           {Permanent: true, Hint: hintDenied},
 	"InvalidSecurity":              {Permanent: true, Hint: hintDenied},
@@ -44,11 +44,3 @@ var codeVerdicts = map[string]sqs.Verdict{
 	"InternalFailure":              {},
 	"ServiceUnavailable":           {},
 }
-
-// classifyCode and classify sort SNS's errors by its table, as the sqs
-// sink sorts SQS's (sqs.ClassifyCode, sqs.Classify).
-func classifyCode(code string, senderFault bool) sqs.Verdict {
-	return sqs.ClassifyCode(codeVerdicts, code, senderFault)
-}
-
-func classify(err error) sqs.Verdict { return sqs.Classify(codeVerdicts, err) }

@@ -1,7 +1,8 @@
 // Package sqs is the Amazon SQS sink (kind: sqs): it sends outbox
 // messages with the AWS SDK for Go v2 to a standard or FIFO queue, in
 // SendMessageBatch requests of up to 10 messages and max_message_bytes
-// (256 KiB by default), one request at a time per queue, and reports a
+// (256 KiB by default; on a FIFO queue one message per group a request),
+// one request at a time per queue, and reports a
 // message durable only once SQS answered that it stored it.
 //
 // # Mapping
@@ -24,19 +25,20 @@
 // On a FIFO queue (a name ending in ".fifo") MessageGroupId is the
 // ordering key (the key, or the id for a NULL key; a key SQS would not
 // take as a group id, over 128 characters or outside printable ASCII,
-// becomes "sha256:" and its hash: GroupID), and MessageDeduplicationId
+// becomes "sha256:" and its hash: awsbatch.GroupID), and MessageDeduplicationId
 // is the outbox id, so that SQS drops what the relay sends again within
 // its 5-minute window. A standard queue gets neither and keeps no order.
 //
 // # Order and partial acknowledgements
 //
-// A queue's batches go out one at a time, in WAL order; SQS answers per
-// entry. The stored entries are reported with publish.Partial, on a FIFO
-// queue per group only up to the group's first failed entry: an entry of
-// the group after it that SQS stored is sent again, and deduplication
-// drops the copy. SQS does not promise that it stores a group's entries
-// of one request only up to a failed one; if it stored a later one, that
-// one is ahead of the failed one in the queue.
+// The sink sends with awsbatch.Batcher, the batch loop it shares with the
+// sns sink. A queue's batches go out one at a time, in WAL order; SQS
+// answers per entry, and the stored entries are reported with
+// publish.Partial. A request to a FIFO queue holds at most one entry per
+// message group: SQS does not promise that it stores a group's entries of
+// one request only up to a failed one, and a later entry it stored would
+// be ahead of the failed one for good (the awsbatch package doc). After a
+// failed entry the queue's later batches of the call are not sent.
 //
 // # Errors
 //
@@ -52,7 +54,9 @@
 //
 // # Tests
 //
-// sqsfake is the stand-in the tests run against: the registries' SQS
-// emulator (goaws) speaks only the query protocol, not the JSON protocol
-// of the SDK. See its package doc for what it keeps and what it lacks.
+// sqsfake is the stand-in the tests run against: the registries' goaws
+// speaks only the query protocol, not the JSON protocol of the SDK. See
+// its package doc for what it keeps and what it lacks. The conformance
+// suite runs against fauxqs too (awsbatch/fauxqs), an emulator the
+// project did not write.
 package sqs

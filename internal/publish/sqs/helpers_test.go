@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 	"github.com/walpost/walpost/internal/publish/sinktest"
 	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 )
@@ -50,11 +51,17 @@ func testLogger(t testing.TB) zerolog.Logger {
 // closes it when the test ends.
 func newSink(t testing.TB, srv *sqsfake.Server, queue string, extra ...string) *Sink {
 	t.Helper()
+	return newSinkAt(t, srv.URL(), queue, extra...)
+}
+
+// newSinkAt is newSink against the SQS endpoint given.
+func newSinkAt(t testing.TB, endpoint, queue string, extra ...string) *Sink {
+	t.Helper()
 	rest := strings.Join(extra, "\n")
 	if !strings.Contains(rest, "max_retries:") {
 		rest += "\nmax_retries: 0"
 	}
-	doc := fmt.Sprintf("name: sqs\nkind: sqs\nendpoint: %s\nqueue: %q\n%s", srv.URL(), queue, rest)
+	doc := fmt.Sprintf("name: sqs\nkind: sqs\nendpoint: %s\nqueue: %q\n%s", endpoint, queue, rest)
 	s, err := New(sinktest.SinkConfig(t, doc), testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -103,8 +110,8 @@ func asMessage(t testing.TB, sm sqsfake.Message, fifo bool) *message.Message {
 		m.Headers[k] = v
 	}
 	if fifo {
-		if sm.GroupID != GroupID(m.Key) {
-			t.Errorf("message %s: MessageGroupId %q, want %q for key %q", m.ID, sm.GroupID, GroupID(m.Key), m.Key)
+		if sm.GroupID != awsbatch.GroupID(m.Key) {
+			t.Errorf("message %s: MessageGroupId %q, want %q for key %q", m.ID, sm.GroupID, awsbatch.GroupID(m.Key), m.Key)
 		}
 		if sm.DedupID != m.ID {
 			t.Errorf("message %s: MessageDeduplicationId %q, want the id", m.ID, sm.DedupID)

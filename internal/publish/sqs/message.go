@@ -1,212 +1,24 @@
 package sqs
 
 import (
-	"encoding/base64"
-	"slices"
-	"strings"
-	"unicode/utf8"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/walpost/walpost/internal/message"
-	"github.com/walpost/walpost/internal/publish"
-	"github.com/walpost/walpost/internal/publish/envelope"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 )
 
-// Names of the message attributes the sink sets (see the package doc).
+// Names of the message attributes the sink sets (docs/sinks/sqs.md,
+// "Mapping"; the sns sink sets the same, awsbatch.Encode).
 const (
-	AttrID   = "id"
-	AttrType = "type"
-	AttrKey  = "key"
+	AttrID   = awsbatch.AttrID
+	AttrType = awsbatch.AttrType
+	AttrKey  = awsbatch.AttrKey
 	// AttrBodyEncoding is set to BodyBase64 when the body is the payload
-	// in standard base64 (a payload that is not valid UTF-8 or holds
-	// characters SQS refuses), and to BodyEmpty when the payload is empty
-	// (SQS needs one character of body: the body is then "-").
-	AttrBodyEncoding = "body-encoding"
-	BodyBase64       = "base64"
-	BodyEmpty        = "empty"
-	// AttrContentType carries the datacontenttype with format: cloudevents.
-	AttrContentType = "content-type"
-	// PrefixCloudEvents starts the attributes of the CloudEvents context
-	// with format: cloudevents (binary mode, as the HTTP and NATS
-	// bindings spell them): ce-specversion, ce-id, ce-source, ce-type,
-	// ce-time, and ce-partitionkey for a key.
-	PrefixCloudEvents = "ce-"
-	// HeaderTraceparent and HeaderTracestate are the headers column
-	// entries that go first when the attributes run short.
-	HeaderTraceparent = "traceparent"
-	HeaderTracestate  = "tracestate"
+	// in standard base64, and to BodyEmpty when the payload is empty (the
+	// body is then "-").
+	AttrBodyEncoding = awsbatch.AttrBodyEncoding
+	BodyBase64       = awsbatch.BodyBase64
+	BodyEmpty        = awsbatch.BodyEmpty
 )
-
-// maxAttributes is how many message attributes SQS takes per message.
-const maxAttributes = 10
-
-// maxAttrNameLen is the longest attribute name SQS takes.
-const maxAttrNameLen = 256
-
-const stringType = "String"
-
-// Reasons a headers column entry is not sent, as logged.
-const (
-	dropDenied   = "credentials or connection header (docs/security.md, \"Row headers\")"
-	dropOwn      = "a name the sink sets itself"
-	dropName     = "not a legal SQS attribute name (1-256 of a-z A-Z 0-9 _ - ., no leading, trailing or double '.', no AWS. or Amazon. prefix)"
-	dropValue    = "empty, or holds characters SQS refuses"
-	dropTooMany  = "over SQS's 10 message attributes"
-	emptyBodyStr = "-"
-)
-
-// entry is one outbox message in its SQS form.
-type entry struct {
-	body  string
-	attrs map[string]types.MessageAttributeValue
-	size  int   // as SQS counts it: body, attribute names, types and values
-	delay int32 // DelaySeconds, 0 for none (deliver_at)
-}
-
-// toEntry maps m to its SQS form (see Encode).
-func toEntry(m *message.Message, env *envelope.Settings, drop func(name, why string)) entry {
-	body, attrs, size := Encode(m, env, drop)
-	e := entry{body: body, size: size, attrs: make(map[string]types.MessageAttributeValue, len(attrs))}
-	for k, v := range attrs {
-		e.attrs[k] = types.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(v)}
-	}
-	return e
-}
-
-// Encode returns m's body and String message attributes as the sqs sink
-// sends them (the package doc, "Mapping"), and its size as SQS (and SNS)
-// count it: body, attribute names, types and values. drop is called for
-// each headers column entry left out, with the reason. The sns sink
-// sends the same form.
-func Encode(m *message.Message, env *envelope.Settings, drop func(name, why string)) (body string, attrs map[string]string, size int) {
-	attrs = make(map[string]string, maxAttributes)
-	set := func(name, value string) {
-		attrs[name] = value
-		size += len(name) + len(stringType) + len(value)
-	}
-	switch {
-	case len(m.Payload) == 0:
-		body = emptyBodyStr
-		set(AttrBodyEncoding, BodyEmpty)
-	case validBody(m.Payload):
-		body = string(m.Payload)
-	default:
-		body = base64.StdEncoding.EncodeToString(m.Payload)
-		set(AttrBodyEncoding, BodyBase64)
-	}
-	size += len(body)
-	ce := env != nil && env.IsCloudEvents()
-	if ce {
-		for _, a := range env.Attributes(m) {
-			if a.Value != "" {
-				set(PrefixCloudEvents+a.Name, a.Value)
-			}
-		}
-		if m.HasKey && m.Key != "" {
-			set(PrefixCloudEvents+"partitionkey", m.Key)
-		}
-		set(AttrContentType, envelope.ContentType(m))
-	} else {
-		set(AttrID, m.ID)
-		set(AttrType, m.Type)
-		if m.HasKey && m.Key != "" {
-			set(AttrKey, m.Key)
-		}
-	}
-	for _, name := range headerOrder(m.Headers) {
-		v := m.Headers[name]
-		switch {
-		case !publish.KeepRowHeader(name):
-			drop(name, dropDenied)
-		case ownName(name, ce):
-			drop(name, dropOwn)
-		case !legalAttrName(name):
-			drop(name, dropName)
-		case v == "" || !validBody([]byte(v)):
-			drop(name, dropValue)
-		case len(attrs) >= maxAttributes:
-			drop(name, dropTooMany)
-		default:
-			set(name, v)
-		}
-	}
-	return body, attrs, size
-}
-
-// headerOrder returns the names of the headers column entries in the order
-// they take the free attributes: a claim check's reference (the
-// walpost-claim-check headers, without which the receiver has no
-// payload), traceparent, tracestate, then by name.
-func headerOrder(h map[string]string) []string {
-	names := make([]string, 0, len(h))
-	for k := range h {
-		names = append(names, k)
-	}
-	rank := func(s string) int {
-		switch s {
-		case "walpost-claim-check", "walpost-claim-check-size", "walpost-claim-check-sha256":
-			return -1
-		case HeaderTraceparent:
-			return 0
-		case HeaderTracestate:
-			return 1
-		}
-		return 2
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if ra, rb := rank(a), rank(b); ra != rb {
-			return ra - rb
-		}
-		return strings.Compare(a, b)
-	})
-	return names
-}
-
-// ownName reports whether a headers column entry would pass for an
-// attribute the sink sets, in any case.
-func ownName(name string, ce bool) bool {
-	for _, own := range []string{AttrID, AttrType, AttrKey, AttrBodyEncoding, AttrContentType} {
-		if strings.EqualFold(name, own) {
-			return true
-		}
-	}
-	return ce && envelope.HasPrefixFold(name, PrefixCloudEvents)
-}
-
-// legalAttrName reports whether SQS takes name as a message attribute
-// name.
-func legalAttrName(name string) bool {
-	if name == "" || len(name) > maxAttrNameLen || name[0] == '.' || name[len(name)-1] == '.' ||
-		strings.Contains(name, "..") || envelope.HasPrefixFold(name, "aws.") || envelope.HasPrefixFold(name, "amazon.") {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-// validBody reports whether SQS takes b as a message body or string
-// value: valid UTF-8 of the characters #x9, #xA, #xD, #x20 to #xD7FF,
-// #xE000 to #xFFFD and #x10000 to #x10FFFF.
-func validBody(b []byte) bool {
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		if r == utf8.RuneError && n <= 1 {
-			return false
-		}
-		if !(r == 0x9 || r == 0xA || r == 0xD || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
 
 // Payload returns the outbox payload of a received message: its body, or
 // the body decoded per its body-encoding attribute. Receivers (and the
@@ -216,11 +28,5 @@ func Payload(body string, attrs map[string]types.MessageAttributeValue) ([]byte,
 	if a, ok := attrs[AttrBodyEncoding]; ok && a.StringValue != nil {
 		enc = *a.StringValue
 	}
-	switch enc {
-	case BodyBase64:
-		return base64.StdEncoding.DecodeString(body)
-	case BodyEmpty:
-		return []byte{}, nil
-	}
-	return []byte(body), nil
+	return awsbatch.DecodeBody(body, enc)
 }

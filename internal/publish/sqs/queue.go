@@ -1,8 +1,6 @@
 package sqs
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -59,32 +57,3 @@ func parseQueue(text string) (*nametmpl.Template, error) {
 // isFIFO reports whether the queue named (or addressed) by s is a FIFO
 // queue.
 func isFIFO(s string) bool { return strings.HasSuffix(s, fifoSuffix) }
-
-// maxGroupIDLen is the longest MessageGroupId SQS accepts.
-const maxGroupIDLen = 128
-
-// groupIDPrefix starts a MessageGroupId that stands for a key SQS would
-// not take as one.
-const groupIDPrefix = "sha256:"
-
-// GroupID returns the MessageGroupId of a message of ordering key key:
-// the key itself when SQS takes it (1 to 128 characters of a-z, A-Z,
-// 0-9 and ASCII punctuation), else "sha256:" and the hex SHA-256 of the
-// key, so that one key is always one group. The key itself travels in
-// the key attribute.
-func GroupID(key string) string {
-	if key != "" && len(key) <= maxGroupIDLen && !strings.HasPrefix(key, groupIDPrefix) {
-		ok := true
-		for i := 0; i < len(key); i++ {
-			if c := key[i]; c <= ' ' || c > '~' {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return key
-		}
-	}
-	sum := sha256.Sum256([]byte(key))
-	return groupIDPrefix + hex.EncodeToString(sum[:])
-}

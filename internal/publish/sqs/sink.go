@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/message"
 	"github.com/walpost/walpost/internal/publish"
+	"github.com/walpost/walpost/internal/publish/awsbatch"
 	"github.com/walpost/walpost/internal/publish/envelope"
 	"github.com/walpost/walpost/internal/publish/nametmpl"
 	"github.com/walpost/walpost/internal/redact"
@@ -56,15 +56,9 @@ func delaySeconds(m *message.Message, fifo bool, now time.Time) (int32, error) {
 	return int32((d + time.Second - 1) / time.Second), nil
 }
 
-// maxBatchEntries is how many entries SQS takes in one SendMessageBatch.
-const maxBatchEntries = 10
-
 // maxCachedURLs bounds the queue URLs the sink remembers (one per queue
 // a template reached); the cache starts over beyond it.
 const maxCachedURLs = 4096
-
-// errTimeout is the cause of a Publish call's own deadline.
-var errTimeout = errors.New("sqs: timeout")
 
 // API is the part of the SQS client the sink uses; *sqs.Client
 // satisfies it.
@@ -85,8 +79,8 @@ type Sink struct {
 	queueURL string
 	env      envelope.Settings
 	maxBytes int
-	timeout  time.Duration
 	client   API
+	batcher  awsbatch.Batcher
 
 	mu   sync.Mutex // serializes Publish; guards urls
 	urls map[string]string
@@ -150,7 +144,6 @@ func buildSink(name string, c sqsConfig, client API, log zerolog.Logger) *Sink {
 		log:      log,
 		env:      c.Settings,
 		maxBytes: c.MaxMessageBytes,
-		timeout:  c.Timeout.D(),
 		client:   client,
 		urls:     map[string]string{},
 	}
@@ -159,21 +152,16 @@ func buildSink(name string, c sqsConfig, client API, log zerolog.Logger) *Sink {
 	} else {
 		s.queue, _ = parseQueue(c.Queue) // validated
 	}
+	s.batcher = awsbatch.Batcher{Sink: "sqs", Service: "SQS", Noun: "queue", Codes: codeVerdicts, MaxBytes: c.MaxMessageBytes,
+		Timeout: c.Timeout.D(), NotFound: hintNotFound}
+	if s.queue != nil && !s.queue.Fixed() {
+		s.batcher.Setting, s.batcher.Template = "queue", s.queue.Text()
+	}
 	return s
 }
 
 // Name returns the sink's configured name.
 func (s *Sink) Name() string { return s.name }
-
-// group is the messages of one Publish call that go to one queue, in
-// order, with their SQS form.
-type group struct {
-	queue   string // the name, or the URL as configured
-	fifo    bool
-	msgs    []*message.Message
-	entries []entry
-	idx     []int // idx[i]: the index of msgs[i] in the call
-}
 
 // Publish sends msgs, in order, and returns nil only when SQS has
 // acknowledged every one of them.
@@ -183,17 +171,17 @@ type group struct {
 // before anything is sent, with a publish.Rejected error naming it
 // (relay.on_refused applies). The messages of each queue go out with
 // SendMessageBatch, up to 10 entries and max_message_bytes a request, one
-// request at a time; the queues one after another. SQS answers for each
-// entry: those it stored are reported with publish.Partial — of a FIFO
-// queue only, per message group, those before the group's first failed
-// entry (the others are sent again, and SQS's deduplication drops the
-// copies stored) — and the queue's later batches are not sent. An entry
-// SQS refuses for what it holds (its size, characters, attributes) is
-// Rejected, naming the message; a queue that does not exist is Permanent,
-// or Rejected when a template chose it (docs/security.md); throttling,
-// server errors and network errors are transient. When ctx ends, or the
-// call takes longer than timeout, Publish returns promptly with an error
-// wrapping ctx.Err() (context.DeadlineExceeded for the timeout).
+// request at a time; the queues one after another (awsbatch.Batcher); a
+// request to a FIFO queue holds at most one entry per message group.
+// SQS answers for each entry: those it stored are reported with
+// publish.Partial, and after a failed entry the queue's later batches
+// are not sent. An entry SQS refuses for what it holds (its size,
+// characters, attributes) is Rejected, naming the message; a queue that
+// does not exist is Permanent, or Rejected when a template chose it
+// (docs/security.md); throttling, server errors and network errors are
+// transient. When ctx ends, or the call takes longer than timeout,
+// Publish returns promptly with an error wrapping ctx.Err()
+// (context.DeadlineExceeded for the timeout).
 func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,37 +191,18 @@ func (s *Sink) Publish(ctx context.Context, msgs []*message.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sqs: publishing %s: %w", publish.DescribeCall(msgs), err)
 	}
-	groups, err := s.group(msgs)
+	dests, err := s.group(msgs)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, errTimeout)
-	defer cancel()
-
-	done := make([]bool, len(msgs))
-	var first error
-	for _, g := range groups {
-		err := s.send(ctx, g, done, len(msgs))
-		if err == nil {
-			continue
-		}
-		// A permanent error wins: it is what the operator must act on.
-		if first == nil || publish.IsPermanent(err) && !publish.IsPermanent(first) {
-			first = err
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return publish.Partial(first, done)
+	return s.batcher.Send(ctx, awsbatch.SendFunc(s.sendBatch), dests, len(msgs))
 }
 
 // group splits msgs by queue, keeping their order, maps each to its SQS
 // form, and returns a Rejected error for the first message with an
 // illegal queue name or too large to send.
-func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
-	var groups []*group
-	byQueue := map[string]*group{}
+func (s *Sink) group(msgs []*message.Message) ([]*awsbatch.Dest, error) {
+	var dests awsbatch.Dests
 	now := time.Now()
 	for i, m := range msgs {
 		q := s.queueURL
@@ -243,27 +212,18 @@ func (s *Sink) group(msgs []*message.Message) ([]*group, error) {
 				return nil, publish.Rejected(fmt.Errorf("sqs: %w", publish.NameError(m, "queue", q, s.queue.Text(), err)))
 			}
 		}
-		e := toEntry(m, &s.env, s.dropped)
+		body, attrs, size := awsbatch.Encode(m, &s.env, s.dropped)
 		delay, err := delaySeconds(m, isFIFO(q), now)
 		if err != nil {
 			return nil, publish.Rejected(fmt.Errorf("sqs: %s to queue %q: %w", publish.Describe(m), showQueue(q), err))
 		}
-		e.delay = delay
-		if e.size > s.maxBytes {
+		if size > s.maxBytes {
 			return nil, publish.Rejected(fmt.Errorf("sqs: %s to queue %q: %d bytes as SQS counts them (body %d, attributes %d), over max_message_bytes %d; %s",
-				publish.Describe(m), showQueue(q), e.size, len(e.body), e.size-len(e.body), s.maxBytes, hintTooLarge))
+				publish.Describe(m), showQueue(q), size, len(body), size-len(body), s.maxBytes, hintTooLarge))
 		}
-		g := byQueue[q]
-		if g == nil {
-			g = &group{queue: q, fifo: isFIFO(q)}
-			byQueue[q] = g
-			groups = append(groups, g)
-		}
-		g.msgs = append(g.msgs, m)
-		g.entries = append(g.entries, e)
-		g.idx = append(g.idx, i)
+		dests.Add(q, showQueue(q), isFIFO(q), i, m, awsbatch.Entry{Body: body, Attrs: attrs, Size: size, Delay: delay})
 	}
-	return groups, nil
+	return dests.List, nil
 }
 
 // dropped logs, once per name and reason for the sink's life, that a
@@ -275,16 +235,16 @@ func (s *Sink) dropped(name, why string) {
 	}
 }
 
-// url returns the URL of g's queue: as configured, or from GetQueueUrl,
+// url returns the URL of d's queue: as configured, or from GetQueueUrl,
 // cached.
-func (s *Sink) url(ctx context.Context, g *group) (string, error) {
+func (s *Sink) url(ctx context.Context, d *awsbatch.Dest) (string, error) {
 	if s.queue == nil {
-		return g.queue, nil
+		return d.Addr, nil
 	}
-	if u, ok := s.urls[g.queue]; ok {
+	if u, ok := s.urls[d.Addr]; ok {
 		return u, nil
 	}
-	out, err := s.client.GetQueueUrl(ctx, &sqsapi.GetQueueUrlInput{QueueName: aws.String(g.queue)})
+	out, err := s.client.GetQueueUrl(ctx, &sqsapi.GetQueueUrlInput{QueueName: aws.String(d.Addr)})
 	if err != nil {
 		return "", err
 	}
@@ -292,148 +252,47 @@ func (s *Sink) url(ctx context.Context, g *group) (string, error) {
 		clear(s.urls)
 	}
 	u := aws.ToString(out.QueueUrl)
-	s.urls[g.queue] = u
+	s.urls[d.Addr] = u
 	return u, nil
 }
 
-// send sends g's messages in batches, one batch at a time, and marks in
-// done those SQS stored (see Publish). total is the size of the call, for
-// error messages.
-func (s *Sink) send(ctx context.Context, g *group, done []bool, total int) error {
-	u, err := s.url(ctx, g)
+// sendBatch sends entries to d's queue in one SendMessageBatch request
+// (awsbatch.Sender).
+func (s *Sink) sendBatch(ctx context.Context, d *awsbatch.Dest, entries []*awsbatch.Entry) (awsbatch.Answer, error) {
+	u, err := s.url(ctx, d)
 	if err != nil {
-		return s.failed(ctx, err, g, 0, len(g.msgs), total)
+		return awsbatch.Answer{}, err
 	}
-	for start := 0; start < len(g.msgs); {
-		end, size := start, 0
-		for end < len(g.msgs) && end-start < maxBatchEntries && size+g.entries[end].size <= s.maxBytes {
-			size += g.entries[end].size
-			end++
+	in := &sqsapi.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: make([]types.SendMessageBatchRequestEntry, 0, len(entries))}
+	for j, e := range entries {
+		re := types.SendMessageBatchRequestEntry{
+			Id:                aws.String(awsbatch.ID(j)),
+			MessageBody:       aws.String(e.Body),
+			MessageAttributes: make(map[string]types.MessageAttributeValue, len(e.Attrs)),
 		}
-		in := &sqsapi.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: make([]types.SendMessageBatchRequestEntry, 0, end-start)}
-		for i := start; i < end; i++ {
-			e := g.entries[i]
-			re := types.SendMessageBatchRequestEntry{
-				Id:                aws.String(strconv.Itoa(i - start)),
-				MessageBody:       aws.String(e.body),
-				MessageAttributes: e.attrs,
-			}
-			if e.delay > 0 {
-				re.DelaySeconds = e.delay
-			}
-			if g.fifo {
-				re.MessageGroupId = aws.String(GroupID(g.msgs[i].OrderingKey()))
-				re.MessageDeduplicationId = aws.String(g.msgs[i].ID)
-			}
-			in.Entries = append(in.Entries, re)
+		for k, v := range e.Attrs {
+			re.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String(awsbatch.StringType), StringValue: aws.String(v)}
 		}
-		out, err := s.client.SendMessageBatch(ctx, in)
-		if err != nil {
-			return s.failed(ctx, err, g, start, end, total)
+		if e.Delay > 0 {
+			re.DelaySeconds = e.Delay
 		}
-		if err := s.settle(g, start, end, out, done); err != nil {
-			return err
+		if d.FIFO {
+			re.MessageGroupId, re.MessageDeduplicationId = aws.String(e.Group), aws.String(e.Dedup)
 		}
-		start = end
+		in.Entries = append(in.Entries, re)
 	}
-	return nil
-}
-
-// settle marks in done the entries of g.msgs[start:end] that out reports
-// stored (of a FIFO queue, per group, only those before a failed entry of
-// the group), and returns the error of the first failed entry.
-func (s *Sink) settle(g *group, start, end int, out *sqsapi.SendMessageBatchOutput, done []bool) error {
-	ok := make(map[string]bool, len(out.Successful))
+	out, err := s.client.SendMessageBatch(ctx, in)
+	if err != nil {
+		return awsbatch.Answer{}, err
+	}
+	ans := awsbatch.Answer{Stored: make(map[string]bool, len(out.Successful)), Failed: make(map[string]awsbatch.Failure, len(out.Failed))}
 	for _, r := range out.Successful {
-		ok[aws.ToString(r.Id)] = true
+		ans.Stored[aws.ToString(r.Id)] = true
 	}
-	i := SettleBatch(g.msgs, g.idx, g.fifo, start, end, ok, done)
-	if i < 0 {
-		return nil
-	}
-	code, text := "NoResult", "SQS reported the entry neither stored nor failed"
-	var senderFault bool
 	for _, f := range out.Failed {
-		if aws.ToString(f.Id) == strconv.Itoa(i-start) {
-			code, text, senderFault = aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault
-		}
+		ans.Failed[aws.ToString(f.Id)] = awsbatch.Failure{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 	}
-	v := classifyCode(code, senderFault)
-	err := fmt.Errorf("sqs: %s to queue %q: refused by SQS (%s: %s)", publish.Describe(g.msgs[i]), showQueue(g.queue), code, text)
-	if v.Hint != "" {
-		err = fmt.Errorf("%w; %s", err, v.Hint)
-	}
-	return v.Mark(err)
-}
-
-// SettleBatch marks in done (at idx[i]) the entries of msgs[start:end]
-// whose entry id in their batch request (strconv.Itoa(i-start)) is in
-// ok, the answer's stored entries; of a FIFO destination, per group
-// (OrderingKey) only those before the group's first entry not stored
-// (the rest are sent again, in order). It returns the index in msgs of
-// the first entry not stored, -1 when all were. The sns sink settles
-// PublishBatch's answers with it too.
-func SettleBatch(msgs []*message.Message, idx []int, fifo bool, start, end int, ok map[string]bool, done []bool) int {
-	first := -1
-	var broken map[string]bool
-	for i := start; i < end; i++ {
-		m := msgs[i]
-		stored := ok[strconv.Itoa(i-start)]
-		if stored && (!fifo || !broken[m.OrderingKey()]) {
-			done[idx[i]] = true
-			continue
-		}
-		if fifo {
-			if broken == nil {
-				broken = map[string]bool{}
-			}
-			broken[m.OrderingKey()] = true
-		}
-		if !stored && first < 0 {
-			first = i
-		}
-	}
-	return first
-}
-
-// failed turns an error of a request for g.msgs[start:end] into the error
-// Publish returns: it names the batch's first message, the queue, and how
-// much of the call was not acknowledged, and marks it per classify (a
-// queue a template chose that does not exist is Rejected).
-func (s *Sink) failed(ctx context.Context, err error, g *group, start, end, total int) error {
-	m := g.msgs[start]
-	what := publish.Describe(m)
-	if n := end - start; n > 1 {
-		last := g.msgs[end-1]
-		what = fmt.Sprintf("batch of %d messages from %s (lsn %s) to %s (lsn %s)", n, m.ID, m.LSN, last.ID, last.LSN)
-	}
-	msg := fmt.Sprintf("sqs: %s to queue %q", what, showQueue(g.queue))
-	if total > 1 {
-		msg += fmt.Sprintf(" (%d of the call's %d messages not acknowledged by the queue)", len(g.msgs)-start, total)
-	}
-	if ctx.Err() != nil {
-		cause := ctx.Err()
-		if errors.Is(context.Cause(ctx), errTimeout) {
-			return fmt.Errorf("%s: timeout %s passed: %w (%v)", msg, s.timeout, cause, err)
-		}
-		if errors.Is(err, cause) {
-			return fmt.Errorf("%s: %w", msg, err)
-		}
-		return fmt.Errorf("%s: %w (%v)", msg, cause, err)
-	}
-	v := classify(err)
-	if v.Hint != "" {
-		err = fmt.Errorf("%s: %w; %s", msg, err, v.Hint)
-	} else {
-		err = fmt.Errorf("%s: %w", msg, err)
-	}
-	if v.Permanent && v.Hint == hintNotFound && s.queue != nil && !s.queue.Fixed() {
-		// A queue the message's type or key chose: other messages go to
-		// other queues, and a name a message chose must never stop the
-		// relay for good (docs/security.md).
-		return publish.Rejected(fmt.Errorf("%w (the queue comes from queue %q: or park the message with relay.on_refused: dead_letter)", err, s.queue.Text()))
-	}
-	return v.Mark(err)
+	return ans, nil
 }
 
 // Close releases the sink. The SDK's client holds idle HTTP connections

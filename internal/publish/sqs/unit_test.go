@@ -24,23 +24,3 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
-
-func TestGroupIDKeepsLegalKeysAndHashesOthers(t *testing.T) {
-	if got := GroupID("order-1/x:y"); got != "order-1/x:y" {
-		t.Errorf("GroupID of a legal key = %q", got)
-	}
-	for _, k := range []string{"kunde äöü", "a b", strings.Repeat("x", 129), "", "sha256:abc"} {
-		got := GroupID(k)
-		if !strings.HasPrefix(got, "sha256:") || len(got) != 7+64 || got != GroupID(k) {
-			t.Errorf("GroupID(%q) = %q", k, got)
-		}
-	}
-}
-
-func TestValidBody(t *testing.T) {
-	for s, want := range map[string]bool{"{}": true, "ä\t\n": true, "\x00": false, "\xff": false, "\uFFFE": false, "\U0001F600": true} {
-		if validBody([]byte(s)) != want {
-			t.Errorf("validBody(%q) != %v", s, want)
-		}
-	}
-}

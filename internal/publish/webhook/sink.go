@@ -296,8 +296,9 @@ func (s *Sink) baseHeader(size int) http.Header {
 }
 
 // messageHeader returns the headers of m's request in mode message: the
-// headers column (entries the sink or headers: set are left out), then
-// headers:, then the sink's own. An id, type (format raw), key or entry of
+// headers column (entries the sink or headers: set are left out, and
+// every walpost-* one), then headers:, then the relay's own
+// (message.RelayHeaders), then the sink's own. An id, type (format raw), key or entry of
 // the headers column that cannot be an HTTP header is a refusal of m
 // (Rejected): net/http would refuse the request, and retrying would not
 // change that.
@@ -319,11 +320,18 @@ func (s *Sink) messageHeader(m *message.Message) (http.Header, error) {
 					"not an HTTP header name, or its value holds a control character", publish.Describe(m), k))
 			}
 			ck := http.CanonicalHeaderKey(k)
-			if !publish.KeepRowHeader(k) || isReserved(ck) || s.static[ck] != nil || ck == "User-Agent" {
+			if !publish.KeepRowHeader(k) {
+				continue
+			}
+			if isReserved(ck) || s.static[ck] != nil || ck == "User-Agent" {
+				publish.LeaveOutRowHeader(k, publish.OwnRowHeader)
 				continue
 			}
 			h[ck] = append(h[ck], m.Headers[k])
 		}
+	}
+	for _, rh := range m.RelayHeaders() {
+		h[http.CanonicalHeaderKey(rh.Name)] = []string{rh.Value}
 	}
 	h["Content-Type"] = []string{envelope.ContentType(m)}
 	h[headerIdempotencyKey] = []string{m.ID}

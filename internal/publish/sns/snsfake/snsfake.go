@@ -11,7 +11,9 @@
 // acknowledged, not stored). It stores what is published per topic, in
 // order, for the tests to read; there are no subscriptions, no fan-out,
 // no signature checks, IAM or KMS. Faults: Throttle, FailEntries, Stop
-// and Start on the same port with the topics kept.
+// and Start on the same port with the topics kept. The listener, the
+// faults and the deduplication window are awsfake's, shared with
+// sqsfake.
 //
 // A Server is safe for concurrent use.
 package snsfake
@@ -19,7 +21,6 @@ package snsfake
 import (
 	"encoding/xml"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -28,10 +29,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/walpost/walpost/internal/publish/awsbatch/awsfake"
 )
 
 // DedupWindow is how long a FIFO topic remembers a deduplication id.
-const DedupWindow = 5 * time.Minute
+const DedupWindow = awsfake.DedupWindow
 
 // MaxMessageSize is SNS's limit of a message and of a batch.
 const MaxMessageSize = 256 << 10
@@ -48,25 +51,25 @@ type Message struct {
 type topic struct {
 	fifo  bool
 	msgs  []Message
-	dedup map[string]time.Time
-	order []string
+	dedup awsfake.Dedup
 }
 
 // Server is the stand-in; use Start or New and Listen.
+//
+// Its Listener's methods serve it (URL, Stop and Start on the same port
+// with the topics kept, Close, Outage); its Faults' inject faults
+// (Throttle: Throttled answers, FailEntries, Requests).
 type Server struct {
-	mu       sync.Mutex
-	topics   map[string]*topic // by name
-	seq      int64
-	throttle int
-	fail     func(topic, body string) (code string, senderFault bool)
-	requests map[string]int
+	awsfake.Listener
+	awsfake.Faults
 
-	addr string
-	srv  *http.Server
+	mu     sync.Mutex
+	topics map[string]*topic // by name
+	seq    int64
 }
 
 // New returns a stand-in that does not listen yet.
-func New() *Server { return &Server{topics: map[string]*topic{}, requests: map[string]int{}} }
+func New() *Server { return &Server{topics: map[string]*topic{}} }
 
 // Start returns a stand-in on a free loopback port, closed when the test
 // ends.
@@ -80,68 +83,12 @@ func Start(t interface {
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	t.Cleanup(s.Close)
 	return s
 }
 
 // Listen starts serving on addr, which Stop and Start keep.
-func (s *Server) Listen(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.addr = ln.Addr().String()
-	s.mu.Unlock()
-	s.serve(ln)
-	return nil
-}
-
-func (s *Server) serve(ln net.Listener) {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	s.mu.Lock()
-	s.srv = srv
-	s.mu.Unlock()
-	go srv.Serve(ln)
-}
-
-// URL is the endpoint to give the SDK.
-func (s *Server) URL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return "http://" + s.addr
-}
-
-// Stop closes the listener and every connection; the topics are kept.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
-	s.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
-}
-
-// Start listens again on the port of the first Listen.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	addr := s.addr
-	s.mu.Unlock()
-	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return err
-	}
-	s.serve(ln)
-	return nil
-}
+func (s *Server) Listen(addr string) error { return s.Listener.Listen(addr, s) }
 
 // ARN returns the ARN of topic name.
 func ARN(name string) string { return "arn:aws:sns:us-east-1:000000000000:" + name }
@@ -152,7 +99,7 @@ func (s *Server) CreateTopic(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.topics[name] == nil {
-		s.topics[name] = &topic{fifo: strings.HasSuffix(name, ".fifo"), dedup: map[string]time.Time{}}
+		s.topics[name] = &topic{fifo: strings.HasSuffix(name, ".fifo")}
 	}
 	return ARN(name)
 }
@@ -175,27 +122,6 @@ func (s *Server) Count(name string) int {
 		return len(t.msgs)
 	}
 	return 0
-}
-
-// Throttle answers the next n requests with Throttled (HTTP 400).
-func (s *Server) Throttle(n int) {
-	s.mu.Lock()
-	s.throttle = n
-	s.mu.Unlock()
-}
-
-// FailEntries fails every entry for which f returns a code.
-func (s *Server) FailEntries(f func(topic, body string) (code string, senderFault bool)) {
-	s.mu.Lock()
-	s.fail = f
-	s.mu.Unlock()
-}
-
-// Requests returns how many requests of action op were answered.
-func (s *Server) Requests(op string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[op]
 }
 
 type xmlError struct {
@@ -251,15 +177,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	op := r.PostForm.Get("Action")
-	s.mu.Lock()
-	s.requests[op]++
-	if s.throttle > 0 {
-		s.throttle--
-		s.mu.Unlock()
+	if s.Request(op) {
 		writeErr(w, http.StatusBadRequest, "Throttled", "Rate exceeded")
 		return
 	}
-	s.mu.Unlock()
 	if op != "PublishBatch" {
 		writeErr(w, http.StatusBadRequest, "InvalidAction", "the stand-in implements PublishBatch only")
 		return
@@ -355,11 +276,9 @@ func (s *Server) publishEntry(t *topic, name string, e *entry, now time.Time, ou
 	bad := func(code, msg string, sender bool) {
 		out.Failed = append(out.Failed, failedEntry{ID: e.id, Code: code, Message: msg, SenderFault: sender})
 	}
-	if s.fail != nil {
-		if code, sender := s.fail(name, e.body); code != "" {
-			bad(code, "failed by the test", sender)
-			return
-		}
+	if code, sender := s.Fail(name, e.body); code != "" {
+		bad(code, "failed by the test", sender)
+		return
 	}
 	switch {
 	case e.body == "":
@@ -376,19 +295,16 @@ func (s *Server) publishEntry(t *topic, name string, e *entry, now time.Time, ou
 		return
 	}
 	if t.fifo {
-		for len(t.order) > 0 && now.Sub(t.dedup[t.order[0]]) > DedupWindow {
-			delete(t.dedup, t.order[0])
-			t.order = t.order[1:]
-		}
-		if _, dup := t.dedup[e.dedup]; dup {
-			out.Successful = append(out.Successful, resultEntry{ID: e.id, MessageID: "dup-" + e.dedup, SequenceNumber: "0"})
+		if msgID, dup := t.dedup.Seen(e.dedup, now); dup {
+			out.Successful = append(out.Successful, resultEntry{ID: e.id, MessageID: msgID, SequenceNumber: "0"})
 			return
 		}
-		t.dedup[e.dedup] = now
-		t.order = append(t.order, e.dedup)
 	}
 	s.seq++
 	m := Message{MessageID: fmt.Sprintf("00000000-0000-4000-9000-%012d", s.seq), Body: e.body, GroupID: e.group, DedupID: e.dedup, Attributes: map[string]string{}}
+	if t.fifo {
+		t.dedup.Remember(e.dedup, m.MessageID, now)
+	}
 	for _, a := range e.attrs {
 		m.Attributes[a[0]] = a[1]
 	}

@@ -25,7 +25,8 @@
 // Start take the listener down and up on the same port, the queues kept
 // (a restarted SQS keeps what it acknowledged).
 //
-// A Server is safe for concurrent use.
+// The listener, the faults and the deduplication window are awsfake's,
+// shared with snsfake. A Server is safe for concurrent use.
 package sqsfake
 
 import (
@@ -33,17 +34,18 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/walpost/walpost/internal/publish/awsbatch/awsfake"
 )
 
 // DedupWindow is how long a FIFO queue remembers a deduplication id.
-const DedupWindow = 5 * time.Minute
+const DedupWindow = awsfake.DedupWindow
 
 // MaxDelaySeconds is the largest DelaySeconds SQS takes (15 minutes).
 const MaxDelaySeconds = 900
@@ -75,101 +77,41 @@ type queue struct {
 	fifo    bool
 	maxSize int
 	msgs    []*Message
-	dedup   map[string]dedupEntry
-	order   []string // dedup ids in the order remembered, for expiry
-}
-
-type dedupEntry struct {
-	msgID string
-	at    time.Time
+	dedup   awsfake.Dedup
 }
 
 // Server is the stand-in. The zero value is not usable; use New or Start.
+//
+// Its Listener's methods serve it: URL, Stop (as a server that died
+// would: the listener and every connection closed, the queues kept),
+// Start (again on the same port), Close and Outage. Its Faults' methods
+// inject faults: Throttle (RequestThrottled answers), FailEntries (the
+// queue's name and an entry's body in, a code out), Requests.
 type Server struct {
-	mu       sync.Mutex
-	cond     *sync.Cond // signalled when a message is stored or released
-	queues   map[string]*queue
-	seq      int64
-	throttle int
-	fail     func(queue string, body string) (code string, senderFault bool)
-	requests map[string]int
+	awsfake.Listener
+	awsfake.Faults
 
-	addr string
-	ln   net.Listener
-	srv  *http.Server
+	mu     sync.Mutex
+	cond   *sync.Cond // signalled when a message is stored or released
+	queues map[string]*queue
+	seq    int64
 }
 
 // New returns a stand-in that does not listen yet (see Start).
 func New() *Server {
-	s := &Server{queues: map[string]*queue{}, requests: map[string]int{}}
+	s := &Server{queues: map[string]*queue{}}
 	s.cond = sync.NewCond(&s.mu)
+	s.OnStop = func() { // wake the long polls, whose connections are gone
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}
 	return s
 }
 
 // Listen starts serving on addr ("127.0.0.1:0" picks a port), which Stop
 // and Start keep.
-func (s *Server) Listen(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.addr = ln.Addr().String()
-	s.mu.Unlock()
-	s.serve(ln)
-	return nil
-}
-
-func (s *Server) serve(ln net.Listener) {
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	s.mu.Lock()
-	s.ln, s.srv = ln, srv
-	s.mu.Unlock()
-	go srv.Serve(ln)
-}
-
-// URL is the endpoint to give the SDK (endpoint: in the sink's config).
-func (s *Server) URL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return "http://" + s.addr
-}
-
-// Stop closes the listener and every connection, as a server that died
-// would; the queues are kept.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv, s.ln = nil, nil
-	s.cond.Broadcast()
-	s.mu.Unlock()
-	if srv != nil {
-		srv.Close()
-	}
-}
-
-// Start listens again on the port of the first Listen.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	addr := s.addr
-	s.mu.Unlock()
-	var ln net.Listener
-	var err error
-	for range 50 { // the port may linger for a moment
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return err
-	}
-	s.serve(ln)
-	return nil
-}
-
-// Close stops serving for good.
-func (s *Server) Close() { s.Stop() }
+func (s *Server) Listen(addr string) error { return s.Listener.Listen(addr, s) }
 
 // QueueOptions are a queue's attributes.
 type QueueOptions struct {
@@ -193,12 +135,12 @@ func (s *Server) createLocked(name string, opts QueueOptions) *queue {
 	if opts.MaxMessageSize == 0 {
 		opts.MaxMessageSize = DefaultMaxMessageSize
 	}
-	q := &queue{name: name, fifo: strings.HasSuffix(name, ".fifo"), maxSize: opts.MaxMessageSize, dedup: map[string]dedupEntry{}}
+	q := &queue{name: name, fifo: strings.HasSuffix(name, ".fifo"), maxSize: opts.MaxMessageSize}
 	s.queues[name] = q
 	return q
 }
 
-func (s *Server) queueURL(name string) string { return "http://" + s.addr + "/000000000000/" + name }
+func (s *Server) queueURL(name string) string { return s.URL() + "/000000000000/" + name }
 
 // Messages returns the messages queue holds (not deleted), in the order
 // stored, as copies.
@@ -217,29 +159,6 @@ func (s *Server) Messages(name string) []Message {
 		}
 	}
 	return out
-}
-
-// Throttle answers the next n requests with RequestThrottled (HTTP 400).
-func (s *Server) Throttle(n int) {
-	s.mu.Lock()
-	s.throttle = n
-	s.mu.Unlock()
-}
-
-// FailEntries makes every entry of SendMessage(Batch) for which f returns
-// a code fail with that code (and SenderFault); nil turns it off.
-func (s *Server) FailEntries(f func(queue, body string) (code string, senderFault bool)) {
-	s.mu.Lock()
-	s.fail = f
-	s.mu.Unlock()
-}
-
-// Requests returns how many requests of operation op (SendMessageBatch)
-// were answered, throttled ones included.
-func (s *Server) Requests(op string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[op]
 }
 
 // apiError is an error answer.
@@ -267,15 +186,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, senderErr("InvalidParameterValue", "InvalidParameterValue", "body is not JSON: "+err.Error()))
 		return
 	}
-	s.mu.Lock()
-	s.requests[op]++
-	if s.throttle > 0 {
-		s.throttle--
-		s.mu.Unlock()
+	if s.Request(op) {
 		writeErr(w, senderErr("RequestThrottled", "RequestThrottled", "Rate exceeded"))
 		return
 	}
-	s.mu.Unlock()
 	var out any
 	var aerr *apiError
 	switch op {
@@ -468,10 +382,8 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 	bad := func(code, msg string) (sendResult, *failedEntry) {
 		return sendResult{}, &failedEntry{Code: code, Message: msg, SenderFault: true}
 	}
-	if s.fail != nil {
-		if code, sender := s.fail(q.name, e.MessageBody); code != "" {
-			return sendResult{}, &failedEntry{Code: code, Message: "failed by the test", SenderFault: sender}
-		}
+	if code, sender := s.Fail(q.name, e.MessageBody); code != "" {
+		return sendResult{}, &failedEntry{Code: code, Message: "failed by the test", SenderFault: sender}
 	}
 	switch {
 	case e.MessageBody == "":
@@ -504,12 +416,8 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 	res := sendResult{MD5OfMessageBody: hex.EncodeToString(sum[:])}
 	now := time.Now()
 	if q.fifo {
-		for len(q.order) > 0 && now.Sub(q.dedup[q.order[0]].at) > DedupWindow {
-			delete(q.dedup, q.order[0])
-			q.order = q.order[1:]
-		}
-		if d, dup := q.dedup[e.MessageDeduplicationID]; dup {
-			res.MessageID = d.msgID
+		if msgID, dup := q.dedup.Seen(e.MessageDeduplicationID, now); dup {
+			res.MessageID = msgID
 			res.SequenceNumber = "0"
 			return res, nil
 		}
@@ -531,8 +439,7 @@ func (s *Server) store(q *queue, e *sendEntry) (sendResult, *failedEntry) {
 	}
 	q.msgs = append(q.msgs, m)
 	if q.fifo {
-		q.dedup[e.MessageDeduplicationID] = dedupEntry{msgID: m.MessageID, at: now}
-		q.order = append(q.order, e.MessageDeduplicationID)
+		q.dedup.Remember(e.MessageDeduplicationID, m.MessageID, now)
 		res.SequenceNumber = strconv.FormatInt(s.seq, 10)
 	}
 	res.MessageID = m.MessageID
@@ -568,20 +475,6 @@ func Start(t interface {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// Outage stops the stand-in until the returned function starts it again
-// (sinktest.Target.Outage).
-func (s *Server) Outage(t interface {
-	Helper()
-	Fatal(...any)
-}) (restore func()) {
-	s.Stop()
-	return func() {
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // Count returns how many messages queue holds (not deleted), without

@@ -1,0 +1,25 @@
+package sqs
+
+import (
+	"github.com/walpost/walpost/internal/message"
+	"github.com/walpost/walpost/internal/publish"
+)
+
+var _ publish.RefusalUnits = (*Sink)(nil)
+
+// RefusalUnit is the queue m goes to (publish.RefusalUnits, used under
+// relay.on_refused: hold_key): queues are sent to independently, so the
+// runner never puts one key's messages for two queues in one call.
+// (Within a queue, SettleBatch reports per message group.)
+func (s *Sink) RefusalUnit(m *message.Message) (string, bool) {
+	if s.queue == nil {
+		return s.queueURL, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queue.Expand(m)
+	if err != nil {
+		return "", true // refused for its name
+	}
+	return q, true
+}
