@@ -255,6 +255,27 @@ func checkSkip(o *options) error {
 	return nil
 }
 
+// unusedSettings names the settings the command does not use: a ${VAR}
+// in them may be unset (config.LoadFor). cdc init, status and skip, and
+// dead-letter list, show and drop talk to PostgreSQL only; replay,
+// recover, resync and dead-letter resend publish, but serve no HTTP; cdc
+// run uses everything. docs/operations.md, "What each command needs".
+func unusedSettings(cmd *command, o *options) []string {
+	pgOnly := []string{"sinks", "relay.claim_check", "http"}
+	switch cmd.name {
+	case "init", "status", "skip":
+		return pgOnly
+	case "dead-letter":
+		if len(o.args) > 0 && o.args[0] == "resend" {
+			return []string{"http"}
+		}
+		return pgOnly
+	case "run":
+		return nil
+	}
+	return []string{"http"}
+}
+
 func initCmd(e *cmdEnv) error {
 	err := retryUnreachable(e.ctx, e.cfg, e.opts.wait, e.log, func(ctx context.Context) error {
 		return admin.SetupWith(ctx, e.cfg, admin.SetupOptions{Adopt: e.opts.adopt,

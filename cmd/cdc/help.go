@@ -100,7 +100,10 @@ func printOverview(w io.Writer) {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
-Exit codes: 0 success, 1 runtime error, 2 usage or configuration error.
+Exit codes: 0 success, 1 runtime error, 2 usage or configuration error;
+cdc run 3 when relay.shutdown_timeout cut its drain (nothing lost: the next
+run sends again what was in flight), cdc status 4 when keys are held,
+cdc replay 130 when interrupted.
 The config file is --config F or the one argument F, else $CDC_CONFIG, else
 ./cdc.yaml. Run 'cdc <command> --help' for a command's flags, exit codes and
 environment variables.

@@ -39,7 +39,7 @@ func retryUnreachable(ctx context.Context, cfg *config.Config, wait time.Duratio
 		err := setup(ctx)
 		if err == nil || ctx.Err() != nil || !unreachable(err) {
 			if pgconnect.Refused(err) {
-				return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)
+				return pgconnect.ExplainRefused(err)
 			}
 			return err
 		}

@@ -51,6 +51,7 @@ import (
 	"github.com/walpost/walpost/internal/admin"
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	"github.com/walpost/walpost/internal/pgconnect"
 	_ "github.com/walpost/walpost/internal/publish/claimcheck" // relay.claim_check, a sink's claim_check
 	_ "github.com/walpost/walpost/internal/publish/file"       // registers kinds: file, stdout, discard
 	_ "github.com/walpost/walpost/internal/publish/kafka"      // registers kind: kafka
@@ -101,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // cdc run are logged as log.format says; the other commands' are one
 // plain line on stderr: "cdc status: …".
 func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
-	cfg, err := config.Load(o.config)
+	cfg, err := config.LoadFor(o.config, unusedSettings(cmd, o)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "cdc %s: %v\n", cmd.name, err)
 		return 2
@@ -144,6 +145,7 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = cmd.run(&cmdEnv{ctx: ctx, cfg: cfg, opts: o, log: log, reg: reg, relay: r, stdout: stdout, stderr: stderr})
 	}
+	err = pgconnect.ExplainRefused(err) // the server's refusal first, and what to fix
 	switch {
 	case err == nil:
 		return 0

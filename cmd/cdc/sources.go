@@ -55,7 +55,7 @@ func (c *configFlag) Set(v string) error {
 // docs/fleet.md). A configuration error of any source is one of the whole
 // command (exit 2): nothing starts.
 func runSources(cmd *command, o *options, stdout, stderr io.Writer) int {
-	sources, err := fleet.Load(o.configs)
+	sources, err := fleet.Load(o.configs, unusedSettings(cmd, o)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "cdc %s: %v\n", cmd.name, err)
 		return 2

@@ -63,6 +63,9 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		warnf(opts, report, c)
 	}
 	t := outboxdb.Target(cfg)
+	if err := checkPrerequisites(ctx, conns, cfg); err != nil {
+		return err // before anything is created
+	}
 	slotOpts, err := failoverSlotOptions(ctx, conn, cfg, opts)
 	if err != nil {
 		return err // before anything is created
@@ -143,6 +146,41 @@ func SetupWith(ctx context.Context, cfg *config.Config, opts SetupOptions, repor
 		_, err = store.CheckOwners(ctx, conn, store.TablesOf(cfg), store.TrustOf(cfg))
 	}
 	return err
+}
+
+// checkPrerequisites checks, before Setup creates anything, what would
+// otherwise stop it halfway, with the table and the publication made and
+// no slot: wal_level and the REPLICATION attribute (on the standby too,
+// with postgres.primary_url), a slot of that name that walpost cannot use
+// (of another database or plugin, invalidated) and, for a new slot, a
+// free one under max_replication_slots. The slot's refusal comes first,
+// also with --adopt ("belongs to database app; set postgres.slot").
+func checkPrerequisites(ctx context.Context, conns *replication.Conns, cfg *config.Config) error {
+	if _, err := replication.CheckReplication(ctx, conns.State); err != nil {
+		return err
+	}
+	if conns.Standby() {
+		if _, err := replication.CheckReplication(ctx, conns.Slot); err != nil {
+			return fmt.Errorf("the standby (postgres.url): %w", err)
+		}
+	}
+	info, err := replication.CheckSlot(ctx, conns.Slot, cfg.Postgres.Slot)
+	switch {
+	case err == nil, info.Exists:
+		return err
+	case !errors.Is(err, replication.ErrSlotMissing):
+		return err
+	}
+	var used, max int
+	if err := conns.Slot.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_replication_slots), current_setting('max_replication_slots')::int").Scan(&used, &max); err != nil {
+		return fmt.Errorf("counting replication slots: %w", err)
+	}
+	if used >= max {
+		return fmt.Errorf("slot %q cannot be created: the server's %d replication slots (max_replication_slots) are all in use; "+
+			"drop an unused one (SELECT slot_name, database, active FROM pg_replication_slots lists them), or raise max_replication_slots and restart PostgreSQL",
+			cfg.Postgres.Slot, max)
+	}
+	return nil
 }
 
 // warnf tells opts.Warn, else report, the warning w.

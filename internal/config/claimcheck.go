@@ -109,13 +109,13 @@ func (c *Config) setClaimCheckDefaults() {
 
 // validateClaimCheck checks relay.claim_check and each sink's own.
 func (c *Config) validateClaimCheck() error {
-	if g := c.Relay.ClaimCheck; g != nil {
+	if g := c.Relay.ClaimCheck; g != nil && !c.UnresolvedUnder("relay.claim_check") { // unresolved: LoadFor
 		if err := c.checkClaimCheck(g); err != nil {
 			return err
 		}
 	}
 	for i := range c.Sinks {
-		if cc := c.Sinks[i].ClaimCheck; cc != nil && cc.Field != "relay.claim_check" {
+		if cc := c.Sinks[i].ClaimCheck; cc != nil && cc.Field != "relay.claim_check" && !c.UnresolvedUnder(fmt.Sprintf("sinks[%d]", i)) {
 			if err := c.checkClaimCheck(cc); err != nil {
 				return err
 			}

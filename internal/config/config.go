@@ -9,8 +9,10 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -34,6 +36,9 @@ type Config struct {
 	// src is where each setting's value came from, by field path, for
 	// errors (Validate); empty for a Config not made by Parse.
 	src map[string]source
+	// unresolved are the fields left empty for an unset ${VAR} that the
+	// command does not use (LoadFor).
+	unresolved []string
 }
 
 // Postgres says where the outbox is and how it is replicated.
@@ -440,23 +445,57 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // Load reads, expands, decodes, overrides from the environment, defaults and
 // validates the file at path.
 func Load(path string) (*Config, error) {
+	return LoadFor(path)
+}
+
+// LoadFor is Load for a command that does not use the settings under
+// unused (top-level keys or field paths: "sinks", "http",
+// "relay.claim_check"): a ${VAR} there that is not set is no error; the
+// value is left empty, its field listed by Unresolved, and the section it
+// is in is not validated (cdc init run by a migrations job that talks to
+// PostgreSQL only, without the sinks' secrets: docs/operations.md, "What
+// each command needs").
+func LoadFor(path string, unused ...string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
-	c, err := Parse(b, os.LookupEnv)
+	c, err := ParseFor(b, os.LookupEnv, unused...)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
 }
 
+// Unresolved lists the fields left empty because a ${VAR} in them was not
+// set and the command does not use them (LoadFor), in file order.
+func (c *Config) Unresolved() []string { return c.unresolved }
+
+// UnresolvedUnder reports whether a field at or below field was left
+// unresolved (LoadFor).
+func (c *Config) UnresolvedUnder(field string) bool {
+	for _, u := range c.unresolved {
+		if under(u, field) {
+			return true
+		}
+	}
+	return false
+}
+
 // Parse is Load on bytes, with lookup standing for the environment. Its
 // errors are *Error values (see the package doc for the steps).
 func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+	return ParseFor(b, lookup)
+}
+
+// ParseFor is LoadFor on bytes.
+func ParseFor(b []byte, lookup func(string) (string, bool), unused ...string) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		e := syntaxError(err)
+		if l := misindented(b, e.Line, e.Msg); l != e.Line {
+			e.Line, e.Msg = l, e.Msg+": this line is indented less than the one before and more than its parent; align it with the keys of its mapping"
+		}
 		if bytes.Contains(b, []byte("${")) {
 			e.Msg += ` (a ${VAR} inside [ ] or { } must be quoted: '${VAR}')`
 		}
@@ -468,11 +507,12 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, &Error{Msg: fmt.Sprintf("the file has more than %d values, counting each use of an alias (an alias bomb?)", maxVisits)}
 	}
 	refs := map[*yaml.Node]expansion{}
-	if err := expandTree(&root, "", lookup, refs); err != nil {
+	x := &expandOptions{unused: unused}
+	if err := expandTree(&root, "", lookup, refs, x); err != nil {
 		return nil, err
 	}
-	c := &Config{src: map[string]source{}}
-	d := &decoder{refs: refs, src: c.src}
+	c := &Config{src: map[string]source{}, unresolved: x.unresolved}
+	d := &decoder{refs: refs, src: c.src, collect: true}
 	if err := d.decode(&root, reflect.ValueOf(c).Elem(), ""); err != nil {
 		return nil, err
 	}
@@ -480,10 +520,91 @@ func Parse(b []byte, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, err
 	}
 	c.SetDefaults()
-	if err := c.Validate(); err != nil {
+	// Every mistake at once: the settings that did not decode, then the
+	// first of each section's checks that does not blame one of them.
+	var errs []error
+	for _, e := range d.errs {
+		errs = append(errs, e)
+	}
+	errs = append(errs, c.validate(d.errs)...)
+	errs = append(errs, c.checkSinks(errs)...)
+	if err := joinErrors(errs); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// misindented returns the line to blame for the YAML error msg that the
+// parser reported at line: for "did not find expected key" (a key
+// indented less than its mapping's, but more than the parent's: "
+// sinks:" under "  url: …"), the parser names the line before the
+// mistake; the mistake is the first line of content after it when that
+// one is indented less. Otherwise line itself.
+func misindented(b []byte, line int, msg string) int {
+	if line <= 0 || !strings.Contains(msg, "did not find expected key") {
+		return line
+	}
+	lines := strings.Split(string(b), "\n")
+	content := func(s string) bool { t := strings.TrimSpace(s); return t != "" && !strings.HasPrefix(t, "#") }
+	indent := func(s string) int { return len(s) - len(strings.TrimLeft(s, " ")) }
+	base := -1
+	for i := min(line, len(lines)) - 1; i >= 0; i-- {
+		if content(lines[i]) {
+			base = indent(lines[i])
+			break
+		}
+	}
+	for i := line; i < len(lines); i++ {
+		if content(lines[i]) {
+			if indent(lines[i]) < base {
+				return i + 1
+			}
+			break
+		}
+	}
+	return line
+}
+
+// sinkCheck validates one sink's kind-specific settings
+// (RegisterSinkCheck); nil until the sink registry registers it.
+var (
+	sinkCheckMu sync.Mutex
+	sinkCheck   func(index int, s *Sink) error
+)
+
+// RegisterSinkCheck makes Parse check each sink's kind-specific settings
+// with f (publish.Check, which knows the kinds), so that one run reports a
+// sink's mistakes with the rest of the file's. Without it (a program that
+// imports no sink), the kinds are checked when the sinks are prepared.
+func RegisterSinkCheck(f func(index int, s *Sink) error) {
+	sinkCheckMu.Lock()
+	defer sinkCheckMu.Unlock()
+	sinkCheck = f
+}
+
+// checkSinks runs the registered sink check on every sink with no error
+// among found about it and no ${VAR} left unresolved (LoadFor).
+func (c *Config) checkSinks(found []error) []error {
+	sinkCheckMu.Lock()
+	check := sinkCheck
+	sinkCheckMu.Unlock()
+	if check == nil {
+		return nil
+	}
+	var errs []error
+	for i := range c.Sinks {
+		at := fmt.Sprintf("sinks[%d]", i)
+		if c.UnresolvedUnder(at) || c.Sinks[i].Kind == "" || slices.ContainsFunc(found, func(err error) bool {
+			var e *Error
+			return errors.As(err, &e) && (under(e.Field, at) || e.Field == "sinks")
+		}) {
+			continue
+		}
+		if err := check(i, &c.Sinks[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -41,6 +42,23 @@ type decoder struct {
 
 	visits    int
 	following map[*yaml.Node]bool // aliases being followed, to refuse a loop
+
+	// collect: an unknown key or a bad value is recorded in errs and
+	// decoding goes on with the next setting, so that one run reports
+	// every such mistake of the file (Parse).
+	collect bool
+	errs    []*Error
+}
+
+// keep returns err, or nil after recording it when d collects and err is
+// about one setting (an *Error that is not about the file's size).
+func (d *decoder) keep(err error) error {
+	var e *Error
+	if !d.collect || !errors.As(err, &e) || d.visits > maxVisits {
+		return err
+	}
+	d.errs = append(d.errs, e)
+	return nil
 }
 
 // expandedSize counts the nodes of n with aliases followed (an alias that
@@ -487,9 +505,12 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 			if len(known) > 0 {
 				hint = "known keys: " + strings.Join(known, ", ")
 			}
-			return d.fail(joinPath(path, key), p.key, "unknown key %s (check its spelling and indentation; %s)", quote(key), hint)
+			if err := d.keep(d.fail(joinPath(path, key), p.key, "unknown key %s (check its spelling and indentation; %s)", quote(key), hint)); err != nil {
+				return err
+			}
+			continue
 		}
-		if err := d.decode(p.value, v.FieldByIndex(f.index), joinPath(path, key)); err != nil {
+		if err := d.keep(d.decode(p.value, v.FieldByIndex(f.index), joinPath(path, key))); err != nil {
 			return err
 		}
 	}
@@ -513,7 +534,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) error {
 			return err
 		}
 		e := reflect.New(v.Type().Elem()).Elem()
-		if err := d.decode(p.value, e, joinPath(path, p.key.Value)); err != nil {
+		if err := d.keep(d.decode(p.value, e, joinPath(path, p.key.Value))); err != nil {
 			return err
 		}
 		v.SetMapIndex(k, e)
@@ -527,7 +548,7 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) error {
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, c := range n.Content {
-		if err := d.decode(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+		if err := d.keep(d.decode(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i))); err != nil {
 			return err
 		}
 	}
@@ -558,7 +579,7 @@ func (d *decoder) sink(n *yaml.Node, s *Sink, path string) error {
 	for _, p := range pairs {
 		for i, key := range sinkKeys {
 			if p.key.Value == key {
-				if err := d.decode(p.value, common.Field(i).Elem(), joinPath(path, key)); err != nil {
+				if err := d.keep(d.decode(p.value, common.Field(i).Elem(), joinPath(path, key))); err != nil {
 					return err
 				}
 			}

@@ -145,7 +145,7 @@ sinks:
 	if got := c.Sinks[1].WrapError(1, err); got != err {
 		t.Errorf("WrapError changed %v into %v", err, got)
 	}
-	if got := c.Sinks[1].WrapError(1, fmt.Errorf("path: empty")).Error(); got != "sinks[1] (f): path: empty" {
+	if got := c.Sinks[1].WrapError(1, fmt.Errorf("path: empty")).Error(); got != "sinks[1] (f): path: empty (line 6)" {
 		t.Errorf("WrapError = %q", got)
 	}
 }
@@ -170,9 +170,11 @@ func TestSinkFromYAMLUnmarshal(t *testing.T) {
 	}
 }
 
-// TestValidationOrderIsFixed: with several errors, the first in the fixed
-// order is reported, every time (it used to depend on map iteration).
-func TestValidationOrderIsFixed(t *testing.T) {
+// TestValidationReportsEveryErrorInAFixedOrder: with several errors,
+// each section's first is reported, in one error, in the file's order
+// (those without a line last), the same every time (the order used to
+// depend on map iteration); fixing them one by one leaves the others.
+func TestValidationReportsEveryErrorInAFixedOrder(t *testing.T) {
 	y := `postgres:
   url: postgres://x
   slot: Bad-Slot
@@ -180,13 +182,25 @@ func TestValidationOrderIsFixed(t *testing.T) {
 columns: {id: id, type: id, key: "k\0"}
 log: {level: loud}
 `
+	publication := `postgres.publication: "Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… is not a usable name: it is 65 bytes long (PostgreSQL truncates names to 63 bytes) (line 4)`
+	slot := `postgres.slot: "Bad-Slot" is not a replication slot name: PostgreSQL allows only lower-case letters, digits and _ (at most 63) (line 3)`
+	key := `columns.key: "k\x00" is not a usable column name: it is holding a zero byte (use "-" when the table has no such column) (line 5)`
+	sinks := `sinks: none configured (add at least one, e.g. {name: out, kind: stdout})`
+	level := `log.level: "loud" is not one of debug, info, warn, error (line 6)`
+	distinct := `columns.type: column "id" is already mapped by columns.id (line 5)`
+	all := func(es ...string) string {
+		if len(es) == 1 {
+			return es[0]
+		}
+		return fmt.Sprintf("%d errors:\n  %s", len(es), strings.Join(es, "\n  "))
+	}
 	wants := []string{
-		`postgres.publication: "Pxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"… is not a usable name: it is 65 bytes long (PostgreSQL truncates names to 63 bytes) (line 4)`,
-		`postgres.slot: "Bad-Slot" is not a replication slot name: PostgreSQL allows only lower-case letters, digits and _ (at most 63) (line 3)`,
-		`columns.key: "k\x00" is not a usable column name: it is holding a zero byte (use "-" when the table has no such column) (line 5)`,
-		`sinks: none configured (add at least one, e.g. {name: out, kind: stdout})`,
-		`log.level: "loud" is not one of debug, info, warn, error (line 6)`,
-		`columns.type: column "id" is already mapped by columns.id (line 5)`,
+		all(publication, key, distinct, level, sinks),
+		all(slot, key, distinct, level, sinks),
+		all(key, distinct, level, sinks),
+		all(distinct, level, sinks),
+		all(distinct, level),
+		all(distinct),
 	}
 	fixes := []func(string) string{
 		func(s string) string {

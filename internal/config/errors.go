@@ -1,7 +1,11 @@
 package config
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -37,6 +41,44 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, " (line %d)", e.Line)
 	}
 	return b.String()
+}
+
+// Errors are several configuration errors of one file, each on a line of
+// its own, in the file's order where they have a line. Parse returns it
+// when there is more than one mistake, so that one run reports them all.
+type Errors []error
+
+func (es Errors) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d errors:", len(es))
+	for _, e := range es {
+		b.WriteString("\n  ")
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the errors (errors.Is and errors.As look at each).
+func (es Errors) Unwrap() []error { return es }
+
+// joinErrors returns nil for none, the error itself for one, and Errors,
+// sorted by line (those without one last), for more.
+func joinErrors(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	line := func(err error) int {
+		var e *Error
+		if errors.As(err, &e) && e.Line > 0 {
+			return e.Line
+		}
+		return math.MaxInt
+	}
+	slices.SortStableFunc(errs, func(a, b error) int { return cmp.Compare(line(a), line(b)) })
+	return Errors(errs)
 }
 
 // joinPath appends a key to a field path.

@@ -48,17 +48,22 @@ func expand(s string, lookup func(string) (string, bool)) (string, expansion, er
 // expanded node is tagged !!str: its value is the text it expands to,
 // never YAML to be resolved (see the package doc for how the decoder types
 // it). Aliases are not followed: their anchor is expanded where it stands.
-func expandTree(n *yaml.Node, path string, lookup func(string) (string, bool), refs map[*yaml.Node]expansion) error {
+//
+// A variable that is not set is an error, unless the value is under one
+// of x.unused's fields (a command that does not use them: sinks for cdc
+// init): the value is then left empty and its field recorded in
+// x.unresolved (Config.Unresolved).
+func expandTree(n *yaml.Node, path string, lookup func(string) (string, bool), refs map[*yaml.Node]expansion, x *expandOptions) error {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			if err := expandTree(c, path, lookup, refs); err != nil {
+			if err := expandTree(c, path, lookup, refs, x); err != nil {
 				return err
 			}
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
-			if err := expandTree(c, fmt.Sprintf("%s[%d]", path, i), lookup, refs); err != nil {
+			if err := expandTree(c, fmt.Sprintf("%s[%d]", path, i), lookup, refs, x); err != nil {
 				return err
 			}
 		}
@@ -69,7 +74,7 @@ func expandTree(n *yaml.Node, path string, lookup func(string) (string, bool), r
 			if !isMerge(k) {
 				p = joinPath(path, k.Value)
 			}
-			if err := expandTree(n.Content[i+1], p, lookup, refs); err != nil {
+			if err := expandTree(n.Content[i+1], p, lookup, refs, x); err != nil {
 				return err
 			}
 		}
@@ -77,17 +82,43 @@ func expandTree(n *yaml.Node, path string, lookup func(string) (string, bool), r
 		if !strings.Contains(n.Value, "${") {
 			return nil
 		}
-		v, x, err := expand(n.Value, lookup)
+		v, e, err := expand(n.Value, lookup)
+		if err != nil && x.isUnused(path) {
+			n.Value, n.Tag = "", "!!str"
+			x.unresolved = append(x.unresolved, path)
+			return nil
+		}
 		if err != nil {
 			return &Error{Field: path, Msg: err.Error(), Line: n.Line}
 		}
-		if len(x.vars) == 0 {
+		if len(e.vars) == 0 {
 			return nil
 		}
 		n.Value, n.Tag = v, "!!str"
-		refs[n] = x
+		refs[n] = e
 	}
 	return nil
+}
+
+// expandOptions are what a command leaves unresolved (ParseFor).
+type expandOptions struct {
+	unused     []string // fields whose variables may be unset
+	unresolved []string // the fields left empty for an unset variable
+}
+
+// isUnused reports whether path is one of x.unused or below one.
+func (x *expandOptions) isUnused(path string) bool {
+	for _, u := range x.unused {
+		if under(path, u) {
+			return true
+		}
+	}
+	return false
+}
+
+// under reports whether path is field or a setting below it.
+func under(path, field string) bool {
+	return path == field || strings.HasPrefix(path, field) && (path[len(field)] == '.' || path[len(field)] == '[')
 }
 
 // isMerge reports whether a mapping key is YAML's merge key "<<".

@@ -61,6 +61,20 @@ func (s *Sink) Decode(v any) error {
 	return d.decode(s.node, rv.Elem(), s.path)
 }
 
+// LineOf returns the line of key's value in the sink's mapping (kind,
+// name, …), or the sink's own line when it has no such key; 0 when the
+// sink did not come from a file.
+func (s *Sink) LineOf(key string) int {
+	if s.node != nil && s.node.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(s.node.Content); i += 2 {
+			if s.node.Content[i].Value == key {
+				return s.node.Content[i+1].Line
+			}
+		}
+	}
+	return s.Line
+}
+
 // WrapError returns err, an error from preparing the sink configured as
 // sinks[index], as the error to show: an *Error about one of the sink's
 // settings is returned with the field path sinks[index].setting (Decode
@@ -75,6 +89,9 @@ func (s *Sink) WrapError(index int, err error) error {
 		c := *e
 		c.Field = joinPath(fmt.Sprintf("sinks[%d]", index), e.Field)
 		return &c
+	}
+	if s.path != "" && s.Line > 0 { // from a file (Parse)
+		return fmt.Errorf("sinks[%d] (%s): %w (line %d)", index, s.Name, err, s.Line)
 	}
 	return fmt.Errorf("sinks[%d] (%s): %w", index, s.Name, err)
 }

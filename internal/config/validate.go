@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,15 +32,30 @@ var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // URL names (sslrootcert, sslcert, sslkey, a service file) and PG*
 // environment variables, as connecting will.
 func (c *Config) Validate() error {
+	return joinErrors(c.validate(nil))
+}
+
+// validate runs every section's check and returns the errors, the first
+// of each section, leaving out those about a field at or below one of
+// bad (a setting that did not decode: its zero value would be blamed
+// again).
+func (c *Config) validate(bad []*Error) []error {
+	var errs []error
 	for _, check := range []func() error{
 		c.validatePostgres, c.validateSource, c.validateColumns, c.validateRelay, c.validateRetention, c.validateSinks, c.validateClaimCheck, c.validateHTTP, c.validateLog, c.validateTracing,
 		c.validateColumnsDistinct, c.validateSinkNamesDistinct,
 	} {
-		if err := check(); err != nil {
-			return err
+		err := check()
+		if err == nil {
+			continue
 		}
+		var e *Error
+		if errors.As(err, &e) && slices.ContainsFunc(bad, func(b *Error) bool { return under(e.Field, b.Field) || under(b.Field, e.Field) }) {
+			continue
+		}
+		errs = append(errs, err)
 	}
-	return nil
+	return errs
 }
 
 // fail returns an *Error about field, with where its value came from: its
@@ -389,6 +405,9 @@ func (c *Config) validateSinkNamesDistinct() error {
 // bearer_token, one or the other; and the console's tokens. No error
 // quotes a value.
 func (c *Config) validateHTTP() error {
+	if c.UnresolvedUnder("http") {
+		return nil // a command that does not use it, with a ${VAR} unset (LoadFor)
+	}
 	if err := c.validateConsole(); err != nil {
 		return err
 	}

@@ -102,8 +102,9 @@ func NameOf(path string) string {
 // Load loads the sources the --config arguments name (Files). Every
 // file must load; names must be valid and unique, and no two sources may
 // name the same slot of the same postgres.url. Its errors are
-// configuration errors (cdc run exits 2).
-func Load(args []string) ([]Source, error) {
+// configuration errors (cdc run exits 2). A ${VAR} under unused may be
+// unset (config.LoadFor: the settings cdc status does not use).
+func Load(args []string, unused ...string) ([]Source, error) {
 	files, err := Files(args)
 	if err != nil {
 		return nil, err
@@ -119,7 +120,7 @@ func Load(args []string) ([]Source, error) {
 		if other, ok := byName[name]; ok {
 			return nil, fmt.Errorf("config %s: source name %q is also %s's; each source needs a file name of its own", f, name, other)
 		}
-		cfg, err := config.Load(f)
+		cfg, err := config.LoadFor(f, unused...) // unused: what the command leaves unresolved (config.LoadFor)
 		if err != nil {
 			return nil, err
 		}

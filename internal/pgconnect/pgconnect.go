@@ -113,6 +113,29 @@ func Refused(err error) bool {
 // RefusedHint is what an error for which Refused holds adds: what to do.
 const RefusedHint = "the server refused the connection (not a network fault, so it is not retried): fix the user, password or database of postgres.url (PGPASSWORD, PGPASSFILE), or the role or pg_hba.conf on the server"
 
+// ExplainRefused returns err, when Refused holds for it, with the
+// server's refusal first (pgx lists every attempt, and with sslmode=prefer
+// the first is "tls error: server refused TLS connection", which is not
+// the problem) and RefusedHint; any other error as it is. Every command
+// that connects reports a refusal so (cdc run, init, status, …).
+func ExplainRefused(err error) error {
+	var pgErr *pgconn.PgError
+	if !Refused(err) || !errors.As(err, &pgErr) || strings.Contains(err.Error(), RefusedHint) {
+		return err
+	}
+	return &refusedError{err: err, text: fmt.Sprintf("%s (SQLSTATE %s); %s; in full: %s", pgErr.Message, pgErr.Code, RefusedHint, err)}
+}
+
+// refusedError is ExplainRefused's error: its own text, unwrapping to
+// the original.
+type refusedError struct {
+	err  error
+	text string
+}
+
+func (e *refusedError) Error() string { return e.text }
+func (e *refusedError) Unwrap() error { return e.err }
+
 // Connect opens an ordinary connection.
 func Connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	c, err := Config(url)

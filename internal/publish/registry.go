@@ -113,7 +113,12 @@ func Register(kind string, f Factory) {
 		panic("publish: sink kind registered twice: " + kind)
 	}
 	factories[kind] = f
+	checkOnce.Do(func() { config.RegisterSinkCheck(Check) })
 }
+
+// checkOnce registers Check with config at the first kind registered (a
+// program without kinds, such as a test of the config alone, checks none).
+var checkOnce sync.Once
 
 // Kinds lists the registered sink kinds, sorted.
 func Kinds() []string {
@@ -130,21 +135,35 @@ func Kinds() []string {
 // Prepare validates the sink configured as sinks[index] and returns its
 // Opener (see Factory). It does no I/O.
 func Prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
+	setRowHeaderLog(log)
+	return prepare(index, cfg, log)
+}
+
+// Check validates the sink configured as sinks[index] as Prepare does,
+// logging nothing. Once a kind is registered, config.Parse runs it
+// (config.RegisterSinkCheck) so that a sink's mistakes are reported with
+// the file's others, in one run.
+func Check(index int, cfg *config.Sink) error {
+	_, err := prepare(index, cfg, zerolog.Nop())
+	return err
+}
+
+func prepare(index int, cfg *config.Sink, log zerolog.Logger) (Opener, error) {
 	regMu.Lock()
 	f, ok := factories[cfg.Kind]
 	if !ok {
 		regMu.Unlock()
-		return nil, fmt.Errorf("sinks[%d].kind: unknown kind %q (one of %s)", index, cfg.Kind, strings.Join(Kinds(), ", "))
+		return nil, &config.Error{Field: fmt.Sprintf("sinks[%d].kind", index), Line: cfg.LineOf("kind"),
+			Msg: fmt.Sprintf("unknown kind %q (one of %s)", cfg.Kind, strings.Join(Kinds(), ", "))}
 	}
 	_, schedules := schedulers[cfg.Kind]
 	regMu.Unlock()
 	if cfg.DeliverAt && !schedules {
-		return nil, fmt.Errorf("sinks[%d] (%s): columns.deliver_at is mapped, but a %s sink cannot hold a message back until its deliver_at "+
-			"(the broker has no scheduled delivery), and walpost never sends a message early: remove columns.deliver_at, "+
-			"or send such messages through a sink that can: %s",
-			index, cfg.Name, cfg.Kind, SchedulingKinds())
+		return nil, &config.Error{Field: fmt.Sprintf("sinks[%d].kind", index), Line: cfg.LineOf("kind"),
+			Msg: fmt.Sprintf("sink %s: columns.deliver_at is mapped, but a %s sink cannot hold a message back until its deliver_at "+
+				"(the broker has no scheduled delivery), and walpost never sends a message early: remove columns.deliver_at, "+
+				"or send such messages through a sink that can: %s", cfg.Name, cfg.Kind, SchedulingKinds())}
 	}
-	setRowHeaderLog(log)
 	slog := log.With().Str("sink", cfg.Name).Logger()
 	open, err := f(cfg, slog)
 	if err != nil {

@@ -418,11 +418,13 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		if r.opt.Lock != nil {
 			r.opt.Lock.Lock()
 		}
+		began := time.Now()
 		if r.schedules {
 			err = r.sink.Publish(ctx, r.msgs)
 		} else {
-			err = PublishOnTime(ctx, r.sink, r.msgs, time.Now())
+			err = PublishOnTime(ctx, r.sink, r.msgs, began)
 		}
+		took := time.Since(began)
 		if r.opt.Lock != nil {
 			r.opt.Lock.Unlock()
 		}
@@ -456,7 +458,11 @@ func (r *Runner) publish(ctx context.Context, lo, hi int) error {
 		if progress > 0 {
 			ev = ev.Int("durable", progress)
 		}
-		ev.Str("first_msg_id", r.msgs[0].ID).Str("trace_id", r.msgs[0].TraceID()).Str("lsn", r.msgs[0].LSN.String()).Dur("retry_in_ms", wait).
+		// attempt_ms: how long the failed attempt took, a client's own
+		// retries inside it included (the Service Bus SDK's max_retries):
+		// the time between two of these lines is attempt_ms plus the
+		// previous line's retry_in_ms.
+		ev.Str("first_msg_id", r.msgs[0].ID).Str("trace_id", r.msgs[0].TraceID()).Str("lsn", r.msgs[0].LSN.String()).Dur("attempt_ms", took).Dur("retry_in_ms", wait).
 			Msg("publish failed; retrying the messages not yet durable (the slot is not confirmed past them)")
 		if err := r.sleep(ctx, wait); err != nil {
 			return err

@@ -54,7 +54,7 @@ func TestPublishOnTimeRefusesWhatWouldGoEarly(t *testing.T) {
 func TestPrepareRefusesDeliverAtForKindsThatCannotSchedule(t *testing.T) {
 	Register("test-noschedule", FactoryOf(func(*config.Sink, zerolog.Logger) (Sink, error) { return &plain{}, nil }))
 	cfg := &config.Sink{Name: "x", Kind: "test-noschedule", DeliverAt: true}
-	if _, err := Prepare(2, cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "sinks[2] (x)") || !strings.Contains(err.Error(), "columns.deliver_at") {
+	if _, err := Prepare(2, cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "sinks[2].kind: sink x") || !strings.Contains(err.Error(), "columns.deliver_at") {
 		t.Fatalf("err %v", err)
 	}
 	cfg.DeliverAt = false

@@ -79,7 +79,7 @@ func isAny(kinds ...error) func(error) bool {
 var errorPolicy = []errorRule{
 	{kind: "postgres.url unreadable", is: isAny(pgconnect.ErrURL), then: stop},
 	{kind: "role or database refused", is: pgconnect.Refused, then: stop,
-		hint: func(_ *Relay, _ cycleEnd, err error) error { return fmt.Errorf("%w; %s", err, pgconnect.RefusedHint) }},
+		hint: func(_ *Relay, _ cycleEnd, err error) error { return pgconnect.ExplainRefused(err) }},
 	{kind: "topology refused", is: isAny(replication.ErrStandbyNoPrimary, replication.ErrNotStandby, replication.ErrSameServer,
 		replication.ErrNotPrimary, replication.ErrStandbyVersion, replication.ErrWALLevel), then: stop},
 	{kind: "slot lost", is: isAny(replication.ErrSlotLost), then: restartNow},

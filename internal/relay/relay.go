@@ -18,7 +18,8 @@
 // `cdc run` creates nothing), acquires the slot (a standby waits here, with
 // no sink open), and only then reads what it needs to know of the slot's
 // state (its confirmed position, each sink's progress), opens the sinks,
-// moves the progress of a sink that keeps its own at the destination
+// checks them (publish.Starter: a capability the broker lacks stops the
+// run here, before it streams), moves the progress of a sink that keeps its own at the destination
 // (publish.Resumer) to where the destination says it is, and streams. A cycle ends, and the next one starts after a backoff,
 // when the server cannot be reached at start, when another process took
 // the slot while the stream reconnected (the sinks are closed before the
@@ -98,6 +99,9 @@ type Relay struct {
 	window *pipeline.Window
 	ready  bool
 	lent   []*publish.Lent // the streaming cycle's sinks, lent (Lent)
+	// failing: the sinks whose last attempt failed, with its error (for
+	// the log line at SIGINT/SIGTERM: logDrain).
+	failing map[string]string
 }
 
 // New validates the sinks' settings. It does no I/O: no sink is opened
@@ -108,10 +112,12 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 		r.metrics = NewMetrics(nil)
 	}
 	var names, claimChecked []string
+	var errs []error // every sink's mistake at once
 	for i := range cfg.Sinks {
-		open, err := publish.Prepare(i, &cfg.Sinks[i], log)
+		open, err := prepareSink(cfg, i, log)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		r.openers = append(r.openers, open)
 		names = append(names, cfg.Sinks[i].Name)
@@ -119,9 +125,29 @@ func New(cfg *config.Config, log zerolog.Logger, metrics *Metrics) (*Relay, erro
 			claimChecked = append(claimChecked, cfg.Sinks[i].Name)
 		}
 	}
+	switch len(errs) {
+	case 0:
+	case 1:
+		return nil, errs[0]
+	default:
+		return nil, config.Errors(errs)
+	}
 	r.metrics.addSinks(names)
 	r.metrics.addClaimChecks(claimChecked)
 	return r, nil
+}
+
+// prepareSink checks sinks[i]'s settings and returns its Opener. A sink with
+// a ${VAR} left unresolved (config.LoadFor: a command that does not use
+// the sinks) is not checked, and its Opener fails.
+func prepareSink(cfg *config.Config, i int, log zerolog.Logger) (publish.Opener, error) {
+	at := fmt.Sprintf("sinks[%d]", i)
+	if !cfg.UnresolvedUnder(at) {
+		return publish.Prepare(i, &cfg.Sinks[i], log)
+	}
+	return func(context.Context) (publish.Sink, error) {
+		return nil, fmt.Errorf("%s (%s): a ${VAR} of its settings is not set", at, cfg.Sinks[i].Name)
+	}, nil
 }
 
 // Close releases what New made (nothing today: sinks are opened and
@@ -286,6 +312,7 @@ func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrep
 		return false, 0, err
 	}
 	tracker.Progress(cs.confirmed)
+	opening := time.Now()
 	sinks, err := r.openSinks(ctx)
 	if err != nil {
 		stream.Release()
@@ -298,6 +325,10 @@ func (r *Relay) runCycle(ctx context.Context) (streamed bool, confirmed pglogrep
 		return false, 0, err
 	}
 	defer r.closeSinks(sinks)
+	if err := r.startSinks(ctx, sinks, opening.Add(sinkOpenTimeout)); err != nil {
+		stream.Release()
+		return false, 0, err // ctx ended: a clean stop (cycle)
+	}
 	if err := r.resumeSinks(ctx, sinks, &cs.slotState); err != nil {
 		stream.Release()
 		return false, 0, err
@@ -469,6 +500,32 @@ func (r *Relay) openSinks(ctx context.Context) ([]publish.Sink, error) {
 	return sinks, nil
 }
 
+// startSinks runs each sink's start-up check (publish.Starter: it
+// connects and checks what the configuration needs of the destination),
+// so that a capability the broker lacks stops the relay here, before it
+// streams, and not at the first message (docs/design.md, "Start-up
+// checks"). A Permanent error stops the relay; any other (the broker
+// cannot be reached now) is logged, and the sink's first Publish tries
+// again, as before. Opening and checking share sinkOpenTimeout (until
+// deadline): the slot is held and silent meanwhile.
+func (r *Relay) startSinks(ctx context.Context, sinks []publish.Sink, deadline time.Time) error {
+	sctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for _, s := range sinks {
+		err := publish.Start(sctx, s)
+		switch {
+		case err == nil:
+		case publish.IsPermanent(err):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err() // SIGINT/SIGTERM: the caller stops cleanly
+		default: // the timeout included: the sink's first Publish tries again
+			r.log.Warn().Err(err).Str("sink", s.Name()).Msg("sink not reachable at start; its first publish tries again")
+		}
+	}
+	return nil
+}
+
 // resumeSinks asks each sink that keeps its own progress at the
 // destination (publish.Resumer: the kafka sink with exactly_once) where
 // it is, and moves the sink's loaded position there when that is later
@@ -533,6 +590,10 @@ func (r *Relay) streamCycle(ctx context.Context, stream *replication.Stream, tra
 	defer sd.close()
 	r.setStream(stream, window, true)
 	defer r.setStream(stream, window, false)
+	r.mu.Lock()
+	r.failing = nil // this cycle's sinks
+	r.mu.Unlock()
+	defer context.AfterFunc(ctx, func() { r.logDrain(window) })()
 	r.metrics.watch(tracker, window, stream)
 	defer r.metrics.cycleEnded()
 	lent := r.lend(sinks)
@@ -702,12 +763,16 @@ func (r *Relay) runner(cs *cycleState, s publish.Sink, lent *publish.Lent, in <-
 		MaxBackoff: cfg.Relay.RetryBackoff.D(),
 		Ack:        settler.Ack,
 		Failing: func(f bool) {
+			r.setFailing(sinkName, f, "")
 			r.metrics.setFailing(sinkName, f)
 			if !f {
 				progress.Failing(sinkName, "")
 			}
 		},
-		Failed:          func(err error) { progress.Failing(sinkName, sinkError(secrets, err)) },
+		Failed: func(err error) {
+			r.setFailing(sinkName, true, sinkError(secrets, err))
+			progress.Failing(sinkName, sinkError(secrets, err))
+		},
 		RefusedAttempts: cfg.Relay.RefusedAttempts,
 		Log:             sinkLog,
 	}

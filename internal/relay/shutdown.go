@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/walpost/walpost/internal/pipeline"
@@ -85,4 +87,51 @@ func (r *Relay) runSink(ctx, gctx context.Context, sd *shutdown, runner *publish
 			ErrDrainCut, name, sd.timeout, n)
 	}
 	return fmt.Errorf("sink %s: %w", name, err)
+}
+
+// setFailing records whether sink's last attempt failed, and with what
+// (lastErr, redacted; "" keeps the one recorded).
+func (r *Relay) setFailing(sink string, failing bool, lastErr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !failing {
+		delete(r.failing, sink)
+		return
+	}
+	if r.failing == nil {
+		r.failing = map[string]string{}
+	}
+	if lastErr != "" || r.failing[sink] == "" {
+		r.failing[sink] = lastErr
+	}
+}
+
+// logDrain logs, when SIGINT/SIGTERM ends the run's context, what the
+// drain waits for and how long: the deliveries in flight, the sinks that
+// are failing, and relay.shutdown_timeout, after which cdc run exits 3
+// (docs/design.md, "Shutdown"). Without it a failing sink made the
+// shutdown a silence of shutdown_timeout.
+func (r *Relay) logDrain(window *pipeline.Window) {
+	n, bytes := window.InFlight()
+	r.mu.Lock()
+	failing := make([]string, 0, len(r.failing))
+	for name, last := range r.failing {
+		if last != "" {
+			name += " (" + last + ")"
+		}
+		failing = append(failing, name)
+	}
+	r.mu.Unlock()
+	slices.Sort(failing)
+	ev := r.log.Info()
+	msg := "stopping: nothing in flight; confirming and exiting"
+	if n > 0 {
+		msg = fmt.Sprintf("stopping: waiting up to relay.shutdown_timeout (%v) for the sinks to acknowledge %d deliveries in flight; "+
+			"if they do not, cdc run exits 3 and the next run sends them again (nothing is lost)", r.cfg.Relay.ShutdownTimeout.D(), n)
+	}
+	if len(failing) > 0 {
+		ev = r.log.Warn().Strs("failing", failing)
+		msg += "; failing now: " + strings.Join(failing, ", ")
+	}
+	ev.Int("in_flight", n).Int64("in_flight_bytes", bytes).Dur("shutdown_timeout_ms", r.cfg.Relay.ShutdownTimeout.D()).Msg(msg)
 }

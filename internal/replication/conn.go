@@ -163,7 +163,7 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	if err != nil {
 		err = fmt.Errorf("connecting for replication to %s: %w", pgconnect.Describe(cfg), err)
 		if pgconnect.Refused(err) {
-			return nil, fatalError{fmt.Errorf("%w; %s", err, pgconnect.RefusedHint)}
+			return nil, fatalError{pgconnect.ExplainRefused(err)}
 		}
 		return nil, err
 	}

@@ -51,21 +51,9 @@ var (
 // the server: wal_level=logical, a role allowed to replicate, the outbox
 // table and its mapped columns. Each failure says what to do.
 func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
-	var level string
-	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		return fmt.Errorf("reading wal_level: %w", err)
-	}
-	if level != "logical" {
-		return fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", ErrWALLevel, level)
-	}
-	var super, repl bool
-	var role string
-	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&role, &super, &repl); err != nil {
-		return fmt.Errorf("reading role attributes: %w", err)
-	}
-	if !super && !repl {
-		return fmt.Errorf("%w: role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION as a superuser (and allow it a replication connection in pg_hba.conf)",
-			ErrPrivileges, role, pgx.Identifier{role}.Sanitize())
+	role, err := CheckReplication(ctx, conn)
+	if err != nil {
+		return err
 	}
 	if t.TableLess {
 		return checkMessagesServer(ctx, conn)
@@ -96,8 +84,12 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	}
 	for role, col := range t.Outbox.Columns {
 		if col != "" && !set[col] {
+			field := layout.Role(role).Field()
+			if hint := ColumnCaseHint(field, col, have); hint != "" {
+				return fmt.Errorf("%w: %s: table %s has no column %q, %s", ErrNoColumn, field, t.name(), col, hint)
+			}
 			return fmt.Errorf("%w: %s: table %s has no column %q (it has %s); fix the mapping under columns: (use \"-\" for key or headers if the table has none)",
-				ErrNoColumn, layout.Role(role).Field(), t.name(), col, strings.Join(have, ", "))
+				ErrNoColumn, field, t.name(), col, strings.Join(have, ", "))
 		}
 	}
 	if err := checkOrder(ctx, conn, t, set, have); err != nil {
@@ -114,6 +106,29 @@ func CheckServer(ctx context.Context, conn *pgx.Conn, t Target) error {
 	return nil
 }
 
+// CheckReplication checks, on an ordinary connection, what logical
+// replication needs of the server and the role: wal_level=logical and
+// the REPLICATION attribute (or a superuser). It returns the role's name.
+// cdc init runs it before it creates anything.
+func CheckReplication(ctx context.Context, conn *pgx.Conn) (role string, err error) {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return "", fmt.Errorf("reading wal_level: %w", err)
+	}
+	if level != "logical" {
+		return "", fmt.Errorf("%w: wal_level is %s; set wal_level = logical in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", ErrWALLevel, level)
+	}
+	var super, repl bool
+	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").Scan(&role, &super, &repl); err != nil {
+		return "", fmt.Errorf("reading role attributes: %w", err)
+	}
+	if !super && !repl {
+		return "", fmt.Errorf("%w: role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION as a superuser (and allow it a replication connection in pg_hba.conf)",
+			ErrPrivileges, role, pgx.Identifier{role}.Sanitize())
+	}
+	return role, nil
+}
+
 // checkOrder checks columns.order, when set: a column of the table, of
 // one of layout.OrderTypes, NOT NULL (docs/design.md, "Row order from the
 // table"). set and have are the table's columns.
@@ -123,6 +138,9 @@ func checkOrder(ctx context.Context, conn *pgx.Conn, t Target, set map[string]bo
 		return nil
 	}
 	if !set[o] {
+		if hint := ColumnCaseHint("columns.order", o, have); hint != "" {
+			return fmt.Errorf("%w: columns.order: table %s has no column %q, %s", ErrNoColumn, t.name(), o, hint)
+		}
 		return fmt.Errorf("%w: columns.order: table %s has no column %q (it has %s); name the column that numbers the rows as they are inserted, or leave columns.order out",
 			ErrNoColumn, t.name(), o, strings.Join(have, ", "))
 	}

@@ -43,3 +43,24 @@ func CaseHint(t Target, variants []string) string {
 		"if that is your outbox, set postgres.table: %s (cdc init would create a second, empty table %s beside it, and the relay would read that one)",
 		t.name(), strings.Join(variants, " and "), variants[0], t.name())
 }
+
+// ColumnCaseHint is what the error for a mapped column (field, e.g.
+// columns.sent_at) that the table lacks says when the table has columns
+// of its name in another case (have: the table's columns): the column
+// created without quotes ("InviatoIl" stored as inviatoil, as EF Core's
+// migrations do without quoting, or hand-written DDL) or the other way
+// round, and the mapping to write. "" when there is none.
+func ColumnCaseHint(field, col string, have []string) string {
+	var variants []string
+	for _, h := range have {
+		if h != col && strings.EqualFold(h, col) {
+			variants = append(variants, fmt.Sprintf("%q", h))
+		}
+	}
+	if len(variants) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("but it has %s: column names under columns: are case-sensitive, as in the catalog "+
+		"(a column created without quotes is stored in lower case); if that is the column, set %s: %s",
+		strings.Join(variants, " and "), field, strings.Trim(variants[0], `"`))
+}

@@ -238,3 +238,7 @@ func (s *Sink) claim(ctx context.Context, m *message.Message) (*message.Message,
 	s.opt.Log.Debug().Str("msg_id", m.ID).Str("trace_id", m.TraceID()).Str("object", name).Int("bytes", len(m.Payload)).Msg("payload stored by the claim check")
 	return &c, nil
 }
+
+// Start runs the inner sink's start-up check (publish.Starter): the claim
+// check's store is reached at the first large payload.
+func (s *Sink) Start(ctx context.Context) error { return publish.Start(ctx, s.inner) }

@@ -441,26 +441,35 @@ func (s *Sink) exchanges(ctx context.Context, sess *session, msgs []*message.Mes
 		if sess.known[name] {
 			continue
 		}
-		var err error
-		declare := s.declare && s.mayDeclare(name)
-		if declare {
-			var args amqp.Table
-			if s.exchangeType == DelayedExchangeType {
-				args = amqp.Table{"x-delayed-type": s.delayedType}
-			}
-			err = sess.ch.ExchangeDeclare(name, s.exchangeType, true, false, false, false, args)
-		} else {
-			err = sess.ch.ExchangeDeclarePassive(name, s.exchangeType, true, false, false, false, nil)
+		if declared, err := s.exchange1(sess, name); err != nil {
+			return s.exchangeFailed(ctx, err, publish.Describe(msgs[i]), name, declared)
 		}
-		if err != nil {
-			return s.exchangeFailed(ctx, err, msgs[i], name, declare)
-		}
-		if len(sess.known) >= maxKnownExchanges {
-			clear(sess.known)
-		}
-		sess.known[name] = true
 	}
 	return nil
+}
+
+// exchange1 checks (or, with declare_exchange and a name it may declare,
+// declares) the exchange name on sess and records it as known; declared
+// reports which it did. The caller bounds it in time.
+func (s *Sink) exchange1(sess *session, name string) (declared bool, err error) {
+	declared = s.declare && s.mayDeclare(name)
+	if declared {
+		var args amqp.Table
+		if s.exchangeType == DelayedExchangeType {
+			args = amqp.Table{"x-delayed-type": s.delayedType}
+		}
+		err = sess.ch.ExchangeDeclare(name, s.exchangeType, true, false, false, false, args)
+	} else {
+		err = sess.ch.ExchangeDeclarePassive(name, s.exchangeType, true, false, false, false, nil)
+	}
+	if err != nil {
+		return declared, err
+	}
+	if len(sess.known) >= maxKnownExchanges {
+		clear(sess.known)
+	}
+	sess.known[name] = true
+	return declared, nil
 }
 
 // mayDeclare reports whether declare_exchange may declare the exchange
@@ -477,14 +486,15 @@ func (s *Sink) mayDeclare(name string) bool {
 }
 
 // exchangeFailed turns the failed check or declaration of exchange name,
-// first used by message m, into the error Publish returns. For an
+// first used by the message that about names (publish.Describe; "at
+// start" for Start's check), into the error Publish returns. For an
 // exchange the template chose from the message, the broker's refusal of
 // that name (404 NOT_FOUND, 403 ACCESS_REFUSED, 406 PRECONDITION_FAILED)
 // is a refusal of the message (publish.Rejected: relay.on_refused stops
 // or parks it): other messages may go to other exchanges, and a name a
 // message chose must never stop the relay for good. For a fixed exchange
 // it is Permanent: every message would fail alike.
-func (s *Sink) exchangeFailed(ctx context.Context, err error, m *message.Message, name string, declared bool) error {
+func (s *Sink) exchangeFailed(ctx context.Context, err error, about string, name string, declared bool) error {
 	templated := !fixedName(s.exchange)
 	if ctx.Err() == nil && templated && refusesName(err) {
 		hint := "RabbitMQ refuses this exchange for this message's type or key"
@@ -497,12 +507,12 @@ func (s *Sink) exchangeFailed(ctx context.Context, err error, m *message.Message
 			hint = "RabbitMQ refuses to declare it (an exchange of another type or durability, or a name the user may not configure)"
 		}
 		return publish.Rejected(fmt.Errorf("rabbitmq: %s: exchange %q in vhost %q from template %q: %w; %s; "+
-			"or park the message with relay.on_refused: dead_letter", publish.Describe(m), name, s.vhost, s.exchange.Text(), err, hint))
+			"or park the message with relay.on_refused: dead_letter", about, name, s.vhost, s.exchange.Text(), err, hint))
 	}
 	if !s.declare && isNotFound(err) {
 		return publish.Permanent(fmt.Errorf("rabbitmq: %s: exchange %q does not exist in vhost %q: %w; "+
 			"create it (durable, bound to the queues that should get the messages), or set declare_exchange: true",
-			publish.Describe(m), name, s.vhost, err))
+			about, name, s.vhost, err))
 	}
 	what := "checking"
 	if declared {
@@ -512,9 +522,9 @@ func (s *Sink) exchangeFailed(ctx context.Context, err error, m *message.Message
 	if declared && s.exchangeType == DelayedExchangeType && errors.As(err, &ae) && ae.Code == amqp.CommandInvalid {
 		return publish.Permanent(fmt.Errorf("rabbitmq: %s: declaring exchange %q of type %s: %w; the server lacks the delayed-message plugin: "+
 			"run rabbitmq-plugins enable rabbitmq_delayed_message_exchange on it, or set another exchange_type and remove columns.deliver_at",
-			publish.Describe(m), name, DelayedExchangeType, s.scrub(err)))
+			about, name, DelayedExchangeType, s.scrub(err)))
 	}
-	return s.failure(ctx, err, fmt.Sprintf("rabbitmq: %s: %s exchange %q", publish.Describe(m), what, name))
+	return s.failure(ctx, err, fmt.Sprintf("rabbitmq: %s: %s exchange %q", about, what, name))
 }
 
 // send publishes out on the session's channel, at most maxInFlight
