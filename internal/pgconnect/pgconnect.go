@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -108,6 +109,45 @@ func Refused(err error) bool {
 		return true
 	}
 	return false
+}
+
+// ConnLost reports whether err is a connection to PostgreSQL lost or not
+// made for a reason that passes: the server shutting down, restarting or
+// starting (SQLSTATE class 57: admin_shutdown, crash_shutdown,
+// cannot_connect_now...), the connection closed (io.EOF, conn closed),
+// a network error, or anything pgconn says is safe to retry. An error
+// the server answered otherwise (any other SQLSTATE) is not. It decides
+// by the error's kind, never its text (docs/design.md, "Error policy").
+func ConnLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57")
+	}
+	var netErr net.Error
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &netErr)
+}
+
+// ShuttingDown reports whether err is the server going away under a
+// connection: terminated by a shutdown (SQLSTATE 57P01 admin_shutdown,
+// 57P02 crash_shutdown), refusing new ones while it stops or starts
+// (57P03 cannot_connect_now), or the connection closed. A writer beside
+// the replication connection that gets it ends the cycle: a WAL sender
+// in shutdown waits for the client to confirm all it sent, which the
+// relay cannot while its writes fail (docs/design.md, "Error policy").
+func ShuttingDown(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03":
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // RefusedHint is what an error for which Refused holds adds: what to do.

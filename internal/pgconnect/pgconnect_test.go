@@ -3,7 +3,10 @@ package pgconnect
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,5 +98,39 @@ func TestRefusedDecidesByTheSQLSTATE(t *testing.T) {
 	}
 	if Refused(errors.New("password authentication failed (SQLSTATE 28P01)")) {
 		t.Error("Refused read the error's text")
+	}
+}
+
+// TestConnLostAndShuttingDownDecideByKind: a server going away (SQLSTATE
+// class 57, the connection closed, a network error) is a connection
+// lost; a server that answered otherwise (a refused role, a missing
+// table) is not. ShuttingDown takes only what a stopping or starting
+// server says, and a connection closed under it.
+func TestConnLostAndShuttingDownDecideByKind(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("dead-letter: holding message 0/1: %w", err) }
+	for _, c := range []struct {
+		name           string
+		err            error
+		lost, stopping bool
+	}{
+		{"admin shutdown", wrap(&pgconn.PgError{Code: "57P01"}), true, true},
+		{"crash shutdown", wrap(&pgconn.PgError{Code: "57P02"}), true, true},
+		{"cannot connect now", wrap(&pgconn.PgError{Code: "57P03"}), true, true},
+		{"query canceled", wrap(&pgconn.PgError{Code: "57014"}), true, false},
+		{"conn closed", wrap(pgconn.ErrConnClosed), true, true},
+		{"eof", wrap(io.EOF), true, true},
+		{"unexpected eof", wrap(io.ErrUnexpectedEOF), true, true},
+		{"connection refused", wrap(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), true, false},
+		{"password refused", wrap(&pgconn.PgError{Code: "28P01"}), false, false},
+		{"column missing", wrap(&pgconn.PgError{Code: "42703"}), false, false},
+		{"other", errors.New("conn closed"), false, false}, // by kind, never by text
+		{"nil", nil, false, false},
+	} {
+		if got := ConnLost(c.err); got != c.lost {
+			t.Errorf("%s: ConnLost %v, want %v", c.name, got, c.lost)
+		}
+		if got := ShuttingDown(c.err); got != c.stopping {
+			t.Errorf("%s: ShuttingDown %v, want %v", c.name, got, c.stopping)
+		}
 	}
 }

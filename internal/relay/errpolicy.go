@@ -10,6 +10,7 @@ import (
 	"github.com/walpost/walpost/internal/explain"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/pipeline"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
 )
 
@@ -98,6 +99,11 @@ var errorPolicy = []errorRule{
 		hint: func(r *Relay, _ cycleEnd, err error) error { return r.explain().PublicationGone(err) }},
 	{kind: "drain cut", is: isAny(ErrDrainCut), then: stop},
 	{kind: "transient", is: func(err error) bool { var t transient; return errors.As(err, &t) }, then: restart},
+	// PostgreSQL restarted, stopping or starting under any connection of
+	// the cycle (a check, the dead letters, the sent_at marks...), by the
+	// error's kind: a new cycle once the server is back. A sink's
+	// permanent error stays a stop.
+	{kind: "connection lost", is: func(err error) bool { return pgconnect.ConnLost(err) && !publish.IsPermanent(err) }, then: restart},
 	{kind: "failed", is: func(error) bool { return true }, then: stop},
 }
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,6 +15,7 @@ import (
 	"github.com/walpost/walpost/internal/decoder"
 	"github.com/walpost/walpost/internal/pgconnect"
 	"github.com/walpost/walpost/internal/pipeline"
+	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/replication"
 )
 
@@ -48,6 +52,13 @@ func TestErrorPolicyDecidesEveryKind(t *testing.T) {
 		{"server unreachable", transient{errors.New("dial tcp: connection refused")}, restart, "transient"},
 		{"sink waited for its lock", transient{context.DeadlineExceeded}, restart, "transient"},
 		{"a check failed", wrap(replication.ErrPublicationMissing), stop, "failed"},
+		{"server restarted under a park", wrap(fmt.Errorf("dead-letter: holding message 0/1: %w", pgconn.ErrConnClosed)), restart, "connection lost"},
+		{"server stopping under the marks", wrap(fmt.Errorf("columns.sent_at: %w", &pgconn.PgError{Code: "57P01"})), restart, "connection lost"},
+		{"server starting under a check", wrap(&pgconn.PgError{Code: "57P03"}), restart, "connection lost"},
+		{"connection reset", wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}), restart, "connection lost"},
+		{"eof", wrap(io.ErrUnexpectedEOF), restart, "connection lost"},
+		{"a sink's permanent network error", wrap(publish.Permanent(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})), stop, "failed"},
+		{"refused role at a later connect", wrap(refused), stop, "role or database refused"},
 		{"anything else", errors.New("sink out: 400"), stop, "failed"},
 	} {
 		if rule := ruleFor(c.err); rule.then != c.then || rule.kind != c.kind {

@@ -293,11 +293,17 @@ func (w *visWait) done(log zerolog.Logger, now time.Time) {
 	*w = visWait{}
 }
 
+// ErrServerGone ends Run when the server the rows are marked on is
+// shutting down, restarting or starting (pgconnect.ShuttingDown): the
+// relay ends the cycle and starts a new one once the server is back.
+var ErrServerGone = errors.New("columns.sent_at: the server is shutting down or restarting; ending the cycle so that it can stop (rows not marked are marked in the next cycle, or sent again)")
+
 // Run marks confirmed rows every interval (sooner when the stream asks
 // for a position held back by unmarked rows, or while a transaction to
 // mark is not visible yet) until ctx ends. A failed UPDATE is retried
-// with backoff; it returns an error only for a failure retrying cannot
-// fix (the column or its privilege gone).
+// with backoff; it returns an error for a failure retrying cannot fix
+// (the column or its privilege gone) and ErrServerGone (wrapping the
+// server's error) when the server is going away.
 func (m *Marker) Run(ctx context.Context, interval time.Duration) error {
 	retry := backoff.New(100*time.Millisecond, 10*time.Second)
 	vis := backoff.New(visRetryStart, visRetryMax)
@@ -333,6 +339,14 @@ func (m *Marker) Run(ctx context.Context, interval time.Duration) error {
 			return nil
 		case permanent(err):
 			return fmt.Errorf("columns.sent_at: %w", err)
+		case pgconnect.ShuttingDown(err):
+			// A WAL sender in shutdown waits until the relay confirmed all
+			// it sent, which it cannot past rows it could not mark: retrying
+			// here kept the replication connection open, and PostgreSQL
+			// from stopping, for ever. The cycle ends instead; the next one
+			// marks them, or they are sent again (docs/design.md, "sent_at
+			// and adopt").
+			return fmt.Errorf("%w: %w", ErrServerGone, err)
 		default:
 			d := retry.Next()
 			m.log.Warn().Err(err).Dur("retry_in_ms", d).Int("transactions", m.Pending()).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 	"github.com/walpost/walpost/internal/testutil"
 )
@@ -374,5 +375,50 @@ func await(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
+	}
+}
+
+// failingDB fails every statement with err.
+type failingDB struct{ err error }
+
+func (f failingDB) Visible(context.Context, []uint32) ([]bool, error) { return nil, f.err }
+func (f failingDB) Mark(context.Context, []string) (int, int, error)  { return 0, 0, f.err }
+func (f failingDB) Close()                                            {}
+
+// TestRunEndsWhenTheServerShutsDown: a server that terminates the
+// marking connection for its shutdown, or refuses a new one while it
+// stops, ends Run with ErrServerGone (the relay ends the cycle, so the
+// WAL sender, which waits for the relay to confirm all it sent, can
+// exit and the server stop); any other failure is retried.
+func TestRunEndsWhenTheServerShutsDown(t *testing.T) {
+	for _, code := range []string{"57P01", "57P02", "57P03"} {
+		tr := &fakeTracker{}
+		m := newMarker(failingDB{&pgconn.PgError{Severity: "FATAL", Code: code}}, tr, zerolog.Nop())
+		if err := m.Add(context.Background(), 100, 7, []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+		tr.set(100)
+		done := make(chan error, 1)
+		go func() { done <- m.Run(context.Background(), 10*time.Millisecond) }()
+		select {
+		case err := <-done:
+			var pe *pgconn.PgError
+			if !errors.Is(err, ErrServerGone) || !errors.As(err, &pe) || pe.Code != code {
+				t.Errorf("%s: Run returned %v, want ErrServerGone wrapping the server's error", code, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Run still retries 5 s after the server said it shuts down", code)
+		}
+	}
+	tr := &fakeTracker{}
+	m := newMarker(failingDB{&pgconn.PgError{Code: "40P01"}}, tr, zerolog.Nop()) // a deadlock: retried
+	if err := m.Add(context.Background(), 100, 7, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	tr.set(100)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := m.Run(ctx, 10*time.Millisecond); err != nil {
+		t.Errorf("a deadlock ended Run (%v); it is retried", err)
 	}
 }
