@@ -127,12 +127,15 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cdc %s: config %s: %v\n", cmd.name, o.config, err)
 		return 2
 	}
-	defer r.Close()
 	if structured && !cmd.structured {
 		stderr = &lineLogger{log: log} // progress and reports as records
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Closed while SIGINT and SIGTERM are still caught: a second signal
+	// that comes while the relay closes (make demo sends SIGTERM after
+	// Ctrl-C) must not kill a process that is already stopping cleanly.
+	defer r.Close()
 	ctx, stopTracing, err := startTracing(ctx, cmd, cfg, r, reg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "cdc %s: config %s: tracing: %v\n", cmd.name, o.config, err)
