@@ -2,10 +2,15 @@ package decoder
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/internal/pgwiretest"
 )
 
 // TestBeginAndCommitParseAsPglogreplDoes: the hand-written parsers of the
@@ -68,5 +73,34 @@ func TestBeginAndCommitAllocateNothing(t *testing.T) {
 		}
 	}); a != 0 {
 		t.Errorf("Begin and Commit: %v allocations, want 0", a)
+	}
+}
+
+// TestRowsOfOneTypeShareItsString: a row's type is one string per type
+// (no allocation per row for it), up to maxTypes types; the values are
+// the rows' own either way.
+func TestRowsOfOneTypeShareItsString(t *testing.T) {
+	d := newDecoder()
+	mustDecode(t, d, 1, pgwiretest.Relation(1, "public", "outbox", outboxCols...))
+	mustDecode(t, d, 2, pgwiretest.Begin(9, time.Now(), 1))
+	row := func(lsn pglogrepl.LSN, typ string) string {
+		ev := mustDecode(t, d, lsn, pgwiretest.Insert(1, s(id1), s(typ), nil, s("{}"), nil, nil))
+		if ev.Msg == nil || ev.Msg.Type != typ {
+			t.Fatalf("got %+v, want a row of type %q", ev, typ)
+		}
+		return ev.Msg.Type
+	}
+	a, b := row(3, "order.created"), row(4, "order.created")
+	if unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Error("two rows of one type hold two copies of it")
+	}
+	for i := range maxTypes + 10 {
+		row(pglogrepl.LSN(10+i), fmt.Sprintf("type.%d", i))
+	}
+	if len(d.types) != maxTypes {
+		t.Errorf("%d types kept, want at most %d", len(d.types), maxTypes)
+	}
+	if got := row(5000, "type.9999"); got != "type.9999" {
+		t.Errorf("a type past the bound: %q", got)
 	}
 }

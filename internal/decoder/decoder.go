@@ -92,6 +92,9 @@ type Decoder struct {
 	// outbox that mapped by name (kept across Reset).
 	outboxOID uint32
 	good      map[uint32][]Column
+
+	// types are the message types seen, each once (internType).
+	types map[string]string
 }
 
 // New returns a decoder for the outbox described by m.
