@@ -648,10 +648,16 @@ func (r *report) writeIntro(p printer, png string) {
 		mode = "`-quick` run"
 	}
 	p("# walpost benchmarks\n\n")
+	cpu := r.Machine.CPUModel
+	if cpu == "" {
+		cpu = "CPU model unknown"
+	}
+	// The ratios to pg_recvlogical move with the CPU (bench/NOTES.md): the
+	// header names it, for whoever compares two reports.
 	p("Written by `go -C bench run .` (%s) on %s; the run took %s. Every figure below was measured in that one run, "+
-		"on this machine, side by side; nothing is carried over from elsewhere. `go -C bench run . -out BENCHMARKS.md` "+
+		"on this machine (%s, %d CPUs), side by side; nothing is carried over from elsewhere. `go -C bench run . -out BENCHMARKS.md` "+
 		"(or `make bench-report`) refreshes the committed file (without -out the report goes to a temporary file).\n\n",
-		mode, r.Machine.Date, r.Elapsed.Round(time.Second))
+		mode, r.Machine.Date, r.Elapsed.Round(time.Second), cpu, r.Machine.CPUs)
 	if r.Quick {
 		p("A `-quick` run is a smoke test, not a verdict: catch-up runs once per system, and a paced run lasts %s, so "+
 			"at 2,000 messages/s in 100-row transactions a p99 is decided by the slowest one or two of its transactions. "+

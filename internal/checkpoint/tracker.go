@@ -129,8 +129,23 @@ func (t *Tracker) Progress(lsn pglogrepl.LSN) {
 	if t.open != nil {
 		return
 	}
+	// What a new complete entry would come to, without one (keepalives
+	// and heartbeats come often at rest): with nothing in flight it is
+	// popped at once, and after a complete entry mergeTail folds it in.
+	switch n := len(t.queue); {
+	case t.head == n:
+		if lsn > pglogrepl.LSN(t.confirmed.Load()) {
+			t.confirmed.Store(uint64(lsn))
+		}
+		return
+	case complete(t.queue[n-1]):
+		if last := t.queue[n-1]; lsn > last.end {
+			last.end = lsn
+		}
+		t.advance()
+		return
+	}
 	t.queue = append(t.queue, &Txn{end: lsn, committed: true})
-	t.mergeTail()
 	t.advance()
 }
 

@@ -282,3 +282,31 @@ func TestWaitReturnsOnceTheTransactionIsSettled(t *testing.T) {
 		t.Fatalf("Wait on an unsettled transaction with a canceled context: %v", err)
 	}
 }
+
+// TestProgressAtRestOrAfterACompleteEntryTakesNoEntry: a keepalive or
+// heartbeat with nothing in flight, or behind a complete entry, costs no
+// allocation, and still confirms once what is before it is acknowledged.
+func TestProgressAtRestOrAfterACompleteEntryTakesNoEntry(t *testing.T) {
+	tr := New(10)
+	lsn := pglogrepl.LSN(10)
+	if a := testing.AllocsPerRun(100, func() { lsn++; tr.Progress(lsn) }); a != 0 {
+		t.Errorf("Progress at rest: %v allocations, want 0", a)
+	}
+	if tr.Confirmed() != lsn || !tr.Idle() {
+		t.Fatalf("confirmed %s (idle %v), want %s", tr.Confirmed(), tr.Idle(), lsn)
+	}
+	stuck := tr.Begin()
+	tr.Add(stuck, 1)
+	tr.Commit(stuck, 1000)
+	tr.Progress(1001) // an entry of its own behind the stuck one
+	if a := testing.AllocsPerRun(100, func() { lsn = 2000; tr.Progress(lsn) }); a != 0 {
+		t.Errorf("Progress after a complete entry: %v allocations, want 0", a)
+	}
+	if tr.Confirmed() != 10+101 {
+		t.Fatalf("confirmed %s past an unacknowledged transaction", tr.Confirmed())
+	}
+	tr.AckAll([]*Txn{stuck})
+	if tr.Confirmed() != 2000 || !tr.Idle() {
+		t.Fatalf("confirmed %s (idle %v) after the ack, want 0/7D0", tr.Confirmed(), tr.Idle())
+	}
+}

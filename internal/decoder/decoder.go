@@ -92,6 +92,9 @@ type Decoder struct {
 	// outbox that mapped by name (kept across Reset).
 	outboxOID uint32
 	good      map[uint32][]Column
+
+	// types are the message types seen, each once (internType).
+	types map[string]string
 }
 
 // New returns a decoder for the outbox described by m.
@@ -148,7 +151,7 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		}
 		return d.insert(walStart, data, owned)
 	case 'B':
-		m, err := parse[*pglogrepl.BeginMessage](walStart, data)
+		m, err := parseBegin(walStart, data)
 		if err != nil {
 			return Event{}, err
 		}
@@ -159,7 +162,7 @@ func (d *Decoder) decode(walStart pglogrepl.LSN, data []byte, owned bool) (Event
 		d.tx.xid = m.Xid
 		return Event{Kind: Begin, LSN: walStart, CommitLSN: m.FinalLSN, Xid: m.Xid}, nil
 	case 'C':
-		m, err := parse[*pglogrepl.CommitMessage](walStart, data)
+		m, err := parseCommit(walStart, data)
 		if err != nil {
 			return Event{}, err
 		}
@@ -223,6 +226,42 @@ func parse[T pglogrepl.Message](lsn pglogrepl.LSN, data []byte) (t T, err error)
 		return t, fmt.Errorf("%w: %s at %s parsed as %T", ErrProtocol, kind, lsn, m)
 	}
 	return t, nil
+}
+
+// parseBegin and parseCommit read the fixed-size Begin and Commit as
+// pglogrepl.Parse does, without its allocation, interface conversion and
+// recover: every transaction has one of each, and at low rates (one row
+// per transaction) they were a third of the pipeline's allocations per
+// message (docs/design.md, "The hot path"). Malformed bytes give parse's
+// error.
+func parseBegin(lsn pglogrepl.LSN, data []byte) (pglogrepl.BeginMessage, error) {
+	var m pglogrepl.BeginMessage
+	if err := checkFraming(data); err != nil {
+		return m, fmt.Errorf("%w: Begin at %s: %v", ErrProtocol, lsn, err)
+	}
+	m.FinalLSN = pglogrepl.LSN(binary.BigEndian.Uint64(data[1:]))
+	m.CommitTime = pgTime(int64(binary.BigEndian.Uint64(data[9:])))
+	m.Xid = binary.BigEndian.Uint32(data[17:])
+	return m, nil
+}
+
+func parseCommit(lsn pglogrepl.LSN, data []byte) (pglogrepl.CommitMessage, error) {
+	var m pglogrepl.CommitMessage
+	if err := checkFraming(data); err != nil {
+		return m, fmt.Errorf("%w: Commit at %s: %v", ErrProtocol, lsn, err)
+	}
+	m.Flags = data[1]
+	m.CommitLSN = pglogrepl.LSN(binary.BigEndian.Uint64(data[2:]))
+	m.TransactionEndLSN = pglogrepl.LSN(binary.BigEndian.Uint64(data[10:]))
+	m.CommitTime = pgTime(int64(binary.BigEndian.Uint64(data[18:])))
+	return m, nil
+}
+
+// pgTime is a protocol timestamp (µs since 2000-01-01 UTC) as pglogrepl
+// converts it.
+func pgTime(microsSince2000 int64) time.Time {
+	const y2k = 946_684_800 * 1_000_000 // µs from the Unix epoch to 2000
+	return time.Unix(0, (y2k+microsSince2000)*1000)
 }
 
 // checkFraming checks that the fields of a message fit in data, following

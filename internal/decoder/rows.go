@@ -132,6 +132,27 @@ func (d *Decoder) row(rel *relation, lsn pglogrepl.LSN, vals [layout.NumRoles][]
 	return m, nil
 }
 
+// maxTypes bounds the message types internType keeps.
+const maxTypes = 1024
+
+// internType returns b as a string, the same string for the same type:
+// an outbox has few types and every row names one, so a row's type costs
+// no allocation once its type was seen (the first maxTypes types are
+// kept; any after them are allocated as before).
+func (d *Decoder) internType(b []byte) string {
+	if s, ok := d.types[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	if len(d.types) < maxTypes {
+		if d.types == nil {
+			d.types = map[string]string{}
+		}
+		d.types[s] = s
+	}
+	return s
+}
+
 // orderingKey is the ordering key of a row that could not be mapped, as
 // message.Message.OrderingKey would have it: the key column's text, or
 // the id when the key is NULL or not mapped; ok is false when the value
@@ -175,7 +196,7 @@ func (d *Decoder) fill(m *message.Message, rel *relation, vals [layout.NumRoles]
 	if err := text(colType); err != nil {
 		return err
 	}
-	m.Type = string(vals[colType])
+	m.Type = d.internType(vals[colType])
 	if rel.oid[colType] == oidBPChar {
 		m.Type = strings.TrimRight(m.Type, " ")
 	}

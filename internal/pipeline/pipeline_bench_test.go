@@ -23,7 +23,18 @@ import (
 // routed to two sinks whose runners publish to a sink that takes
 // everything at once, and settled. allocs/op is per row, for both sinks.
 func BenchmarkPipeline(b *testing.B) {
-	const perTxn = 100
+	benchPipeline(b, 100, false, []config.Route{{}, {Include: []string{"order.*"}}})
+}
+
+// BenchmarkPipelineSingleRowTxns is the shape of 1,000 single-row
+// transactions/s (BENCHMARKS.md's paced run): one sink, and Begin, Insert
+// and Commit each in an input batch of its own, as the stream sends them
+// when they arrive apart. allocs/op is per row (= per transaction).
+func BenchmarkPipelineSingleRowTxns(b *testing.B) {
+	benchPipeline(b, 1, true, []config.Route{{}})
+}
+
+func benchPipeline(b *testing.B, perTxn int, split bool, routes []config.Route) {
 	var batches [][]replication.Event
 	base := pglogrepl.LSN(0x1000)
 	for done := 0; done < b.N; done += perTxn {
@@ -32,12 +43,18 @@ func BenchmarkPipeline(b *testing.B) {
 			rows = append(rows, row{i, "order.created"})
 		}
 		commit := base + 0x10*pglogrepl.LSN(len(rows)+1)
-		batches = append(batches, txn(uint32(len(batches)+1), base, commit, rows...))
+		t := txn(uint32(len(batches)+1), base, commit, rows...)
+		if split {
+			for _, ev := range t {
+				batches = append(batches, []replication.Event{ev})
+			}
+		} else {
+			batches = append(batches, t)
+		}
 		base = commit + 0x10
 	}
 	tracker := checkpoint.New(0)
 	window := NewWindow(10_000, 1<<30)
-	routes := []config.Route{{}, {Include: []string{"order.*"}}}
 	p := New(Options{Decoder: decoder.New(decoder.Mapping{Schema: "public", Name: "outbox", Columns: layout.Default}),
 		Tracker: tracker, Window: window, Routes: routes, DeadLetters: &fakeDead{}, Log: zerolog.Nop()})
 	progress := &nopProgress{}

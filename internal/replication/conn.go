@@ -68,6 +68,8 @@ type pgConn struct {
 	net net.Conn
 	raw *rawnet.Conn // the socket under net; nil where it is read through net.Conn
 	rb  receiveBuffer
+	// broken: a read failed with something other than a timeout.
+	broken bool
 }
 
 func newPgConn(pg *pgconn.PgConn) *pgConn {
@@ -75,14 +77,35 @@ func newPgConn(pg *pgconn.PgConn) *pgConn {
 	return &pgConn{pg: pg, net: nc, raw: rawnet.Of(nc)}
 }
 
+// ReceiveMessage reads the next message from the connection's Frontend
+// directly, as pglogrepl sends status updates through it, rather than
+// through PgConn.ReceiveMessage: once replication has started, pgconn's
+// bookkeeping there (its lock, the parameter statuses and notices of a
+// query, notices) does nothing the stream needs, while
+// a read that found nothing cost three allocations and a reflective
+// errors.As in its error wrapping, and the stream makes such a read at
+// nearly every wake-up at low rates (the poll before a batch goes
+// downstream; docs/design.md, "The hot path"). On any error but a
+// timeout pgconn would close the connection at once; the session closes
+// it on such an error anyway, and Close bounds the goodbye on a broken
+// one.
 func (c *pgConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
-	// context.Background: another context makes pgconn watch it with a
-	// goroutine per call; the read deadline bounds the wait instead.
-	msg, err := c.pg.ReceiveMessage(context.Background())
-	if err != nil && isTimeout(err) {
-		return nil, errReadDeadline
+	msg, err := c.pg.Frontend().Receive()
+	if err != nil {
+		if isTimeout(err) {
+			return nil, errReadDeadline
+		}
+		c.broken = true
+		return nil, fmt.Errorf("receive message failed: %w", err)
 	}
-	return msg, err
+	if e, ok := msg.(*pgproto3.ErrorResponse); ok && strings.EqualFold(e.Severity, "FATAL") {
+		// As pgconn's default OnPgError: a FATAL error (the server ends
+		// the connection: pg_terminate_backend, a shutdown) is the
+		// connection's failure, to reconnect from, not the stream's.
+		c.broken = true
+		return nil, fmt.Errorf("receive message failed: %w", pgconn.ErrorResponseToPgError(e))
+	}
+	return msg, nil
 }
 
 // isTimeout reports whether an error in err's chain is a timeout, as
@@ -122,7 +145,18 @@ func (c *pgConn) SetReadDeadline(t time.Time) error {
 	return c.raw.SetReadDeadlineOnce(t)
 }
 
-func (c *pgConn) Close() { c.pg.Close(context.Background()) }
+// Close says goodbye (Terminate) and closes the connection. After a
+// failed read the goodbye may wait at most closeWait, as pgconn's own
+// close of a failed connection does: the socket may be half dead.
+func (c *pgConn) Close() {
+	if c.broken {
+		_ = c.net.SetDeadline(time.Now().Add(closeWait))
+	}
+	c.pg.Close(context.Background())
+}
+
+// closeWait bounds the goodbye on a connection whose read failed.
+const closeWait = time.Second
 
 // receiveBuffer reports how the socket's receive buffer was sized (for
 // the session's log line).

@@ -75,6 +75,10 @@ type sessionState struct {
 	batch      []Event
 	batchBytes int
 	slab       []byte
+	// lastBatch is the length of the batch sent last: the next one starts
+	// with room for as many events (at least minBatchCap), so that it is
+	// one allocation, not one per doubling (add).
+	lastBatch int
 
 	// The last standby status update: its position and when it went.
 	lastSent   pglogrepl.LSN
@@ -135,6 +139,7 @@ func (m *sessionState) batchFull() bool {
 // each message's capacity), and at low rates a batch holds a few hundred
 // bytes, not a slab's worth.
 func (m *sessionState) batchSent() pglogrepl.LSN {
+	m.lastBatch = len(m.batch)
 	m.batch, m.batchBytes = nil, 0
 	m.resume = m.pending
 	return m.resume
@@ -257,7 +262,7 @@ func (m *sessionState) copyData(data []byte) (received, error) {
 	if m.inTx {
 		r.behind, r.switchBehind = m.observeLag(int64(binary.BigEndian.Uint64(data[17:25])) - m.commitTime)
 	}
-	m.batch = append(m.batch, Event{Kind: Data, LSN: walStart, Data: m.keep(walData)})
+	m.add(Event{Kind: Data, LSN: walStart, Data: m.keep(walData)})
 	m.batchBytes += len(walData)
 	return r, nil
 }
@@ -274,7 +279,7 @@ func (m *sessionState) otherCopyData(data []byte) (received, error) {
 	if !m.inTx && ka.ServerWALEnd > m.pending {
 		m.pending = ka.ServerWALEnd
 	}
-	m.batch = append(m.batch, Event{Kind: Keepalive, LSN: ka.ServerWALEnd})
+	m.add(Event{Kind: Keepalive, LSN: ka.ServerWALEnd})
 	return received{keepalive: true, serverWAL: ka.ServerWALEnd, reply: ka.ReplyRequested}, nil
 }
 
@@ -291,6 +296,21 @@ func (m *sessionState) observeLag(lag int64) (want, change bool) {
 		return m.behind, false
 	}
 	return want, want != m.behind
+}
+
+// minBatchCap is the room a new batch starts with at the least: a
+// transaction's Begin, row and Commit, and a keepalive.
+const minBatchCap = 4
+
+// add appends ev to the open batch. A new batch gets room for as many
+// events as the last one had: at low rates a batch holds a few events and
+// took up to three allocations as append doubled it (1, 2, 4), in a
+// catch-up some hundreds and about eight.
+func (m *sessionState) add(ev Event) {
+	if m.batch == nil {
+		m.batch = make([]Event, 0, min(max(m.lastBatch, minBatchCap), maxBatch))
+	}
+	m.batch = append(m.batch, ev)
 }
 
 // keep copies a message's bytes for the batch: small ones into the

@@ -279,3 +279,34 @@ func TestStatusGoesEveryPollBehindWhileABacklogIsReadAndUntilItIsConfirmed(t *te
 		t.Error("no status due after pollPending once caught up")
 	}
 }
+
+// TestABatchNoLargerThanTheLastOneIsOneAllocation: the events of a
+// single-row transaction (Begin, Insert, Commit) take one allocation for
+// the batch, not one per doubling, and a catch-up's batch starts with the
+// room its predecessor needed.
+func TestABatchNoLargerThanTheLastOneIsOneAllocation(t *testing.T) {
+	st := newSessionState(0x10, time.Second)
+	st.slab = make([]byte, 0, 1<<20) // message bytes: no slab allocation in the count
+	var payloads [][]byte
+	for _, m := range txMsgs(0x100, 0x1A0, 1, 0, 0) {
+		payloads = append(payloads, m.(*pgproto3.CopyData).Data)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		for _, p := range payloads {
+			if _, err := st.copyData(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.batchSent()
+	}); a != 1 {
+		t.Errorf("%v allocations per batch of %d events, want 1", a, len(payloads))
+	}
+	for range 300 {
+		feed(t, &st, txMsgs(0x100, 0x1A0, 1, 0, 0)[1])
+	}
+	st.batchSent()
+	feed(t, &st, txMsgs(0x100, 0x1A0, 1, 0, 0)[1])
+	if cap(st.batch) < 300 {
+		t.Errorf("a batch after one of 300 events starts with room for %d", cap(st.batch))
+	}
+}
