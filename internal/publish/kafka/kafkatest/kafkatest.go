@@ -267,39 +267,54 @@ func (fk *Cluster) ReadCommitted(t testing.TB, topic string) []*kgo.Record {
 		t.Fatalf("topic %q does not exist", topic)
 	}
 	end := map[int32]int64{}
-	offsets := map[int32]kgo.Offset{}
 	for _, pi := range infos {
-		if pi.LastStableOffset > 0 {
-			end[pi.Partition] = pi.LastStableOffset
-			offsets[pi.Partition] = kgo.NewOffset().At(0)
+		end[pi.Partition] = pi.LastStableOffset
+	}
+	return ReadTo(t, fk.addrs, topic, end, true)
+}
+
+// ReadTo reads topic from offset 0 up to end (partition → offset: a high
+// watermark, or with committed a last stable offset) from the brokers at
+// seeds, partition by partition, in offset order; with committed as a
+// read_committed consumer does (records of aborted transactions left
+// out). Control records are left out either way. extra adds client
+// options (a kgo.MaxVersions).
+func ReadTo(t testing.TB, seeds []string, topic string, end map[int32]int64, committed bool, extra ...kgo.Opt) []*kgo.Record {
+	t.Helper()
+	offsets := map[int32]kgo.Offset{}
+	for p, e := range end {
+		if e > 0 {
+			offsets[p] = kgo.NewOffset().At(0)
 		}
 	}
-	if len(end) == 0 {
+	if len(offsets) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(fk.addrs...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.FetchMaxWait(50*time.Millisecond), kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(64<<20))
+	opts := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(50 * time.Millisecond), kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(64 << 20)}, extra...)
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	per := map[int32][]*kgo.Record{}
-	left := len(end)
+	left := len(offsets)
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("%d partitions of %q not read to their last stable offset before the deadline", left, topic)
+			t.Fatalf("%d partitions of %q not read to their end before the deadline", left, topic)
 		}
 		fs.EachError(func(topic string, p int32, err error) {
 			t.Fatalf("fetching %s[%d]: %v", topic, p, err)
 		})
 		fs.EachRecord(func(r *kgo.Record) {
-			e, ok := end[r.Partition]
-			if !ok || r.Offset >= e {
+			e := end[r.Partition]
+			if r.Offset >= e {
 				return
 			}
 			if !r.Attrs.IsControl() {
@@ -310,7 +325,7 @@ func (fk *Cluster) ReadCommitted(t testing.TB, topic string) []*kgo.Record {
 			}
 		})
 	}
-	var parts []int32
+	parts := make([]int32, 0, len(per))
 	for p := range per {
 		parts = append(parts, p)
 	}

@@ -32,6 +32,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/walpost/walpost/internal/publish/kafka/kafkatest"
 )
 
 // Cluster is a running librdkafka mock cluster. Its methods are safe for
@@ -182,59 +184,7 @@ func (c *Cluster) read(t testing.TB, topic string, committed bool) []*kgo.Record
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	end := c.ends(ctx, t, topic, committed)
-	offsets := map[int32]kgo.Offset{}
-	for p, e := range end {
-		if e > 0 {
-			offsets[p] = kgo.NewOffset().At(0)
-		}
-	}
-	if len(offsets) == 0 {
-		return nil
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.MaxVersions(MaxVersions()), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchMaxWait(50 * time.Millisecond), kgo.FetchMaxBytes(64 << 20), kgo.FetchMaxPartitionBytes(64 << 20)}
-	if committed {
-		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	per := map[int32][]*kgo.Record{}
-	left := len(offsets)
-	for left > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("%d partitions of %q not read to their end before the deadline", left, topic)
-		}
-		fs.EachError(func(topic string, p int32, err error) {
-			t.Fatalf("fetching %s[%d]: %v", topic, p, err)
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			e := end[r.Partition]
-			if r.Offset >= e {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				per[r.Partition] = append(per[r.Partition], r)
-			}
-			if r.Offset == e-1 {
-				left--
-			}
-		})
-	}
-	var parts []int32
-	for p := range per {
-		parts = append(parts, p)
-	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
-	var out []*kgo.Record
-	for _, p := range parts {
-		out = append(out, per[p]...)
-	}
-	return out
+	return kafkatest.ReadTo(t, c.addrs, topic, c.ends(ctx, t, topic, committed), committed, kgo.MaxVersions(MaxVersions()))
 }
 
 // ends returns each partition's high watermark, or with committed its
