@@ -58,10 +58,10 @@ func (c *Console) detail(ctx context.Context, src *source, withParked bool) Deta
 		v.State = c.fleet().StateOf(src.Name)
 	}
 	met := c.metrics(src)
-	v.LagSeconds, v.OldestSeconds = met.stalled, met.inflight
+	v.LagSeconds, v.OldestSeconds = met.Stalled, met.Inflight
 	rate := rates(v.History)
 	for _, s := range src.Config.Sinks {
-		sr := SinkRate{Name: s.Name, Published: met.published[s.Name]}
+		sr := SinkRate{Name: s.Name, Published: met.Published[s.Name]}
 		if r, ok := rate[s.Name]; ok {
 			sr.RatePerSecond = &r
 		}
