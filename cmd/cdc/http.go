@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/console"
+	"github.com/walpost/walpost/internal/httpauth"
 )
 
 // readier answers /readyz: a *relay.Relay (streaming), or several
@@ -89,34 +87,13 @@ func requireAuth(a *config.HTTPAuth, h http.Handler) http.Handler {
 		challenge = `Bearer realm="walpost"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !authorized(a, req) {
+		if !httpauth.Authorized(a, req) {
 			w.Header().Set("WWW-Authenticate", challenge)
 			http.Error(w, "unauthorized: see http.auth", http.StatusUnauthorized)
 			return
 		}
 		h.ServeHTTP(w, req)
 	})
-}
-
-// authorized reports whether req carries a's credentials.
-func authorized(a *config.HTTPAuth, req *http.Request) bool {
-	if a.BearerToken != "" {
-		scheme, token, ok := strings.Cut(req.Header.Get("Authorization"), " ")
-		return ok && strings.EqualFold(scheme, "Bearer") && sameSecret(strings.TrimSpace(token), a.BearerToken)
-	}
-	user, pass, ok := req.BasicAuth()
-	// Both compared, whatever the first gives: the time taken does not
-	// tell which was wrong.
-	userOK, passOK := sameSecret(user, a.Username), sameSecret(pass, a.Password)
-	return ok && userOK && passOK
-}
-
-// sameSecret compares in constant time. It compares SHA-256 digests, so
-// that neither the time nor an early exit on a length mismatch tells how
-// long the secret is.
-func sameSecret(got, want string) bool {
-	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 // consoleRoutes returns the routes of the operator's console

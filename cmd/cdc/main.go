@@ -61,11 +61,16 @@ import (
 	_ "github.com/walpost/walpost/internal/publish/webhook"    // registers kind: webhook
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// traced are the commands that publish, and so record publish spans when
+// tracing is on (tracing:; docs/operations.md, "Tracing"; tracing.Start).
+var traced = map[string]bool{"run": true, "replay": true, "dead-letter": true}
 
 // run runs the command line args and returns the exit code. Usage and
 // help go to stdout when asked for, to stderr with exit 2 when the command
@@ -136,10 +141,12 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	// that comes while the relay closes (make demo sends SIGTERM after
 	// Ctrl-C) must not kill a process that is already stopping cleanly.
 	defer r.Close()
-	ctx, stopTracing, err := startTracing(ctx, cmd, cfg, r, reg, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "cdc %s: config %s: tracing: %v\n", cmd.name, o.config, err)
-		return 2
+	stopTracing := func() {}
+	if traced[cmd.name] { // the relay's runners and the resends record spans
+		if r.Tracing, ctx, stopTracing, err = tracing.Start(ctx, cfg.Tracing, readBuild().version, reg, log); err != nil {
+			fmt.Fprintf(stderr, "cdc %s: config %s: tracing: %v\n", cmd.name, o.config, err)
+			return 2
+		}
 	}
 	defer stopTracing()
 	if cmd.trusts {

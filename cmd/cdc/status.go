@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/walpost/walpost/internal/ops"
 )
 
@@ -17,7 +15,7 @@ const heldExit = 4
 // missing or cdc run would refuse it, after printing what it found
 // (ops.Status.Err); heldExit when it is not but keys are held.
 func statusCmd(e *cmdEnv) error {
-	room, err := ops.Open(e.ctx, e.cfg, ops.Options{Log: e.log})
+	room, err := ops.Open(e.ctx, e.cfg, ops.Options{Log: e.log, CheckProgressTopics: true})
 	if err != nil {
 		return err
 	}
@@ -25,10 +23,6 @@ func statusCmd(e *cmdEnv) error {
 	st, err := room.Status(e.ctx)
 	if err != nil {
 		return err
-	}
-	if st.Exists {
-		wal, _ := pglogrepl.ParseLSN(st.CurrentWAL)
-		st.Warnings = append(st.Warnings, kafkaProgressCautions(e.ctx, e.cfg, wal)...)
 	}
 	if e.opts.json {
 		if err := ops.WriteJSON(e.stdout, st); err != nil {

@@ -67,7 +67,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 		ev = c.log.Warn()
 	}
 	ev = ev.Str("source", src.Name).Str("slot", src.Config.Postgres.Slot).Str("action", string(action)).Str("role", roleOf(r).String()).
-		Str("remote", r.RemoteAddr).Strs("messages", refs(res.Outcomes)).Int("failed", res.Failed).Strs("released", res.Released)
+		Str("remote", r.RemoteAddr).Strs("messages", res.Refs()).Int("failed", res.Failed).Strs("released", res.Released)
 	if err != nil {
 		ev.Str("error", c.redact(err.Error())).Msg("console: " + string(action) + " refused")
 		code := http.StatusInternalServerError
@@ -83,14 +83,6 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusUnprocessableEntity
 	}
 	writeJSON(w, code, res)
-}
-
-func refs(out []ops.Outcome) []string {
-	s := make([]string, len(out))
-	for i, o := range out {
-		s[i] = o.Ref
-	}
-	return s
 }
 
 // act does action on src's parked messages that req names, through one

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/internal/ops"
 )
@@ -71,17 +72,14 @@ const readers = 4
 // readers of them at once.
 func eachSource[T any](sources []*source, f func(*source) T) []T {
 	out := make([]T, len(sources))
-	sem := make(chan struct{}, readers)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(readers)
 	for i, s := range sources {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			out[i] = f(s)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	g.Wait()
 	return out
 }

@@ -2,12 +2,12 @@ package console
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/walpost/walpost/internal/httpauth"
 )
 
 // Role is what a request may do.
@@ -49,29 +49,18 @@ func (c *Console) role(r *http.Request) Role {
 	if c.open() {
 		return RoleOperate // a loopback listener only (config.validateConsole), a local Host (authenticate)
 	}
-	var token string
-	user, pass, basic := r.BasicAuth()
-	if basic {
+	token := httpauth.Bearer(r)
+	if _, pass, basic := r.BasicAuth(); basic {
 		token = pass
-	} else if scheme, t, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-		token = strings.TrimSpace(t)
 	}
 	if token == "" {
 		return RoleNone
 	}
 	// Every comparison made, whatever the first gives: the time taken
 	// does not tell which matched.
-	operate := h.OperateToken != "" && sameSecret(token, h.OperateToken)
-	view := h.ViewToken != "" && sameSecret(token, h.ViewToken)
-	auth := false
-	if a := h.Auth; a != nil {
-		if a.BearerToken != "" {
-			auth = !basic && sameSecret(token, a.BearerToken)
-		} else {
-			u, p := sameSecret(user, a.Username), sameSecret(pass, a.Password)
-			auth = basic && u && p
-		}
-	}
+	operate := h.OperateToken != "" && httpauth.SameSecret(token, h.OperateToken)
+	view := h.ViewToken != "" && httpauth.SameSecret(token, h.ViewToken)
+	auth := h.Auth != nil && httpauth.Authorized(h.Auth, r)
 	switch {
 	case operate || auth:
 		return RoleOperate
@@ -79,13 +68,6 @@ func (c *Console) role(r *http.Request) Role {
 		return RoleView
 	}
 	return RoleNone
-}
-
-// sameSecret compares in constant time, on SHA-256 digests so that
-// neither time nor length tells how long the secret is.
-func sameSecret(got, want string) bool {
-	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 // open reports whether the console has no credentials configured (no
@@ -168,7 +150,7 @@ func (c *Console) checkPOST(r *http.Request) (string, int) {
 	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(ct) != "application/json" {
 		return "send the action as JSON (Content-Type: application/json)", http.StatusUnsupportedMediaType
 	}
-	if !sameSecret(r.Header.Get("X-CSRF-Token"), c.csrf) {
+	if !httpauth.SameSecret(r.Header.Get("X-CSRF-Token"), c.csrf) {
 		return "forbidden: X-CSRF-Token missing or stale: read csrf_token from GET /api/v1/session (or reload the page)", http.StatusForbidden
 	}
 	return "", 0

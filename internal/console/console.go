@@ -145,29 +145,11 @@ func (c *Console) sourceNamed(name string) *source {
 	return nil
 }
 
-// metricsOf is what the process's metrics say of a source.
-type metricsOf struct {
-	published map[string]float64 // walpost_messages_published_total by sink
-	stalled   float64            // walpost_slot_stalled_seconds
-	inflight  float64            // walpost_oldest_inflight_seconds
-}
-
-// metrics reads src's series from the Gatherer: those with its source
-// label in a fleet, all of them otherwise.
-func (c *Console) metrics(src *source) metricsOf {
-	m := metricsOf{published: map[string]float64{}}
-	for _, s := range relay.Gathered(c.gather) {
-		if v, ok := s.Labels["source"]; ok && c.fleet != nil && v != src.Name {
-			continue
-		}
-		switch s.Name {
-		case "walpost_messages_published_total":
-			m.published[s.Labels["sink"]] = s.Value
-		case "walpost_slot_stalled_seconds":
-			m.stalled = s.Value
-		case "walpost_oldest_inflight_seconds":
-			m.inflight = s.Value
-		}
+// metrics reads src's series from the Gatherer (relay.MetricsOf): those
+// with its source label in a fleet, all of them otherwise.
+func (c *Console) metrics(src *source) relay.SourceMetrics {
+	if c.fleet == nil {
+		return relay.MetricsOf(c.gather, "")
 	}
-	return m
+	return relay.MetricsOf(c.gather, src.Name)
 }

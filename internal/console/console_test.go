@@ -14,6 +14,9 @@ import (
 
 	"github.com/walpost/walpost/internal/config"
 	"github.com/walpost/walpost/internal/fleet"
+	// The stdout kind of the tests' sources: internal/ops links the kafka
+	// kind in (its progress-topic check), and config then checks kinds.
+	_ "github.com/walpost/walpost/internal/publish/file"
 )
 
 const viewToken, operateToken = "view-0123456789abcdef", "operate-0123456789abcdef"

@@ -36,14 +36,10 @@ type SinkRate struct {
 }
 
 // Detail is /api/v1/sources/NAME: the source and its parked messages not
-// resent, by failure (ops.Groups).
+// resent, by failure (ops.ParkedGroups, the first maxShown).
 type Detail struct {
 	SourceView
-	Groups []ops.Group `json:"groups"`
-	// Unsent counts the parked messages not resent: those in Groups.
-	Unsent int `json:"unsent"`
-	// Truncated: more than maxShown; cdc dead-letter list has them all.
-	Truncated bool `json:"truncated"`
+	ops.ParkedGroups
 }
 
 // maxShown is the most parked messages a view lists.
@@ -58,16 +54,16 @@ func (c *Console) detail(ctx context.Context, src *source, withParked bool) Deta
 		v.State = c.fleet().StateOf(src.Name)
 	}
 	met := c.metrics(src)
-	v.LagSeconds, v.OldestSeconds = met.stalled, met.inflight
+	v.LagSeconds, v.OldestSeconds = met.Stalled, met.Inflight
 	rate := rates(v.History)
 	for _, s := range src.Config.Sinks {
-		sr := SinkRate{Name: s.Name, Published: met.published[s.Name]}
+		sr := SinkRate{Name: s.Name, Published: met.Published[s.Name]}
 		if r, ok := rate[s.Name]; ok {
 			sr.RatePerSecond = &r
 		}
 		v.Throughput = append(v.Throughput, sr)
 	}
-	d := Detail{SourceView: v, Groups: []ops.Group{}}
+	d := Detail{SourceView: v, ParkedGroups: ops.ParkedGroups{Groups: []ops.Group{}}}
 	room, err := ops.Open(ctx, src.Config, ops.Options{Log: c.log, Redact: c.redact, Sinks: src.Sinks})
 	if err != nil {
 		d.Error = c.redact(err.Error())
@@ -83,15 +79,8 @@ func (c *Console) detail(ctx context.Context, src *source, withParked bool) Deta
 	if !withParked || !st.Exists {
 		return d
 	}
-	msgs, err := room.Parked(ctx, ops.Filter{Unsent: true})
-	if err != nil {
+	if d.ParkedGroups, err = room.ParkedGroups(ctx, maxShown); err != nil {
 		d.Error = c.redact(err.Error())
-		return d
 	}
-	d.Unsent = len(msgs)
-	if len(msgs) > maxShown {
-		msgs, d.Truncated = msgs[:maxShown], true
-	}
-	d.Groups = ops.Groups(msgs)
 	return d
 }

@@ -69,7 +69,7 @@ func rates(samples []Sample) map[string]float64 {
 // sample reads src's slot lag and metrics now.
 func (c *Console) sample(ctx context.Context, src *source) Sample {
 	m := c.metrics(src)
-	s := Sample{At: time.Now(), Published: m.published, LagSeconds: m.stalled}
+	s := Sample{At: time.Now(), Published: m.Published, LagSeconds: m.Stalled}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error

@@ -67,6 +67,16 @@ type Result struct {
 	Released []string  `json:"released"`
 }
 
+// Refs are the refs of the rows the action did something with, or tried
+// (Outcome.Ref), in its order: what a log line names.
+func (r *Result) Refs() []string {
+	s := make([]string, len(r.Outcomes))
+	for i, o := range r.Outcomes {
+		s[i] = o.Ref
+	}
+	return s
+}
+
 // ErrBadAction is wrapped by the errors for an action that names nothing
 // it can do (no such group, a key that is not held); nothing was done.
 var ErrBadAction = errors.New("ops: bad action")

@@ -27,6 +27,12 @@ type Options struct {
 	// (replay.Resender.Borrow), so that the console of cdc run acts beside
 	// the relay, a file sink included.
 	Sinks func() []publish.Sink
+	// CheckProgressTopics makes Status read the progress topic of every
+	// kafka sink with exactly_once and warn of the forged progress records
+	// cdc run would refuse (kafkaProgressCautions): cdc status sets it; the
+	// console, whose view is polled, leaves it off so as not to wait on
+	// brokers.
+	CheckProgressTopics bool
 }
 
 // Room is one source's operations: its configuration and the connection
@@ -38,6 +44,7 @@ type Room struct {
 	log     zerolog.Logger
 	redact  func(string) string
 	sinks   func() []publish.Sink
+	topics  bool // Options.CheckProgressTopics
 	checked bool // trust and the dead-letter table's readiness checked (ready)
 }
 
@@ -51,7 +58,8 @@ func Open(ctx context.Context, cfg *config.Config, o Options) (*Room, error) {
 	if o.Redact == nil {
 		o.Redact = func(s string) string { return s }
 	}
-	return &Room{cfg: cfg, conns: conns, t: store.TablesOf(cfg), log: o.Log, redact: o.Redact, sinks: o.Sinks}, nil
+	return &Room{cfg: cfg, conns: conns, t: store.TablesOf(cfg), log: o.Log, redact: o.Redact, sinks: o.Sinks,
+		topics: o.CheckProgressTopics}, nil
 }
 
 // Close closes the Room's connections.

@@ -24,10 +24,10 @@ func TestFingerprintGroupsOneCause(t *testing.T) {
 var update = flag.Bool("update", false, "rewrite testdata/views.json from the views")
 
 // TestViewsKeepTheirJSONSchema pins the JSON of each view (Status,
-// Message, Result), which cdc status --json, cdc dead-letter list --json
-// and /api/v1 print alike: a change of a field shows here, and is a
-// change for scripts (CHANGELOG). go test ./internal/ops -update rewrites
-// the golden file.
+// Message, ParkedGroups, Result), which cdc status --json, cdc
+// dead-letter list --json and /api/v1 print alike: a change of a field
+// shows here, and is a change for scripts (CHANGELOG). go test
+// ./internal/ops -update rewrites the golden file.
 func TestViewsKeepTheirJSONSchema(t *testing.T) {
 	at := time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)
 	head := Message{Ref: "out|0/16B3748:2", ID: ptr("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), At: "0/16B3748:2", LSN: "0/16B3748", Seq: 2,
@@ -42,6 +42,8 @@ func TestViewsKeepTheirJSONSchema(t *testing.T) {
 			SlowestSink: ptr("out"), DeadLetters: &DeadLetters{Table: "walpost_dead_letter", Total: 3, Unmappable: 1, Refused: map[string]int{"out": 1}, Held: 1},
 			HeldKeys: []HeldKey{{Sink: "out", Key: "k1", HeadID: *head.ID, HeadAt: head.At, Head: &head, Messages: 2}}, Warnings: []string{}, OutboxWarnings: []string{}},
 		"parked": []Message{head, behind},
+		"parked_groups": ParkedGroups{Groups: []Group{{ID: "g1", Sink: "out", Fingerprint: "out: N Bad Request", Count: 2, Messages: []Message{head, behind}}},
+			Unsent: 2},
 		"action": Result{Action: Release, Selected: 1, Outcomes: []Outcome{{Ref: head.Ref, ID: head.ID, At: head.At, Sink: "out", Result: "resent", Sinks: []string{"out"}},
 			{Ref: behind.Ref, ID: head.ID, At: behind.At, Result: "failed", Error: "sink out: 503"}}, Failed: 1, Released: []string{}},
 	}

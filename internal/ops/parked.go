@@ -166,6 +166,33 @@ type Group struct {
 	Messages    []Message `json:"messages"`
 }
 
+// ParkedGroups is the parked messages not resent, by failure: the
+// console's view of a source's dead letters (/api/v1/sources/NAME).
+type ParkedGroups struct {
+	Groups []Group `json:"groups"`
+	// Unsent counts the parked messages not resent: those in Groups.
+	Unsent int `json:"unsent"`
+	// Truncated: more than the max asked; cdc dead-letter list has them
+	// all.
+	Truncated bool `json:"truncated"`
+}
+
+// ParkedGroups reads the parked messages not resent, the first max of
+// them in Groups.
+func (r *Room) ParkedGroups(ctx context.Context, max int) (ParkedGroups, error) {
+	u := ParkedGroups{Groups: []Group{}}
+	msgs, err := r.Parked(ctx, Filter{Unsent: true})
+	if err != nil {
+		return u, err
+	}
+	u.Unsent = len(msgs)
+	if len(msgs) > max {
+		msgs, u.Truncated = msgs[:max], true
+	}
+	u.Groups = Groups(msgs)
+	return u, nil
+}
+
 // Groups sorts msgs into failure groups, the largest first.
 func Groups(msgs []Message) []Group {
 	by := map[string]*Group{}

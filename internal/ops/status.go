@@ -88,7 +88,9 @@ type HeldKey struct {
 func ptr[T any](v T) *T { return &v }
 
 // Status reads the status view, read-only (admin.ReadStatusOn), each
-// held key with its head row (one query, store.Heads).
+// held key with its head row (one query, store.Heads), and with
+// Options.CheckProgressTopics the cautions of the kafka sinks' progress
+// topics among the warnings.
 func (r *Room) Status(ctx context.Context) (*Status, error) {
 	st, err := admin.ReadStatusOn(ctx, r.cfg, r.conns)
 	if err != nil {
@@ -106,6 +108,9 @@ func (r *Room) Status(ctx context.Context) (*Status, error) {
 				h.Head = ptr(r.message(&p))
 			}
 		}
+	}
+	if r.topics && v.Exists {
+		v.Warnings = append(v.Warnings, r.redactAll(kafkaProgressCautions(ctx, r.cfg, st.Slot.CurrentWAL))...)
 	}
 	return v, nil
 }

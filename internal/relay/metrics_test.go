@@ -161,3 +161,25 @@ walpost_slot_lost %d
 		t.Error(err)
 	}
 }
+
+// TestMetricsOfReadsOneSourcesSeries: MetricsOf reads the series of the
+// source named (a fleet labels each with its source), and every series
+// when no source is named (one relay in the process).
+func TestMetricsOfReadsOneSourcesSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	published := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_messages_published_total"}, []string{"source", "sink"})
+	stalled := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_slot_stalled_seconds"}, []string{"source"})
+	reg.MustRegister(published, stalled)
+	published.WithLabelValues("a", "out").Add(3)
+	published.WithLabelValues("b", "out").Add(5)
+	stalled.WithLabelValues("b").Set(7)
+	if m := MetricsOf(reg, "a"); m.Published["out"] != 3 || m.Stalled != 0 {
+		t.Errorf("source a: %+v, want 3 published to out, not stalled", m)
+	}
+	if m := MetricsOf(reg, "b"); m.Published["out"] != 5 || m.Stalled != 7 {
+		t.Errorf("source b: %+v, want 5 published to out, stalled 7s", m)
+	}
+	if m := MetricsOf(nil, ""); len(m.Published) != 0 {
+		t.Errorf("no gatherer: %+v, want nothing", m)
+	}
+}

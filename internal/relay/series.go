@@ -30,3 +30,31 @@ func Gathered(g prometheus.Gatherer) []Series {
 	}
 	return out
 }
+
+// SourceMetrics is what a process's metrics say of one source's relay.
+type SourceMetrics struct {
+	Published map[string]float64 // walpost_messages_published_total by sink
+	Stalled   float64            // walpost_slot_stalled_seconds
+	Inflight  float64            // walpost_oldest_inflight_seconds
+}
+
+// MetricsOf reads one source's series from g: those whose source label
+// is source (in a fleet), every series when source is "" (one relay in
+// the process).
+func MetricsOf(g prometheus.Gatherer, source string) SourceMetrics {
+	m := SourceMetrics{Published: map[string]float64{}}
+	for _, s := range Gathered(g) {
+		if v, ok := s.Labels["source"]; ok && source != "" && v != source {
+			continue
+		}
+		switch s.Name {
+		case "walpost_messages_published_total":
+			m.Published[s.Labels["sink"]] = s.Value
+		case "walpost_slot_stalled_seconds":
+			m.Stalled = s.Value
+		case "walpost_oldest_inflight_seconds":
+			m.Inflight = s.Value
+		}
+	}
+	return m
+}

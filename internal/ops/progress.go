@@ -1,4 +1,4 @@
-package main
+package ops
 
 import (
 	"context"
@@ -20,8 +20,9 @@ const kafkaProgressTimeout = 15 * time.Second
 // exactly_once, as cdc run would at its next start, and returns a caution
 // for each progress record it would refuse as forged (docs/security.md,
 // "Progress topic"), or for a topic it could not read. walEnd is the
-// server's WAL position. The console does not call it: its status view
-// is polled, and this reads a topic.
+// server's WAL position. Status calls it with Options.CheckProgressTopics
+// only (cdc status): the console's status view is polled, and this reads
+// a topic from the brokers.
 func kafkaProgressCautions(ctx context.Context, cfg *config.Config, walEnd pglogrepl.LSN) []string {
 	var out []string
 	for i := range cfg.Sinks {
