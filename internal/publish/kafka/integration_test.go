@@ -43,12 +43,41 @@ func TestIntegrationConformance(t *testing.T) {
 				Outage: fk.outage,
 			}
 		},
+		OpenRefusing: openRefusing,
 		Features: sinktest.Features{
-			CommitTime:    time.Millisecond,
-			BinaryPayload: true,
-			MaxPayload:    1 << 20,
+			CommitTime:                   time.Millisecond,
+			BinaryPayload:                true,
+			MaxPayload:                   1 << 20,
+			OrderPerKeyUnderRefusal:      true,
+			RefusalOrderedPerDestination: true,
 		},
 	})
+}
+
+// openRefusing is the kafka harness's destinations for the refusal
+// subtest: a topic per type ("rf.{type}"), 2 partitions each, on a broker
+// whose message.max.bytes (64 KiB) refuses a 100 KB message with
+// MESSAGE_TOO_LARGE, well under the sink's batch_bytes.
+func openRefusing(t *testing.T) *sinktest.Target {
+	var topics []string
+	for _, typ := range sinktest.Types {
+		topics = append(topics, "rf."+typ)
+	}
+	fk := startKafka(t, kfake.SeedTopics(2, topics...),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": fmt.Sprint(64 << 10)}))
+	return &sinktest.Target{
+		Sink: newSink(t, fk.addrs, "rf.{type}"),
+		Read: func(t testing.TB) []*message.Message {
+			var msgs []*message.Message
+			for _, topic := range topics {
+				for _, r := range fk.readAll(t, topic) {
+					msgs = append(msgs, asMessage(r))
+				}
+			}
+			return msgs
+		},
+		Refuse: sinktest.Oversize(100 << 10),
+	}
 }
 
 // TestIntegrationConformanceWithSmallCompressedRequests runs the suite
