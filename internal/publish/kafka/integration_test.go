@@ -60,7 +60,7 @@ func TestIntegrationConformance(t *testing.T) {
 // MESSAGE_TOO_LARGE, well under the sink's batch_bytes.
 func openRefusing(t *testing.T) *sinktest.Target {
 	var topics []string
-	for _, typ := range sinktest.Types {
+	for _, typ := range sinktest.RefusalTypes {
 		topics = append(topics, "rf."+typ)
 	}
 	fk := startKafka(t, kfake.SeedTopics(2, topics...),

@@ -13,6 +13,11 @@ import (
 	"github.com/walpost/walpost/internal/publish"
 )
 
+// RefusalTypes are the message types of the refusal subtest, in turn:
+// Harness.OpenRefusing sends each to a destination of its own. They are
+// legal in every broker's names (no '.': SQS queue names).
+var RefusalTypes = []string{"created", "paid", "shipped"}
+
 // Oversize returns a Target.Refuse that pads a message's JSON payload to
 // size bytes: set size above what the destination accepts (a stream's
 // max_msg_size, a broker's message.max.bytes) and below the sink's own
@@ -64,37 +69,65 @@ func (s *suite) refusal(t *testing.T) {
 	}
 	g := NewGen(7)
 	keys := Keys(6)
-	msgs := g.Interleave(240, keys...)
+	// Refuse the 4th message of agg-0 (its next goes to another
+	// destination), the 10th of agg-1 and the 22nd of agg-2 (their next
+	// goes to the same one); agg-3 to agg-5 are never refused. Each head
+	// is followed at once by its key's next message, so that both would
+	// go in one Publish call unless the runner keeps them apart.
+	plan := map[string]int{keys[0]: 4, keys[1]: 10, keys[2]: 22}
+	seq := make([]string, 240)
+	for i := range seq {
+		seq[i] = keys[g.rnd.IntN(len(keys))]
+	}
+	for key, nth := range plan {
+		head, n := -1, 0
+		for i, k := range seq {
+			if k != key {
+				continue
+			}
+			if n++; n == nth {
+				head = i
+			} else if n == nth+1 {
+				seq = slices.Insert(slices.Delete(seq, i, i+1), head+1, key)
+				break
+			}
+		}
+	}
+	// Each key sends four messages to a destination, then four to the
+	// next.
+	msgs := make([]*message.Message, len(seq))
+	count := map[string]int{}
+	headAt := map[string]int{} // key: index in msgs of its refused head
+	for i, key := range seq {
+		m := g.Message(key)
+		m.Type = RefusalTypes[(count[key]/4)%len(RefusalTypes)]
+		if count[key]++; count[key] == plan[key] {
+			headAt[key] = i
+		}
+		msgs[i] = m
+	}
 
 	// The destinations: one per type, more than one; the sink's
 	// RefusalUnits ordering as Features states it.
 	if ru, ok := tg.Sink.(publish.RefusalUnits); ok {
 		units := map[string]bool{}
-		for _, m := range msgs[:len(Types)] {
-			u, ordered := ru.RefusalUnit(m)
+		for _, typ := range RefusalTypes {
+			m := *msgs[0]
+			m.Type = typ
+			u, ordered := ru.RefusalUnit(&m)
 			units[u] = true
 			if ordered != f.RefusalOrderedPerDestination {
 				t.Errorf("RefusalUnit(%s) says ordered %v, Features.RefusalOrderedPerDestination %v", m.Type, ordered, f.RefusalOrderedPerDestination)
 			}
 		}
 		if len(units) < 2 {
-			t.Fatalf("the sink sends the types %v to %d destination(s) (RefusalUnit): the harness must route by type to several", Types, len(units))
+			t.Fatalf("the sink sends the types %v to %d destination(s) (RefusalUnit): the harness must route by type to several", RefusalTypes, len(units))
 		}
 	} else if f.RefusalOrderedPerDestination {
 		t.Error("Features.RefusalOrderedPerDestination, but the sink has no RefusalUnit (publish.RefusalUnits)")
 	}
-
-	// Refuse the 4th message of agg-0, the 12th of agg-1, the 25th of
-	// agg-2; agg-3 to agg-5 are never refused.
-	plan := map[string]int{keys[0]: 4, keys[1]: 12, keys[2]: 25}
-	headAt := map[string]int{} // key: index in msgs of its refused head
-	seen := map[string]int{}
-	for i, m := range msgs {
-		seen[m.Key]++
-		if seen[m.Key] == plan[m.Key] {
-			tg.Refuse(m)
-			headAt[m.Key] = i
-		}
+	for _, i := range headAt {
+		tg.Refuse(msgs[i])
 	}
 	if len(headAt) != len(plan) {
 		t.Fatalf("test bug: refused heads %v, want one for each of %v", headAt, plan)
@@ -208,7 +241,7 @@ func (s *suite) refusal(t *testing.T) {
 		t.Errorf("%d messages that should have flowed are missing", missing)
 	}
 	t.Logf("%d messages over %d keys and %d destinations: %d parked heads, %d held behind them, %d stored",
-		len(msgs), len(keys), len(Types), len(h.refused), len(h.heldIDs), len(stored))
+		len(msgs), len(keys), len(RefusalTypes), len(h.refused), len(h.heldIDs), len(stored))
 	s.closeSink(t, tg)
 }
 

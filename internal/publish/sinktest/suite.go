@@ -96,7 +96,7 @@ type Harness struct {
 	// OpenRefusing, needed with Features.OrderPerKeyUnderRefusal, sets up
 	// like Open destinations for the refusal subtest: the sink sends each
 	// message to a destination named after its Type (a template over
-	// {type}: one destination per entry of Types), Read returns what all
+	// {type}: one destination per entry of RefusalTypes), Read returns what all
 	// of them hold (each in its own order, Type set), and Refuse makes a
 	// message refused.
 	OpenRefusing func(t *testing.T) *Target
