@@ -78,9 +78,12 @@ type Target struct {
 	// when the destination cannot be read. It is called only while the
 	// destination is reachable, and also after the sink was closed.
 	Read func(t testing.TB) []*message.Message
-	// Refuse, set by Harness.OpenRefusing, turns m (keeping its id, key
-	// and type) into a message the destination refuses for good
-	// (publish.IsRejected): over its size limit (Oversize), say.
+	// Refuse, set by Harness.OpenRefusing, turns m (keeping its id and
+	// key) into a message the sink refuses for good (publish.IsRejected):
+	// over its destination's size limit (Oversize), or marked for a fake
+	// to refuse, keeping its type; or with a type naming a destination
+	// that refuses it (one that does not exist, or an unroutable routing
+	// key).
 	Refuse func(m *message.Message)
 	// Outage, if non-nil, makes the destination unreachable for the sink
 	// until the returned restore function is called (once). Nil skips the
