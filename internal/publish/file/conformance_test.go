@@ -21,6 +21,9 @@ import (
 	"github.com/walpost/walpost/internal/publish/sinktest"
 )
 
+// noRefusal is why the file runs skip the refusal subtest.
+const noRefusal = "the file and stdout sinks write one stream and refuse no message: one destination, nothing to overtake a parked head on"
+
 var jsonLineFeatures = sinktest.Features{GlobalOrder: true, NullKey: true, LSN: true,
 	BinaryPayload: true, ReencodesJSON: true, MaxPayload: 1 << 20}
 
@@ -38,7 +41,7 @@ func readFile(t testing.TB, path string) []*message.Message {
 }
 
 func TestFileSinkConformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{Features: jsonLineFeatures, Open: func(t *testing.T) *sinktest.Target {
+	sinktest.Run(t, sinktest.Harness{Features: jsonLineFeatures, NoRefusal: noRefusal, Open: func(t *testing.T) *sinktest.Target {
 		path := filepath.Join(t.TempDir(), "out.jsonl")
 		s, err := file.Open("file", path, true)
 		if err != nil {
@@ -66,7 +69,7 @@ func (w *downWriter) Write(p []byte) (int, error) {
 }
 
 func TestStdoutSinkConformance(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{Features: jsonLineFeatures, Open: func(t *testing.T) *sinktest.Target {
+	sinktest.Run(t, sinktest.Harness{Features: jsonLineFeatures, NoRefusal: noRefusal, Open: func(t *testing.T) *sinktest.Target {
 		w := &downWriter{}
 		return &sinktest.Target{
 			Sink: file.NewWriterSink("stdout", w),
@@ -142,7 +145,7 @@ var ceLineFeatures = func() sinktest.Features {
 }()
 
 func TestFileSinkConformanceCloudEvents(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, Open: func(t *testing.T) *sinktest.Target {
+	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, NoRefusal: noRefusal, Open: func(t *testing.T) *sinktest.Target {
 		path := filepath.Join(t.TempDir(), "out.jsonl")
 		s, err := file.OpenContext(context.Background(), "file", path, file.Options{Fsync: true, Envelope: ceSettings})
 		if err != nil {
@@ -159,7 +162,7 @@ func TestFileSinkConformanceCloudEvents(t *testing.T) {
 }
 
 func TestStdoutSinkConformanceCloudEvents(t *testing.T) {
-	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, Open: func(t *testing.T) *sinktest.Target {
+	sinktest.Run(t, sinktest.Harness{Features: ceLineFeatures, NoRefusal: noRefusal, Open: func(t *testing.T) *sinktest.Target {
 		var mu sync.Mutex
 		var buf bytes.Buffer
 		w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })

@@ -217,6 +217,7 @@ func TestTransactionalIDIsTheSlotAndSink(t *testing.T) {
 func TestIntegrationConformanceExactlyOnce(t *testing.T) {
 	const topic = "sinktest"
 	sinktest.Run(t, sinktest.Harness{
+		NoRefusal: "TestIntegrationConformance proves OrderPerKeyUnderRefusal for the sink; this run checks exactly_once",
 		Open: func(t *testing.T) *sinktest.Target {
 			fk := startKafka(t, kfake.SeedTopics(4, topic),
 				kfake.BrokerConfigs(map[string]string{"message.max.bytes": "4194304"}))

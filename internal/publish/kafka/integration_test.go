@@ -43,12 +43,46 @@ func TestIntegrationConformance(t *testing.T) {
 				Outage: fk.outage,
 			}
 		},
+		OpenRefusing: openRefusing(),
 		Features: sinktest.Features{
-			CommitTime:    time.Millisecond,
-			BinaryPayload: true,
-			MaxPayload:    1 << 20,
+			CommitTime:                   time.Millisecond,
+			BinaryPayload:                true,
+			MaxPayload:                   1 << 20,
+			OrderPerKeyUnderRefusal:      true,
+			RefusalOrderedPerDestination: true,
 		},
 	})
+}
+
+// openRefusing is the kafka harness's destinations for the refusal
+// subtest: a topic per type ("rf.{type}"), 2 partitions each, on a broker
+// whose message.max.bytes (64 KiB) refuses a 100 KB message with
+// MESSAGE_TOO_LARGE when the sink's batch_bytes (default 1 MiB) lets it
+// through; a sink with a lower batch_bytes (extra) refuses it itself.
+func openRefusing(extra ...string) func(t *testing.T) *sinktest.Target {
+	return func(t *testing.T) *sinktest.Target { return openRefusingWith(t, extra...) }
+}
+
+func openRefusingWith(t *testing.T, extra ...string) *sinktest.Target {
+	var topics []string
+	for _, typ := range sinktest.RefusalTypes {
+		topics = append(topics, "rf."+typ)
+	}
+	fk := startKafka(t, kfake.SeedTopics(2, topics...),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": fmt.Sprint(64 << 10)}))
+	return &sinktest.Target{
+		Sink: newSink(t, fk.addrs, "rf.{type}", extra...),
+		Read: func(t testing.TB) []*message.Message {
+			var msgs []*message.Message
+			for _, topic := range topics {
+				for _, r := range fk.readAll(t, topic) {
+					msgs = append(msgs, asMessage(r))
+				}
+			}
+			return msgs
+		},
+		Refuse: sinktest.Oversize(100 << 10),
+	}
 }
 
 // TestIntegrationConformanceWithSmallCompressedRequests runs the suite
@@ -73,7 +107,9 @@ func TestIntegrationConformanceWithSmallCompressedRequests(t *testing.T) {
 				Outage: fk.outage,
 			}
 		},
-		Features: sinktest.Features{CommitTime: time.Millisecond, BinaryPayload: true, MaxPayload: 3000},
+		OpenRefusing: openRefusing("batch_size: 7", "batch_bytes: 4096", "compression: snappy", "linger: 0s"),
+		Features: sinktest.Features{CommitTime: time.Millisecond, BinaryPayload: true, MaxPayload: 3000,
+			OrderPerKeyUnderRefusal: true, RefusalOrderedPerDestination: true},
 	})
 }
 

@@ -46,6 +46,7 @@ func mockRead(c *rdkafkamock.Cluster, topic string) func(testing.TB) []*message.
 func TestIntegrationConformanceOnLibrdkafkaMock(t *testing.T) {
 	const topic = "sinktest"
 	sinktest.Run(t, sinktest.Harness{
+		NoRefusal: "TestIntegrationConformance proves OrderPerKeyUnderRefusal for the sink; this run checks against librdkafka's mock cluster",
 		Open: func(t *testing.T) *sinktest.Target {
 			c := rdkafkamock.Start(t, 3, map[string]int{topic: 4})
 			return &sinktest.Target{Sink: mockSink(t, c, topic), Read: mockRead(c, topic), Outage: c.Outage}

@@ -39,7 +39,16 @@ func TestIntegrationConformance(t *testing.T) {
 				},
 			}
 		},
-		Features: sinktest.Features{GlobalOrder: true, NullKey: true, BinaryPayload: true, MaxPayload: 512 << 10},
+		// The subject template "<prefix>.outbox.{type}" sends each type to
+		// its own subject of the stream; max_msg_size refuses an 8 KB
+		// message. JetStream acknowledges each message on its own, so a
+		// refusal is not ordered within a subject.
+		OpenRefusing: func(t *testing.T) *sinktest.Target {
+			tg := newTarget(t, jetstream.StreamConfig{MaxMsgSize: 4096})
+			return &sinktest.Target{Sink: tg.sink(t), Read: tg.read, Refuse: sinktest.Oversize(8000)}
+		},
+		Features: sinktest.Features{GlobalOrder: true, NullKey: true, BinaryPayload: true, MaxPayload: 512 << 10,
+			OrderPerKeyUnderRefusal: true},
 	})
 }
 

@@ -35,6 +35,25 @@ func (r *throttle) React(any) (bool, any, error) {
 	return false, nil, nil
 }
 
+// refuseMark in a message's data makes the fake refuse the Publish
+// request holding it with InvalidArgument, as Pub/Sub refuses a message
+// for what it holds.
+const refuseMark = "refuse-this-message"
+
+// refuser refuses the Publish requests that hold a marked message.
+type refuser struct{}
+
+func (refuser) React(req any) (bool, any, error) {
+	if pr, ok := req.(*pubsubpb.PublishRequest); ok {
+		for _, m := range pr.Messages {
+			if strings.Contains(string(m.Data), refuseMark) {
+				return true, nil, status.Error(codes.InvalidArgument, "the message holds "+refuseMark+" (the test's)")
+			}
+		}
+	}
+	return false, nil, nil
+}
+
 // fake is a pstest server of the test's own, behind a proxy the test can
 // cut, with a client on it (directly) to create topics.
 type fake struct {
@@ -49,7 +68,8 @@ var topicSeq atomic.Int64
 func startFake(t testing.TB) *fake {
 	t.Helper()
 	th := &throttle{}
-	srv := pstest.NewServer(pstest.ServerReactorOption{FuncName: "Publish", Reactor: th})
+	srv := pstest.NewServer(pstest.ServerReactorOption{FuncName: "Publish", Reactor: th},
+		pstest.ServerReactorOption{FuncName: "Publish", Reactor: refuser{}})
 	t.Cleanup(func() { srv.Close() })
 	proxy, err := tcpproxy.New(srv.Addr)
 	if err != nil {

@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,31 @@ import (
 
 func conformanceHarness(extra ...string) sinktest.Harness {
 	return sinktest.Harness{
-		Features: sinktest.Features{BinaryPayload: true, MaxPayload: 1 << 20},
+		Features: sinktest.Features{BinaryPayload: true, MaxPayload: 1 << 20,
+			OrderPerKeyUnderRefusal: true, RefusalOrderedPerDestination: true},
+		// A topic per type ("<name>-{type}"); the fake refuses a request
+		// holding a marked message (InvalidArgument), and the client
+		// pauses the message's ordering key on that topic.
+		OpenRefusing: func(t *testing.T) *sinktest.Target {
+			f := startFake(t)
+			base := fmt.Sprintf("walpost-rf%d", topicSeq.Add(1))
+			var topics []string
+			for _, typ := range sinktest.RefusalTypes {
+				topics = append(topics, base+"-"+typ)
+				f.createTopic(t, topics[len(topics)-1])
+			}
+			return &sinktest.Target{
+				Sink: newSink(t, f, base+"-{type}", extra...),
+				Read: func(testing.TB) []*message.Message {
+					var msgs []*message.Message
+					for _, topic := range topics {
+						msgs = append(msgs, f.read(topic)...)
+					}
+					return msgs
+				},
+				Refuse: func(m *message.Message) { m.Payload = []byte(`{"` + refuseMark + `":"` + m.ID + `"}`) },
+			}
+		},
 		Open: func(t *testing.T) *sinktest.Target {
 			f := startFake(t)
 			topic := f.newTopic(t)

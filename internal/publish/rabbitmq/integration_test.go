@@ -50,12 +50,33 @@ func TestIntegrationConformance(t *testing.T) {
 				},
 			}
 		},
+		// The routing key is the type; the queue is bound with "*", so a
+		// type of one word ("created") is routed and a refused message's
+		// type of two ("refused.created") comes back unroutable
+		// (mandatory): a destination that refuses.
+		OpenRefusing: func(t *testing.T) *sinktest.Target {
+			tp := rabbittest.Declare(t, url, rabbittest.Topology{BindingKey: "*"})
+			s := newSink(t, url, tp.Exchange, "timeout: 5s")
+			var got []*message.Message
+			return &sinktest.Target{
+				Sink: s,
+				Read: func(t testing.TB) []*message.Message {
+					for _, d := range rabbittest.Drain(t, url, tp.Queue) {
+						got = append(got, asMessage(t, d))
+					}
+					return got
+				},
+				Refuse: func(m *message.Message) { m.Type = "refused." + m.Type },
+			}
+		},
 		Features: sinktest.Features{
-			GlobalOrder:   true,
-			NullKey:       true,
-			CommitTime:    time.Second, // the AMQP timestamp has whole seconds
-			BinaryPayload: true,
-			MaxPayload:    1 << 20,
+			GlobalOrder:                  true,
+			NullKey:                      true,
+			CommitTime:                   time.Second, // the AMQP timestamp has whole seconds
+			BinaryPayload:                true,
+			MaxPayload:                   1 << 20,
+			OrderPerKeyUnderRefusal:      true,
+			RefusalOrderedPerDestination: true,
 		},
 	})
 }

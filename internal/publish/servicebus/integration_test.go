@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,10 @@ func conformanceFeatures() sinktest.Features {
 		GlobalOrder:   os.Getenv(envConnectionString) == "", // a real queue may be partitioned
 		BinaryPayload: true,
 		MaxPayload:    200 << 10, // fits Standard's 256 KiB with its properties
+		// With the stand-in (OpenRefusing): an entity's refused message
+		// stops its later ones in the call.
+		OrderPerKeyUnderRefusal:      true,
+		RefusalOrderedPerDestination: true,
 	}
 }
 
@@ -63,6 +68,37 @@ func conformanceHarnessReading(read func(testing.TB, *azservicebus.ReceivedMessa
 				target.Outage = tg.fake.Outage
 			}
 			return target
+		},
+		// A queue of the stand-in per type ("<queue>.{type}") that takes
+		// at most 16 KiB (advertised on attach); a 20 KB message is over
+		// it, the sink's batches (8 KiB unless extra says) under it.
+		OpenRefusing: func(t *testing.T) *sinktest.Target {
+			needFake(t, "creates a queue per type")
+			tg := newTarget(t, sbfake0)
+			opts := sbfake.QueueOptions{MaxMessageSize: 16 << 10}
+			var queues []string
+			for _, typ := range sinktest.RefusalTypes {
+				queues = append(queues, tg.queue+"."+typ)
+				tg.fake.CreateQueue(t, queues[len(queues)-1], opts)
+			}
+			settings := append([]string{"sessions: true"}, extra...)
+			if !strings.Contains(strings.Join(extra, "\n"), "max_batch_bytes:") {
+				settings = append(settings, "max_batch_bytes: 8192")
+			}
+			s := newSink(t, tg, fmt.Sprintf("entity: %q", tg.queue+".{type}"), settings...)
+			return &sinktest.Target{
+				Sink: s,
+				Read: func(t testing.TB) []*message.Message {
+					var out []*message.Message
+					for _, q := range queues {
+						for _, rm := range tg.peekAll(t, q) {
+							out = append(out, read(t, rm))
+						}
+					}
+					return out
+				},
+				Refuse: sinktest.Oversize(20000),
+			}
 		},
 	}
 }

@@ -29,6 +29,20 @@
 //     (as Read reads it: the kafka sink with exactly_once, read_committed).
 //   - LargeBatchesAllDelivered: 5,000 messages in batches of 1,000, and one
 //     payload of Features.MaxPayload bytes when set.
+//   - RefusalHoldsTheKeyOnEveryDestination, with
+//     Features.OrderPerKeyUnderRefusal (else skipped, Harness.NoRefusal
+//     saying why): through publish.Runner under relay.on_refused:
+//     hold_key semantics (a Holder that holds a refused message's key),
+//     messages of six keys over several destinations (Harness.OpenRefusing
+//     routes by type, RefusalTypes), three keys' heads refused
+//     (Target.Refuse): no message of such a key reaches any destination
+//     after its parked head, every later one is held in order, the other
+//     keys flow; and the sink's publish.RefusalUnits says what
+//     Features.RefusalOrderedPerDestination says.
+//
+// Features states the order guarantees a run proves: per ordering key
+// always, GlobalOrder, OrderPerKeyUnderRefusal and
+// RefusalOrderedPerDestination (docs/testing.md has the table per sink).
 //
 // The suite emulates the relay's runner: after an error not marked
 // publish.Permanent it publishes again, with backoff, the messages of the

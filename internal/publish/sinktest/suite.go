@@ -40,6 +40,23 @@ type Features struct {
 	// (the kafka sink with exactly_once, read as read_committed). Without
 	// it those may appear twice.
 	ExactlyOnce bool
+	// OrderPerKeyUnderRefusal: under relay.on_refused: hold_key, with a
+	// key's messages spread over several destinations (a template over
+	// {type}) and one of them refused for good, no later message of the
+	// key reaches any destination ahead of its parked head, and the other
+	// keys flow (RefusalHoldsTheKeyOnEveryDestination, through
+	// publish.Runner; needs Harness.OpenRefusing). Without it that subtest
+	// is skipped with Harness.NoRefusal as the reason.
+	OrderPerKeyUnderRefusal bool
+	// RefusalOrderedPerDestination: refusing a message of a Publish call,
+	// the sink stores none of the call's later messages of that key and
+	// destination (Kafka: a partition's later records fail with it), as
+	// its publish.RefusalUnits says; the runner may then keep a key's
+	// messages for one destination in one call. Without it the sink
+	// acknowledges each message on its own (NATS JetStream), and the
+	// runner sends no two messages of a key in one call. The refusal
+	// subtest checks that the sink's RefusalUnit says what this says.
+	RefusalOrderedPerDestination bool
 	// MaxPayload is the size, in bytes, of the one large payload that
 	// LargeBatchesAllDelivered publishes alone; 0 leaves it out. Set it to
 	// what the sink, as Open configures it, must accept (1 MiB for Kafka
@@ -61,6 +78,13 @@ type Target struct {
 	// when the destination cannot be read. It is called only while the
 	// destination is reachable, and also after the sink was closed.
 	Read func(t testing.TB) []*message.Message
+	// Refuse, set by Harness.OpenRefusing, turns m (keeping its id and
+	// key) into a message the sink refuses for good (publish.IsRejected):
+	// over its destination's size limit (Oversize), or marked for a fake
+	// to refuse, keeping its type; or with a type naming a destination
+	// that refuses it (one that does not exist, or an unroutable routing
+	// key).
+	Refuse func(m *message.Message)
 	// Outage, if non-nil, makes the destination unreachable for the sink
 	// until the returned restore function is called (once). Nil skips the
 	// outage test.
@@ -72,6 +96,16 @@ type Harness struct {
 	// Open sets up a fresh destination (its own topic, its own file) for
 	// one subtest, registers its teardown with t.Cleanup, and returns it.
 	Open func(t *testing.T) *Target
+	// OpenRefusing, needed with Features.OrderPerKeyUnderRefusal, sets up
+	// like Open destinations for the refusal subtest: the sink sends each
+	// message to a destination named after its Type (a template over
+	// {type}: one destination per entry of RefusalTypes), Read returns what all
+	// of them hold (each in its own order, Type set), and Refuse makes a
+	// message refused.
+	OpenRefusing func(t *testing.T) *Target
+	// NoRefusal says why the harness cannot prove
+	// OrderPerKeyUnderRefusal (the skip message of the refusal subtest).
+	NoRefusal string
 	// Features selects the checks that apply.
 	Features Features
 }
@@ -89,6 +123,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CanceledContextFailsPromptly", s.cancel)
 	t.Run("OutageLosesNothingAndKeepsOrder", s.outage)
 	t.Run("LargeBatchesAllDelivered", s.large)
+	t.Run("RefusalHoldsTheKeyOnEveryDestination", s.refusal)
 }
 
 type suite struct {
@@ -102,7 +137,13 @@ const promptly = 3 * time.Second
 
 func (s *suite) open(t *testing.T) *Target {
 	t.Helper()
-	tg := s.h.Open(t)
+	return s.openWith(t, s.h.Open)
+}
+
+// openWith opens a Target with open (Harness.Open or OpenRefusing).
+func (s *suite) openWith(t *testing.T, open func(t *testing.T) *Target) *Target {
+	t.Helper()
+	tg := open(t)
 	if tg == nil || tg.Sink == nil || tg.Read == nil {
 		t.Fatal("sinktest: Open returned no Target, Sink or Read")
 	}

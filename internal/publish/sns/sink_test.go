@@ -104,7 +104,42 @@ func harness(fifo bool) sinktest.Harness {
 	return sinktest.Harness{
 		// A FIFO topic's order is per group (awsbatch: one entry per group
 		// a request); a standard topic of the stand-in keeps one order.
-		Features: sinktest.Features{GlobalOrder: !fifo, BinaryPayload: true, MaxPayload: 200 << 10},
+		Features: sinktest.Features{GlobalOrder: !fifo, BinaryPayload: true, MaxPayload: 200 << 10,
+			OrderPerKeyUnderRefusal: true, RefusalOrderedPerDestination: fifo},
+		// A topic per type ("<name>-{type}", ".fifo" for FIFO); the
+		// stand-in refuses a marked message's entry alone
+		// (InvalidParameter, a sender fault), the others of the request
+		// stored.
+		OpenRefusing: func(t *testing.T) *sinktest.Target {
+			srv := snsfake.Start(t)
+			srv.FailEntries(func(_, body string) (string, bool) {
+				if strings.Contains(body, refuseMark) {
+					return "InvalidParameter", true
+				}
+				return "", false
+			})
+			base := fmt.Sprintf("walpost-rf%d", topicSeq.Add(1))
+			suffix := ""
+			if fifo {
+				suffix = ".fifo"
+			}
+			var topics []string
+			for _, typ := range sinktest.RefusalTypes {
+				topics = append(topics, base+"-"+typ+suffix)
+				srv.CreateTopic(topics[len(topics)-1])
+			}
+			return &sinktest.Target{
+				Sink: newSink(t, srv, base+"-{type}"+suffix),
+				Read: func(t testing.TB) []*message.Message {
+					var msgs []*message.Message
+					for _, topic := range topics {
+						msgs = append(msgs, read(t, srv, topic)...)
+					}
+					return msgs
+				},
+				Refuse: func(m *message.Message) { m.Payload = []byte(`{"` + refuseMark + `":"` + m.ID + `"}`) },
+			}
+		},
 		Open: func(t *testing.T) *sinktest.Target {
 			srv := snsfake.Start(t)
 			name := newTopic(srv, fifo)
@@ -123,6 +158,9 @@ func harness(fifo bool) sinktest.Harness {
 		},
 	}
 }
+
+// refuseMark in a body makes the refusal harness's stand-in refuse it.
+const refuseMark = "refuse-this-entry"
 
 // TestIntegrationConformanceFIFO runs the sink conformance suite against a
 // FIFO topic of the stand-in; the outage stops it and starts it again on

@@ -9,11 +9,15 @@ var _ publish.RefusalUnits = (*Sink)(nil)
 
 // RefusalUnit is the queue m goes to (publish.RefusalUnits, used under
 // relay.on_refused: hold_key): queues are sent to independently, so the
-// runner never puts one key's messages for two queues in one call.
-// (Within a queue, SettleBatch reports per message group.)
+// runner never puts one key's messages for two queues in one call. A
+// FIFO queue's refusal is ordered (SettleBatch reports per message group
+// only the entries before the group's first failed one); a standard
+// queue's is not: it stores a request's later entries of the key after
+// a refused one, so the runner sends no two messages of a key to it in
+// one call.
 func (s *Sink) RefusalUnit(m *message.Message) (string, bool) {
 	if s.queue == nil {
-		return s.queueURL, true
+		return s.queueURL, isFIFO(s.queueURL)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -21,5 +25,5 @@ func (s *Sink) RefusalUnit(m *message.Message) (string, bool) {
 	if err != nil {
 		return "", true // refused for its name
 	}
-	return q, true
+	return q, isFIFO(q)
 }

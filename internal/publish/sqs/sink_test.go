@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,9 +31,11 @@ func conformanceHarness(fifo bool, extra ...string) sinktest.Harness {
 			// One standard queue of the stand-in keeps one order (SQS's own
 			// does not); a FIFO queue's order is per group: a request holds
 			// one entry per group, the other groups fill it (awsbatch).
-			GlobalOrder:   !fifo,
-			BinaryPayload: true,
-			MaxPayload:    200 << 10,
+			GlobalOrder:                  !fifo,
+			BinaryPayload:                true,
+			MaxPayload:                   200 << 10,
+			OrderPerKeyUnderRefusal:      true,
+			RefusalOrderedPerDestination: fifo,
 		},
 		Open: func(t *testing.T) *sinktest.Target {
 			srv := sqsfake.Start(t)
@@ -43,8 +46,46 @@ func conformanceHarness(fifo bool, extra ...string) sinktest.Harness {
 				Outage: func(t testing.TB) func() { return srv.Outage(t) },
 			}
 		},
+		// A queue per type ("<name>-{type}", ".fifo" for FIFO); the
+		// stand-in refuses a marked message's entry alone
+		// (InvalidMessageContents, a sender fault), the others of the
+		// request stored.
+		OpenRefusing: func(t *testing.T) *sinktest.Target {
+			srv := sqsfake.Start(t)
+			srv.FailEntries(func(_, body string) (string, bool) {
+				if strings.Contains(body, refuseMark) {
+					return "InvalidMessageContents", true
+				}
+				return "", false
+			})
+			base := fmt.Sprintf("walpost-rf%d", queueSeq.Add(1))
+			suffix := ""
+			if fifo {
+				suffix = ".fifo"
+			}
+			var queues []string
+			for _, typ := range sinktest.RefusalTypes {
+				q := base + "-" + typ + suffix
+				srv.CreateQueue(q, sqsfake.QueueOptions{})
+				queues = append(queues, q)
+			}
+			return &sinktest.Target{
+				Sink: newSink(t, srv, base+"-{type}"+suffix, extra...),
+				Read: func(t testing.TB) []*message.Message {
+					var msgs []*message.Message
+					for _, q := range queues {
+						msgs = append(msgs, readQueue(t, srv, q)...)
+					}
+					return msgs
+				},
+				Refuse: func(m *message.Message) { m.Payload = []byte(`{"` + refuseMark + `":"` + m.ID + `"}`) },
+			}
+		},
 	}
 }
+
+// refuseMark in a body makes the refusal harness's stand-in refuse it.
+const refuseMark = "refuse-this-entry"
 
 // TestIntegrationConformanceFIFO runs the sink conformance suite against a
 // FIFO queue of the stand-in: group = the ordering key, deduplication id

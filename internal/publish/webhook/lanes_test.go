@@ -553,6 +553,7 @@ func TestIntegrationConformanceWithLanes(t *testing.T) {
 	for _, mode := range []string{"message", "batch"} {
 		t.Run(mode, func(t *testing.T) {
 			sinktest.Run(t, sinktest.Harness{
+				NoRefusal: noRefusal,
 				Open: func(t *testing.T) *sinktest.Target {
 					rc := newReceiver(t)
 					p, u := behindProxy(t, rc)
