@@ -135,11 +135,11 @@ func runWithConfig(cmd *command, o *options, stdout, stderr io.Writer) int {
 	if structured && !cmd.structured {
 		stderr = &lineLogger{log: log} // progress and reports as records
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// Closed while SIGINT and SIGTERM are still caught: a second signal
-	// that comes while the relay closes (make demo sends SIGTERM after
-	// Ctrl-C) must not kill a process that is already stopping cleanly.
+	// SIGINT and SIGTERM stay caught until the process exits (stop is
+	// never called): a signal that comes after the command ended, while
+	// the process exits (make demo sends SIGTERM after Ctrl-C), must not
+	// kill with the default action a process that stopped cleanly.
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer r.Close()
 	stopTracing := func() {}
 	if traced[cmd.name] { // the relay's runners and the resends record spans

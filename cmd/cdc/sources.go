@@ -67,8 +67,11 @@ func runSources(cmd *command, o *options, stdout, stderr io.Writer) int {
 	set := redact.NewSet(secrets...)
 	color := colorful(stderr)
 	stdout, stderr = set.Writer(stdout), set.Writer(stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// SIGINT and SIGTERM stay caught until the process exits (stop is
+	// never called): a signal that comes after the command ended, while
+	// the process exits (make demo sends SIGTERM after Ctrl-C), must not
+	// kill with the default action a process that stopped cleanly.
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if cmd.name == "status" {
 		return statusSources(ctx, sources, o, stdout, stderr)
 	}
