@@ -31,7 +31,7 @@ import (
 // sink's duplicates are reported for comparison.
 func TestIntegrationKafkaExactlyOnceUnderFaults(t *testing.T) {
 	t.Parallel()
-	kafkaUnderFaults(t, kafkatest.Start(t, kfake.SeedTopics(3, "plain", "eos")), "", true)
+	kafkaUnderFaults(t, kafkatest.Start(t, kfake.SeedTopics(3, "plain", "eos")), "", true, 15*time.Second)
 }
 
 // TestIntegrationKafkaUnderFaultsOnLibrdkafkaMock runs the same faults
@@ -46,7 +46,7 @@ func TestIntegrationKafkaExactlyOnceUnderFaults(t *testing.T) {
 func TestIntegrationKafkaUnderFaultsOnLibrdkafkaMock(t *testing.T) {
 	t.Parallel()
 	kc := rdkafkamock.Start(t, 3, map[string]int{"plain": 3})
-	kafkaUnderFaults(t, kc, fmt.Sprintf("protocol_version: %q, ", rdkafkamock.ProtocolVersion), false)
+	kafkaUnderFaults(t, kc, fmt.Sprintf("protocol_version: %q, ", rdkafkamock.ProtocolVersion), false, 8*time.Second)
 }
 
 // kafkaCluster is what kafkaUnderFaults needs of a Kafka cluster.
@@ -58,10 +58,9 @@ type kafkaCluster interface {
 }
 
 // kafkaUnderFaults is TestIntegrationKafkaExactlyOnceUnderFaults on kc,
-// with extra added to the sinks' settings; eos says whether the
-// exactly_once sink runs too.
-func kafkaUnderFaults(t *testing.T, kc kafkaCluster, extra string, eos bool) {
-	duration := 15 * time.Second
+// with extra added to the sinks' settings, for duration; eos says whether
+// the exactly_once sink runs too.
+func kafkaUnderFaults(t *testing.T, kc kafkaCluster, extra string, eos bool, duration time.Duration) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 2))
 	t.Logf("seed %d, %v of faults", seed, duration)
