@@ -242,8 +242,11 @@ type SlotInfo struct {
 
 // Invalid reports whether the server invalidated the slot: it can no
 // longer stream, whatever its confirmed position (docs/design.md,
-// "A lost slot").
-func (s SlotInfo) Invalid() bool { return s.Exists && (s.WALStatus == "lost" || s.Invalidation != "") }
+// "A lost slot"). On PostgreSQL 16, conflicting alone says so (its
+// documentation: "conflicted with recovery (and so is now invalidated)").
+func (s SlotInfo) Invalid() bool {
+	return s.Exists && (s.WALStatus == "lost" || s.Invalidation != "" || s.Conflicting)
+}
 
 // currentWAL is the server's current WAL position: on a standby, which
 // writes none, the last it replayed.
