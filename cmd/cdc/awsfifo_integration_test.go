@@ -104,45 +104,7 @@ func keyedArrivals(attrs []map[string]string) []keyed {
 // against sqsfake refusing it per entry (FailEntries).
 func TestIntegrationSQSFIFORefusedEntryIsNotOvertakenByItsKey(t *testing.T) {
 	t.Parallel()
-	t.Run("fauxqs", func(t *testing.T) {
-		t.Parallel()
-		fq := fauxqs.Start(t)
-		q := fq.CreateQueue(t, "walpost-refused.fifo", map[string]string{"MaximumMessageSize": "1024"})
-		checkRefusedEntryKeepsItsPlace(t, fifoRefusal{
-			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, fq.URL()),
-			fix:  func() { fq.SetQueueAttributes(t, q, map[string]string{"MaximumMessageSize": "262144"}) },
-			ids: func(t *testing.T) []keyed {
-				var attrs []map[string]string
-				for _, m := range fq.Drain(t, q) {
-					attrs = append(attrs, m.Attributes)
-				}
-				return keyedArrivals(attrs)
-			},
-		}, refusedRows("refuse-me"))
-	})
-	t.Run("sqsfake", func(t *testing.T) {
-		t.Parallel()
-		srv := sqsfake.Start(t)
-		const q = "walpost-refused.fifo"
-		srv.CreateQueue(q, sqsfake.QueueOptions{})
-		srv.FailEntries(func(_, body string) (string, bool) {
-			if strings.Contains(body, "refuse-me") {
-				return "InvalidParameterValue", true
-			}
-			return "", false
-		})
-		checkRefusedEntryKeepsItsPlace(t, fifoRefusal{
-			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, srv.URL()),
-			fix:  func() { srv.FailEntries(nil) },
-			ids: func(t *testing.T) []keyed {
-				var attrs []map[string]string
-				for _, m := range srv.Messages(q) {
-					attrs = append(attrs, m.Attributes)
-				}
-				return keyedArrivals(attrs)
-			},
-		}, refusedRows("refuse-me"))
-	})
+	onFIFOQueues(t, "walpost-refused.fifo", checkRefusedEntryKeepsItsPlace)
 }
 
 // TestIntegrationSNSFIFORefusedEntryIsNotOvertakenByItsKey: as the SQS
@@ -333,11 +295,19 @@ func checkHeldKeyStaysBehindItsHead(t *testing.T, f fifoRefusal, rows []relaytes
 // resent, and then arrive after it.
 func TestIntegrationSQSFIFOHeldKeyIsNotOvertaken(t *testing.T) {
 	t.Parallel()
+	onFIFOQueues(t, "walpost-held.fifo", checkHeldKeyStaysBehindItsHead)
+}
+
+// onFIFOQueues runs check, each in a parallel subtest, against a FIFO queue
+// named queue on fauxqs (which refuses an entry over the queue's
+// MaximumMessageSize, 1 KiB until fixed) and on sqsfake (which refuses an
+// entry holding "refuse-me" until fixed), with the rows refusedRows makes.
+func onFIFOQueues(t *testing.T, queue string, check func(*testing.T, fifoRefusal, []relaytest.Msg)) {
 	t.Run("fauxqs", func(t *testing.T) {
 		t.Parallel()
 		fq := fauxqs.Start(t)
-		q := fq.CreateQueue(t, "walpost-held.fifo", map[string]string{"MaximumMessageSize": "1024"})
-		checkHeldKeyStaysBehindItsHead(t, fifoRefusal{
+		q := fq.CreateQueue(t, queue, map[string]string{"MaximumMessageSize": "1024"})
+		check(t, fifoRefusal{
 			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, fq.URL()),
 			fix:  func() { fq.SetQueueAttributes(t, q, map[string]string{"MaximumMessageSize": "262144"}) },
 			ids: func(t *testing.T) []keyed {
@@ -352,20 +322,19 @@ func TestIntegrationSQSFIFOHeldKeyIsNotOvertaken(t *testing.T) {
 	t.Run("sqsfake", func(t *testing.T) {
 		t.Parallel()
 		srv := sqsfake.Start(t)
-		const q = "walpost-held.fifo"
-		srv.CreateQueue(q, sqsfake.QueueOptions{})
+		srv.CreateQueue(queue, sqsfake.QueueOptions{})
 		srv.FailEntries(func(_, body string) (string, bool) {
 			if strings.Contains(body, "refuse-me") {
 				return "InvalidParameterValue", true
 			}
 			return "", false
 		})
-		checkHeldKeyStaysBehindItsHead(t, fifoRefusal{
-			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", q, srv.URL()),
+		check(t, fifoRefusal{
+			sink: fmt.Sprintf("{name: fifo, kind: sqs, queue: %s, region: us-east-1, endpoint: %q, max_retries: 0, timeout: 5s}", queue, srv.URL()),
 			fix:  func() { srv.FailEntries(nil) },
 			ids: func(t *testing.T) []keyed {
 				var attrs []map[string]string
-				for _, m := range srv.Messages(q) {
+				for _, m := range srv.Messages(queue) {
 					attrs = append(attrs, m.Attributes)
 				}
 				return keyedArrivals(attrs)
