@@ -203,55 +203,11 @@ func (fk *Cluster) ReadAll(t testing.TB, topic string) []*kgo.Record {
 	if infos == nil {
 		t.Fatalf("topic %q does not exist", topic)
 	}
-	want := map[int32]int64{}
-	offsets := map[int32]kgo.Offset{}
-	total := 0
+	end := map[int32]int64{}
 	for _, pi := range infos {
-		if pi.HighWatermark > 0 {
-			want[pi.Partition] = pi.HighWatermark
-			offsets[pi.Partition] = kgo.NewOffset().At(0)
-			total += int(pi.HighWatermark)
-		}
+		end[pi.Partition] = pi.HighWatermark
 	}
-	if total == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(fk.addrs...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
-		kgo.FetchMaxWait(50*time.Millisecond), kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(64<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	per := map[int32][]*kgo.Record{}
-	got := 0
-	for got < total {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %d of %d records of %q before the deadline", got, total, topic)
-		}
-		fs.EachError(func(topic string, p int32, err error) {
-			t.Fatalf("fetching %s[%d]: %v", topic, p, err)
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset < want[r.Partition] {
-				per[r.Partition] = append(per[r.Partition], r)
-				got++
-			}
-		})
-	}
-	var parts []int32
-	for p := range per {
-		parts = append(parts, p)
-	}
-	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
-	var out []*kgo.Record
-	for _, p := range parts {
-		out = append(out, per[p]...)
-	}
-	return out
+	return ReadTo(t, fk.addrs, topic, end, false)
 }
 
 // ReadCommitted reads what a consumer with isolation.level=read_committed
