@@ -84,7 +84,8 @@ type Stats struct {
 	Duplicates   int `json:"duplicates"`   // dropped by duplicate detection
 	Rejected     int `json:"rejected"`     // transfers rejected (faults, too large)
 	Completed    int `json:"completed"`    // settled as accepted
-	Abandoned    int `json:"abandoned"`    // settled as released or modified
+	Abandoned    int `json:"abandoned"`    // settled as modified (the SDK's abandon)
+	Released     int `json:"released"`     // settled as released: not counted as a delivery
 	DeadLettered int `json:"deadLettered"` // settled as rejected
 	LockExpired  int `json:"lockExpired"`  // locks that expired
 	LockLost     int `json:"lockLost"`     // settlements refused: lock expired

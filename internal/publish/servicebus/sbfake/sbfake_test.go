@@ -106,6 +106,58 @@ func TestStandInSpeaksWhatTheSDKNeeds(t *testing.T) {
 	}
 }
 
+// TestStandInReleaseIsNotADelivery: a message that arrives on the SDK's
+// credit between two receive calls is released by the SDK, and Service
+// Bus does not count a release as a delivery: the next receive gets it
+// with delivery count 1, not 2 (counting it made an inbox test see
+// delivery counts 1, 3 once).
+func TestStandInReleaseIsNotADelivery(t *testing.T) {
+	b := Start(t)
+	b.CreateQueue(t, "q", QueueOptions{})
+	c := client(t, b)
+	ctx := sinktest.Context(t, 30*time.Second)
+	s, err := c.NewSender("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id string) {
+		if err := s.SendMessage(ctx, &azservicebus.Message{MessageID: str(id), Body: []byte(id)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := c.NewReceiverForQueue("q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("first")
+	// Five credits for one message: four stay on the link after the call.
+	msgs, err := r.ReceiveMessages(ctx, 5, &azservicebus.ReceiveMessagesOptions{TimeAfterFirstMessage: 50 * time.Millisecond})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("received %d messages (%v), want 1", len(msgs), err)
+	}
+	if err := r.CompleteMessage(ctx, msgs[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	send("second") // arrives on the left-over credit; the SDK releases it
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Stats(t, "q").Released == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the SDK released nothing: %+v", b.Stats(t, "q"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	again, err := r.ReceiveMessages(ctx, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].MessageID != "second" || again[0].DeliveryCount != 1 {
+		t.Fatalf("after a release received %+v, want second with delivery count 1", again)
+	}
+	if st := b.Stats(t, "q"); st.Abandoned != 0 {
+		t.Errorf("stats %+v: a release counted as an abandon", st)
+	}
+}
+
 func TestStandInRefusesUnknownEntityAndExpiredLocks(t *testing.T) {
 	b := Start(t)
 	b.CreateQueue(t, "short", QueueOptions{LockDuration: 300 * time.Millisecond})

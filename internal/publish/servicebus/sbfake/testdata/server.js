@@ -17,8 +17,10 @@
 //     given condition, e.g. com.microsoft:server-busy);
 //   - receiving in peek-lock mode: sequence numbers, enqueued time, locked
 //     until, delivery count, the delivery tag as lock token; settlement by
-//     disposition (accepted = complete; released or modified = abandon, the
-//     message is delivered again with its delivery count up by one;
+//     disposition (accepted = complete; modified = abandon, the message is
+//     delivered again with its delivery count up by one; released = given
+//     back without counting the delivery, as Service Bus does: the SDK
+//     releases what arrives on its credit between two receive calls;
 //     rejected = dead-letter, which here means removed); a lock that
 //     expires makes the message available again, and a later complete of
 //     it fails with com.microsoft:message-lock-lost; a closed link or
@@ -91,7 +93,7 @@ function newEntity(name, o) {
         faults: [],
         consumers: new Set(), // server-side sender links reading from the entity
         counters: {stored: 0, transfers: 0, batches: 0, duplicates: 0, rejected: 0,
-            completed: 0, abandoned: 0, deadLettered: 0, lockExpired: 0, lockLost: 0,
+            completed: 0, abandoned: 0, released: 0, deadLettered: 0, lockExpired: 0, lockLost: 0,
             scheduled: 0, expired: 0},
     };
 }
@@ -274,7 +276,14 @@ function settle(ctx, outcome) {
         e.counters.deadLettered++;
         remove(e, m);
         break;
-    default: // released, modified: abandon
+    case 'released':
+        // Not a delivery attempt (AMQP 1.0 3.4.4; Service Bus does not
+        // count it either): the delivery count stays as it was.
+        e.counters.released++;
+        m.deliveries = Math.max(0, m.deliveries - 1);
+        unlock(e, m);
+        break;
+    default: // modified: abandon
         e.counters.abandoned++;
         unlock(e, m);
     }
