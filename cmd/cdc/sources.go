@@ -22,6 +22,7 @@ import (
 	"github.com/walpost/walpost/internal/fleet"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/internal/relay"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // checkRun reads $CDC_MAX_ACTIVE when --max-active is not given.
@@ -79,7 +80,8 @@ func runSources(cmd *command, o *options, stdout, stderr io.Writer) int {
 }
 
 // runFleet is cdc run of several sources: each its own relay, one HTTP
-// listener and one log for all, until SIGINT/SIGTERM.
+// listener, one log and one tracing provider for all, until
+// SIGINT/SIGTERM.
 func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *redact.Set, stderr io.Writer, color bool) int {
 	shared, err := fleet.SharedOf(sources)
 	if err != nil {
@@ -88,7 +90,16 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 	}
 	log := newLogger(shared.Log, stderr, color)
 	reg := prometheus.NewRegistry()
-	f, err := fleet.New(sources, fleet.Options{MaxActive: o.maxActive, Log: log, Registry: reg, Redact: set.Redact})
+	b := readBuild()
+	// One provider for the process; each source's relay records with it,
+	// naming its source (fleet.Options.Tracing).
+	tp, ctx, stopTracing, err := tracing.Start(ctx, shared.Tracing, b.version, reg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc run: tracing: %v\n", err)
+		return 2
+	}
+	defer stopTracing()
+	f, err := fleet.New(sources, fleet.Options{MaxActive: o.maxActive, Log: log, Registry: reg, Redact: set.Redact, Tracing: tp})
 	if err != nil {
 		fmt.Fprintf(stderr, "cdc run: %v\n", err)
 		return 2
@@ -96,7 +107,6 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 	if os.Getenv("GOMAXPROCS") == "" && shared.Procs > 0 {
 		runtime.GOMAXPROCS(shared.Procs)
 	}
-	b := readBuild()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	relay.RegisterBuildInfo(reg, b.version, b.revisionLabel())
 	if shared.HTTP.Listen != "" {
@@ -106,7 +116,7 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 		}
 		consoleCtx, stopConsole := context.WithCancel(ctx)
 		defer stopConsole()
-		routes, err := consoleRoutes(consoleCtx, shared.HTTP, console.Options{Sources: cs, Gatherer: reg, Fleet: f.Report, Log: log, Redact: set.Redact})
+		routes, err := consoleRoutes(consoleCtx, shared.HTTP, console.Options{Sources: cs, Gatherer: reg, Fleet: f.Report, Log: log, Redact: set.Redact, Tracing: tp})
 		if err != nil {
 			log.Error().Err(err).Msg("cdc run failed")
 			return 1

@@ -461,3 +461,63 @@ func TestIntegrationTracingExporterDownLosesNoMessage(t *testing.T) {
 		t.Fatalf("no dropped span counted with the exporter down and a queue of one:\n%s", grepLines(body, "walpost_tracing"))
 	}
 }
+
+// TestIntegrationFleetTracesEverySourceInJaeger: a process of two sources
+// (cdc run --config DIR), tracing: set in one file only, records the
+// publish spans of both, as one relay does: each source's rows, written
+// in producer spans, reach its file sink with their traceparent, and
+// Jaeger has for each row's trace one publish span, a child of the row's
+// create span, naming its source (walpost.source) and sink.
+func TestIntegrationFleetTracesEverySourceInJaeger(t *testing.T) {
+	t.Parallel()
+	j := startJaeger(t)
+	shop := appTracer(t, j, "shop")
+	serverURL := pgtest.URL(t)
+	dir := t.TempDir()
+	file := "  - {name: out, kind: file, path: {out}}"
+	orders := addFleetSource(t, dir, serverURL, "orders", file, "relay: {shutdown_timeout: 2s}\n"+tracingYAML(j))
+	billing := addFleetSource(t, dir, serverURL, "billing", file, "relay: {shutdown_timeout: 2s}")
+	sources := []fleetSource{orders, billing}
+	rows := map[string][]tracedRow{}
+	for _, s := range sources {
+		for range 2 {
+			rows[s.name] = append(rows[s.name], produce(t, s.ob, shop, s.name))
+		}
+	}
+	p := startCDC(t, "run", "--config", dir)
+	defer p.Stop(t)
+	for _, s := range sources { // and one row each while the process runs
+		rows[s.name] = append(rows[s.name], produce(t, s.ob, shop, s.name))
+	}
+	for _, s := range sources {
+		var lines []relaytest.Line
+		if !pgtest.WaitFor(60*time.Second, func() bool { lines = relaytest.ReadLines(t, s.out); return len(lines) >= len(rows[s.name]) }) {
+			t.Fatalf("source %s: %d of %d rows delivered\n%s", s.name, len(lines), len(rows[s.name]), p.Stderr.String())
+		}
+		tps := map[string]string{}
+		for _, l := range lines {
+			tps[l.ID] = l.Headers["traceparent"]
+		}
+		for _, row := range rows[s.name] {
+			checkTraceparent(t, tps[row.ID], row)
+			dest := "publish " + s.out
+			tr := j.waitTrace(t, row.TraceID, func(tr *jTrace) bool { return len(tr.named(dest)) > 0 })
+			pubs := tr.named(dest)
+			i := slices.IndexFunc(tr.Spans, func(s jSpan) bool { return strings.HasPrefix(s.OperationName, "create ") })
+			if len(pubs) != 1 || i < 0 {
+				t.Fatalf("source %s, row %s: trace %s has spans %v, want one create and one %q", s.name, row.ID, row.TraceID, opNames(tr), dest)
+			}
+			pub := pubs[0]
+			if pub.parent() != tr.Spans[i].SpanID || tr.service(pub) != "walpost" {
+				t.Errorf("source %s, row %s: publish span of service %q, child of %q, want walpost's, child of the create span %s",
+					s.name, row.ID, tr.service(pub), pub.parent(), tr.Spans[i].SpanID)
+			}
+			for k, want := range map[string]string{"walpost.source": s.name, "walpost.sink": "out", "walpost.outbox.id": row.ID,
+				"walpost.outcome": "published", "messaging.destination.name": s.out} {
+				if got := pub.tag(k); got != want {
+					t.Errorf("source %s, row %s: publish span %s = %q, want %q", s.name, row.ID, k, got, want)
+				}
+			}
+		}
+	}
+}

@@ -10,8 +10,10 @@
 // a database that is gone) is logged, counted and shown, and started
 // again after a long backoff (30 s doubling to 5 min), while the others go
 // on: nothing is shared between sources but the process's Gate, HTTP
-// listener and log. Each source's metrics are the relay's, registered
-// through prometheus.WrapRegistererWith with source=<name>.
+// listener, log and tracing exporter. Each source's metrics are the
+// relay's, registered through prometheus.WrapRegistererWith with
+// source=<name>; each source's publish spans carry walpost.source=<name>
+// (tracing.Provider.WithSource).
 //
 // Spreading sources over instances uses what a slot already is: held by
 // one process at a time (START_REPLICATION on a slot held elsewhere fails,

@@ -16,6 +16,7 @@ import (
 	"github.com/walpost/walpost/internal/publish"
 	"github.com/walpost/walpost/internal/relay"
 	"github.com/walpost/walpost/internal/replication"
+	"github.com/walpost/walpost/internal/tracing"
 )
 
 // Options configure a Fleet.
@@ -39,6 +40,10 @@ type Options struct {
 	// StartGrace is how long after the start a source still checking its
 	// server keeps /readyz at 503 (default 30 s).
 	StartGrace time.Duration
+	// Tracing, when set, is the process's tracing provider (tracing.Start
+	// of Shared.Tracing): every source's relay records its publish spans
+	// with it, each span naming its source (walpost.source). Nil: off.
+	Tracing *tracing.Provider
 }
 
 // The defaults of Options.
@@ -50,7 +55,8 @@ const (
 
 // Fleet runs several sources in one process, each its own relay.Relay
 // with its own database, slot, sinks, progress and dead letters, sharing
-// only the instance's capacity (Gate), its HTTP listener and its log.
+// only the instance's capacity (Gate), its HTTP listener, its log and its
+// tracing exporter.
 // A source whose relay stops with an error is reported (log, metrics,
 // /readyz?verbose, /sources) and started again after a backoff; the
 // others go on. Use New, then Run once; the other methods are safe for
@@ -69,6 +75,7 @@ type source struct {
 	Source
 	log      zerolog.Logger
 	metrics  *relay.Metrics
+	tracing  *tracing.Provider // the process's, naming the source; nil: off
 	entry    *entry
 	failedG  prometheus.Gauge
 	failures prometheus.Counter
@@ -105,7 +112,7 @@ func New(sources []Source, opt Options) (*Fleet, error) {
 		f.registerMetrics(reg)
 	}
 	for _, src := range sources {
-		s := &source{Source: src, log: opt.Log.With().Str("source", src.Name).Logger()}
+		s := &source{Source: src, log: opt.Log.With().Str("source", src.Name).Logger(), tracing: opt.Tracing.WithSource(src.Name)}
 		var sreg prometheus.Registerer
 		if reg != nil {
 			sreg = prometheus.WrapRegistererWith(prometheus.Labels{"source": src.Name}, reg)
@@ -238,6 +245,7 @@ func (f *Fleet) runSource(ctx context.Context, s *source) error {
 		s.mu.Unlock()
 		r.ConfigPath = s.Path
 		r.Gate = s.entry
+		r.Tracing = s.tracing
 		began := time.Now()
 		err := r.Run(ctx)
 		r.Close()

@@ -135,23 +135,26 @@ func Load(args []string, unused ...string) ([]Source, error) {
 }
 
 // Shared is what a process has once, whatever its sources: the HTTP
-// listener, the log and the number of threads.
+// listener, the log, the tracing exporter and the number of threads.
 type Shared struct {
 	HTTP config.HTTP
 	Log  config.Log
+	// Tracing is the tracing: block of the sources that set it (nil:
+	// none did; the OTEL_* variables alone decide, tracing.Start).
+	Tracing *config.Tracing
 	// Procs is the sum of the sources' relay.procs, at most the
 	// machine's cores; 0 (every core) when a source says 0.
 	Procs int
 }
 
-// SharedOf returns the process-wide settings of sources. http: and log:
-// are taken from the sources that set them (in the file, or by a CDC_*
-// variable such as CDC_HTTP_LISTEN), which must agree; a source that sets
-// neither takes them. relay.procs adds up: each source's pipeline is
+// SharedOf returns the process-wide settings of sources. http:, log: and
+// tracing: are taken from the sources that set them (in the file, or by a
+// CDC_* variable such as CDC_HTTP_LISTEN), which must agree; a source that
+// sets none takes them. relay.procs adds up: each source's pipeline is
 // worth its own threads, up to every core.
 func SharedOf(sources []Source) (Shared, error) {
 	var sh Shared
-	var httpFrom, logFrom string
+	var httpFrom, logFrom, tracingFrom string
 	zero := false
 	for i, s := range sources {
 		c := s.Config
@@ -172,6 +175,14 @@ func SharedOf(sources []Source) (Shared, error) {
 			}
 			if logFrom == "" {
 				sh.Log, logFrom = c.Log, s.Name
+			}
+		}
+		if c.Tracing != nil {
+			if tracingFrom != "" && !reflect.DeepEqual(sh.Tracing, c.Tracing) {
+				return sh, fmt.Errorf("config %s: tracing: differs from source %s's; one process has one exporter: give every source the same tracing:, or set it in one file only", s.Path, tracingFrom)
+			}
+			if tracingFrom == "" {
+				sh.Tracing, tracingFrom = c.Tracing, s.Name
 			}
 		}
 		if p := *c.Relay.Procs; p == 0 || zero {

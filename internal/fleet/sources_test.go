@@ -151,3 +151,43 @@ func TestSharedSettingsMustAgreeAndProcsAddUp(t *testing.T) {
 		t.Errorf("procs %d with relay.procs: 0 in a file, want 0 (every core)", sh.Procs)
 	}
 }
+
+// tracing: is the process's, as http: and log: are: set in one file it
+// applies to every source; alike in several files it is accepted; two
+// files that disagree are an error naming both.
+func TestSharedTracingIsSetOnceOrAlike(t *testing.T) {
+	dir := t.TempDir()
+	load := func(files map[string]string) []Source {
+		d, err := os.MkdirTemp(dir, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, c := range files {
+			write(t, filepath.Join(d, f), c)
+		}
+		srcs, err := Load([]string{d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srcs
+	}
+	const on = "tracing: {enabled: true, endpoint: 'http://collector:4317'}\n"
+	sh, err := SharedOf(load(map[string]string{"a.yaml": cfg("a", ""), "b.yaml": cfg("b", on), "c.yaml": cfg("c", "")}))
+	if err != nil || sh.Tracing == nil || sh.Tracing.Endpoint != "http://collector:4317" || !*sh.Tracing.Enabled {
+		t.Fatalf("tracing: in b.yaml only: %+v, %v; want b's block for the process", sh.Tracing, err)
+	}
+	if sh, err := SharedOf(load(map[string]string{"a.yaml": cfg("a", on), "b.yaml": cfg("b", on)})); err != nil || sh.Tracing == nil {
+		t.Errorf("the same tracing: in both files: %+v, %v", sh.Tracing, err)
+	}
+	if sh, err := SharedOf(load(map[string]string{"a.yaml": cfg("a", ""), "b.yaml": cfg("b", "")})); err != nil || sh.Tracing != nil {
+		t.Errorf("no tracing: anywhere: %+v, %v; want none (the OTEL_* variables decide)", sh.Tracing, err)
+	}
+	_, err = SharedOf(load(map[string]string{"a.yaml": cfg("a", on), "b.yaml": cfg("b", strings.Replace(on, "collector", "other", 1))}))
+	if err == nil || !strings.Contains(err.Error(), "b.yaml: tracing: differs from source a's") {
+		t.Errorf("two exporters: %v, want an error naming b.yaml and source a", err)
+	}
+	_, err = SharedOf(load(map[string]string{"a.yaml": cfg("a", on), "b.yaml": cfg("b", "tracing: {enabled: false}\n")}))
+	if err == nil || !strings.Contains(err.Error(), "tracing: differs") {
+		t.Errorf("tracing on in one file, off in another: %v", err)
+	}
+}

@@ -118,6 +118,7 @@ type Provider struct {
 	tracer  trace.Tracer
 	sampler Sampler
 	s       Settings
+	source  string // walpost.source of the spans; "" outside a fleet (WithSource)
 }
 
 // New returns the provider of s, or nil when tracing is off. It does no
@@ -159,6 +160,19 @@ func New(ctx context.Context, s Settings, version string, reg prometheus.Registe
 	log.Info().Str("protocol", s.Protocol).Str("endpoint", p.endpoint()).Str("sampler", s.Sampler).Float64("sample_ratio", s.SampleRatio).
 		Int("queue_size", s.QueueSize).Msg("tracing: publish spans exported over OTLP")
 	return p, nil
+}
+
+// WithSource returns a provider whose publish spans name the source
+// (walpost.source): the one a fleet's source's relay records with
+// (internal/fleet). It shares p's exporter and queue; stopping either
+// stops both. Nil when p is nil (tracing off).
+func (p *Provider) WithSource(name string) *Provider {
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.source = name
+	return &q
 }
 
 // endpoint describes where spans go, without credentials.

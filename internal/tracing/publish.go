@@ -31,6 +31,7 @@ const (
 	attrRetries   = attribute.Key("walpost.retries")
 	attrMode      = attribute.Key("walpost.mode")
 	attrWaitMS    = attribute.Key("walpost.outbox_wait_ms")
+	attrSource    = attribute.Key("walpost.source")
 )
 
 // maxEvents bounds the retry events kept for one message's span (the
@@ -219,6 +220,9 @@ func (t *Sink) end(m *message.Message, now time.Time, outcome string, refusal er
 	}
 	if t.mode != Relay {
 		t.attrs = append(t.attrs, attrMode.String(t.mode.String()))
+	}
+	if t.p.source != "" {
+		t.attrs = append(t.attrs, attrSource.String(t.p.source))
 	}
 	if pe != nil {
 		t.attrs = append(t.attrs, attrRetries.Int(pe.retries))

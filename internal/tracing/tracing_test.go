@@ -185,6 +185,36 @@ func TestSinkRecordsOnePublishSpanPerMessageFromCommitToAck(t *testing.T) {
 	}
 }
 
+// TestWithSourceNamesTheSourceOnEachSpan: the spans of a fleet's source
+// (Provider.WithSource) carry walpost.source; those of the provider
+// itself (one relay) carry none; WithSource of tracing off is off.
+func TestWithSourceNamesTheSourceOnEachSpan(t *testing.T) {
+	p, exp := newTestProvider(NewSampler("always_on", 1))
+	sink := sinkConfig(t, "{name: k, kind: kafka, topic: out}")
+	for _, pp := range []*Provider{p.WithSource("orders"), p, p.WithSource("billing")} {
+		tr := pp.Sink(sink, Relay)
+		batch := []publish.Delivery{{Msg: msgWith(sampledTP, "a")}}
+		tr.Batch(batch)
+		tr.Acked(batch)
+	}
+	var got []string
+	for _, s := range exp.GetSpans() {
+		src := "-"
+		for _, a := range s.Attributes {
+			if a.Key == "walpost.source" {
+				src = a.Value.AsString()
+			}
+		}
+		got = append(got, src)
+	}
+	if !slices.Equal(got, []string{"orders", "-", "billing"}) {
+		t.Errorf("walpost.source of the spans %v, want orders, none, billing", got)
+	}
+	if (*Provider)(nil).WithSource("orders") != nil {
+		t.Error("WithSource of a nil provider (tracing off) is not nil")
+	}
+}
+
 // TestResolveTakesTheBlockThenOTELVariables: the tracing: block wins over
 // the OTEL_* variables, which fill what it leaves out; off by default;
 // OTEL_SDK_DISABLED turns it off.
