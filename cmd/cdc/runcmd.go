@@ -103,8 +103,8 @@ func runCmd(e *cmdEnv) error {
 	if cfg.HTTP.Listen != "" {
 		ctx, stopConsole := context.WithCancel(e.ctx)
 		defer stopConsole()
-		routes, err := consoleRoutes(ctx, cfg.HTTP, console.Options{Sources: []console.Source{{Name: cfg.Postgres.Slot, Config: cfg, Sinks: e.relay.Lent}},
-			Gatherer: reg, Log: log, Redact: redact.NewSet(cfg.Secrets()...).Redact, Tracing: tracing.FromContext(e.ctx)})
+		routes, err := consoleRoutes(ctx, cfg.HTTP, console.Options{Sources: []console.Source{{Name: cfg.Postgres.Slot, Config: cfg, Sinks: e.relay.Lent, Tracing: tracing.FromContext(e.ctx)}},
+			Gatherer: reg, Log: log, Redact: redact.NewSet(cfg.Secrets()...).Redact})
 		if err != nil {
 			return err
 		}

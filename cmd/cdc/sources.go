@@ -112,11 +112,11 @@ func runFleet(ctx context.Context, sources []fleet.Source, o *options, set *reda
 	if shared.HTTP.Listen != "" {
 		var cs []console.Source
 		for _, s := range sources {
-			cs = append(cs, console.Source{Name: s.Name, Config: s.Config, Sinks: f.Lent(s.Name)})
+			cs = append(cs, console.Source{Name: s.Name, Config: s.Config, Sinks: f.Lent(s.Name), Tracing: tp.WithSource(s.Name)})
 		}
 		consoleCtx, stopConsole := context.WithCancel(ctx)
 		defer stopConsole()
-		routes, err := consoleRoutes(consoleCtx, shared.HTTP, console.Options{Sources: cs, Gatherer: reg, Fleet: f.Report, Log: log, Redact: set.Redact, Tracing: tp})
+		routes, err := consoleRoutes(consoleCtx, shared.HTTP, console.Options{Sources: cs, Gatherer: reg, Fleet: f.Report, Log: log, Redact: set.Redact})
 		if err != nil {
 			log.Error().Err(err).Msg("cdc run failed")
 			return 1

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -519,5 +521,66 @@ func TestIntegrationFleetTracesEverySourceInJaeger(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestIntegrationFleetConsoleResendNamesItsSourceInJaeger: in a process of
+// two sources, a message source orders parks (its topic does not exist
+// yet) is resent from the console once the topic exists; the resend's
+// publish span is in the row's trace and names the source
+// (walpost.source), as the relay's own spans of the source do.
+func TestIntegrationFleetConsoleResendNamesItsSourceInJaeger(t *testing.T) {
+	t.Parallel()
+	j := startJaeger(t)
+	shop := appTracer(t, j, "shop")
+	kc := kafkatest.Start(t, kfake.SeedTopics(1, "orders"))
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	serverURL := pgtest.URL(t)
+	dir := t.TempDir()
+	orders := addFleetSource(t, dir, serverURL, "orders",
+		fmt.Sprintf("  - {name: k, kind: kafka, brokers: [%s], topic: '{type}', timeout: 2s}", strings.Join(kc.Addrs(), ", ")),
+		"relay: {retry_backoff: 200ms, shutdown_timeout: 2s, on_refused: dead_letter, refused_attempts: 1}\n"+tracingYAML(j)+
+			fmt.Sprintf("\nhttp: {listen: '%s', console: true, operate_token: %s}", addr, consoleOperateToken))
+	relaytest.WithDeadLetterTable(t, orders.url, orders.cfg)
+	cdcInit(t, orders.cfg) // again: the dead-letter table
+	addFleetSource(t, dir, serverURL, "billing", "  - {name: out, kind: file, path: {out}}", "relay: {shutdown_timeout: 2s}")
+
+	late := produce(t, orders.ob, shop, "late") // no topic "late" yet
+	p := startCDC(t, "run", "--config", dir)
+	defer p.Stop(t)
+	pgtest.Await(t, 60*time.Second, "the message parked", func() bool { return len(listParked(t, orders.cfg)) == 1 })
+	createTopic(t, kc, "late")
+
+	cs := &consoleSetup{addr: addr, relay: p}
+	src := "/api/v1/sources/orders"
+	_, body := cs.api(t, "GET", src, consoleOperateToken, "", "")
+	var d struct {
+		Groups []struct {
+			ID string `json:"id"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil || len(d.Groups) != 1 {
+		t.Fatalf("GET %s: %v, want one group\n%s", src, err, body)
+	}
+	_, sess := cs.api(t, "GET", "/api/v1/session", consoleOperateToken, "", "")
+	if code, body := cs.api(t, "POST", src+"/resend", consoleOperateToken, csrfOf(t, sess), `{"group": "`+d.Groups[0].ID+`"}`); code != http.StatusOK {
+		t.Fatalf("console resend: %d\n%s", code, body)
+	}
+	tr := j.waitTrace(t, late.TraceID, func(tr *jTrace) bool { return len(tr.named("publish late")) == 2 })
+	var resent *jSpan
+	for _, s := range tr.named("publish late") {
+		if s.tag("walpost.source") != "orders" {
+			t.Errorf("publish span %s (mode %q) names source %q, want orders", s.SpanID, s.tag("walpost.mode"), s.tag("walpost.source"))
+		}
+		if s.tag("walpost.mode") == "resend" {
+			resent = &s
+		}
+	}
+	if resent == nil || resent.tag("walpost.outcome") != "published" {
+		t.Fatalf("no published resend span in the trace: %v", opNames(tr))
 	}
 }

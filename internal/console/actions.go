@@ -60,7 +60,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request) {
 	defer c.acting.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actionTimeout)
 	defer cancel()
-	ctx = tracing.WithProvider(ctx, c.tracing) // a resend's publish spans
+	ctx = tracing.WithProvider(ctx, src.Tracing) // a resend's publish spans
 	res, err := c.act(ctx, src, action, req)
 	ev := c.log.Info()
 	if err != nil || res.Failed > 0 {

@@ -27,6 +27,9 @@ type Source struct {
 	// Sinks returns the sinks of its relay in this process while it
 	// streams (relay.Relay.Lent): the actions publish through them.
 	Sinks func() []publish.Sink
+	// Tracing, when set, records the resends' publish spans (tracing:;
+	// internal/tracing; in a fleet, naming the source); nil: none.
+	Tracing *tracing.Provider
 }
 
 // Options configure a Console.
@@ -47,9 +50,6 @@ type Options struct {
 	// SampleEvery is how often Run samples the lag (default 30s); the
 	// history keeps the last hour.
 	SampleEvery time.Duration
-	// Tracing, when set, records the resends' publish spans (tracing:;
-	// internal/tracing); nil: none.
-	Tracing *tracing.Provider
 }
 
 // ErrNoSources is New's error without a source.
@@ -64,7 +64,6 @@ type Console struct {
 	log     zerolog.Logger
 	redact  func(string) string
 	every   time.Duration
-	tracing *tracing.Provider
 	csrf    string
 	page    *template.Template
 	// acting is held by the action running: one at a time.
@@ -96,7 +95,7 @@ func New(o Options) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{http: o.HTTP, gather: o.Gatherer, fleet: o.Fleet, log: o.Log, redact: o.Redact, every: o.SampleEvery, tracing: o.Tracing,
+	c := &Console{http: o.HTTP, gather: o.Gatherer, fleet: o.Fleet, log: o.Log, redact: o.Redact, every: o.SampleEvery,
 		csrf: hex.EncodeToString(b), page: page}
 	for _, s := range o.Sources {
 		c.sources = append(c.sources, &source{Source: s, hist: &history{window: time.Hour}})
