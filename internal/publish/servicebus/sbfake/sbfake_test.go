@@ -26,19 +26,24 @@ func client(t *testing.T, b *Broker) *azservicebus.Client {
 
 func str(s string) *string { return &s }
 
-// TestStandInSpeaksWhatTheSDKNeeds drives the stand-in with the SDK: a
-// batch and a single message in, peek, receive with peek-lock, abandon
-// (delivered again, delivery count up), complete, and an empty queue.
-func TestStandInSpeaksWhatTheSDKNeeds(t *testing.T) {
+// queueQ starts a stand-in with queue "q" and returns it, a client, a
+// context for the test and a sender to the queue.
+func queueQ(t *testing.T) (*Broker, *azservicebus.Client, context.Context, *azservicebus.Sender) {
 	b := Start(t)
 	b.CreateQueue(t, "q", QueueOptions{})
 	c := client(t, b)
-	ctx := sinktest.Context(t, 30*time.Second)
-
 	s, err := c.NewSender("q", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, c, sinktest.Context(t, 30*time.Second), s
+}
+
+// TestStandInSpeaksWhatTheSDKNeeds drives the stand-in with the SDK: a
+// batch and a single message in, peek, receive with peek-lock, abandon
+// (delivered again, delivery count up), complete, and an empty queue.
+func TestStandInSpeaksWhatTheSDKNeeds(t *testing.T) {
+	b, c, ctx, s := queueQ(t)
 	batch, err := s.NewMessageBatch(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -112,14 +117,7 @@ func TestStandInSpeaksWhatTheSDKNeeds(t *testing.T) {
 // with delivery count 1, not 2 (counting it made an inbox test see
 // delivery counts 1, 3 once).
 func TestStandInReleaseIsNotADelivery(t *testing.T) {
-	b := Start(t)
-	b.CreateQueue(t, "q", QueueOptions{})
-	c := client(t, b)
-	ctx := sinktest.Context(t, 30*time.Second)
-	s, err := c.NewSender("q", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, c, ctx, s := queueQ(t)
 	send := func(id string) {
 		if err := s.SendMessage(ctx, &azservicebus.Message{MessageID: str(id), Body: []byte(id)}, nil); err != nil {
 			t.Fatal(err)
