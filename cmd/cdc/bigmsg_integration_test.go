@@ -127,27 +127,33 @@ func fileEndsWithLine(path string) bool {
 }
 
 // TestIntegrationBigMessageCostsAboutTwiceItsSize: relaying one 50 MB
-// message to a file (fsync on) and to discard, the relay's peak RSS stays
-// within twice the size of the message as the server sends it, plus 50 MB
+// message to a file (fsync on) and to discard costs the relay at most
+// twice the size of the message as the server sends it, plus 16 MB
 // (invariant 5; README "Guarantees", 5): for jsonb twice the payload's
-// size, for bytea, whose text form is hex, four times. Measured: jsonb
-// ≈2.5× the payload (124 MB for 50 MB), bytea ≈4.5× (224 MB).
-// WALPOST_BIGMSG_MB sets another size.
+// size, for bytea, whose text form is hex, four times. The cost is the
+// peak RSS once delivered less the peak RSS once streaming, before it:
+// that one is mostly the executable's pages (RssFile: about 31 MB of
+// cdc, 37 MB of this test binary, which carries the tests' brokers too;
+// 7-9 MB of heap), which a total bound of 2x + 50 MB left a few hundred
+// kilobytes of room for, and failed on under load. The bench bounds the
+// cdc binary's total (BENCHMARKS.md, "one 50 MiB message"). Measured:
+// jsonb about 2.0x the payload, bytea about 4.0x. WALPOST_BIGMSG_MB sets
+// another size.
 func TestIntegrationBigMessageCostsAboutTwiceItsSize(t *testing.T) {
 	t.Parallel()
 	n := bigMsgSize(t)
 	for _, c := range bigMsgCases {
 		t.Run(c.name, func(t *testing.T) {
 			idle, peak := relayBigMessage(t, c, n)
-			t.Logf("%s: %d MB message: relay peak RSS %.1f MB (%.2f× the message; %.1f MB before it)",
-				c.name, n>>20, float64(peak)/(1<<20), float64(peak)/float64(n), float64(idle)/(1<<20))
+			t.Logf("%s: %d MB message: relay peak RSS %.1f MB, %.1f MB before it: the message cost %.2f× its payload",
+				c.name, n>>20, float64(peak)/(1<<20), float64(idle)/(1<<20), float64(peak-idle)/float64(n))
 			wire := int64(n)
 			if c.column == "bytea" {
 				wire = 2 * int64(n) // \x and two hex digits a byte
 			}
-			if limit := 2*wire + 50<<20; peak > limit {
-				t.Fatalf("peak RSS %.1f MB, want at most %d MB (twice the %d MB the server sends, plus 50 MB)",
-					float64(peak)/(1<<20), limit>>20, wire>>20)
+			if limit := 2*wire + 16<<20; peak-idle > limit {
+				t.Fatalf("the message cost %.1f MB (peak RSS %.1f MB less %.1f MB before it), want at most %d MB (twice the %d MB the server sends, plus 16 MB)",
+					float64(peak-idle)/(1<<20), float64(peak)/(1<<20), float64(idle)/(1<<20), limit>>20, wire>>20)
 			}
 		})
 	}
