@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -29,6 +32,7 @@ import (
 	"github.com/walpost/walpost/internal/publish/natsjs"
 	"github.com/walpost/walpost/internal/publish/natsjs/natstest"
 	"github.com/walpost/walpost/internal/publish/rabbitmq/rabbittest"
+	"github.com/walpost/walpost/internal/publish/servicebus/sbfake"
 	"github.com/walpost/walpost/internal/publish/sns/snsfake"
 	"github.com/walpost/walpost/internal/publish/sqs/sqsfake"
 	"github.com/walpost/walpost/internal/relaytest"
@@ -82,8 +86,9 @@ func pendingCell(family, kind string) string {
 // to read back, count and cut them.
 type faultFamily struct {
 	// sinks is the config's sink list (items indented by two spaces);
-	// every destination is a template on {type}, with a destination for
-	// "torture" and "held" and none for "missing".
+	// where the sink takes a template, every destination is one on
+	// {type}, with a destination for "torture" and "held" and none for
+	// "missing" (the webhook's URL is not a template).
 	sinks string
 	// read returns what a sink holds, in order (per partition for Kafka),
 	// each message as a Line with ID and Type; exactly-once sinks are read
@@ -114,10 +119,12 @@ var faultFamilies = []struct {
 }{
 	{"rabbitmq", rabbitFaultFamily, false}, // the slowest first: the families start four at a time
 	{"nats", natsFaultFamily, false},
+	{"servicebus", serviceBusFaultFamily, false},
 	{"file", fileFaultFamily, false},
 	{"kafka", func(t *testing.T) *faultFamily { return kafkaFaultFamily(t, false) }, false},
 	{"kafka-eos", func(t *testing.T) *faultFamily { return kafkaFaultFamily(t, true) }, false},
 	{"sqs", sqsFaultFamily, false},
+	{"webhook", webhookFaultFamily, false},
 	{"sns", snsFaultFamily, true},
 	{"pubsub", pubsubFaultFamily, true},
 }
@@ -365,6 +372,127 @@ func pubsubFaultFamily(t *testing.T) *faultFamily {
 		count:  func() int { return len(srv.Messages()) },
 		outage: func() func() { proxy.Cut(); return func() { proxy.Restore() } },
 		noDest: true,
+	}
+}
+
+// serviceBusFaultFamily: the Service Bus stand-in (sbfake, Node.js) with
+// queues "torture" and "held" taking at most 64 KiB, reached through the
+// stand-in's tcpproxy; entity template "{type}" (a templated entity that
+// does not exist is refused: docs/sinks/servicebus.md). Read by peeking
+// each queue in sequence order; its outage is the proxy cut.
+func serviceBusFaultFamily(t *testing.T) *faultFamily {
+	sb := sbfake.Start(t) // skips without node
+	queues := []string{"torture", "held"}
+	for _, q := range queues {
+		sb.CreateQueue(t, q, sbfake.QueueOptions{MaxMessageSize: 64 << 10})
+	}
+	// The reader goes through the proxy too: after a cut it reconnects
+	// at once rather than after the SDK's default 4 s.
+	c, err := azservicebus.NewClientFromConnectionString(sb.ConnectionString(), &azservicebus.ClientOptions{
+		RetryOptions: azservicebus.RetryOptions{MaxRetries: 20, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) }) // and its receivers
+	// A receiver per queue, for peeking. Peeked messages are kept: each
+	// read peeks from the sequence number after the last one it saw, up
+	// to a peek that finds fewer than it asked for: past what the queue
+	// held when the read began (the producer does not pause, so a read
+	// waiting for an empty peek would chase it).
+	receivers := map[string]*azservicebus.Receiver{}
+	for _, q := range queues {
+		r, err := c.NewReceiverForQueue(q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		receivers[q] = r
+	}
+	var mu sync.Mutex
+	got := map[string][]relaytest.Line{}
+	next := map[string]int64{}
+	read := func(t *testing.T) []relaytest.Line {
+		mu.Lock()
+		defer mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		var lines []relaytest.Line
+		for _, q := range queues {
+			for {
+				const page = 250
+				from := next[q]
+				msgs, err := receivers[q].PeekMessages(ctx, page, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+				if err != nil {
+					t.Fatalf("servicebus: peeking %s from sequence number %d: %v", q, from, err)
+				}
+				for _, m := range msgs {
+					l := relaytest.Line{ID: m.MessageID}
+					if m.Subject != nil {
+						l.Type = *m.Subject
+					}
+					got[q] = append(got[q], l)
+				}
+				if len(msgs) > 0 {
+					next[q] = *msgs[len(msgs)-1].SequenceNumber + 1
+				}
+				if len(msgs) < page {
+					break
+				}
+			}
+			lines = append(lines, got[q]...)
+		}
+		return lines
+	}
+	return &faultFamily{
+		sinks:  fmt.Sprintf("  - {name: servicebus, kind: servicebus, connection_string: %q, entity: '{type}', timeout: 5s}", sb.ConnectionString()),
+		read:   map[string]func(*testing.T) []relaytest.Line{"servicebus": read},
+		count:  func() int { return sb.Stats(t, "torture").Stored + sb.Stats(t, "held").Stored },
+		outage: func() func() { return sb.Outage(t) },
+		tooBig: 100 << 10,
+		noDest: true,
+	}
+}
+
+// webhookFaultFamily: an HTTP endpoint of the test's own behind a
+// tcpproxy, sent to with concurrency: 4 (each key's messages one request
+// at a time, in order: docs/sinks/webhook.md). It answers 413 to a body
+// over 64 KiB, which the sink's contract makes a refusal. Its URL is not a
+// template, so the "held" rows go to the same endpoint and no row can name
+// a destination that does not exist (a 404 stops the relay, it refuses no
+// message): no refused-no-dest. Read in the order the endpoint took the
+// requests it answered 2xx.
+func webhookFaultFamily(t *testing.T) *faultFamily {
+	var mu sync.Mutex
+	var got []relaytest.Line
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(body) > 64<<10 {
+			http.Error(w, "larger than the fault matrix's endpoint takes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		mu.Lock()
+		got = append(got, relaytest.Line{ID: r.Header.Get("X-Message-Id"), Type: r.Header.Get("X-Message-Type")})
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	proxy := faultProxy(t, srv.Listener.Addr().String())
+	return &faultFamily{
+		sinks: fmt.Sprintf("  - {name: webhook, kind: webhook, url: %q, concurrency: 4, timeout: 2s}", "http://"+proxy.Addr()+"/hook"),
+		read: map[string]func(*testing.T) []relaytest.Line{"webhook": func(*testing.T) []relaytest.Line {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(got)
+		}},
+		count: func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got)
+		},
+		outage: func() func() { proxy.Cut(); return func() { proxy.Restore() } },
+		tooBig: 100 << 10,
 	}
 }
 
