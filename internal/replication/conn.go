@@ -38,6 +38,11 @@ type conn interface {
 	// errReadDeadline; a time in the past makes it return at once unless
 	// a message is buffered, the zero time waits without limit.
 	SetReadDeadline(t time.Time) error
+	// Buffered reports whether bytes of the server's are read from the
+	// socket and wait in the connection (a message, or part of one): a
+	// ReceiveMessage then returns without waiting for the socket, or
+	// only for the rest of a message.
+	Buffered() bool
 	// Close closes the connection.
 	Close()
 }
@@ -65,6 +70,7 @@ func isFatal(err error) bool {
 // pgConn is the production conn: a *pgconn.PgConn in replication mode.
 type pgConn struct {
 	pg  *pgconn.PgConn
+	cut *cutReader // between the socket and pg's Frontend; nil in tests that dial pgconn themselves
 	net net.Conn
 	raw *rawnet.Conn // the socket under net; nil where it is read through net.Conn
 	rb  receiveBuffer
@@ -162,6 +168,12 @@ const closeWait = time.Second
 // the session's log line).
 func (c *pgConn) receiveBuffer() receiveBuffer { return c.rb }
 
+// Buffered implements conn: what pgproto3 read ahead, and what the
+// cutReader holds.
+func (c *pgConn) Buffered() bool {
+	return c.pg.Frontend().ReadBufferLen() > 0 || c.cut != nil && c.cut.buffered()
+}
+
 // connect opens a replication connection and starts replication on the
 // slot at resume (0: the slot's confirmed position). It is the Stream's
 // dialFunc outside tests.
@@ -181,8 +193,10 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 	if s.opt.OwnPrefixes != nil {
 		own = func(p []byte) bool { return slices.Contains(s.opt.OwnPrefixes, string(p)) }
 	}
+	var cut *cutReader
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(newCutReader(r, maxMsg, own), w)
+		cut = newCutReader(r, maxMsg, own)
+		return pgproto3.NewFrontend(cut, w)
 	}
 	// Read and write the socket with raw system calls (see rawnet).
 	dial := cfg.DialFunc
@@ -215,7 +229,7 @@ func (s *Stream) connect(ctx context.Context, resume pglogrepl.LSN) (conn, error
 		return nil, startError(s.opt.Slot, err)
 	}
 	c := newPgConn(pg)
-	c.rb = rb
+	c.rb, c.cut = rb, cut
 	return c, nil
 }
 

@@ -66,6 +66,12 @@ func newCutReader(r io.Reader, max int64, own func(prefix []byte) bool) *cutRead
 	return &cutReader{r: r, max: max, own: own, foreign: foreignCut, buf: make([]byte, readBuffer), hdr: make([]byte, 0, holdMax)}
 }
 
+// buffered reports whether the reader holds anything read from r not yet
+// handed on: bytes, a header held back, or r's error.
+func (c *cutReader) buffered() bool {
+	return len(c.in) > 0 || len(c.out) > 0 || len(c.hdr) > 0 || c.err != nil
+}
+
 func (c *cutReader) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {

@@ -99,6 +99,7 @@ type fakeConn struct {
 	err      error // once the queue is empty: the connection broke
 	deadline time.Time
 	received int // messages the client took
+	timeouts int // reads that returned at their deadline
 	statuses []sentStatus
 }
 
@@ -153,6 +154,9 @@ func (c *fakeConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
 		}
 		wait := time.Until(d)
 		if wait <= 0 {
+			c.mu.Lock()
+			c.timeouts++
+			c.mu.Unlock()
 			return nil, errReadDeadline
 		}
 		t := time.NewTimer(wait)
@@ -177,6 +181,12 @@ func (c *fakeConn) SetReadDeadline(t time.Time) error {
 	c.mu.Unlock()
 	c.notify()
 	return nil
+}
+
+func (c *fakeConn) Buffered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue) > 0
 }
 
 func (c *fakeConn) Close() { close(c.closed) }

@@ -62,7 +62,7 @@ func (ss *session) loop() error {
 				return err
 			}
 		}
-		if st.batchFull() {
+		if st.batchFull() || st.sendsAtOnce(c.Buffered()) {
 			if err := ss.flush(); err != nil {
 				return ss.finish()
 			}

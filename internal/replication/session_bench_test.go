@@ -36,6 +36,7 @@ func (c *replayConn) ReceiveMessage() (pgproto3.BackendMessage, error) {
 }
 func (c *replayConn) SendStatus(pglogrepl.LSN, time.Time) error { return nil }
 func (c *replayConn) SetReadDeadline(time.Time) error           { return nil }
+func (c *replayConn) Buffered() bool                            { return c.i < c.n }
 func (c *replayConn) Close()                                    {}
 
 // BenchmarkSessionCatchUp measures the session's cost per message of a

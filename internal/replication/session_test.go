@@ -268,6 +268,7 @@ func TestABatchStopsTakingMessagesOnceItHoldsMaxBatchBytes(t *testing.T) {
 	for i := range 100 {
 		msgs = append(msgs, xLogData(0x100+pglogrepl.LSN(i), 0, insertMsg(10_000)))
 	}
+	msgs = append(msgs, xLogData(0x1000, 0, commitMsg(0x1000)))
 	c.send(msgs...)
 	for total := 0; total < len(msgs); {
 		b := h.batch(t)
@@ -282,5 +283,52 @@ func TestABatchStopsTakingMessagesOnceItHoldsMaxBatchBytes(t *testing.T) {
 			t.Fatalf("a batch sent with %d bytes while more was queued, want at least maxBatchBytes (%d)", bytes, maxBatchBytes)
 		}
 		total += len(b)
+	}
+}
+
+// TestAKeptUpTransactionGoesDownstreamOnceWithoutAnEmptyRead: while the
+// stream keeps up, a transaction whose Begin and row arrive before its
+// Commit goes downstream as one batch once the Commit arrives (the part
+// waits for it: waitsForCommit), and a batch that ends with a Commit and
+// nothing more buffered goes at once, without a read that finds the
+// socket empty first (sendsAtOnce; docs/design.md, "Wake-ups at low
+// rates"): no read reaches its deadline.
+func TestAKeptUpTransactionGoesDownstreamOnceWithoutAnEmptyRead(t *testing.T) {
+	h := runStream(t, StreamOptions{StatusInterval: time.Hour})
+	c := h.srv.accept()
+	for i := range 5 {
+		start := pglogrepl.LSN(0x1000 * (i + 1))
+		msgs := txMsgs(start, start+0x100, 1, 0, 0) // sent as committed: not behind
+		c.send(msgs[:2]...)                         // Begin and the row
+		time.Sleep(2 * time.Millisecond)            // the Commit comes apart
+		c.send(msgs[2])
+		b := h.batch(t)
+		if len(b) != 3 {
+			t.Fatalf("transaction %d went downstream in a batch of %d events, want Begin, row and Commit in one", i, len(b))
+		}
+	}
+	c.mu.Lock()
+	timeouts := c.timeouts
+	c.mu.Unlock()
+	if timeouts != 0 {
+		t.Errorf("%d reads reached their deadline, want none: a batch ending with a commit goes at once", timeouts)
+	}
+}
+
+// TestABatchWaitingForItsCommitGoesAtTheNextStatusUpdate: the part of a
+// transaction whose Commit does not come goes downstream when the read's
+// deadline, the next status update, is reached.
+func TestABatchWaitingForItsCommitGoesAtTheNextStatusUpdate(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	h := runStream(t, StreamOptions{StatusInterval: interval})
+	c := h.srv.accept()
+	msgs := txMsgs(0x1000, 0x1100, 1, 0, 0)
+	c.send(msgs[:2]...)
+	start := time.Now()
+	if b := h.batch(t); len(b) != 2 {
+		t.Fatalf("a batch of %d events, want the Begin and the row", len(b))
+	}
+	if took := time.Since(start); took > interval+5*time.Second {
+		t.Errorf("the part went after %v, want it by the next status update (%v)", took, interval)
 	}
 }

@@ -145,6 +145,29 @@ func (m *sessionState) batchSent() pglogrepl.LSN {
 	return m.resume
 }
 
+// sendsAtOnce reports whether the open batch goes downstream now, without
+// the read that looks for more first: it ends outside a transaction,
+// nothing more is buffered (buffered: conn.Buffered) and the stream is not
+// behind. At low rates that read finds the socket empty at nearly every
+// wake-up (docs/design.md, "Wake-ups at low rates"); reading a backlog,
+// it is what makes batches as large as what arrived.
+func (m *sessionState) sendsAtOnce(buffered bool) bool {
+	return len(m.batch) > 0 && !m.inTx && !m.behind && !buffered
+}
+
+// waitsForCommit reports whether the open batch waits for the rest of its
+// transaction: it ends inside one while the stream is not behind. The WAL
+// sender sends a transaction only once it committed, at once, so the rest
+// is on its way; a transaction whose Begin and Commit arrive apart then
+// goes downstream once, not in two parts. The read keeps its deadline,
+// the next status update (pollPending while anything is in flight), and
+// the part goes then: a deadline of its own, moved per transaction, cost
+// more than it saved (each earlier timer wakes the runtime's poller; the
+// bench's relay CPU at 1,000 tx/s rose).
+func (m *sessionState) waitsForCommit() bool {
+	return m.inTx && !m.behind
+}
+
 // readDeadline returns the read deadline for the next read at now, and
 // whether it differs from the one set. While a batch is open, reads only
 // take what is buffered (pastDeadline), and a read that times out sends the
@@ -155,7 +178,7 @@ func (m *sessionState) batchSent() pglogrepl.LSN {
 // until the next update, so the runtime's timer is not reset per message),
 // within behindWait while behind.
 func (m *sessionState) readDeadline(now time.Time, cp Confirmer) (time.Time, bool) {
-	if len(m.batch) > 0 {
+	if len(m.batch) > 0 && !m.waitsForCommit() {
 		if m.polling {
 			return time.Time{}, false
 		}
@@ -197,7 +220,7 @@ const (
 // deadlineReached returns what a read that reached its deadline calls for.
 func (m *sessionState) deadlineReached() deadlineAction {
 	switch {
-	case m.polling:
+	case m.polling, len(m.batch) > 0: // the batch waited for its commit (waitsForCommit)
 		return deadlineFlush
 	case m.behind:
 		return deadlineCaughtUp
