@@ -254,18 +254,19 @@ func rabbitFaultFamily(t *testing.T) *faultFamily {
 	if err != nil {
 		t.Fatalf("rabbitmq: consuming %s: %v", top.Queue, err)
 	}
-	var mu sync.Mutex
-	var got []relaytest.Line
+	var mu sync.Mutex // guards markers
+	var got heardLines
 	markers := map[string]chan struct{}{}
 	go func() {
 		for d := range deliveries {
 			mu.Lock()
-			if c, ok := markers[d.MessageId]; ok {
+			c, ok := markers[d.MessageId]
+			mu.Unlock()
+			if ok {
 				close(c)
 			} else {
-				got = append(got, relaytest.Line{ID: d.MessageId, Type: strings.TrimPrefix(d.Exchange, base+".")})
+				got.add(relaytest.Line{ID: d.MessageId, Type: strings.TrimPrefix(d.Exchange, base+".")})
 			}
-			mu.Unlock()
 		}
 	}()
 	read := func(t *testing.T) []relaytest.Line {
@@ -282,18 +283,12 @@ func rabbitFaultFamily(t *testing.T) *faultFamily {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("rabbitmq: the marker did not come back through queue %s within 30 s", top.Queue)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(got)
+		return got.read(t)
 	}
 	return &faultFamily{
-		sinks: fmt.Sprintf("  - {name: rabbitmq, kind: rabbitmq, url: %q, exchange: %q, max_message_bytes: 65536, timeout: 2s}", u.String(), base+".{type}"),
-		read:  map[string]func(*testing.T) []relaytest.Line{"rabbitmq": read},
-		count: func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(got)
-		},
+		sinks:  fmt.Sprintf("  - {name: rabbitmq, kind: rabbitmq, url: %q, exchange: %q, max_message_bytes: 65536, timeout: 2s}", u.String(), base+".{type}"),
+		read:   map[string]func(*testing.T) []relaytest.Line{"rabbitmq": read},
+		count:  got.count,
 		outage: func() func() { proxy.Cut(); return func() { proxy.Restore() } },
 		tooBig: 100 << 10,
 		noDest: true,
@@ -461,8 +456,7 @@ func serviceBusFaultFamily(t *testing.T) *faultFamily {
 // message): no refused-no-dest. Read in the order the endpoint took the
 // requests it answered 2xx.
 func webhookFaultFamily(t *testing.T) *faultFamily {
-	var mu sync.Mutex
-	var got []relaytest.Line
+	var got heardLines
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -473,27 +467,43 @@ func webhookFaultFamily(t *testing.T) *faultFamily {
 			http.Error(w, "larger than the fault matrix's endpoint takes", http.StatusRequestEntityTooLarge)
 			return
 		}
-		mu.Lock()
-		got = append(got, relaytest.Line{ID: r.Header.Get("X-Message-Id"), Type: r.Header.Get("X-Message-Type")})
-		mu.Unlock()
+		got.add(relaytest.Line{ID: r.Header.Get("X-Message-Id"), Type: r.Header.Get("X-Message-Type")})
 	}))
 	t.Cleanup(srv.Close)
 	proxy := faultProxy(t, srv.Listener.Addr().String())
 	return &faultFamily{
-		sinks: fmt.Sprintf("  - {name: webhook, kind: webhook, url: %q, concurrency: 4, timeout: 2s}", "http://"+proxy.Addr()+"/hook"),
-		read: map[string]func(*testing.T) []relaytest.Line{"webhook": func(*testing.T) []relaytest.Line {
-			mu.Lock()
-			defer mu.Unlock()
-			return slices.Clone(got)
-		}},
-		count: func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(got)
-		},
+		sinks:  fmt.Sprintf("  - {name: webhook, kind: webhook, url: %q, concurrency: 4, timeout: 2s}", "http://"+proxy.Addr()+"/hook"),
+		read:   map[string]func(*testing.T) []relaytest.Line{"webhook": got.read},
+		count:  got.count,
 		outage: func() func() { proxy.Cut(); return func() { proxy.Restore() } },
 		tooBig: 100 << 10,
 	}
+}
+
+// heardLines are the messages a family's own consumer or endpoint took,
+// in order; safe for concurrent use.
+type heardLines struct {
+	mu    sync.Mutex
+	lines []relaytest.Line
+}
+
+func (h *heardLines) add(l relaytest.Line) {
+	h.mu.Lock()
+	h.lines = append(h.lines, l)
+	h.mu.Unlock()
+}
+
+// read returns a copy of what was taken so far (a faultFamily read).
+func (h *heardLines) read(*testing.T) []relaytest.Line {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.lines)
+}
+
+func (h *heardLines) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.lines)
 }
 
 // faultProxy is a tcpproxy to target, closed when the test ends.
