@@ -266,7 +266,13 @@ func TestIntegrationSourcesInOneProcessAreIsolated(t *testing.T) {
 	if !strings.HasPrefix(body, "ok: 2 streaming, 2 failed\n") {
 		t.Errorf("/readyz?verbose: %q", body)
 	}
-	_, metrics, err := fetch(addr, "/metrics")
+	// The file holds a line once written; the relay counts it published
+	// once the sink returned (after its fsync): wait for the count.
+	var metrics string
+	pgtest.WaitFor(10*time.Second, func() bool {
+		_, metrics, err = fetch(addr, "/metrics")
+		return err == nil && metricValue(metrics, `walpost_messages_published_total{sink="out",source="healthy"}`) == float64(len(want))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
