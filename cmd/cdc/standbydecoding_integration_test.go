@@ -96,7 +96,6 @@ func standbyMsgs(typ string, n int) []relaytest.Msg {
 // immediate restart of the primary; cdc status shows the topology; the
 // sink's progress is on the primary.
 func TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart(t *testing.T) {
-	t.Parallel() // beside the other tests: each version has clusters of its own
 	for _, v := range standbyVersions(t) {
 		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
 			t.Parallel()
@@ -164,7 +163,6 @@ func TestIntegrationStandbyDecodingLosesNothingThroughKill9AndAStandbyRestart(t 
 // the primary: every message committed before, during and after is
 // delivered.
 func TestIntegrationStandbyDecodingConflictIsALostSlotThatCdcRecoverRecovers(t *testing.T) {
-	t.Parallel() // beside the other tests: each version has clusters of its own
 	for _, v := range standbyVersions(t) {
 		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
 			t.Parallel()
@@ -231,7 +229,6 @@ func TestIntegrationStandbyDecodingConflictIsALostSlotThatCdcRecoverRecovers(t *
 // on the same config, the old primary still down. cdc status says
 // "promoted". Every message, before and after, is delivered.
 func TestIntegrationStandbyDecodingStreamsOnFromThePromotedStandby(t *testing.T) {
-	t.Parallel() // beside the other tests: each version has clusters of its own
 	for _, v := range standbyVersions(t) {
 		t.Run(fmt.Sprintf("pg%d", v), func(t *testing.T) {
 			t.Parallel()
