@@ -169,9 +169,10 @@ func (m *sessionState) waitsForCommit() bool {
 }
 
 // readDeadline returns the read deadline for the next read at now, and
-// whether it differs from the one set. While a batch is open, reads only
-// take what is buffered (pastDeadline), and a read that times out sends the
-// batch. Otherwise a read waits until the next status update is due: at
+// whether it differs from the one set. While a batch is open (and not
+// waiting for its commit: waitsForCommit), reads only take what is
+// buffered (pastDeadline), and a read that times out sends the batch.
+// Otherwise a read waits until the next status update is due: at
 // the latest statusInterval after the last one, pollPending after the last
 // one while cp has something in flight or a position not yet reported (or
 // pollPending from now once that passed; the same deadline for every read
