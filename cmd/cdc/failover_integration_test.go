@@ -361,7 +361,7 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 		}
 		return n
 	}
-	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
+	pgtest.DropSlot(t, url, ob.Slot)
 	p := startCDC(t, "run", "--config", cfg)
 	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "run 'cdc init'") ||
 		strings.Contains(p.Stderr.String(), "failover") || slotCount() != 0 {
@@ -383,7 +383,7 @@ func TestIntegrationRunNeverCreatesTheSlot(t *testing.T) {
 	if code := p.Wait(60 * time.Second); code != 0 {
 		t.Fatalf("cdc run exited %d on SIGINT", code)
 	}
-	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
+	pgtest.DropSlot(t, url, ob.Slot)
 	p = startCDC(t, "run", "--config", cfg)
 	if code := p.Wait(60 * time.Second); code != 1 || !strings.Contains(p.Stderr.String(), "walpost never creates a slot by itself") ||
 		!strings.Contains(p.Stderr.String(), "records what sinks acknowledged from it") || slotCount() != 0 {
@@ -405,7 +405,7 @@ func TestIntegrationMessagesOutboxMissingSlotSaysNothingCanBeReplayed(t *testing
 	mo.EmitTx(t, pgtest.Connect(t, url), first)
 	relaytest.WaitAllDelivered(t, out, []relaytest.Msg{first}, 30*time.Second, p.Stderr.String)
 	p.Stop(t)
-	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", mo.Slot))
+	pgtest.DropSlot(t, url, mo.Slot)
 	again := startCDC(t, "run", "--config", cfg)
 	if code := again.Wait(60 * time.Second); code != 1 {
 		t.Fatalf("cdc run without its slot exited %d, want 1:\n%s", code, again.Stderr.String())

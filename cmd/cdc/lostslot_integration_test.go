@@ -461,7 +461,7 @@ func TestIntegrationRecoverRecreatesASlotDroppedByHand(t *testing.T) {
 	for range 5 {
 		insert()
 	}
-	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
+	pgtest.DropSlot(t, url, ob.Slot)
 	p = startCDC(t, "run", "--config", cfg)
 	if code := p.Wait(30 * time.Second); code != 1 || !strings.Contains(lastLine(p.Stderr.String()), "cdc recover --config "+cfg) {
 		t.Fatalf("cdc run on the dropped slot exited %d, want 1 naming cdc recover\n%s", code, p.Stderr.String())

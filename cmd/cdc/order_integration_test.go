@@ -227,7 +227,7 @@ func TestIntegrationRecoverOfATableWithoutSeqKeepsTheOrderOfTransactions(t *test
 		pgtest.Exec(t, url, fmt.Sprintf("UPDATE %s SET id = '%s' WHERE id = '%s'", ob.Table, ids[i], k[i].ID))
 		k[i].ID = ids[i]
 	}
-	pgtest.Exec(t, url, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", ob.Slot))
+	pgtest.DropSlot(t, url, ob.Slot)
 	if code, stdout, stderr := cdc(t, nil, "recover", "--config", cfg, "--since", "1h"); code != 0 {
 		t.Fatalf("cdc recover --since 1h: exit %d\n%s%s", code, stdout, stderr)
 	}

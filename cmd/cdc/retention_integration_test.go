@@ -390,7 +390,7 @@ func TestIntegrationInitForgetsTheMarksOfAnEarlierSlot(t *testing.T) {
 	if n := ro.marksOf(t, ro.Slot); n != 1 {
 		t.Fatalf("%d marks of the existing slot after cdc init, want 1 kept", n)
 	}
-	pgtest.Exec(t, ro.URL, "SELECT pg_drop_replication_slot('"+ro.Slot+"')")
+	pgtest.DropSlot(t, ro.URL, ro.Slot)
 	var out bytes.Buffer
 	if code := run([]string{"init", "--config", cfg}, &out, &out); code != 0 {
 		t.Fatalf("cdc init exited %d: %s", code, out.String())

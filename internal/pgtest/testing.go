@@ -184,6 +184,40 @@ func Exec(tb testing.TB, url string, sqls ...string) {
 	}
 }
 
+// DropSlot drops replication slot slot of url's database, first waiting
+// (up to 30 s) for its WAL sender to end: a relay that exited has closed
+// its connection, but the server ends the WAL sender a moment later, and
+// pg_drop_replication_slot refuses a slot still active.
+func DropSlot(tb testing.TB, url, slot string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("connecting to %s: %v", url, err)
+	}
+	defer conn.Close(context.Background())
+	var active bool
+	var pid *int32
+	for {
+		err := conn.QueryRow(ctx, "SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &pid)
+		if err != nil {
+			tb.Fatalf("reading slot %s: %v", slot, err)
+		}
+		if !active {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("slot %s still active (WAL sender pid %v) after 30 s: cannot drop it", slot, *pid)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		tb.Fatalf("dropping slot %s: %v", slot, err)
+	}
+}
+
 // Await polls cond like WaitFor and fails the test, naming what it waited
 // for, when timeout passes first.
 func Await(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
