@@ -190,29 +190,15 @@ func Exec(tb testing.TB, url string, sqls ...string) {
 // pg_drop_replication_slot refuses a slot still active.
 func DropSlot(tb testing.TB, url, slot string) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		tb.Fatalf("connecting to %s: %v", url, err)
-	}
-	defer conn.Close(context.Background())
-	var active bool
-	var pid *int32
-	for {
-		err := conn.QueryRow(ctx, "SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &pid)
-		if err != nil {
+	conn := Connect(tb, url)
+	ctx := context.Background()
+	Await(tb, 30*time.Second, "the WAL sender of slot "+slot+" to end", func() bool {
+		var active bool
+		if err := conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil {
 			tb.Fatalf("reading slot %s: %v", slot, err)
 		}
-		if !active {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("slot %s still active (WAL sender pid %v) after 30 s: cannot drop it", slot, *pid)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return !active
+	})
 	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 		tb.Fatalf("dropping slot %s: %v", slot, err)
 	}
