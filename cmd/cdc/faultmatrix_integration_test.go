@@ -963,15 +963,8 @@ func runFaultFamily(t *testing.T, cl *faultCluster, name string, fam *faultFamil
 					}
 					return now == nil || pid == nil || *now != *pid
 				}
-				if !pgtest.WaitFor(20*time.Second, ended) {
-					// The relay is still stopped: ending the WAL sender here
-					// is the same loss to it (a server under heavy load once
-					// let one outlive its timeout: docs/testing.md).
-					t.Logf("%s: the WAL sender of the stopped relay did not end within 20 s (wal_sender_timeout 2s); terminating it", name)
-					db().Exec(ctx, "SELECT pg_terminate_backend($1)", *pid)
-					if !pgtest.WaitFor(10*time.Second, ended) {
-						t.Errorf("%s: the WAL sender of the stopped relay did not end, even terminated", name)
-					}
+				if pid != nil && !awaitStoppedRelaysWALSenderGone(t, name+": ", db(), *pid, 20*time.Second, ended) {
+					t.Errorf("%s: the WAL sender of the stopped relay did not end (wal_sender_timeout 2s), even terminated", name)
 				}
 			})
 		case faultPGImmediate:

@@ -120,15 +120,7 @@ func runMidTransactionFault(t *testing.T, fault midTxFault, setup func(t *testin
 			conn = pgtest.Connect(t, url)
 		case relayStopped:
 			p.Cmd.Process.Signal(syscall.SIGSTOP)
-			gone := pgtest.WaitFor(30*time.Second, func() bool { return walSender() != pid })
-			if !gone {
-				// Seen once, with six more clusters on the machine: the
-				// server had not ended it. The relay is still stopped, so
-				// ending the WAL sender here is the same loss to it.
-				t.Logf("the WAL sender of the stopped relay still ran 30 s past wal_sender_timeout; terminating it")
-				conn.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
-				gone = pgtest.WaitFor(10*time.Second, func() bool { return walSender() != pid })
-			}
+			gone := awaitStoppedRelaysWALSenderGone(t, "", conn, pid, 30*time.Second, func() bool { return walSender() != pid })
 			p.Cmd.Process.Signal(syscall.SIGCONT)
 			if !gone {
 				t.Fatalf("the WAL sender of a stopped relay still runs 30 s past wal_sender_timeout, and terminated")
@@ -274,4 +266,19 @@ func tortureCommitted(t *testing.T, conn *pgx.Conn, table string) map[string]rel
 		t.Fatal(err)
 	}
 	return out
+}
+
+// awaitStoppedRelaysWALSenderGone waits up to wait for the WAL sender pid
+// of a SIGSTOPped relay to end past wal_sender_timeout (gone says it did).
+// If it has not, it terminates it and waits 10 s more: the relay is still
+// stopped, so that is the same loss to it (a server under heavy load once
+// let one outlive its timeout by 30 s: docs/testing.md). It logs that, its
+// line prefixed by who, and reports whether the WAL sender ended.
+func awaitStoppedRelaysWALSenderGone(t *testing.T, who string, conn *pgx.Conn, pid int32, wait time.Duration, gone func() bool) bool {
+	if pgtest.WaitFor(wait, gone) {
+		return true
+	}
+	t.Logf("%sthe WAL sender (pid %d) of the stopped relay did not end within %s, past wal_sender_timeout; terminating it", who, pid, wait)
+	conn.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid)
+	return pgtest.WaitFor(10*time.Second, gone)
 }
